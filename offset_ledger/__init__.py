@@ -1,0 +1,38 @@
+"""offset-ledger: an external, auditable Kafka offset ledger for PySpark Structured Streaming."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "OffsetLedgerListener",
+    "RestartPlan",
+    "__version__",
+    "start_from_ledger",
+]
+
+if TYPE_CHECKING:
+    from offset_ledger.listener import OffsetLedgerListener
+    from offset_ledger.model import RestartPlan
+    from offset_ledger.restart import start_from_ledger
+
+# Imported on first use so that `import offset_ledger` (and the CLI) does not pay for PySpark.
+_LAZY = {
+    "OffsetLedgerListener": "offset_ledger.listener",
+    "RestartPlan": "offset_ledger.model",
+    "start_from_ledger": "offset_ledger.restart",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'offset_ledger' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

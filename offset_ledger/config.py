@@ -1,0 +1,37 @@
+"""Settings from arguments and ``OFFSET_LEDGER_*`` environment variables (the only env reader)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+def default_home() -> Path:
+    """Where the embedded SQLite ledger and the listener's spool live unless told otherwise."""
+    return Path.home() / ".local" / "share" / "offset-ledger"
+
+
+class Settings(BaseSettings):
+    """Every ``OFFSET_LEDGER_*`` variable; an explicit argument always wins over the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="OFFSET_LEDGER_", extra="ignore")
+
+    dsn: str | None = Field(default=None, description="SQLAlchemy URL of the ledger database")
+    home: Path = Field(default_factory=default_home, description="embedded ledger and spool directory")
+    bootstrap_servers: str | None = Field(default=None, description="Kafka bootstrap servers")
+    api_token: str | None = Field(default=None, description="bearer token the REST API requires")
+
+    def resolved_dsn(self, dsn: str | None = None) -> str:
+        """The DSN to use: the argument, else OFFSET_LEDGER_DSN, else the embedded SQLite file."""
+        if dsn:
+            return dsn
+        if self.dsn:
+            return self.dsn
+        return f"sqlite:///{self.home / 'ledger.db'}"
+
+
+def settings() -> Settings:
+    """Read the environment now (not at import, so tests and CLIs can change it)."""
+    return Settings()

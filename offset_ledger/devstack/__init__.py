@@ -1,0 +1,434 @@
+"""A real local stack for tests, the demo and trying the tool: PostgreSQL, Apache Kafka, Spark's connector.
+
+Nothing here is a look-alike: the broker is the official ``kafka_2.13`` artifact resolved from
+Maven Central and run as a single-node KRaft broker; Postgres is a throwaway cluster made with the
+installed ``initdb``/``pg_ctl``; the Spark connector is ``spark-sql-kafka-0-10_2.13`` at exactly
+the installed PySpark version. Artifacts are cached (``OFFSET_LEDGER_CACHE``, default
+``~/.cache/offset-ledger``) so a second start takes seconds.
+
+State of a running stack lives in one directory (``OFFSET_LEDGER_STACK_DIR``, default
+``.devstack`` under the current directory): pid files, data, logs and ``stack.env``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+KAFKA_VERSION = "4.1.1"
+_MAVEN_DIR = Path(__file__).resolve().parent / "maven"
+
+
+class StackError(RuntimeError):
+    """A service of the local stack could not be resolved, started or reached."""
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """Connection facts of a running stack."""
+
+    bootstrap_servers: str
+    postgres_dsn: str
+    spark_jars: str
+    kafka_pid: int | None
+    postgres_pid: int | None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            "OFFSET_LEDGER_TEST_DSN": self.postgres_dsn,
+            "OFFSET_LEDGER_SPARK_JARS": self.spark_jars,
+        }
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("OFFSET_LEDGER_CACHE", Path.home() / ".cache" / "offset-ledger"))
+
+
+def stack_dir() -> Path:
+    return Path(os.environ.get("OFFSET_LEDGER_STACK_DIR", Path.cwd() / ".devstack")).resolve()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _log(msg: str) -> None:
+    print(f"[devstack] {msg}", flush=True)
+
+
+# --------------------------------------------------------------------------- Maven artifacts
+
+
+def _maven_copy(project: str, dest: Path) -> Path:
+    """Copy a pom's runtime dependency closure into ``dest`` once; later calls reuse it."""
+    marker = dest / ".complete"
+    if marker.exists():
+        return dest
+    if shutil.which("mvn") is None:
+        raise StackError("Maven (mvn) is not on PATH; it resolves the Kafka and Spark artifacts")
+    tmp = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    _log(f"resolving {project} from Maven Central into {dest} (first run only)")
+    cmd = [
+        "mvn", "-q", "-B", "-f", str(_MAVEN_DIR / project / "pom.xml"),
+        "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise StackError(f"mvn failed for {project}:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+    marker.touch()
+    return dest
+
+
+def kafka_broker_jars() -> Path:
+    return _maven_copy("kafka-broker", cache_dir() / f"kafka-broker-{KAFKA_VERSION}")
+
+
+def _pyspark_version_and_jars() -> tuple[str, Path]:
+    import pyspark
+
+    return pyspark.__version__, Path(pyspark.__file__).parent / "jars"
+
+
+def _artifact_name(jar: str) -> str:
+    """``kafka-clients-3.9.2.jar`` -> ``kafka-clients`` (drop the version and suffix)."""
+    stem = jar[:-4] if jar.endswith(".jar") else jar
+    parts = stem.split("-")
+    while parts and parts[-1][:1].isdigit():
+        parts.pop()
+    return "-".join(parts)
+
+
+def spark_kafka_jars() -> list[Path]:
+    """The connector jars for ``spark.jars``: the closure minus what PySpark already ships.
+
+    Keeping a second scala-library or hadoop client on the classpath next to PySpark's own breaks
+    Spark in ways that look unrelated, so anything PySpark has is left out (what ``--packages``
+    achieves with its exclusion rules).
+    """
+    version, pyspark_jars = _pyspark_version_and_jars()
+    pom = (_MAVEN_DIR / "spark-kafka" / "pom.xml").read_text()
+    if f"<spark.version>{version}</spark.version>" not in pom:
+        raise StackError(
+            f"installed PySpark {version} does not match the connector version pinned in {pom!r}"
+        )
+    dest = _maven_copy("spark-kafka", cache_dir() / f"spark-sql-kafka-{version}")
+    shipped = {_artifact_name(p.name) for p in pyspark_jars.glob("*.jar")}
+    return sorted(p for p in dest.glob("*.jar") if _artifact_name(p.name) not in shipped)
+
+
+def fetch() -> None:
+    """Resolve every Maven artifact the stack needs (idempotent)."""
+    kafka_broker_jars()
+    jars = spark_kafka_jars()
+    _log("spark.jars = " + ",".join(str(j) for j in jars))
+
+
+# --------------------------------------------------------------------------- processes
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child still answers kill(0); reap it if it is ours.
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        return done == 0
+    except ChildProcessError:
+        return True
+
+
+def _wait_port(port: int, timeout: float, what: str, alive: callable = lambda: True) -> None:  # type: ignore[valid-type]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise StackError(f"{what} exited during start-up")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise StackError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
+
+
+def _stop_pid(pid: int, timeout: float = 30.0) -> None:
+    """SIGTERM the process we started, wait, then SIGKILL: never by name."""
+    if not _pid_alive(pid):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not _pid_alive(pid):
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+
+
+# --------------------------------------------------------------------------- Postgres
+
+
+def _pg_bindir() -> Path:
+    for candidate in (shutil.which("pg_config"),):
+        if candidate:
+            out = subprocess.run([candidate, "--bindir"], capture_output=True, text=True)
+            path = Path(out.stdout.strip())
+            if (path / "initdb").exists():
+                return path
+    for path in sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True):
+        if (path / "initdb").exists():
+            return path
+    found = shutil.which("initdb")
+    if found:
+        return Path(found).resolve().parent
+    raise StackError("PostgreSQL server binaries (initdb, pg_ctl) not found; install postgresql")
+
+
+def _as_pg_user(cmd: list[str]) -> list[str]:
+    # PostgreSQL refuses to run as root; the server package ships an unprivileged user.
+    if os.geteuid() != 0:
+        return cmd
+    return ["runuser", "-u", "postgres", "--", *cmd]
+
+
+class _Postgres:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    @property
+    def datadir(self) -> Path:
+        return self.root / "pgdata"
+
+    def start(self) -> tuple[str, int]:
+        bindir = _pg_bindir()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if os.geteuid() == 0:
+            pw = pwd.getpwnam("postgres")
+            os.chown(self.root, pw.pw_uid, pw.pw_gid)
+            # The postgres user must be able to reach the data directory through its parents.
+            for parent in self.root.parents:
+                mode = parent.stat().st_mode
+                if not mode & 0o001:
+                    os.chmod(parent, mode | 0o001)
+        if not (self.datadir / "PG_VERSION").exists():
+            proc = subprocess.run(
+                _as_pg_user([str(bindir / "initdb"), "-D", str(self.datadir), "-U", "postgres",
+                             "-A", "trust", "-E", "UTF8", "--no-sync"]),
+                capture_output=True, text=True,
+            )
+            if proc.returncode != 0:
+                raise StackError(f"initdb failed: {proc.stderr.strip()[-2000:]}")
+        port = free_port()
+        opts = (f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        proc = subprocess.run(
+            _as_pg_user([str(bindir / "pg_ctl"), "-D", str(self.datadir), "-o", opts,
+                         "-l", str(self.root / "postgres.log"), "-w", "-t", "60", "start"]),
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            log = (self.root / "postgres.log")
+            tail = log.read_text()[-2000:] if log.exists() else ""
+            raise StackError(f"pg_ctl start failed: {proc.stderr.strip()} {tail}")
+        pid = int((self.datadir / "postmaster.pid").read_text().split()[0])
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres", pid
+
+    def stop(self) -> None:
+        if not (self.datadir / "postmaster.pid").exists():
+            return
+        subprocess.run(
+            _as_pg_user([str(_pg_bindir() / "pg_ctl"), "-D", str(self.datadir), "-m", "fast",
+                         "-w", "-t", "60", "stop"]),
+            capture_output=True, text=True,
+        )
+
+
+# --------------------------------------------------------------------------- Kafka
+
+
+_LOG4J2 = """\
+Configuration:
+  status: warn
+  Appenders:
+    Console:
+      name: STDOUT
+      PatternLayout:
+        pattern: "[%d] %p %m (%c)%n"
+  Loggers:
+    Root:
+      level: INFO
+      AppenderRef:
+        - ref: STDOUT
+    Logger:
+      - name: kafka
+        level: WARN
+      - name: org.apache.kafka
+        level: WARN
+"""
+
+
+def _start_kafka(root: Path) -> tuple[str, int]:
+    if shutil.which("java") is None:
+        raise StackError("java is not on PATH; the Kafka broker needs Java 17+")
+    jars = kafka_broker_jars()
+    root.mkdir(parents=True, exist_ok=True)
+    port, controller_port = free_port(), free_port()
+    logs = root / "data"
+    props = root / "server.properties"
+    props.write_text(
+        "\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={logs}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "auto.create.topics.enable=false",
+            "delete.topic.enable=true",
+            # Tests create and delete many small topics; keep the broker light on 2 cores.
+            "num.network.threads=2",
+            "num.io.threads=4",
+            "log.segment.bytes=1048576",
+            "",
+        ])
+    )
+    (root / "log4j2.yaml").write_text(_LOG4J2)
+    java = ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+            f"-Dlog4j2.configurationFile={root / 'log4j2.yaml'}", "-cp", f"{jars}/*"]
+    if not (logs / "meta.properties").exists():
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        proc = subprocess.run(
+            [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
+            capture_output=True, text=True,
+        )
+        if proc.returncode != 0:
+            raise StackError(f"kafka storage format failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+    log = open(root / "kafka.log", "ab")
+    proc = subprocess.Popen(
+        [*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+    (root / "kafka.pid").write_text(str(proc.pid))
+    try:
+        _wait_port(port, 90, "Kafka broker", alive=lambda: proc.poll() is None)
+        _wait_kafka_ready(f"127.0.0.1:{port}")
+    except Exception:
+        _stop_pid(proc.pid, 10)
+        raise
+    return f"127.0.0.1:{port}", proc.pid
+
+
+def _wait_kafka_ready(bootstrap: str, timeout: float = 60.0) -> None:
+    """The port opens before the broker has a controller; wait until metadata answers."""
+    from kafka import KafkaAdminClient
+
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=5000)
+            try:
+                admin.list_topics()
+                if admin.describe_cluster().get("brokers"):
+                    return
+            finally:
+                admin.close()
+        except Exception as exc:  # noqa: BLE001 - any failure here means "not ready yet"
+            last = exc
+        time.sleep(0.5)
+    raise StackError(f"Kafka broker at {bootstrap} did not become ready: {last}")
+
+
+# --------------------------------------------------------------------------- the stack
+
+
+def _state_file(root: Path) -> Path:
+    return root / "stack.json"
+
+
+def status(root: Path | None = None) -> StackInfo | None:
+    """The running stack's facts, or None when nothing of it runs."""
+    root = root or stack_dir()
+    state = _state_file(root)
+    if not state.exists():
+        return None
+    info = StackInfo(**json.loads(state.read_text()))
+    alive = [p for p in (info.kafka_pid, info.postgres_pid) if p]
+    if not alive or not all(_pid_alive(p) for p in alive):
+        return None
+    return info
+
+
+def up(root: Path | None = None, *, with_postgres: bool | None = None) -> StackInfo:
+    """Start Kafka and (unless OFFSET_LEDGER_TEST_DSN is given) Postgres; reuse a running stack."""
+    root = root or stack_dir()
+    running = status(root)
+    if running:
+        return running
+    down(root)
+    root.mkdir(parents=True, exist_ok=True)
+    external_dsn = os.environ.get("OFFSET_LEDGER_TEST_DSN")
+    if with_postgres is None:
+        with_postgres = not external_dsn
+    jars = ",".join(str(p) for p in spark_kafka_jars())
+    started = time.monotonic()
+    pg_pid: int | None = None
+    if with_postgres:
+        _log("starting PostgreSQL")
+        dsn, pg_pid = _Postgres(root / "postgres").start()
+    else:
+        dsn = external_dsn or ""
+    try:
+        _log(f"starting Apache Kafka {KAFKA_VERSION} (KRaft, single node)")
+        bootstrap, kafka_pid = _start_kafka(root / "kafka")
+    except Exception:
+        if pg_pid:
+            _Postgres(root / "postgres").stop()
+        raise
+    info = StackInfo(bootstrap, dsn, jars, kafka_pid, pg_pid)
+    _state_file(root).write_text(json.dumps(asdict(info), indent=2))
+    (root / "stack.env").write_text("".join(f"export {k}='{v}'\n" for k, v in info.env().items()))
+    _log(f"stack up in {time.monotonic() - started:.1f}s: kafka={bootstrap} postgres={dsn}")
+    return info
+
+
+def down(root: Path | None = None) -> None:
+    """Stop what ``up`` started (by the pids it recorded) and remove the stack's data."""
+    root = root or stack_dir()
+    if not root.exists():
+        return
+    pid_file = root / "kafka" / "kafka.pid"
+    if pid_file.exists():
+        _stop_pid(int(pid_file.read_text()))
+        pid_file.unlink()
+    _Postgres(root / "postgres").stop()
+    shutil.rmtree(root, ignore_errors=True)

@@ -1,0 +1,114 @@
+"""The one exception tree of offset-ledger.
+
+::
+
+    OffsetLedgerError                 every error this package raises on purpose
+    ├── ConfigError                   a setting or argument is missing or malformed
+    ├── InvalidInput                  a user's request is malformed (bad JSON, bad offsets, ...)
+    │   ├── UnknownPipeline           no ledger entries for that pipeline
+    │   ├── UnknownTopic              the topic does not exist on the cluster
+    │   └── UnknownPartition          the partition does not exist on the topic
+    ├── ActiveRunConflict             a reset was refused because the pipeline is running
+    ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
+    ├── LedgerError                   the ledger database failed
+    │   └── LedgerUnavailable         the ledger database cannot be reached (retriable)
+    └── KafkaError                    the Kafka cluster failed
+        └── KafkaUnavailable          the brokers cannot be reached (retriable)
+
+Driver errors (SQLAlchemy, kafka-python) are translated at the adapter edge with ``raise ... from``.
+Exceptions carry the data they talk about, so the API and CLI can render them without parsing text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+class OffsetLedgerError(Exception):
+    """Base of every error offset-ledger raises on purpose."""
+
+    #: Whether retrying the same call later may succeed (read by retry loops instead of type lists).
+    retriable: bool = False
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details: dict[str, Any] = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready body: ``{"error": <class name>, "message": ..., **details}``."""
+        return {"error": type(self).__name__, "message": self.message, **self.details}
+
+
+class ConfigError(OffsetLedgerError):
+    """A setting or argument is missing or malformed."""
+
+
+class InvalidInput(OffsetLedgerError):
+    """A user's request is malformed; nothing was written."""
+
+
+class UnknownPipeline(InvalidInput):
+    """The ledger has no entries for this pipeline."""
+
+    def __init__(self, pipeline: str) -> None:
+        super().__init__(f"unknown pipeline {pipeline!r}", pipeline=pipeline)
+        self.pipeline = pipeline
+
+
+class UnknownTopic(InvalidInput):
+    """The topic does not exist on the Kafka cluster."""
+
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"unknown topic {topic!r}", topic=topic)
+        self.topic = topic
+
+
+class UnknownPartition(InvalidInput):
+    """The partition does not exist on the topic."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"unknown partition {partition} of topic {topic!r}", topic=topic, partition=partition)
+        self.topic = topic
+        self.partition = partition
+
+
+class ActiveRunConflict(OffsetLedgerError):
+    """A reset was refused because the pipeline has an active run (use force to override)."""
+
+    def __init__(self, pipeline: str, run_ids: Sequence[str]) -> None:
+        super().__init__(
+            f"pipeline {pipeline!r} has an active run ({', '.join(run_ids)}); stop it first or force the reset",
+            pipeline=pipeline, run_ids=list(run_ids),
+        )
+        self.pipeline = pipeline
+        self.run_ids = list(run_ids)
+
+
+class DataLossError(OffsetLedgerError):
+    """Restart offsets fall outside the broker's log and the policy is ``fail``."""
+
+    def __init__(self, message: str, lost: Sequence[Mapping[str, Any]]) -> None:
+        super().__init__(message, lost=[dict(x) for x in lost])
+        self.lost = [dict(x) for x in lost]
+
+
+class LedgerError(OffsetLedgerError):
+    """The ledger database failed."""
+
+
+class LedgerUnavailable(LedgerError):
+    """The ledger database cannot be reached."""
+
+    retriable = True
+
+
+class KafkaError(OffsetLedgerError):
+    """The Kafka cluster failed or refused a request."""
+
+
+class KafkaUnavailable(KafkaError):
+    """The Kafka brokers cannot be reached."""
+
+    retriable = True

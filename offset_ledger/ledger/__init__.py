@@ -1,0 +1,1 @@
+"""Persistence: the ledger schema (``tables``), engines and migrations (``engine``), and the stores."""

@@ -1,0 +1,113 @@
+"""Engines for the ledger database and schema upgrades through Alembic."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from sqlalchemy import create_engine, event, text
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+
+from offset_ledger.config import settings
+from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable
+
+log = logging.getLogger(__name__)
+
+_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+# Serialises concurrent upgrades of one Postgres database (two listeners starting together).
+_UPGRADE_LOCK_KEY = 0x0FF5E7
+
+
+def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
+    """An engine for ``dsn`` (default: OFFSET_LEDGER_DSN, else the embedded SQLite file)."""
+    url_text = settings().resolved_dsn(dsn)
+    try:
+        url = make_url(url_text)
+    except ArgumentError as exc:
+        raise ConfigError(f"not a database URL: {url_text!r}", dsn=url_text) from exc
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 30})
+
+        @event.listens_for(engine, "connect")
+        def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")  # the API reads while a listener writes
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        return engine
+    try:
+        return create_engine(
+            url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
+            pool_recycle=1800,
+            connect_args={"connect_timeout": 5} if url.get_backend_name() == "postgresql" else {},
+        )
+    except (ArgumentError, ImportError) as exc:
+        raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
+
+
+def check_connection(engine: Engine) -> None:
+    """Raise LedgerUnavailable with a clear message when the database cannot be reached."""
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+    except OperationalError as exc:
+        raise LedgerUnavailable(
+            f"cannot connect to the ledger database {engine.url.render_as_string()}: {exc.orig}",
+        ) from exc
+
+
+def _alembic_config(engine: Engine):  # type: ignore[no-untyped-def]
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply the Alembic migrations up to ``revision`` (idempotent)."""
+    from alembic import command
+
+    check_connection(engine)
+    try:
+        with engine.begin() as conn:
+            if engine.dialect.name == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK_KEY})
+            cfg = _alembic_config(engine)
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, revision)
+    except SQLAlchemyError as exc:
+        raise LedgerError(f"schema upgrade failed: {exc}") from exc
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The schema revision the database is at (None when never upgraded)."""
+    from alembic.runtime.migration import MigrationContext
+
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_alembic_config(None)).get_current_head()  # type: ignore[arg-type]
+    assert head is not None
+    return head
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Upgrade to head unless already there (cheap check first: one SELECT)."""
+    try:
+        if current_revision(engine) == head_revision():
+            return
+    except OperationalError as exc:
+        raise LedgerUnavailable(f"cannot connect to the ledger database: {exc.orig}") from exc
+    except SQLAlchemyError:
+        pass
+    upgrade(engine)

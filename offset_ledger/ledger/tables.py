@@ -1,0 +1,202 @@
+"""The ledger schema: SQLAlchemy Core tables, the one source the migrations are built from.
+
+Offsets follow Spark's convention (see ``offset_ledger.model``): ``until_offset`` and
+``next_offset`` are exclusive ends, ``from_offset`` is inclusive. Partition numbers are stored as
+integers; the ``partition`` column name is quoted by SQLAlchemy where the dialect needs it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import JSON
+
+# A fixed naming convention makes constraint names identical on every database, so later
+# migrations can refer to them.
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+_NAME = 255
+_Id = BigInteger().with_variant(Integer, "sqlite")  # SQLite autoincrements only INTEGER keys
+
+
+def _tz() -> DateTime:
+    return DateTime(timezone=True)
+
+
+#: One streaming query run (Spark's run id), from QueryStarted to QueryTerminated.
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("query_id", String(64), nullable=False),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("query_name", String(_NAME)),
+    Column("app_version", String(_NAME)),
+    Column("checkpoint_location", Text),
+    Column("started_at", _tz(), nullable=False),
+    Column("terminated_at", _tz()),
+    Column("exception", Text),
+    Column("last_heartbeat_at", _tz()),
+    Column("last_batch_id", BigInteger),
+    Index(None, "pipeline", "consumer_group", "started_at"),
+    Index(None, "query_id"),
+)
+
+#: One committed micro-batch of one query (idempotent on query id + batch id).
+batches = Table(
+    "batches",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("query_id", String(64), nullable=False),
+    Column("run_id", String(64), nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("batch_time", _tz(), nullable=False),
+    Column("recorded_at", _tz(), nullable=False),
+    Column("input_rows", BigInteger, nullable=False, default=0),
+    UniqueConstraint("query_id", "batch_id"),
+    Index(None, "pipeline", "consumer_group", "batch_time"),
+)
+
+#: Per batch, Kafka source and partition: the range read, ``[from_offset, until_offset)``.
+batch_offsets = Table(
+    "batch_offsets",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("query_id", String(64), nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("source_index", Integer, nullable=False),
+    Column("topic", String(_NAME), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("from_offset", BigInteger),  # NULL on a fresh checkpoint's first batch
+    Column("until_offset", BigInteger, nullable=False),
+    Column("batch_time", _tz(), nullable=False),
+    UniqueConstraint("query_id", "batch_id", "source_index", "topic", "partition"),
+    Index(None, "pipeline", "topic", "consumer_group", "batch_time"),
+)
+
+#: The current position per (pipeline, consumer group, topic, partition): the next offset to read.
+#: Updated in the same transaction as the batch (or reset) that moved it.
+positions = Table(
+    "positions",
+    metadata,
+    Column("pipeline", String(_NAME), primary_key=True),
+    Column("consumer_group", String(_NAME), primary_key=True),
+    Column("topic", String(_NAME), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("updated_at", _tz(), nullable=False),
+    Column("query_id", String(64)),
+    Column("batch_id", BigInteger),
+    Column("reset_id", BigInteger),  # set when a reset, not a batch, placed this position
+)
+
+#: Anomalies: gaps, regressions, data loss, removed partitions, ...
+findings = Table(
+    "findings",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("kind", String(32), nullable=False),
+    Column("topic", String(_NAME)),
+    Column("partition", Integer),
+    Column("query_id", String(64)),
+    Column("batch_id", BigInteger),
+    Column("expected_offset", BigInteger),
+    Column("actual_offset", BigInteger),
+    Column("message", Text, nullable=False),
+    Column("details", JSON),
+    Column("created_at", _tz(), nullable=False),
+    Index(None, "pipeline", "consumer_group", "created_at"),
+)
+
+#: Every reset requested, dry runs included: who, when, why, how.
+resets = Table(
+    "resets",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("mode", String(16), nullable=False),  # earliest | latest | offsets | timestamp | shift
+    Column("parameters", JSON),
+    Column("actor", String(_NAME), nullable=False),
+    Column("reason", Text),
+    Column("dry_run", Boolean, nullable=False),
+    Column("forced", Boolean, nullable=False, default=False),
+    Column("created_at", _tz(), nullable=False),
+    # pending: waiting for the restart helper; consumed: applied through a fresh checkpoint
+    Column("status", String(16), nullable=False),
+    Column("consumed_at", _tz()),
+    Column("consumed_by_generation", BigInteger),
+    Index(None, "pipeline", "consumer_group", "created_at"),
+)
+
+#: Per reset and partition: the position before and after, and the log bounds seen then.
+reset_partitions = Table(
+    "reset_partitions",
+    metadata,
+    Column("reset_id", BigInteger, ForeignKey("resets.id", ondelete="CASCADE"), primary_key=True),
+    Column("topic", String(_NAME), primary_key=True),
+    Column("partition", Integer, primary_key=True),
+    Column("before_next_offset", BigInteger),  # NULL: the partition had no position
+    Column("after_next_offset", BigInteger, nullable=False),
+    Column("log_start_offset", BigInteger),
+    Column("log_end_offset", BigInteger),
+)
+
+#: Checkpoint generations handed out by the restart helper under a pipeline's checkpoint root.
+checkpoint_generations = Table(
+    "checkpoint_generations",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("generation", Integer, nullable=False),
+    Column("checkpoint_root", Text, nullable=False),
+    Column("location", Text, nullable=False),
+    Column("app_version", String(_NAME)),
+    Column("reason", String(64), nullable=False),  # first | app_version | reset | requested | ...
+    Column("created_at", _tz(), nullable=False),
+    Column("starting_offsets", JSON),
+    UniqueConstraint("pipeline", "consumer_group", "generation"),
+)
+
+#: Listener health reported by each listener instance (counters are cumulative).
+listener_health = Table(
+    "listener_health",
+    metadata,
+    Column("listener_id", String(64), primary_key=True),
+    Column("pipeline", String(_NAME)),
+    Column("host", String(_NAME)),
+    Column("reported_at", _tz(), nullable=False),
+    Column("queued", BigInteger, nullable=False, default=0),
+    Column("written", BigInteger, nullable=False, default=0),
+    Column("retried", BigInteger, nullable=False, default=0),
+    Column("spilled", BigInteger, nullable=False, default=0),
+    Column("failed", BigInteger, nullable=False, default=0),
+    Column("last_error", Text),
+)

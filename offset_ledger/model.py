@@ -1,0 +1,138 @@
+"""Frozen value types shared by the pure core and the adapters.
+
+Offset convention: every ``*_next_offset`` / ``until_offset`` is an *exclusive end*, the next
+offset to read, exactly Spark's ``endOffset`` and what ``startingOffsets`` takes. ``from_offset``
+is the first offset a batch read (inclusive), which is the previous batch's ``until_offset``.
+``EARLIEST`` (-2) and ``LATEST`` (-1) are Spark's sentinels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+EARLIEST = -2
+LATEST = -1
+
+OnDataLoss = Literal["fail", "earliest"]
+FindingKind = Literal[
+    "gap",                # a batch's from_offset differs from the previous batch's until_offset
+    "regression",         # a batch ended behind the current position with no reset in between
+    "new_partition",      # restart: partition not in the ledger, read from earliest
+    "removed_partition",  # restart: partition in the ledger but gone from Kafka
+    "data_loss",          # restart: ledger offset below log-start (retention) or above log-end
+    "reset_consumed",     # restart: a pending reset was applied through a fresh checkpoint
+    "first_run",          # restart: no ledger entries, first_run policy applied
+    "other",
+]
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one batch read from one partition: ``[from_offset, until_offset)``."""
+
+    topic: str
+    partition: int
+    from_offset: int | None  # None: Spark reports no start on a fresh checkpoint's first batch
+    until_offset: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    """One Kafka source of one batch (a query may read several)."""
+
+    source_index: int
+    description: str
+    ranges: tuple[PartitionRange, ...]
+    input_rows: int
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """A committed micro-batch with the Kafka offsets of each of its Kafka sources."""
+
+    query_id: str
+    run_id: str
+    query_name: str | None
+    batch_id: int
+    batch_time: datetime
+    input_rows: int
+    sources: tuple[SourceProgress, ...]
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """A partition's log-start offset (first offset still stored) and log-end offset (next to be written)."""
+
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a pipeline stands on one partition: the next offset it will read."""
+
+    topic: str
+    partition: int
+    next_offset: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something noteworthy found while recording or restarting."""
+
+    kind: FindingKind
+    message: str
+    topic: str | None = None
+    partition: int | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "topic": self.topic,
+                "partition": self.partition, "details": dict(self.details)}
+
+
+StartingOffsets = dict[str, dict[str, int]]
+
+
+def starting_offsets_json(offsets: Mapping[str, Mapping[str, int]]) -> str:
+    """Render ``{"topic": {"0": 12}}`` as Spark's ``startingOffsets`` string, partitions sorted numerically."""
+    ordered = {
+        topic: {p: offsets[topic][p] for p in sorted(offsets[topic], key=int)}
+        for topic in sorted(offsets)
+    }
+    return json.dumps(ordered, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """What a pipeline needs to start: complete ``startingOffsets`` and the checkpoint to use."""
+
+    pipeline: str
+    starting_offsets: StartingOffsets
+    checkpoint_location: str | None
+    findings: tuple[Finding, ...] = ()
+    fresh_checkpoint: bool = True
+
+    @property
+    def starting_offsets_json(self) -> str:
+        return starting_offsets_json(self.starting_offsets)

@@ -1,0 +1,28 @@
+"""The public surface is small and pinned: changing it is a deliberate act."""
+
+from __future__ import annotations
+
+import offset_ledger
+
+
+def test_all_is_pinned() -> None:
+    assert offset_ledger.__all__ == [
+        "OffsetLedgerListener",
+        "RestartPlan",
+        "__version__",
+        "start_from_ledger",
+    ]
+
+
+def test_every_public_name_resolves() -> None:
+    for name in offset_ledger.__all__:
+        assert getattr(offset_ledger, name) is not None
+
+
+def test_importing_the_package_does_not_import_pyspark() -> None:
+    import subprocess
+    import sys
+
+    code = "import offset_ledger, sys; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
