@@ -7,7 +7,8 @@
     ├── InvalidInput                  a user's request is malformed (bad JSON, bad offsets, ...)
     │   ├── UnknownPipeline           no ledger entries for that pipeline
     │   ├── UnknownTopic              the topic does not exist on the cluster
-    │   └── UnknownPartition          the partition does not exist on the topic
+    │   ├── UnknownPartition          the partition does not exist on the topic
+    │   └── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
@@ -72,6 +73,15 @@ class UnknownPartition(InvalidInput):
         super().__init__(f"unknown partition {partition} of topic {topic!r}", topic=topic, partition=partition)
         self.topic = topic
         self.partition = partition
+
+
+class InvalidDuration(InvalidInput):
+    """A duration (``--older-than``) is not a positive number followed by d, h or m."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(f"invalid duration {text!r}: use a positive number with d, h or m, e.g. 30d, 12h, 90m",
+                         duration=text)
+        self.text = text
 
 
 class ActiveRunConflict(OffsetLedgerError):
