@@ -1,0 +1,188 @@
+"""Retention: delete old batch history in small transactions, keeping what the ledger promises.
+
+Always kept, whatever their age: every position (the ``positions`` table is never touched), every
+reset, every finding, every run and checkpoint generation, and these batches with all their
+partition rows: the latest batch of each (pipeline, consumer group, topic, partition), the batch
+that placed each current position, and every batch a finding refers to. Only ``batches`` and
+``batch_offsets`` rows lose history.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+from sqlalchemy import Table, and_, func, select, tuple_
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.sql.elements import ColumnElement
+
+from offset_ledger.errors import InvalidDuration, LedgerError
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, positions
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CHUNK_SIZE = 20_000
+_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1)}
+_DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
+# Tuple-IN lists stay well under SQLite's bound-parameter limit.
+_KEYS_PER_QUERY = 400
+
+#: ``progress(table, deleted_so_far, to_delete)`` after each committed chunk.
+ProgressCallback = Callable[[str, int, int], None]
+BatchKey = tuple[str, int]  # (query_id, batch_id)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d`` / ``12h`` / ``90m`` -> timedelta; anything else raises InvalidDuration."""
+    match = _DURATION.match(text or "")
+    if not match or int(match.group(1)) <= 0:
+        raise InvalidDuration(text)
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+@dataclass(frozen=True)
+class TableCounts:
+    """For one table: rows older than the cutoff, of those kept (protected), and deleted."""
+
+    older: int
+    kept: int
+    deleted: int
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What a prune found and did (``executed`` False: a dry run, ``deleted`` = would delete)."""
+
+    cutoff: datetime
+    pipeline: str | None
+    executed: bool
+    batches: TableCounts
+    batch_offsets: TableCounts
+    protected_batches: int
+    seconds: float
+
+
+def _pipeline_filter(table: Table, pipeline: str | None) -> list[ColumnElement[bool]]:
+    return [table.c.pipeline == pipeline] if pipeline is not None else []
+
+
+def _chunks(items: Sequence[BatchKey], size: int) -> Iterable[Sequence[BatchKey]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def protected_batch_keys(conn: Connection, cutoff: datetime, pipeline: str | None = None) -> set[BatchKey]:
+    """The (query_id, batch_id) of every old batch that prune must keep."""
+    bo = batch_offsets
+    keys_cols = (bo.c.pipeline, bo.c.consumer_group, bo.c.topic, bo.c.partition)
+    # Latest batch per partition; partitions whose latest batch is recent need nothing kept.
+    latest = (
+        select(*keys_cols, func.max(bo.c.batch_time).label("latest_time"))
+        .where(*_pipeline_filter(bo, pipeline))
+        .group_by(*keys_cols)
+        .having(func.max(bo.c.batch_time) < cutoff)
+        .subquery()
+    )
+    stmt = select(bo.c.query_id, bo.c.batch_id).distinct().join(
+        latest,
+        and_(bo.c.pipeline == latest.c.pipeline, bo.c.consumer_group == latest.c.consumer_group,
+             bo.c.topic == latest.c.topic, bo.c.partition == latest.c.partition,
+             bo.c.batch_time == latest.c.latest_time),
+    )
+    keys: set[BatchKey] = {(r.query_id, r.batch_id) for r in conn.execute(stmt)}
+    for table in (positions, findings):
+        rows = conn.execute(
+            select(table.c.query_id, table.c.batch_id).distinct().where(
+                table.c.query_id.is_not(None), table.c.batch_id.is_not(None),
+                *_pipeline_filter(table, pipeline))
+        )
+        keys.update((r.query_id, r.batch_id) for r in rows)
+    return keys
+
+
+def _protected_row_ids(conn: Connection, table: Table, keys: set[BatchKey], cutoff: datetime,
+                       pipeline: str | None) -> set[int]:
+    """Ids of ``table`` rows older than the cutoff that belong to a protected batch."""
+    ids: set[int] = set()
+    for chunk in _chunks(sorted(keys), _KEYS_PER_QUERY):
+        rows = conn.execute(
+            select(table.c.id).where(
+                tuple_(table.c.query_id, table.c.batch_id).in_(list(chunk)),
+                table.c.batch_time < cutoff, *_pipeline_filter(table, pipeline))
+        )
+        ids.update(r.id for r in rows)
+    return ids
+
+
+def _count_older(conn: Connection, table: Table, cutoff: datetime, pipeline: str | None) -> int:
+    stmt = select(func.count()).select_from(table).where(
+        table.c.batch_time < cutoff, *_pipeline_filter(table, pipeline))
+    return int(conn.execute(stmt).scalar_one())
+
+
+def _delete_in_chunks(engine: Engine, table: Table, cutoff: datetime, pipeline: str | None,
+                      keep_ids: set[int], to_delete: int, chunk_size: int,
+                      progress: ProgressCallback | None) -> int:
+    """Delete old, unprotected rows walking the primary key, one transaction per chunk."""
+    old = [table.c.batch_time < cutoff, *_pipeline_filter(table, pipeline)]
+    deleted = 0
+    last_id = -1
+    while True:
+        with engine.begin() as conn:
+            ids = conn.execute(
+                select(table.c.id).where(table.c.id > last_id, *old)
+                .order_by(table.c.id).limit(chunk_size)
+            ).scalars().all()
+            if not ids:
+                break
+            upper = ids[-1]
+            keep = [i for i in ids if i in keep_ids]
+            stmt = table.delete().where(table.c.id > last_id, table.c.id <= upper, *old)
+            if keep:
+                stmt = stmt.where(table.c.id.not_in(keep))
+            deleted += conn.execute(stmt).rowcount or 0
+        last_id = upper
+        log.debug("pruned %d/%d rows of %s", deleted, to_delete, table.name)
+        if progress is not None:
+            progress(table.name, deleted, to_delete)
+    return deleted
+
+
+def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
+          execute: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE, now: datetime | None = None,
+          progress: ProgressCallback | None = None) -> PruneReport:
+    """Remove batch history older than ``older_than`` (dry run unless ``execute``)."""
+    if older_than <= timedelta(0):
+        raise InvalidDuration(str(older_than))
+    started = time.perf_counter()
+    cutoff = (now or datetime.now(timezone.utc)) - older_than
+    try:
+        with engine.connect() as conn:
+            keys = protected_batch_keys(conn, cutoff, pipeline)
+            keep_bo = _protected_row_ids(conn, batch_offsets, keys, cutoff, pipeline)
+            keep_b = _protected_row_ids(conn, batches, keys, cutoff, pipeline)
+            older_bo = _count_older(conn, batch_offsets, cutoff, pipeline)
+            older_b = _count_older(conn, batches, cutoff, pipeline)
+        todo_bo, todo_b = older_bo - len(keep_bo), older_b - len(keep_b)
+        done_bo, done_b = todo_bo, todo_b
+        if execute:
+            # Offsets first: an interrupted prune then leaves batches without ranges, never the reverse.
+            done_bo = _delete_in_chunks(engine, batch_offsets, cutoff, pipeline, keep_bo, todo_bo,
+                                        chunk_size, progress)
+            done_b = _delete_in_chunks(engine, batches, cutoff, pipeline, keep_b, todo_b,
+                                       chunk_size, progress)
+    except SQLAlchemyError as exc:
+        raise LedgerError(f"prune failed: {exc}") from exc
+    report = PruneReport(
+        cutoff=cutoff, pipeline=pipeline, executed=execute,
+        batches=TableCounts(older_b, len(keep_b), done_b),
+        batch_offsets=TableCounts(older_bo, len(keep_bo), done_bo),
+        protected_batches=len(keys), seconds=time.perf_counter() - started,
+    )
+    log.info("prune %s: %s", "executed" if execute else "dry run", report)
+    return report
