@@ -1,0 +1,202 @@
+"""kafka-python adapter: partitions, log-start/log-end offsets and offsets for a time.
+
+The only module that talks to Kafka and the only one that knows kafka-python's stringly-typed
+``**configs``. Constructing an adapter makes no network call; the first question connects.
+Kafka client settings are accepted the way Spark's reader takes them (``kafka.``-prefixed Java
+property names), so a pipeline's reader options can be handed over as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable, UnknownTopic
+from offset_ledger.model import TopicPartition, Watermarks
+
+log = logging.getLogger(__name__)
+
+# Java client property -> kafka-python config key (the ones that matter for reaching a cluster).
+_JAVA_TO_PYTHON = {
+    "bootstrap.servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "ssl.truststore.location": "ssl_cafile",      # PEM only: kafka-python cannot read JKS
+    "ssl.keystore.location": "ssl_certfile",      # PEM only
+    "ssl.key.password": "ssl_password",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+    "request.timeout.ms": "request_timeout_ms",
+    "metadata.max.age.ms": "metadata_max_age_ms",
+    "retry.backoff.ms": "retry_backoff_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+}
+# Consumer tuning that Spark users set on the reader and that has no meaning for our questions.
+_IGNORED_PREFIXES = ("max.", "fetch.", "session.", "heartbeat.", "auto.", "group.", "enable.",
+                     "isolation.", "receive.", "send.", "key.", "value.", "default.api.")
+_JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def client_configs(bootstrap_servers: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Translate Spark-style reader options (``kafka.security.protocol`` ...) into kafka-python configs."""
+    if not bootstrap_servers or not str(bootstrap_servers).strip():
+        raise ConfigError("no Kafka bootstrap servers given (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+    configs: dict[str, Any] = {"bootstrap_servers": [s.strip() for s in str(bootstrap_servers).split(",") if s.strip()]}
+    for raw_key, value in (options or {}).items():
+        key = raw_key[len("kafka."):] if raw_key.startswith("kafka.") else raw_key
+        if key == "sasl.jaas.config":
+            # PLAIN/SCRAM logins carry username and password inside the JAAS line.
+            fields = dict(_JAAS.findall(str(value)))
+            if "username" in fields:
+                configs["sasl_plain_username"] = fields["username"]
+            if "password" in fields:
+                configs["sasl_plain_password"] = fields["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            configs["ssl_check_hostname"] = bool(str(value).strip())
+        elif key in ("ssl.truststore.type", "ssl.keystore.type"):
+            if str(value).upper() not in ("PEM", ""):
+                raise ConfigError(f"{raw_key}={value}: only PEM trust/key stores are supported here", option=raw_key)
+        elif key in _JAVA_TO_PYTHON:
+            target = _JAVA_TO_PYTHON[key]
+            configs[target] = int(value) if target.endswith("_ms") else value
+        elif key.startswith(_IGNORED_PREFIXES) or not raw_key.startswith("kafka."):
+            continue  # reader-only options (startingOffsets, subscribe, ...) and consumer tuning
+        elif "_" in key and "." not in key:
+            configs[key] = value  # already a kafka-python key
+        else:
+            log.debug("ignoring Kafka option %s for offset look-ups", raw_key)
+    return configs
+
+
+def _translate(exc: Exception, bootstrap: Any) -> Exception:
+    """Map kafka-python errors onto our tree."""
+    from kafka import errors as kerr
+
+    # kafka-python 2.x raises NoBrokersAvailable, 3.x a KafkaTimeoutError from bootstrap.
+    unreachable = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError",
+                                                    "KafkaConnectionError") if hasattr(kerr, n))
+    if isinstance(exc, unreachable):
+        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc}", bootstrap_servers=str(bootstrap))
+    if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.AuthorizationError)):
+        return KafkaError(f"Kafka refused the credentials or access: {exc}", bootstrap_servers=str(bootstrap))
+    return KafkaError(f"Kafka request failed: {exc}", bootstrap_servers=str(bootstrap))
+
+
+class KafkaAdapter:
+    """Answers offset questions about a cluster; thread-safe, lazy, reusable."""
+
+    def __init__(self, bootstrap_servers: str, options: Mapping[str, Any] | None = None,
+                 *, request_timeout_ms: int = 10000) -> None:
+        self._configs = client_configs(bootstrap_servers, options)
+        self._configs.setdefault("request_timeout_ms", request_timeout_ms)
+        # Without this an unreachable cluster blocks the first call for 30 s (kafka-python's default).
+        self._configs.setdefault("bootstrap_timeout_ms", self._configs["request_timeout_ms"])
+        self._configs.setdefault("reconnect_backoff_max_ms", 2000)
+        self._configs.setdefault("client_id", "offset-ledger")
+        self._bootstrap = ",".join(self._configs["bootstrap_servers"])
+        self._consumer: Any = None
+        self._lock = threading.Lock()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._bootstrap
+
+    def __enter__(self) -> KafkaAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                try:
+                    self._consumer.close(autocommit=False)
+                except Exception:  # noqa: BLE001 - closing a broken client must not mask the real error
+                    log.debug("error closing Kafka consumer", exc_info=True)
+                self._consumer = None
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            try:
+                self._consumer = KafkaConsumer(
+                    group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
+                    **self._configs,
+                )
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._consumer
+
+    def _call(self, fn_name: str, *args: Any) -> Any:
+        with self._lock:
+            consumer = self._client()
+            try:
+                return getattr(consumer, fn_name)(*args)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+
+    # -- topics and partitions
+
+    def all_topics(self) -> set[str]:
+        """Every topic the client may see, fresh from the cluster (internal topics excluded)."""
+        return {t for t in self._call("topics") if not t.startswith("__")}
+
+    def topics_matching(self, pattern: str) -> list[str]:
+        """Topics whose whole name matches ``pattern`` (Java regex subset), like ``subscribePattern``."""
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"invalid topic pattern {pattern!r}: {exc}", pattern=pattern) from exc
+        return sorted(t for t in self.all_topics() if regex.fullmatch(t))
+
+    def partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """Current partitions of each existing topic; topics that do not exist are absent."""
+        existing = self.all_topics()  # one metadata round trip refreshes every topic at once
+        result: dict[str, list[int]] = {}
+        for topic in topics:
+            if topic in existing:
+                parts = self._call("partitions_for_topic", topic) or set()
+                result[topic] = sorted(parts)
+        return result
+
+    def require_topics(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """Like ``partitions`` but every topic must exist (UnknownTopic otherwise)."""
+        found = self.partitions(topics)
+        for topic in topics:
+            if topic not in found:
+                raise UnknownTopic(topic)
+        return found
+
+    # -- offsets
+
+    def watermarks(self, topics: Sequence[str]) -> dict[TopicPartition, Watermarks]:
+        """Log-start (first stored) and log-end (next to be written) offset of every partition."""
+        from kafka import TopicPartition as KTP
+
+        tps = [KTP(t, p) for t, parts in self.partitions(topics).items() for p in parts]
+        if not tps:
+            return {}
+        starts = self._call("beginning_offsets", tps)
+        ends = self._call("end_offsets", tps)
+        return {
+            TopicPartition(tp.topic, tp.partition): Watermarks(int(starts[tp]), int(ends[tp]))
+            for tp in tps
+        }
+
+    def offsets_for_time(self, tps: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
+        """The first offset whose timestamp is >= ``timestamp_ms`` per partition; None when no record is that new."""
+        from kafka import TopicPartition as KTP
+
+        if not tps:
+            return {}
+        found = self._call("offsets_for_times", {KTP(tp.topic, tp.partition): int(timestamp_ms) for tp in tps})
+        return {
+            TopicPartition(k.topic, k.partition): (None if v is None else int(v.offset))
+            for k, v in found.items()
+        }
