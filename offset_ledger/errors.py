@@ -8,7 +8,10 @@
     │   ├── UnknownPipeline           no ledger entries for that pipeline
     │   ├── UnknownTopic              the topic does not exist on the cluster
     │   ├── UnknownPartition          the partition does not exist on the topic
-    │   └── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
+    │   ├── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
+    │   ├── InvalidOffset             an offset is not an integer >= 0 (or -2 earliest / -1 latest)
+    │   ├── OffsetOutOfRange          reset targets outside [log-start, log-end] with outOfRange=refuse
+    │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
@@ -82,6 +85,35 @@ class InvalidDuration(InvalidInput):
         super().__init__(f"invalid duration {text!r}: use a positive number with d, h or m, e.g. 30d, 12h, 90m",
                          duration=text)
         self.text = text
+
+
+class InvalidOffset(InvalidInput):
+    """An offset is not an integer >= 0, nor -2 (earliest) or -1 (latest)."""
+
+    def __init__(self, topic: str, partition: int | str, value: Any) -> None:
+        super().__init__(
+            f"invalid offset {value!r} for {topic}:{partition}: use an integer >= 0, -2 (earliest) or -1 (latest)",
+            topic=topic, partition=partition, value=value if isinstance(value, (int, str)) else repr(value),
+        )
+        self.topic = topic
+        self.partition = partition
+        self.value = value
+
+
+class OffsetOutOfRange(InvalidInput):
+    """Reset targets fall outside [log-start, log-end] and the out-of-range policy is ``refuse``."""
+
+    def __init__(self, out_of_range: Sequence[Mapping[str, Any]]) -> None:
+        names = ", ".join(f"{x['topic']}:{x['partition']}" for x in out_of_range)
+        super().__init__(
+            f"reset targets outside the log for {names}; use outOfRange=clamp (--out-of-range clamp) to clamp them",
+            out_of_range=[dict(x) for x in out_of_range],
+        )
+        self.out_of_range = [dict(x) for x in out_of_range]
+
+
+class InvalidRestartOptions(InvalidInput):
+    """A restart option (first_run, on_data_loss, topics, explicit offsets) is malformed."""
 
 
 class ActiveRunConflict(OffsetLedgerError):

@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -66,7 +67,7 @@ def free_port() -> int:
 
 
 def _log(msg: str) -> None:
-    print(f"[devstack] {msg}", flush=True)
+    print(f"[devstack] {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- Maven artifacts

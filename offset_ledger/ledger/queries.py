@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import and_, exists, func, or_, select, tuple_, union
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.tables import positions, runs
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    batches,
+    listener_health,
+    positions,
+    reset_partitions,
+    resets,
+    runs,
+)
 from offset_ledger.model import Position
 
 
@@ -26,11 +36,163 @@ def current_positions(
     return [Position(r.topic, r.partition, r.next_offset) for r in rows]
 
 
-def active_run_ids(conn: Connection, pipeline: str, consumer_group: str | None = None) -> list[str]:
-    """Runs that started and have not reported termination."""
+#: A run counts as active only while it shows signs of life: Spark posts a progress event at
+#: least every 10 s even when idle (spark.sql.streaming.noDataProgressEventInterval), and the
+#: listener records it as a heartbeat, so a run silent for this long crashed without a
+#: QueryTerminated event (driver killed) and must not block resets forever.
+RUN_STALENESS = timedelta(minutes=10)
+
+
+def active_run_ids(
+    conn: Connection, pipeline: str, consumer_group: str | None = None, *,
+    stale_after: timedelta | None = RUN_STALENESS, now: datetime | None = None,
+) -> list[str]:
+    """Runs that are active: no termination reported AND a heartbeat (or start) within ``stale_after``.
+
+    ``stale_after=None`` disables the staleness window (every unterminated run counts).
+    """
     stmt = select(runs.c.run_id).where(
         runs.c.pipeline == pipeline,
         runs.c.consumer_group == (consumer_group or pipeline),
         runs.c.terminated_at.is_(None),
-    ).order_by(runs.c.started_at)
-    return [r.run_id for r in conn.execute(stmt)]
+    )
+    if stale_after is not None:
+        cutoff = (now or datetime.now(timezone.utc)) - stale_after
+        stmt = stmt.where(func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at) > cutoff)
+    return [r.run_id for r in conn.execute(stmt.order_by(runs.c.started_at))]
+
+
+def consumer_groups(conn: Connection, pipeline: str) -> list[str]:
+    """The consumer groups the ledger knows for a pipeline (from positions and runs), sorted."""
+    stmt = union(
+        select(positions.c.consumer_group).where(positions.c.pipeline == pipeline),
+        select(runs.c.consumer_group).where(runs.c.pipeline == pipeline),
+    )
+    return sorted(r[0] for r in conn.execute(stmt))
+
+
+def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
+    """One row per (pipeline, consumer group): partition count, last batch time and id, last reset.
+
+    Built from the small tables and index-backed scalar subqueries, so its cost does not grow with
+    the batch history.
+    """
+    groups = union(
+        select(positions.c.pipeline, positions.c.consumer_group),
+        select(runs.c.pipeline, runs.c.consumer_group),
+    ).subquery("g")
+    same = and_(batches.c.pipeline == groups.c.pipeline, batches.c.consumer_group == groups.c.consumer_group)
+    last_batch_time = select(func.max(batches.c.batch_time)).where(same).scalar_subquery()
+    last_batch_id = (
+        select(batches.c.batch_id).where(same)
+        .order_by(batches.c.batch_time.desc(), batches.c.id.desc()).limit(1).scalar_subquery()
+    )
+    partitions = select(func.count()).select_from(positions).where(
+        positions.c.pipeline == groups.c.pipeline, positions.c.consumer_group == groups.c.consumer_group,
+    ).scalar_subquery()
+    stmt = select(
+        groups.c.pipeline, groups.c.consumer_group,
+        partitions.label("partitions"),
+        last_batch_time.label("last_batch_time"),
+        last_batch_id.label("last_batch_id"),
+    ).order_by(groups.c.pipeline, groups.c.consumer_group)
+    return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def active_runs_by_group(
+    conn: Connection, *, stale_after: timedelta | None = RUN_STALENESS, now: datetime | None = None,
+) -> dict[tuple[str, str], list[str]]:
+    """Active run ids (see ``active_run_ids``) of every pipeline at once."""
+    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id).where(runs.c.terminated_at.is_(None))
+    if stale_after is not None:
+        cutoff = (now or datetime.now(timezone.utc)) - stale_after
+        stmt = stmt.where(func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at) > cutoff)
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in conn.execute(stmt.order_by(runs.c.started_at)):
+        out.setdefault((r.pipeline, r.consumer_group), []).append(r.run_id)
+    return out
+
+
+def position_details(conn: Connection, pipeline: str, consumer_group: str) -> list[dict[str, Any]]:
+    """Positions with what placed them (batch or reset) and when, sorted by topic and partition."""
+    stmt = select(
+        positions.c.topic, positions.c.partition, positions.c.next_offset, positions.c.updated_at,
+        positions.c.query_id, positions.c.batch_id, positions.c.reset_id,
+    ).where(positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group)
+    rows = conn.execute(stmt.order_by(positions.c.topic, positions.c.partition))
+    return [dict(r._mapping) for r in rows]
+
+
+def batch_history(
+    conn: Connection, pipeline: str, consumer_group: str, *, topic: str | None = None,
+    since: datetime | None = None, until: datetime | None = None, limit: int = 100,
+    after: tuple[datetime, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Committed batches, newest first, each with its partition ranges; keyset-paged.
+
+    ``after`` is the (batch_time, id) of the last batch of the previous page; ``since`` is
+    inclusive and ``until`` exclusive. With ``topic``, only batches (and ranges) of that topic.
+    """
+    stmt = select(
+        batches.c.id, batches.c.query_id, batches.c.run_id, batches.c.batch_id,
+        batches.c.batch_time, batches.c.recorded_at, batches.c.input_rows,
+    ).where(batches.c.pipeline == pipeline, batches.c.consumer_group == consumer_group)
+    if since is not None:
+        stmt = stmt.where(batches.c.batch_time >= since)
+    if until is not None:
+        stmt = stmt.where(batches.c.batch_time < until)
+    if topic is not None:
+        stmt = stmt.where(exists().where(
+            batch_offsets.c.query_id == batches.c.query_id, batch_offsets.c.batch_id == batches.c.batch_id,
+            batch_offsets.c.topic == topic,
+        ))
+    if after is not None:
+        t, i = after
+        stmt = stmt.where(or_(batches.c.batch_time < t, and_(batches.c.batch_time == t, batches.c.id < i)))
+    rows = [dict(r._mapping) for r in conn.execute(
+        stmt.order_by(batches.c.batch_time.desc(), batches.c.id.desc()).limit(limit))]
+    if not rows:
+        return rows
+    keys = [(r["query_id"], r["batch_id"]) for r in rows]
+    ranges = select(
+        batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
+        batch_offsets.c.topic, batch_offsets.c.partition, batch_offsets.c.from_offset,
+        batch_offsets.c.until_offset,
+    ).where(tuple_(batch_offsets.c.query_id, batch_offsets.c.batch_id).in_(keys))
+    if topic is not None:
+        ranges = ranges.where(batch_offsets.c.topic == topic)
+    by_batch: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in conn.execute(ranges.order_by(batch_offsets.c.source_index, batch_offsets.c.topic,
+                                          batch_offsets.c.partition)):
+        by_batch.setdefault((r.query_id, r.batch_id), []).append({
+            "source_index": r.source_index, "topic": r.topic, "partition": r.partition,
+            "from_offset": r.from_offset, "until_offset": r.until_offset,
+        })
+    for row in rows:
+        row["ranges"] = by_batch.get((row["query_id"], row["batch_id"]), [])
+    return rows
+
+
+def reset_history(
+    conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 50,
+) -> list[dict[str, Any]]:
+    """The pipeline's resets (dry runs included), newest first, each with its partitions."""
+    stmt = select(resets).where(
+        resets.c.pipeline == pipeline, resets.c.consumer_group == consumer_group,
+    ).order_by(resets.c.created_at.desc(), resets.c.id.desc()).limit(limit)
+    rows = [dict(r._mapping) for r in conn.execute(stmt)]
+    if not rows:
+        return rows
+    parts: dict[int, list[dict[str, Any]]] = {}
+    stmt_p = select(reset_partitions).where(reset_partitions.c.reset_id.in_([r["id"] for r in rows]))
+    for r in conn.execute(stmt_p.order_by(reset_partitions.c.topic, reset_partitions.c.partition)):
+        parts.setdefault(r.reset_id, []).append(dict(r._mapping))
+    for row in rows:
+        row["partitions"] = parts.get(row["id"], [])
+    return rows
+
+
+def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:
+    """Every listener's last health report."""
+    stmt = select(listener_health).order_by(listener_health.c.pipeline, listener_health.c.listener_id)
+    return [dict(r._mapping) for r in conn.execute(stmt)]
