@@ -1,0 +1,384 @@
+"""Pure restart planning: ledger positions + broker watermarks + policies -> a complete startingOffsets.
+
+No I/O here: the restart helper (``offset_ledger.restart``) and the CLI feed this module what
+they read from the ledger and the Kafka adapter. The rules match Spark's Kafka source, which
+requires ``startingOffsets`` to name *exactly* the partitions it is assigned:
+
+- a ledger position within ``[log_start_offset, log_end_offset]`` is used as is;
+- a current partition the ledger does not know (added while stopped) starts at ``-2`` (earliest),
+  as Spark itself reads partitions it discovers;
+- a ledger partition (or whole topic) no longer on the cluster is dropped, with a finding;
+- a position below log-start (retention removed records) or above log-end (the topic was deleted
+  and re-created, or truncated) follows ``on_data_loss``: ``"fail"`` raises ``DataLossError`` naming
+  every such partition; ``"earliest"`` clamps to the partition's log-start offset and records a
+  finding. Above log-end we clamp to log-start, not log-end: offsets of a re-created log are
+  unrelated to the old ones, so every record now in it is one the pipeline has never read;
+- with no ledger position for any requested topic, ``first_run`` decides (see ``parse_first_run``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Literal, Union
+
+from offset_ledger.errors import (
+    DataLossError,
+    InvalidOffset,
+    InvalidRestartOptions,
+    UnknownPartition,
+    UnknownTopic,
+)
+from offset_ledger.model import (
+    EARLIEST,
+    LATEST,
+    Finding,
+    OnDataLoss,
+    Position,
+    RestartPlan,
+    StartingOffsets,
+    TopicPartition,
+    Watermarks,
+)
+
+ON_DATA_LOSS_POLICIES: tuple[str, ...] = ("fail", "earliest")
+_SENTINELS = (EARLIEST, LATEST)
+
+
+@dataclass(frozen=True)
+class FirstRunTimestamp:
+    """First run from the first record whose timestamp is at or after ``timestamp_ms``."""
+
+    timestamp_ms: int
+
+
+@dataclass(frozen=True)
+class FirstRunOffsets:
+    """First run from explicit offsets: ``{topic: {partition: next_offset | -1 | -2}}``."""
+
+    offsets: Mapping[str, Mapping[int, int]]
+
+
+FirstRun = Union[Literal["earliest", "latest"], FirstRunTimestamp, FirstRunOffsets]
+
+
+# ---------------------------------------------------------------------------------------------
+# Policy parsing (user input: every failure is an InvalidRestartOptions, nothing else)
+
+
+def parse_on_data_loss(value: str) -> OnDataLoss:
+    """Validate an ``on_data_loss`` policy name."""
+    if value not in ON_DATA_LOSS_POLICIES:
+        raise InvalidRestartOptions(
+            f"on_data_loss must be one of {', '.join(ON_DATA_LOSS_POLICIES)}, not {value!r}",
+            option="on_data_loss", value=str(value))
+    return value  # type: ignore[return-value]
+
+
+def parse_first_run(value: object) -> FirstRun:
+    """Read a ``first_run`` policy from Python or CLI input.
+
+    Accepted: ``"earliest"``, ``"latest"``; a timestamp as a ``datetime`` (naive means UTC), an
+    ``int`` of epoch milliseconds, or a string of either (ISO-8601 or digits); explicit offsets as a
+    ``dict`` or a JSON string ``{"topic": {"0": 12, "1": -2}}``.
+    """
+    if isinstance(value, (FirstRunTimestamp, FirstRunOffsets)):
+        return value
+    if isinstance(value, bool):  # bool is an int subclass; True is not a timestamp
+        raise InvalidRestartOptions(f"first_run cannot be {value!r}", option="first_run")
+    if isinstance(value, datetime):
+        return FirstRunTimestamp(_datetime_ms(value))
+    if isinstance(value, int):
+        if value < 0:
+            raise InvalidRestartOptions(f"first_run timestamp must be >= 0 epoch ms, not {value}",
+                                        option="first_run")
+        return FirstRunTimestamp(value)
+    if isinstance(value, Mapping):
+        return FirstRunOffsets(parse_offsets(value, what="first_run"))
+    if isinstance(value, str):
+        text = value.strip()
+        if text in ("earliest", "latest"):
+            return text  # type: ignore[return-value]
+        if text.startswith("{"):
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InvalidRestartOptions(f"first_run is not valid JSON: {exc.msg} at position {exc.pos}",
+                                            option="first_run") from exc
+            return FirstRunOffsets(parse_offsets(data, what="first_run"))
+        if re.fullmatch(r"\d+", text):
+            return FirstRunTimestamp(int(text))
+        try:
+            return FirstRunTimestamp(_datetime_ms(datetime.fromisoformat(text)))
+        except ValueError:
+            pass
+    raise InvalidRestartOptions(
+        f"first_run must be 'earliest', 'latest', a timestamp (ISO-8601 or epoch ms) or JSON offsets, "
+        f"not {value!r}", option="first_run")
+
+
+def _datetime_ms(value: datetime) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return int(value.timestamp() * 1000)
+
+
+def parse_offsets(data: object, *, what: str = "offsets") -> dict[str, dict[int, int]]:
+    """Validate ``{"topic": {"0": n}}``: partitions are non-negative ints, offsets ints >= 0 or -1/-2."""
+    if not isinstance(data, Mapping) or not data:
+        raise InvalidRestartOptions(f'{what} must be a non-empty JSON object like {{"topic": {{"0": 12}}}}',
+                                    option=what)
+    out: dict[str, dict[int, int]] = {}
+    for topic, parts in data.items():
+        if not isinstance(topic, str) or not topic:
+            raise InvalidRestartOptions(f"{what}: topic names must be non-empty strings", option=what)
+        if not isinstance(parts, Mapping) or not parts:
+            raise InvalidRestartOptions(f"{what}: topic {topic!r} must map partitions to offsets",
+                                        option=what, topic=topic)
+        out[topic] = {}
+        for key, offset in parts.items():
+            partition = _partition_number(key)
+            if partition is None:
+                raise InvalidRestartOptions(f"{what}: {key!r} is not a partition number (topic {topic!r})",
+                                            option=what, topic=topic)
+            # JSON floats (12.0), strings and bools are refused rather than coerced.
+            if isinstance(offset, bool) or not isinstance(offset, int) or (offset < 0 and offset not in _SENTINELS):
+                raise InvalidOffset(topic, partition, offset)
+            out[topic][partition] = offset
+    return out
+
+
+def _partition_number(key: object) -> int | None:
+    if isinstance(key, bool):
+        return None
+    if isinstance(key, int):
+        return key if key >= 0 else None
+    if isinstance(key, str) and re.fullmatch(r"\d+", key):
+        return int(key)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The resolver
+
+
+@dataclass(frozen=True)
+class _LossRecord:
+    tp: TopicPartition
+    next_offset: int
+    watermarks: Watermarks
+    source: str  # "ledger" | "first_run"
+
+    @property
+    def kind(self) -> str:
+        return "below_log_start" if self.next_offset < self.watermarks.log_start_offset else "above_log_end"
+
+    def as_dict(self) -> dict[str, Any]:
+        w = self.watermarks
+        d: dict[str, Any] = {
+            "topic": self.tp.topic, "partition": self.tp.partition, "kind": self.kind,
+            "next_offset": self.next_offset, "log_start_offset": w.log_start_offset,
+            "log_end_offset": w.log_end_offset, "source": self.source,
+        }
+        if self.kind == "below_log_start":
+            d["records_lost"] = w.log_start_offset - self.next_offset
+        else:
+            # The old log's records past log-end are unknowable; say how far ahead the position is.
+            d["records_lost"] = None
+            d["offsets_beyond_log_end"] = self.next_offset - w.log_end_offset
+        return d
+
+    def describe(self) -> str:
+        w = self.watermarks
+        where = f"{self.tp.topic}/{self.tp.partition}"
+        if self.kind == "below_log_start":
+            return (f"{where}: next offset {self.next_offset} is below log-start {w.log_start_offset}, "
+                    f"{w.log_start_offset - self.next_offset} records lost to retention")
+        return (f"{where}: next offset {self.next_offset} is {self.next_offset - w.log_end_offset} beyond "
+                f"log-end {w.log_end_offset} (topic re-created or truncated)")
+
+
+def is_first_run(positions: Sequence[Position], topics: Sequence[str]) -> bool:
+    """True when the ledger has no position for any requested topic (the first_run policy applies)."""
+    wanted = set(topics)
+    return not any(p.topic in wanted for p in positions)
+
+
+def resolve(
+    pipeline: str,
+    topics: Sequence[str],
+    positions: Sequence[Position],
+    watermarks: Mapping[TopicPartition, Watermarks],
+    *,
+    first_run: FirstRun = "earliest",
+    on_data_loss: OnDataLoss = "fail",
+    offsets_for_time: Mapping[TopicPartition, int | None] | None = None,
+) -> RestartPlan:
+    """Plan ``startingOffsets`` for every current partition of ``topics`` (read-only plan, no checkpoint).
+
+    ``watermarks`` holds every current partition of the requested topics that exist; a requested
+    topic absent from it does not exist on the cluster. ``offsets_for_time`` is required for a
+    timestamp ``first_run`` (``None`` per partition: no record that new). Raises ``DataLossError``
+    when ``on_data_loss="fail"`` and a position lies outside its partition's log, ``UnknownTopic``
+    for a requested topic that neither exists nor has ledger positions, and
+    ``InvalidRestartOptions``/``UnknownPartition`` for explicit first-run offsets naming what is not there.
+    """
+    parse_on_data_loss(on_data_loss)
+    wanted = list(dict.fromkeys(topics))
+    wanted_set = set(wanted)
+    current: dict[str, list[int]] = {}
+    for tp in sorted(watermarks):
+        if tp.topic in wanted_set:
+            current.setdefault(tp.topic, []).append(tp.partition)
+    ledger: dict[TopicPartition, int] = {p.tp: p.next_offset for p in positions if p.topic in wanted_set}
+    findings: list[Finding] = []
+
+    for topic in wanted:
+        if topic not in current and not any(tp.topic == topic for tp in ledger):
+            raise UnknownTopic(topic)
+
+    # Positions of partitions no longer on the cluster: Spark would refuse them, so drop them.
+    for tp in sorted(ledger):
+        if tp not in watermarks:
+            gone_topic = tp.topic not in current
+            findings.append(Finding(
+                "removed_partition",
+                f"{tp.topic}/{tp.partition} is in the ledger (next offset {ledger[tp]}) but "
+                + ("the topic no longer exists" if gone_topic else "the partition no longer exists")
+                + "; dropped",
+                tp.topic, tp.partition, {"next_offset": ledger[tp], "topic_deleted": gone_topic}))
+
+    if is_first_run(positions, wanted):
+        chosen, source = _first_run_offsets(current, watermarks, first_run, offsets_for_time, findings)
+    else:
+        chosen, source = {}, "ledger"
+        for topic, parts in current.items():
+            for partition in parts:
+                tp = TopicPartition(topic, partition)
+                if tp in ledger:
+                    chosen[tp] = ledger[tp]
+                else:
+                    chosen[tp] = EARLIEST
+                    findings.append(Finding(
+                        "new_partition", f"{topic}/{partition} is not in the ledger; reading it from earliest",
+                        topic, partition, {"log_start_offset": watermarks[tp].log_start_offset,
+                                           "log_end_offset": watermarks[tp].log_end_offset}))
+
+    losses = [
+        _LossRecord(tp, off, watermarks[tp], source)
+        for tp, off in sorted(chosen.items())
+        if off not in _SENTINELS and not (watermarks[tp].log_start_offset <= off <= watermarks[tp].log_end_offset)
+    ]
+    if losses and on_data_loss == "fail":
+        raise DataLossError(
+            f"pipeline {pipeline!r}: {len(losses)} partition(s) cannot resume where the ledger says "
+            f"(on_data_loss='fail'): " + "; ".join(loss.describe() for loss in losses),
+            lost=[loss.as_dict() for loss in losses])
+    for loss in losses:
+        clamped = loss.watermarks.log_start_offset
+        chosen[loss.tp] = clamped
+        findings.append(Finding(
+            "data_loss", f"{loss.describe()}; resuming at log-start {clamped}",
+            loss.tp.topic, loss.tp.partition, {**loss.as_dict(), "resumed_at": clamped}))
+
+    starting: StartingOffsets = {}
+    for tp, off in sorted(chosen.items()):
+        starting.setdefault(tp.topic, {})[str(tp.partition)] = off
+    return RestartPlan(pipeline=pipeline, starting_offsets=starting, checkpoint_location=None,
+                       findings=tuple(findings), fresh_checkpoint=True)
+
+
+def _first_run_offsets(
+    current: Mapping[str, Sequence[int]],
+    watermarks: Mapping[TopicPartition, Watermarks],
+    first_run: FirstRun,
+    offsets_for_time: Mapping[TopicPartition, int | None] | None,
+    findings: list[Finding],
+) -> tuple[dict[TopicPartition, int], str]:
+    tps = [TopicPartition(t, p) for t, parts in current.items() for p in parts]
+    if first_run == "earliest" or first_run == "latest":
+        sentinel = EARLIEST if first_run == "earliest" else LATEST
+        findings.append(Finding("first_run", f"no ledger positions; first run from {first_run}",
+                                details={"mode": first_run, "partitions": len(tps)}))
+        return {tp: sentinel for tp in tps}, "first_run"
+    if isinstance(first_run, FirstRunTimestamp):
+        if offsets_for_time is None:
+            raise ValueError("a timestamp first_run needs offsets_for_time")
+        chosen: dict[TopicPartition, int] = {}
+        none_that_new: list[str] = []
+        for tp in tps:
+            found = offsets_for_time.get(tp)
+            # No record at or after the timestamp: every stored record is older, so start after
+            # them (latest), like Spark's startingOffsetsByTimestampStrategy=latest.
+            chosen[tp] = LATEST if found is None else found
+            if found is None:
+                none_that_new.append(f"{tp.topic}/{tp.partition}")
+        findings.append(Finding(
+            "first_run",
+            f"no ledger positions; first run from timestamp {first_run.timestamp_ms} ms"
+            + (f"; no record that new in {', '.join(none_that_new)} (latest)" if none_that_new else ""),
+            details={"mode": "timestamp", "timestamp_ms": first_run.timestamp_ms,
+                     "latest_partitions": none_that_new, "partitions": len(tps)}))
+        return chosen, "first_run"
+    if isinstance(first_run, FirstRunOffsets):
+        explicit = first_run.offsets
+        for topic, parts in explicit.items():
+            if topic not in current:
+                raise InvalidRestartOptions(
+                    f"first_run names topic {topic!r}, which is not a requested topic on the cluster",
+                    option="first_run", topic=topic)
+            for partition in parts:
+                if TopicPartition(topic, partition) not in watermarks:
+                    raise UnknownPartition(topic, partition)
+        chosen = {}
+        defaulted: list[str] = []
+        for tp in tps:
+            given = explicit.get(tp.topic, {}).get(tp.partition)
+            # A partition the caller did not name is read from earliest: nothing skipped silently.
+            chosen[tp] = EARLIEST if given is None else given
+            if given is None:
+                defaulted.append(f"{tp.topic}/{tp.partition}")
+        findings.append(Finding(
+            "first_run",
+            "no ledger positions; first run from explicit offsets"
+            + (f"; not named, from earliest: {', '.join(defaulted)}" if defaulted else ""),
+            details={"mode": "offsets", "earliest_partitions": defaulted, "partitions": len(tps)}))
+        return chosen, "first_run"
+    raise InvalidRestartOptions(f"unsupported first_run {first_run!r}", option="first_run")
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint generations: whether the restart may resume the current one
+
+GenerationReason = Literal["first", "reset", "app_version", "checkpoint_root", "requested"]
+
+
+def new_generation_reason(
+    *,
+    current_app_version: str | None,
+    current_checkpoint_root: str | None,
+    has_current: bool,
+    app_version: str | None,
+    checkpoint_root: str,
+    pending_resets: bool,
+    requested: bool,
+) -> GenerationReason | None:
+    """Why a fresh checkpoint generation is needed, or None to resume the current one.
+
+    ``app_version=None`` means the caller does not track versions: it never forces a new generation.
+    """
+    if not has_current:
+        return "first"
+    if pending_resets:
+        # Spark ignores startingOffsets when a checkpoint exists: a reset needs an empty one.
+        return "reset"
+    if app_version is not None and app_version != current_app_version:
+        return "app_version"
+    if checkpoint_root != current_checkpoint_root:
+        return "checkpoint_root"
+    if requested:
+        return "requested"
+    return None
