@@ -84,6 +84,54 @@ def prune_cmd(
         typer.echo(f"done in {report.seconds:.1f}s")
 
 
+@app.command("resolve")
+def resolve_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic the pipeline subscribes to (repeatable)."),
+    pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
+    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers", envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS",
+                                                    help="Kafka bootstrap servers."),
+    first_run: str = typer.Option("earliest", "--first-run",
+                                  help="No ledger entries: earliest | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
+    on_data_loss: str = typer.Option("fail", "--on-data-loss", help="Offsets outside the log: fail | earliest."),
+    consumer_group: Optional[str] = typer.Option(None, "--consumer-group", help="Default: the pipeline name."),
+    kafka_option: Optional[list[str]] = typer.Option(None, "--kafka-option", "-o",
+                                                     help="Spark-style client setting, e.g. kafka.security.protocol=SSL (repeatable)."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing."""
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.restart import plan_restart
+
+    options: dict[str, str] = {}
+    for item in kafka_option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
+        options[key.strip()] = value
+    servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
+    if not servers:
+        raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+    engine = make_engine(dsn)
+    try:
+        with KafkaAdapter(servers, options) as adapter:
+            plan, ledger = plan_restart(engine, adapter, pipeline=pipeline, consumer_group=consumer_group,
+                                        topics=topic or None, topic_pattern=pattern, first_run=first_run,
+                                        on_data_loss=on_data_loss)
+    finally:
+        engine.dispose()
+    typer.echo(plan.starting_offsets_json)
+    for finding in plan.findings:
+        where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
+        typer.echo(f"{finding.kind}{where}: {finding.message}", err=True)
+    if ledger.pending_reset_ids:
+        ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
+        typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
+                   "fresh checkpoint", err=True)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: user-facing errors print one line and exit 2; --traceback shows more."""
     try:
