@@ -1,0 +1,248 @@
+"""The FastAPI application: middleware (paths, auth, body size), error mapping and the routers.
+
+Error mapping (every error body is JSON ``{"error": <type>, "message": ..., ...details}``):
+UnknownPipeline / UnknownTopic -> 404, other InvalidInput -> 400, ActiveRunConflict -> 409,
+LedgerUnavailable / KafkaUnavailable / other ledger, Kafka or configuration failures -> 503,
+request validation -> 400 on the legacy ``/v1`` endpoints and for malformed JSON, 422 otherwise;
+bodies over the limit -> 413; a missing or wrong bearer token -> 401.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from offset_ledger import __version__
+from offset_ledger.config import Settings, settings as read_settings
+from offset_ledger.errors import (
+    ActiveRunConflict,
+    ConfigError,
+    DataLossError,
+    InvalidInput,
+    KafkaError,
+    LedgerError,
+    OffsetLedgerError,
+    UnknownPipeline,
+    UnknownTopic,
+)
+from offset_ledger.operations import Operations
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+_SLASHES = re.compile(r"/{2,}")
+
+
+def status_for(exc: OffsetLedgerError) -> int:
+    """The HTTP status of one of our errors."""
+    if isinstance(exc, (UnknownPipeline, UnknownTopic)):
+        return 404
+    if isinstance(exc, InvalidInput):
+        return 400
+    if isinstance(exc, (ActiveRunConflict, DataLossError)):
+        return 409
+    if isinstance(exc, (LedgerError, KafkaError, ConfigError)):
+        return 503
+    return 500
+
+
+def _json_error(status: int, error: str, message: str, headers: Mapping[str, str] | None = None,
+                **details: Any) -> JSONResponse:
+    return JSONResponse({"error": error, "message": message, **details}, status_code=status,
+                        headers=dict(headers or {}))
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any], headers: Mapping[str, str] | None = None) -> None:
+    raw = json.dumps(body).encode()
+    hdrs = [(b"content-type", b"application/json"), (b"content-length", str(len(raw)).encode())]
+    hdrs += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": raw})
+
+
+class PathNormalizer:
+    """``//v1/x/`` -> ``/v1/x``: the legacy scripts send both double leading and trailing slashes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            path = _SLASHES.sub("/", scope["path"])
+            if len(path) > 1:
+                path = path.rstrip("/") or "/"
+            if path != scope["path"]:
+                scope = dict(scope, path=path, raw_path=path.encode())
+        await self.app(scope, receive, send)
+
+
+class BearerAuth:
+    """With a token configured, every path but /healthz needs ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: ASGIApp, token: str | None) -> None:
+        self.app = app
+        self.token = token.encode() if token else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.token is None or scope["path"] == "/healthz":
+            await self.app(scope, receive, send)
+            return
+        given = b""
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                given = value
+                break
+        scheme, _, credential = given.partition(b" ")
+        ok = scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self.token)
+        if not ok:
+            await _send_json(send, 401, {"error": "Unauthorized",
+                                         "message": "missing or invalid bearer token"},
+                             {"WWW-Authenticate": "Bearer"})
+            return
+        await self.app(scope, receive, send)
+
+
+class BodyLimit:
+    """Reads the whole request body up front and answers 413 when it exceeds the limit."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_big = {"error": "PayloadTooLarge", "message": f"request body exceeds {self.max_bytes} bytes",
+                   "max_bytes": self.max_bytes}
+        for name, value in scope.get("headers", []):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    await _send_json(send, 400, {"error": "BadRequest", "message": "invalid Content-Length"})
+                    return
+                if declared > self.max_bytes:
+                    await _send_json(send, 413, too_big)
+                    return
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await _send_json(send, 413, too_big)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = b"".join(chunks)
+        sent = False
+
+        async def replay() -> Message:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+def create_app(
+    settings: Settings | None = None, *, dsn: str | None = None, bootstrap_servers: str | None = None,
+    kafka_options: Mapping[str, Any] | None = None, api_token: str | None = None,
+    operations: Operations | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+) -> FastAPI:
+    """The API over one ledger and one Kafka cluster; arguments win over ``OFFSET_LEDGER_*`` settings."""
+    from offset_ledger.api import routes
+
+    s = settings or read_settings()
+    if operations is None:
+        from offset_ledger.ledger.engine import make_engine
+
+        operations = Operations(make_engine(s.resolved_dsn(dsn)),
+                                bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
+                                kafka_options=kafka_options)
+    token = api_token if api_token is not None else s.api_token
+    ops = operations
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        yield
+        ops.close()
+
+    app = FastAPI(
+        lifespan=lifespan,
+        title="offset-ledger",
+        version=__version__,
+        description="Kafka offsets of PySpark Structured Streaming pipelines: positions, history, lag, "
+                    "topic details and audited resets. The five /v1 endpoints keep the legacy tool's "
+                    "paths and shapes.",
+        redirect_slashes=False,
+    )
+    app.state.operations = operations
+    app.state.auth_enabled = bool(token)
+
+    @app.exception_handler(OffsetLedgerError)
+    async def _ours(_request: Request, exc: OffsetLedgerError) -> JSONResponse:
+        status = status_for(exc)
+        headers = {"Retry-After": "5"} if status == 503 else None
+        if status >= 500:
+            log.warning("%s: %s", type(exc).__name__, exc.message)
+        return JSONResponse(_jsonable(exc.to_dict()), status_code=status, headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                   "type": str(e.get("type", ""))} for e in exc.errors()]
+        malformed = any(e["type"] == "json_invalid" for e in errors)
+        status = 400 if malformed or request.url.path.startswith("/v1/") else 422
+        message = "malformed JSON body" if malformed else "; ".join(
+            f"{'.'.join(e['loc'])}: {e['msg']}" for e in errors)[:2000]
+        return _json_error(status, "MalformedJSON" if malformed else "RequestValidationError", message,
+                           errors=errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        names = {404: "NotFound", 405: "MethodNotAllowed"}
+        return _json_error(exc.status_code, names.get(exc.status_code, "HTTPError"), str(exc.detail),
+                           headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error")
+        return _json_error(500, "InternalError", "internal error; see the server log")
+
+    app.include_router(routes.legacy)
+    app.include_router(routes.resource)
+    app.include_router(routes.service)
+
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(BearerAuth, token=token)
+    app.add_middleware(PathNormalizer)  # added last = outermost: auth and routing see clean paths
+
+    return app
+
+
+def _jsonable(value: Any) -> Any:
+    from fastapi.encoders import jsonable_encoder
+
+    return jsonable_encoder(value)
+
+
+RouteHandler = Callable[..., Awaitable[Any]]

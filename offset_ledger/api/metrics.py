@@ -1,0 +1,64 @@
+"""Prometheus text exposition (format 0.0.4) of a MetricsSnapshot, written by hand (no dependency)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from offset_ledger.operations import MetricsSnapshot
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: object) -> str:
+    return "{" + ",".join(f'{k}="{_label(v)}"' for k, v in labels.items()) + "}"
+
+
+def _aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+def render_metrics(snap: MetricsSnapshot) -> str:
+    """The /metrics body."""
+    out: list[str] = []
+
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+        out.append(f"# HELP {name} {help_text}")
+        out.append(f"# TYPE {name} {kind}")
+        for labels, value in samples:
+            out.append(f"{name}{labels} {value:g}" if isinstance(value, float) else f"{name}{labels} {value}")
+
+    family("offset_ledger_position_next_offset", "gauge",
+           "Next offset the pipeline will read per partition (ledger position).",
+           [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.next_offset)
+            for p, g, x in snap.partitions if x.next_offset is not None])
+    family("offset_ledger_log_end_offset", "gauge", "Log-end offset of the partition (next offset to be written).",
+           [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.log_end_offset)
+            for p, g, x in snap.partitions if x.log_end_offset is not None])
+    family("offset_ledger_lag_records", "gauge", "Log-end offset minus the pipeline's next offset.",
+           [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.lag)
+            for p, g, x in snap.partitions if x.lag is not None])
+    family("offset_ledger_seconds_since_last_batch", "gauge",
+           "Seconds since the pipeline's last committed batch.",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),
+             round((snap.now - _aware(s.last_batch_time)).total_seconds(), 3))
+            for s in snap.pipelines if s.last_batch_time is not None])
+    family("offset_ledger_pipeline_running", "gauge", "1 when the pipeline has an active run, else 0.",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), 1 if s.state == "running" else 0)
+            for s in snap.pipelines])
+    for counter in ("queued", "written", "retried", "spilled", "failed"):
+        family(f"offset_ledger_listener_{counter}_total", "counter",
+               f"Events {counter} by the listener (cumulative, as last reported).",
+               [(_labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "", host=r["host"] or ""),
+                 int(r[counter] or 0)) for r in snap.listeners])
+    family("offset_ledger_listener_seconds_since_report", "gauge", "Seconds since the listener last reported health.",
+           [(_labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "", host=r["host"] or ""),
+             round((snap.now - _aware(r["reported_at"])).total_seconds(), 3)) for r in snap.listeners])
+    family("offset_ledger_listener_healthy", "gauge", "1 when the listener's last report has no error, else 0.",
+           [(_labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "", host=r["host"] or ""),
+             0 if r["last_error"] else 1) for r in snap.listeners])
+    if snap.kafka_up is not None:
+        family("offset_ledger_kafka_up", "gauge", "1 when the Kafka cluster answered this scrape.",
+               [("", 1 if snap.kafka_up else 0)])
+    return "\n".join(out) + "\n"

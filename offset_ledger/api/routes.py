@@ -1,0 +1,198 @@
+"""Routes: the five legacy ``/v1`` endpoints, the resource API under ``/api/v1``, and service paths."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Optional
+
+from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi.responses import PlainTextResponse
+from starlette.concurrency import run_in_threadpool
+
+from offset_ledger.api.metrics import render_metrics
+from offset_ledger.api.schemas import ResetBody
+from offset_ledger.errors import InvalidInput
+from offset_ledger.operations import Operations, check_name, parse_timestamp, request_from_legacy_body
+from offset_ledger.resets import ResetRequest
+
+legacy = APIRouter(tags=["legacy"])
+resource = APIRouter(prefix="/api/v1", tags=["resources"])
+service = APIRouter(tags=["service"])
+
+_OFFSETS_SCHEMA = {
+    "type": "object",
+    "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer", "minimum": -2}},
+    "example": {"orders": {"0": 873340, "1": 873120}},
+}
+_OFFSETS_RESPONSE: dict[int | str, dict[str, Any]] = {
+    200: {"description": "positions per topic and partition (next offset to read)",
+          "content": {"application/json": {"schema": _OFFSETS_SCHEMA}}},
+}
+
+
+def _ops(request: Request) -> Operations:
+    ops: Operations = request.app.state.operations
+    return ops
+
+
+def _actor(x_actor: str | None, default: str) -> str:
+    return check_name("actor", x_actor) if x_actor else default
+
+
+# -- legacy ---------------------------------------------------------------------------------
+
+
+@legacy.get("/v1/getCurrentOffsets", summary="Current positions of a pipeline (legacy)",
+            responses=_OFFSETS_RESPONSE)
+def get_current_offsets(request: Request, pipelineName: str = Query(min_length=1)) -> Any:
+    return _ops(request).current_offsets(pipelineName)
+
+
+@legacy.get("/v1/getTopicDetails", summary="Log-start (firstOffset) and log-end (lastOffset) per partition (legacy)")
+def get_topic_details(request: Request, topicName: str = Query(min_length=1)) -> Any:
+    return _ops(request).topic_details(topicName)
+
+
+def _legacy_reset(request: Request, pipeline: str, reset: ResetRequest, x_actor: str | None, label: str) -> Any:
+    outcome = _ops(request).reset(pipeline, reset, actor=_actor(x_actor, "legacy-api"),
+                                  reason=f"legacy {label}", dry_run=False)
+    return outcome.plan.new_positions()
+
+
+def reset_to_earliest(request: Request, pipelineName: str = Query(min_length=1),
+                      x_actor: Optional[str] = Header(default=None)) -> Any:
+    return _legacy_reset(request, pipelineName, ResetRequest(mode="earliest"), x_actor,
+                         "resetOffsetOfAllPartitionsToEarliest")
+
+
+def reset_to_latest(request: Request, pipelineName: str = Query(min_length=1),
+                    x_actor: Optional[str] = Header(default=None)) -> Any:
+    return _legacy_reset(request, pipelineName, ResetRequest(mode="latest"), x_actor,
+                         "resetOffsetOfAllPartitionsToLatest")
+
+
+async def reset_partitions(request: Request, pipelineName: str = Query(min_length=1),
+                           x_actor: Optional[str] = Header(default=None)) -> Any:
+    # Read the body ourselves: curl -d sends form content types and GET carries a body here.
+    raw = await request.body()
+    if not raw.strip():
+        raise InvalidInput('a JSON body like {"topic": {"0": 1200, "1": 1300}} is required')
+    try:
+        body = json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInput(f"malformed JSON body: {str(exc)[:200]}") from exc
+    reset = request_from_legacy_body(body)
+    return await run_in_threadpool(_legacy_reset, request, pipelineName, reset, x_actor, "resetOffsetOfPartitions")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a valid offset")
+
+
+_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _OFFSETS_SCHEMA}}}}
+for _method in ("GET", "POST"):
+    # One route per method so each has its own OpenAPI operation id.
+    legacy.add_api_route("/v1/resetOffsetOfAllPartitionsToEarliest", reset_to_earliest, methods=[_method],
+                         operation_id=f"resetOffsetOfAllPartitionsToEarliest_{_method.lower()}",
+                         summary="Reset every partition to its log-start offset (legacy; executes)",
+                         responses=_OFFSETS_RESPONSE)
+    legacy.add_api_route("/v1/resetOffsetOfAllPartitionsToLatest", reset_to_latest, methods=[_method],
+                         operation_id=f"resetOffsetOfAllPartitionsToLatest_{_method.lower()}",
+                         summary="Reset every partition to its log-end offset (legacy; executes)",
+                         responses=_OFFSETS_RESPONSE)
+    legacy.add_api_route("/v1/resetOffsetOfPartitions", reset_partitions, methods=[_method],
+                         operation_id=f"resetOffsetOfPartitions_{_method.lower()}",
+                         summary="Reset partitions to explicit offsets; the body names every partition "
+                                 "of the topic (legacy; executes)",
+                         responses=_OFFSETS_RESPONSE, openapi_extra=_BODY)
+
+
+# -- resources ------------------------------------------------------------------------------
+
+
+@resource.get("/pipelines", summary="Every pipeline with state, last batch time and lag")
+def list_pipelines(request: Request, lag: bool = Query(True, description="ask Kafka for lag")) -> Any:
+    return {"pipelines": [p.to_dict() for p in _ops(request).list_pipelines(with_lag=lag)]}
+
+
+@resource.get("/pipelines/{pipeline}/offsets", summary="Current positions with what placed them")
+def pipeline_offsets(request: Request, pipeline: str,
+                     consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+    group, rows = _ops(request).positions(pipeline, consumerGroup)
+    return {
+        "pipeline": pipeline, "consumerGroup": group,
+        "positions": [{
+            "topic": r["topic"], "partition": r["partition"], "nextOffset": r["next_offset"],
+            "updatedAt": _iso(r["updated_at"]), "placedBy": "reset" if r["reset_id"] is not None else "batch",
+            "queryId": r["query_id"], "batchId": r["batch_id"], "resetId": r["reset_id"],
+        } for r in rows],
+    }
+
+
+@resource.get("/pipelines/{pipeline}/history", summary="Committed batches, newest first, paged")
+def pipeline_history(
+    request: Request, pipeline: str,
+    topic: Optional[str] = Query(None, min_length=1),
+    since: Optional[str] = Query(None, description="inclusive; ISO 8601 or epoch ms"),
+    until: Optional[str] = Query(None, description="exclusive; ISO 8601 or epoch ms"),
+    limit: int = Query(100, ge=1, le=1000),
+    cursor: Optional[str] = Query(None, max_length=512, description="nextCursor of the previous page"),
+    consumerGroup: Optional[str] = Query(None, min_length=1),
+) -> Any:
+    page = _ops(request).history(
+        pipeline, consumerGroup, topic=topic,
+        since=parse_timestamp(since) if since else None, until=parse_timestamp(until) if until else None,
+        limit=limit, cursor=cursor,
+    )
+    return {"pipeline": pipeline, "batches": list(page.items), "nextCursor": page.next_cursor}
+
+
+@resource.get("/pipelines/{pipeline}/lag", summary="Lag per partition: log-end minus next offset")
+def pipeline_lag(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+    group, rows = _ops(request).lag(pipeline, consumerGroup)
+    known = [r.lag for r in rows if r.lag is not None]
+    return {"pipeline": pipeline, "consumerGroup": group, "totalLag": sum(known) if known else None,
+            "partitions": [r.to_dict() for r in rows]}
+
+
+@resource.get("/topics/{topic}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
+def topic_details(request: Request, topic: str) -> Any:
+    return _ops(request).topic_details(topic)
+
+
+@resource.post("/pipelines/{pipeline}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
+def create_reset(request: Request, pipeline: str, body: ResetBody = Body(...),
+                 x_actor: Optional[str] = Header(default=None)) -> Any:
+    reset = body.to_request()
+    actor = check_name("actor", body.actor) if body.actor else _actor(x_actor, "api")
+    outcome = _ops(request).reset(pipeline, reset, actor=actor, reason=body.reason, dry_run=body.dryRun,
+                                  force=body.force, consumer_group=body.consumerGroup)
+    return outcome.to_dict()
+
+
+@resource.get("/pipelines/{pipeline}/resets", summary="The audit list of resets, dry runs included")
+def list_resets(request: Request, pipeline: str, limit: int = Query(50, ge=1, le=1000),
+                consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+    group, rows = _ops(request).resets(pipeline, consumerGroup, limit=limit)
+    return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
+
+
+# -- service --------------------------------------------------------------------------------
+
+
+@service.get("/healthz", summary="Liveness: 200 when the ledger database answers")
+def healthz(request: Request) -> Any:
+    _ops(request).ping()
+    return {"status": "ok"}
+
+
+@service.get("/metrics", summary="Prometheus text format", response_class=PlainTextResponse)
+def metrics(request: Request) -> PlainTextResponse:
+    text = render_metrics(_ops(request).metrics())
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _iso(value: Any) -> Any:
+    from offset_ledger.operations import _iso as iso
+
+    return iso(value)

@@ -1,0 +1,100 @@
+"""Writes resets: the audit rows and, for executed resets, the pending positions, in one transaction.
+
+A reset row's ``status`` is ``dry_run`` for a dry run (audited, positions untouched) and
+``pending`` for an executed reset: the positions now carry its ``reset_id`` and the restart helper
+applies them through a fresh checkpoint generation, then marks the reset ``consumed``. Several
+resets may be pending at once (e.g. one per topic); the positions already reflect all of them.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import insert, text, update
+from sqlalchemy.engine import Connection, Engine
+
+from offset_ledger.errors import ActiveRunConflict
+from offset_ledger.ledger.queries import RUN_STALENESS, active_run_ids
+from offset_ledger.ledger.tables import positions, reset_partitions, resets
+from offset_ledger.resets import ResetPlan
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StoredReset:
+    """What was written: the reset's id, its status and the active runs seen at the time."""
+
+    reset_id: int
+    status: str
+    created_at: datetime
+    active_run_ids: tuple[str, ...]
+
+
+def record_reset(
+    engine: Engine, plan: ResetPlan, *, pipeline: str, consumer_group: str, actor: str,
+    reason: str | None, dry_run: bool, force: bool = False, now: datetime | None = None,
+) -> StoredReset:
+    """Audit the reset and, unless a dry run, move the positions; refuses while a run is active.
+
+    Raises ActiveRunConflict (nothing written) for an executed, unforced reset of a pipeline with
+    an active run, and OffsetOutOfRange (nothing written) for an executed plan that must be refused.
+    """
+    if not dry_run:
+        plan.check_executable()
+    created_at = now or datetime.now(timezone.utc)
+    with engine.begin() as conn:
+        _lock_pipeline(conn, pipeline, consumer_group)
+        active = active_run_ids(conn, pipeline, consumer_group, stale_after=RUN_STALENESS, now=created_at)
+        if active and not dry_run and not force:
+            raise ActiveRunConflict(pipeline, active)
+        status = "dry_run" if dry_run else "pending"
+        parameters: dict[str, Any] = dict(plan.parameters)
+        if active:
+            parameters["active_run_ids"] = list(active)
+        reset_id = conn.execute(insert(resets).values(
+            pipeline=pipeline, consumer_group=consumer_group, mode=plan.mode, parameters=parameters,
+            actor=actor, reason=reason, dry_run=dry_run, forced=bool(force),
+            created_at=created_at, status=status,
+        ).returning(resets.c.id)).scalar_one()
+        if plan.partitions:
+            conn.execute(insert(reset_partitions), [
+                {"reset_id": reset_id, "topic": p.topic, "partition": p.partition,
+                 "before_next_offset": p.before_next_offset, "after_next_offset": p.target_next_offset,
+                 "log_start_offset": p.log_start_offset, "log_end_offset": p.log_end_offset}
+                for p in plan.partitions
+            ])
+        if not dry_run:
+            for p in plan.partitions:
+                _place(conn, pipeline, consumer_group, p.topic, p.partition, p.target_next_offset,
+                       reset_id, created_at)
+    log.info("reset %s of %s/%s (%s, %s partitions, actor %s)", reset_id, pipeline, consumer_group,
+             status, len(plan.partitions), actor)
+    return StoredReset(reset_id, status, created_at, tuple(active))
+
+
+def _lock_pipeline(conn: Connection, pipeline: str, consumer_group: str) -> None:
+    # Two resets of one pipeline at once must not interleave their checks and writes.
+    if conn.dialect.name == "postgresql":
+        key = zlib.crc32(f"offset-ledger-reset:{pipeline}\0{consumer_group}".encode())
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+
+
+def _place(
+    conn: Connection, pipeline: str, consumer_group: str, topic: str, partition: int,
+    next_offset: int, reset_id: int, at: datetime,
+) -> None:
+    values = {"next_offset": next_offset, "updated_at": at, "query_id": None, "batch_id": None,
+              "reset_id": reset_id}
+    done = conn.execute(update(positions).where(
+        positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group,
+        positions.c.topic == topic, positions.c.partition == partition,
+    ).values(**values))
+    if done.rowcount == 0:
+        conn.execute(insert(positions).values(
+            pipeline=pipeline, consumer_group=consumer_group, topic=topic, partition=partition, **values,
+        ))

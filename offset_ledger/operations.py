@@ -1,0 +1,528 @@
+"""What operators can do, as plain functions: the REST API and the CLI are two faces over these.
+
+No HTTP or CLI code here. Reads go to the ledger (``ledger.queries``) and Kafka
+(``offset_ledger.kafka``); resets are planned by ``offset_ledger.resets`` (pure) and written by
+``ledger.reset_store`` (one transaction). Database driver errors are translated into
+``LedgerUnavailable`` / ``LedgerError`` here, so callers only ever see ``offset_ledger.errors``.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from offset_ledger.errors import (
+    ConfigError,
+    InvalidInput,
+    KafkaError,
+    LedgerError,
+    LedgerUnavailable,
+    UnknownPipeline,
+)
+from offset_ledger.ledger import queries
+from offset_ledger.ledger.reset_store import StoredReset, record_reset
+from offset_ledger.model import Position, TopicPartition, Watermarks
+from offset_ledger.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
+
+if TYPE_CHECKING:
+    from offset_ledger.kafka import KafkaAdapter
+
+log = logging.getLogger(__name__)
+
+MAX_NAME = 255
+# Kafka's own rule for topic names (kafka.common.internals.Topic).
+_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# -- values returned to the faces ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PipelineSummary:
+    """One pipeline (and consumer group) as the pipelines list shows it."""
+
+    pipeline: str
+    consumer_group: str
+    state: str  # running | stopped
+    active_run_ids: tuple[str, ...]
+    partitions: int
+    last_batch_time: datetime | None
+    last_batch_id: int | None
+    lag: int | None  # records behind log-end over all partitions; None when Kafka was not asked/reachable
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "state": self.state,
+            "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
+            "lastBatchTime": _iso(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
+        }
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """A partition's position against its log: lag = log-end minus the next offset to read."""
+
+    topic: str
+    partition: int
+    next_offset: int | None
+    log_start_offset: int | None
+    log_end_offset: int | None
+
+    @property
+    def lag(self) -> int | None:
+        if self.next_offset is None or self.log_end_offset is None:
+            return None
+        return max(0, self.log_end_offset - self.next_offset)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
+                "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag}
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A page of batch history, newest first; ``next_cursor`` is None on the last page."""
+
+    items: tuple[dict[str, Any], ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class ResetOutcome:
+    """A planned (dry run) or executed reset and its audit id."""
+
+    pipeline: str
+    consumer_group: str
+    plan: ResetPlan
+    stored: StoredReset
+    dry_run: bool
+    actor: str
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resetId": self.stored.reset_id, "pipeline": self.pipeline, "consumerGroup": self.consumer_group,
+            "mode": self.plan.mode, "dryRun": self.dry_run, "status": self.stored.status,
+            "actor": self.actor, "reason": self.reason, "createdAt": _iso(self.stored.created_at),
+            "outOfRangePolicy": self.plan.out_of_range_policy,
+            "wouldBeRefused": self.plan.refused,
+            "activeRunIds": list(self.stored.active_run_ids),
+            "partitions": [p.to_dict() for p in self.plan.partitions],
+            "newPositions": self.plan.new_positions(),
+        }
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Everything /metrics renders."""
+
+    pipelines: tuple[PipelineSummary, ...]
+    partitions: tuple[tuple[str, str, PartitionLag], ...]  # (pipeline, consumer group, lag)
+    listeners: tuple[dict[str, Any], ...]
+    kafka_up: bool | None  # None: no Kafka configured
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:  # SQLite hands back naive datetimes; the ledger writes UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return value.isoformat()
+
+
+def check_name(kind: str, value: str) -> str:
+    """A pipeline or consumer group name from user input: 1-255 characters, no control characters."""
+    if not value or len(value) > MAX_NAME or _CONTROL.search(value):
+        raise InvalidInput(f"invalid {kind} name {value[:80]!r}", **{kind.replace(' ', '_'): value[:80]})
+    return value
+
+
+def check_topic(value: str) -> str:
+    """A topic name from user input, by Kafka's rules (letters, digits, '.', '_', '-'; at most 249)."""
+    if not _TOPIC_NAME.match(value):
+        raise InvalidInput(f"invalid topic name {value[:80]!r}: Kafka topics use letters, digits, '.', '_', '-'",
+                           topic=value[:80])
+    return value
+
+
+def parse_timestamp(text: str | int) -> datetime:
+    """ISO 8601 (naive means UTC) or epoch milliseconds -> an aware UTC datetime."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"invalid timestamp {text!r}")
+    if isinstance(text, int) or (isinstance(text, str) and re.fullmatch(r"-?\d{1,16}", text.strip())):
+        ms = int(text)
+        if ms < 0:
+            raise InvalidInput(f"invalid timestamp {text!r}: epoch milliseconds must be >= 0")
+        try:
+            return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+        except (OverflowError, OSError, ValueError) as exc:
+            raise InvalidInput(f"invalid timestamp {text!r}") from exc
+    try:
+        value = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidInput(f"invalid timestamp {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or epoch ms",
+                           timestamp=str(text)[:80]) from exc
+    try:
+        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidInput(f"invalid timestamp {text!r}") from exc
+    if value.year < 1970:
+        # Kafka reads timestamps -1 and -2 as "latest"/"earliest": never send a pre-epoch time.
+        raise InvalidInput(f"invalid timestamp {text!r}: before 1970", timestamp=str(text)[:80])
+    return value
+
+
+def to_epoch_ms(value: datetime) -> int:
+    return int(value.timestamp() * 1000)
+
+
+def encode_cursor(batch_time: datetime, row_id: int) -> str:
+    raw = json.dumps([_iso(batch_time), row_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, int]:
+    """The opaque history cursor -> (batch_time, id); InvalidInput when it was not ours."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        t, i = json.loads(raw)
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise ValueError("id")
+        return datetime.fromisoformat(t), i
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"invalid cursor {cursor[:80]!r}", cursor=cursor[:80]) from exc
+
+
+# -- the operations -------------------------------------------------------------------------
+
+
+class Operations:
+    """The operator's verbs over one ledger and one Kafka cluster; thread-safe, reusable."""
+
+    def __init__(
+        self, engine: Engine, *, bootstrap_servers: str | None = None,
+        kafka_options: Mapping[str, Any] | None = None, kafka: KafkaAdapter | None = None,
+    ) -> None:
+        self.engine = engine
+        self._bootstrap = bootstrap_servers
+        self._kafka_options = dict(kafka_options or {})
+        self._kafka = kafka
+
+    @classmethod
+    def connect(
+        cls, dsn: str | None = None, bootstrap_servers: str | None = None,
+        kafka_options: Mapping[str, Any] | None = None,
+    ) -> Operations:
+        """Operations over ``dsn`` and ``bootstrap_servers`` (defaults: OFFSET_LEDGER_* settings)."""
+        from offset_ledger.config import settings
+        from offset_ledger.ledger.engine import make_engine
+
+        s = settings()
+        return cls(make_engine(dsn), bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
+                   kafka_options=kafka_options)
+
+    @property
+    def kafka(self) -> KafkaAdapter:
+        """The Kafka adapter (created lazily; ConfigError when no bootstrap servers are set)."""
+        if self._kafka is None:
+            if not self._bootstrap:
+                raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-servers or set "
+                                  "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
+            from offset_ledger.kafka import KafkaAdapter
+
+            self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options)
+        return self._kafka
+
+    @property
+    def has_kafka(self) -> bool:
+        return self._kafka is not None or bool(self._bootstrap)
+
+    def close(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
+        self.engine.dispose()
+
+    @contextmanager
+    def _db(self) -> Iterator[Connection]:
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except OperationalError as exc:
+            raise LedgerUnavailable(f"cannot reach the ledger database: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"ledger query failed: {exc}") from exc
+
+    # -- checks
+
+    def ping(self) -> None:
+        """Raise LedgerUnavailable when the ledger database cannot be reached."""
+        from sqlalchemy import text
+
+        with self._db() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def resolve_group(self, conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
+        """The consumer group to use: the one given, the pipeline's own name, or its only group."""
+        check_name("pipeline", pipeline)
+        groups = queries.consumer_groups(conn, pipeline)
+        if consumer_group is not None:
+            check_name("consumer group", consumer_group)
+            if consumer_group not in groups:
+                raise UnknownPipeline(pipeline)
+            return consumer_group
+        if not groups:
+            raise UnknownPipeline(pipeline)
+        if pipeline in groups or len(groups) == 1:
+            return pipeline if pipeline in groups else groups[0]
+        raise InvalidInput(f"pipeline {pipeline!r} has several consumer groups ({', '.join(groups)}); name one",
+                           pipeline=pipeline, consumer_groups=groups)
+
+    # -- reads
+
+    def list_pipelines(self, *, with_lag: bool = True) -> list[PipelineSummary]:
+        """Every pipeline with state (running/stopped), last batch time and total lag."""
+        with self._db() as conn:
+            rows = queries.pipeline_summaries(conn)
+            active = queries.active_runs_by_group(conn)
+            pos: dict[tuple[str, str], list[Position]] = {}
+            if with_lag and rows:
+                for r in rows:
+                    pos[(r["pipeline"], r["consumer_group"])] = queries.current_positions(
+                        conn, r["pipeline"], r["consumer_group"])
+        marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
+        out = []
+        for r in rows:
+            key = (r["pipeline"], r["consumer_group"])
+            lag: int | None = None
+            if marks is not None:
+                lags = [_lag(p, marks.get(p.tp)) for p in pos.get(key, [])]
+                known = [x for x in lags if x is not None]
+                lag = sum(known) if known else None
+            runs = tuple(active.get(key, []))
+            out.append(PipelineSummary(
+                r["pipeline"], r["consumer_group"], "running" if runs else "stopped", runs,
+                int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
+            ))
+        return out
+
+    def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
+        """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
+        out: dict[str, dict[str, int]] = {}
+        for p in positions:
+            out.setdefault(p.topic, {})[str(p.partition)] = p.next_offset
+        return out
+
+    def positions(self, pipeline: str, consumer_group: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+        """(consumer group, positions with what placed them)."""
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            return group, queries.position_details(conn, pipeline, group)
+
+    def history(
+        self, pipeline: str, consumer_group: str | None = None, *, topic: str | None = None,
+        since: datetime | None = None, until: datetime | None = None, limit: int = 100,
+        cursor: str | None = None,
+    ) -> HistoryPage:
+        """Committed batches newest first, filtered by topic and [since, until), paged by cursor."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+        if topic is not None:
+            check_topic(topic)
+        after = decode_cursor(cursor) if cursor else None
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            rows = queries.batch_history(conn, pipeline, group, topic=topic, since=since, until=until,
+                                         limit=limit + 1, after=after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1]["batch_time"], rows[-1]["id"]) if more else None
+        items = tuple({
+            "queryId": r["query_id"], "runId": r["run_id"], "batchId": r["batch_id"],
+            "batchTime": _iso(r["batch_time"]), "recordedAt": _iso(r["recorded_at"]),
+            "inputRows": r["input_rows"],
+            "ranges": [{"sourceIndex": x["source_index"], "topic": x["topic"], "partition": x["partition"],
+                        "fromOffset": x["from_offset"], "untilOffset": x["until_offset"]} for x in r["ranges"]],
+        } for r in rows)
+        return HistoryPage(items, next_cursor)
+
+    def lag(self, pipeline: str, consumer_group: str | None = None) -> tuple[str, list[PartitionLag]]:
+        """(consumer group, lag per partition): every current partition of the pipeline's topics."""
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
+        marks = self.kafka.watermarks(sorted({p.topic for p in positions}))
+        by_tp = {p.tp: p.next_offset for p in positions}
+        out = []
+        for tp in sorted(set(by_tp) | set(marks)):
+            m = marks.get(tp)
+            out.append(PartitionLag(tp.topic, tp.partition, by_tp.get(tp),
+                                    m.log_start_offset if m else None, m.log_end_offset if m else None))
+        return group, out
+
+    def topic_details(self, topic: str) -> dict[str, Any]:
+        """``{"name": T, "partitions": {"0": {"firstOffset": log_start, "lastOffset": log_end}}}``."""
+        check_topic(topic)
+        self.kafka.require_topics([topic])
+        marks = self.kafka.watermarks([topic])
+        return {
+            "name": topic,
+            "partitions": {
+                str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
+                for tp, m in sorted(marks.items())
+            },
+        }
+
+    def resets(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
+        """(consumer group, the audit list of resets, newest first)."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            rows = queries.reset_history(conn, pipeline, group, limit=limit)
+        return group, [{
+            "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
+            "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
+            "createdAt": _iso(r["created_at"]), "consumedAt": _iso(r["consumed_at"]),
+            "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
+            "partitions": [{
+                "topic": p["topic"], "partition": p["partition"],
+                "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
+                "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
+            } for p in r["partitions"]],
+        } for r in rows]
+
+    # -- resets
+
+    def plan_reset(
+        self, pipeline: str, request: ResetRequest, consumer_group: str | None = None,
+    ) -> tuple[str, ResetPlan]:
+        """(consumer group, the plan) without writing anything."""
+        for topic in (request.scope or {}):
+            check_topic(topic)
+        for tp in (request.offsets or {}):
+            check_topic(tp.topic)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
+        topics = request.topics([p.topic for p in positions])
+        if not topics:
+            raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
+        self.kafka.require_topics(topics)
+        marks = self.kafka.watermarks(topics)
+        times = None
+        if request.mode == "timestamp" and request.timestamp_ms is not None:
+            times = self.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
+        return group, plan_reset(request, positions, marks, times)
+
+    def reset(
+        self, pipeline: str, request: ResetRequest, *, actor: str, reason: str | None = None,
+        dry_run: bool = True, force: bool = False, consumer_group: str | None = None,
+    ) -> ResetOutcome:
+        """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply)."""
+        check_name("actor", actor)
+        if reason is not None and len(reason) > 10_000:
+            raise InvalidInput("reason is longer than 10000 characters")
+        group, plan = self.plan_reset(pipeline, request, consumer_group)
+        try:
+            stored = record_reset(self.engine, plan, pipeline=pipeline, consumer_group=group, actor=actor,
+                                  reason=reason, dry_run=dry_run, force=force)
+        except OperationalError as exc:
+            raise LedgerUnavailable(f"cannot reach the ledger database: {exc.orig}") from exc
+        except SQLAlchemyError as exc:
+            raise LedgerError(f"recording the reset failed: {exc}") from exc
+        return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason)
+
+    # -- metrics
+
+    def metrics(self) -> MetricsSnapshot:
+        """Positions, lag and last batch per pipeline, plus listener health, for /metrics."""
+        summaries = self.list_pipelines(with_lag=False)
+        with self._db() as conn:
+            pos = {(s.pipeline, s.consumer_group): queries.current_positions(conn, s.pipeline, s.consumer_group)
+                   for s in summaries}
+            listeners = queries.listener_health_rows(conn)
+        kafka_up: bool | None = None
+        marks: dict[TopicPartition, Watermarks] = {}
+        if self.has_kafka:
+            got = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps})
+            kafka_up = got is not None
+            marks = got or {}
+        parts = []
+        for (pipeline, group), ps in sorted(pos.items()):
+            for p in ps:
+                m = marks.get(p.tp)
+                parts.append((pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset,
+                                                            m.log_start_offset if m else None,
+                                                            m.log_end_offset if m else None)))
+        return MetricsSnapshot(tuple(summaries), tuple(parts), tuple(listeners), kafka_up)
+
+    def _watermarks_or_none(self, topics: set[str]) -> dict[TopicPartition, Watermarks] | None:
+        # Listing pipelines and metrics degrade to "lag unknown" rather than failing with Kafka down.
+        if not self.has_kafka:
+            return None
+        if not topics:
+            return {}
+        try:
+            return self.kafka.watermarks(sorted(topics))
+        except KafkaError as exc:
+            log.warning("lag unavailable: %s", exc.message)
+            return None
+
+
+def _lag(p: Position, m: Watermarks | None) -> int | None:
+    return None if m is None else max(0, m.log_end_offset - p.next_offset)
+
+
+def request_from_legacy_body(body: Any) -> ResetRequest:
+    """The legacy resetOffsetOfPartitions body -> an ``offsets`` request naming every partition."""
+    from offset_ledger.resets import parse_offsets_body
+
+    offsets = parse_offsets_body(body)
+    return ResetRequest(mode="offsets", offsets=offsets, out_of_range="refuse", require_all_partitions=True)
+
+
+def scope_from_specs(specs: Sequence[str]) -> dict[str, tuple[int, ...] | None] | None:
+    """CLI ``--topic T[:p,...]`` values -> a reset scope."""
+    if not specs:
+        return None
+    scope: dict[str, tuple[int, ...] | None] = {}
+    for spec in specs:
+        topic, _, parts = spec.partition(":")
+        check_topic(topic)
+        if not parts:
+            scope[topic] = None
+            continue
+        try:
+            numbers = tuple(sorted({int(x) for x in parts.split(",") if x.strip() != ""}))
+        except ValueError as exc:
+            raise InvalidInput(f"invalid --topic {spec!r}: use TOPIC or TOPIC:0,1,2", topic=topic) from exc
+        if not numbers or any(n < 0 for n in numbers):
+            raise InvalidInput(f"invalid --topic {spec!r}: use TOPIC or TOPIC:0,1,2", topic=topic)
+        scope[topic] = numbers
+    return scope
+
+
+__all__ = [
+    "HistoryPage", "MetricsSnapshot", "Operations", "PartitionLag", "PartitionReset", "PipelineSummary",
+    "ResetOutcome", "check_name", "check_topic", "parse_timestamp", "request_from_legacy_body",
+    "scope_from_specs", "to_epoch_ms",
+]
