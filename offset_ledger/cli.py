@@ -132,6 +132,265 @@ def resolve_cmd(
                    "fresh checkpoint", err=True)
 
 
+# -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
+
+BootstrapOption = typer.Option(None, "--bootstrap-servers", envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS",
+                               help="Kafka bootstrap servers.")
+GroupOption = typer.Option(None, "--consumer-group", help="Default: the pipeline's only (or same-named) group.")
+FormatOption = typer.Option("table", "--format", "-f", help="Output: table | json | csv.")
+
+
+def _ops(dsn: Optional[str], bootstrap_servers: Optional[str] = None):  # type: ignore[no-untyped-def]
+    from offset_ledger.operations import Operations
+
+    return Operations.connect(dsn, bootstrap_servers)
+
+
+def _check_format(fmt: str) -> str:
+    from offset_ledger.errors import InvalidInput
+
+    if fmt not in ("table", "json", "csv"):
+        raise InvalidInput(f"unknown --format {fmt!r}; use table, json or csv")
+    return fmt
+
+
+def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None) -> None:
+    """Print rows as an aligned table, CSV, or JSON (``document`` when given, else the rows)."""
+    import csv
+    import json as _json
+
+    if fmt == "json":
+        typer.echo(_json.dumps(document if document is not None else rows, indent=2, default=str))
+        return
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
+        return
+    cells = [[("-" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    typer.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for r in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+@app.command("pipelines")
+def pipelines_cmd(
+    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
+    lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
+    fmt: str = FormatOption,
+) -> None:
+    """List pipelines with state (running/stopped), last batch time and total lag."""
+    fmt = _check_format(fmt)
+    ops = _ops(dsn, bootstrap_servers)
+    try:
+        rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag and ops.has_kafka)]
+    finally:
+        ops.close()
+    _emit(rows, ["pipeline", "consumerGroup", "state", "partitions", "lastBatchTime", "lastBatchId", "lag"], fmt)
+
+
+@app.command("offsets")
+def offsets_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
+    fmt = _check_format(fmt)
+    ops = _ops(dsn)
+    try:
+        group, rows = ops.positions(pipeline, consumer_group)
+    finally:
+        ops.close()
+    document: dict[str, dict[str, int]] = {}
+    for r in rows:
+        document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
+        r["placed_by"] = "reset" if r["reset_id"] is not None else "batch"
+    _emit(rows, ["topic", "partition", "next_offset", "placed_by", "updated_at", "batch_id", "reset_id"], fmt,
+          document)
+
+
+@app.command("history")
+def history_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    topic: Optional[str] = typer.Option(None, "--topic", help="Only batches that read this topic."),
+    since: Optional[str] = typer.Option(None, "--since", help="Inclusive; ISO 8601 or epoch ms."),
+    until: Optional[str] = typer.Option(None, "--until", help="Exclusive; ISO 8601 or epoch ms."),
+    limit: int = typer.Option(50, "--limit", help="Batches per page (1-1000)."),
+    cursor: Optional[str] = typer.Option(None, "--cursor", help="Next-page cursor printed by a previous call."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """Committed batches, newest first, one row per batch and partition."""
+    from offset_ledger.operations import parse_timestamp
+
+    fmt = _check_format(fmt)
+    ops = _ops(dsn)
+    try:
+        page = ops.history(pipeline, consumer_group, topic=topic,
+                           since=parse_timestamp(since) if since else None,
+                           until=parse_timestamp(until) if until else None, limit=limit, cursor=cursor)
+    finally:
+        ops.close()
+    rows = [{"batchTime": b["batchTime"], "batchId": b["batchId"], "queryId": b["queryId"], **r}
+            for b in page.items for r in b["ranges"]]
+    _emit(rows, ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"], fmt,
+          {"batches": list(page.items), "nextCursor": page.next_cursor})
+    if page.next_cursor and fmt == "table":
+        typer.echo(f"more: --cursor {page.next_cursor}", err=True)
+
+
+@app.command("topic")
+def topic_cmd(
+    topic: str = typer.Argument(..., help="Topic name."),
+    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+) -> None:
+    """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
+    from offset_ledger.operations import Operations
+
+    fmt = _check_format(fmt)
+    from offset_ledger.errors import ConfigError
+
+    if not bootstrap_servers:
+        raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+    from offset_ledger.kafka import KafkaAdapter
+
+    with KafkaAdapter(bootstrap_servers) as adapter:
+        details = Operations(None, kafka=adapter).topic_details(topic)  # type: ignore[arg-type]
+    rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
+            for p, v in details["partitions"].items()]
+    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details)
+
+
+@app.command("lag")
+def lag_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
+    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+) -> None:
+    """Lag per partition: log-end offset minus the pipeline's next offset."""
+    fmt = _check_format(fmt)
+    ops = _ops(dsn, bootstrap_servers)
+    try:
+        _group, parts = ops.lag(pipeline, consumer_group)
+    finally:
+        ops.close()
+    rows = [p.to_dict() for p in parts]
+    _emit(rows, ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag"], fmt)
+
+
+@app.command("reset")
+def reset_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="Each partition's log-start offset."),
+    to_latest: bool = typer.Option(False, "--to-latest", help="Each partition's log-end offset."),
+    to_offsets: Optional[str] = typer.Option(None, "--to-offsets", help='JSON file {"topic": {"0": n}} (- = stdin).'),
+    to_datetime: Optional[str] = typer.Option(None, "--to-datetime", help="First offset at or after this time "
+                                                                          "(ISO 8601, naive = UTC, or epoch ms)."),
+    shift_by: Optional[int] = typer.Option(None, "--shift-by", help="Move each position by N (negative replays)."),
+    topic: Optional[list[str]] = typer.Option(None, "--topic", help="Scope: TOPIC or TOPIC:0,1 (repeatable)."),
+    execute: bool = typer.Option(False, "--execute", help="Apply the reset (default: dry run, still audited)."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in the audit trail)."),
+    actor: Optional[str] = typer.Option(None, "--actor", help="Who (default: the OS user)."),
+    force: bool = typer.Option(False, "--force", help="Reset even while the pipeline has an active run."),
+    out_of_range: str = typer.Option("refuse", "--out-of-range",
+                                     help="Targets outside [log-start, log-end]: refuse | clamp."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
+    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+) -> None:
+    """Reset a pipeline's positions (dry run unless --execute); the next start_from_ledger applies it."""
+    import getpass
+    import json as _json
+    from pathlib import Path
+
+    from offset_ledger.errors import InvalidInput
+    from offset_ledger.operations import parse_timestamp, scope_from_specs, to_epoch_ms
+    from offset_ledger.resets import ResetRequest, parse_offsets_body
+
+    fmt = _check_format(fmt)
+    chosen = [name for name, on in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
+                                    ("--to-offsets", to_offsets is not None),
+                                    ("--to-datetime", to_datetime is not None),
+                                    ("--shift-by", shift_by is not None)) if on]
+    if len(chosen) != 1:
+        raise InvalidInput("choose exactly one of --to-earliest, --to-latest, --to-offsets FILE, "
+                           "--to-datetime TS, --shift-by N" + (f" (got {', '.join(chosen)})" if chosen else ""))
+    if out_of_range not in ("refuse", "clamp"):
+        raise InvalidInput(f"unknown --out-of-range {out_of_range!r}; use refuse or clamp")
+    scope = scope_from_specs(topic or [])
+    if to_offsets is not None:
+        try:
+            text = sys.stdin.read() if to_offsets == "-" else Path(to_offsets).read_text()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read --to-offsets {to_offsets!r}: {exc.strerror}") from exc
+        try:
+            body = _json.loads(text)
+        except ValueError as exc:
+            raise InvalidInput(f"--to-offsets {to_offsets!r} is not valid JSON: {exc}") from exc
+        request = ResetRequest("offsets", scope=scope, offsets=parse_offsets_body(body),
+                               out_of_range=out_of_range)  # type: ignore[arg-type]
+    elif to_datetime is not None:
+        request = ResetRequest("timestamp", scope=scope, timestamp_ms=to_epoch_ms(parse_timestamp(to_datetime)),
+                               out_of_range=out_of_range)  # type: ignore[arg-type]
+    elif shift_by is not None:
+        request = ResetRequest("shift", scope=scope, shift_by=shift_by, out_of_range=out_of_range)  # type: ignore[arg-type]
+    else:
+        request = ResetRequest("earliest" if to_earliest else "latest", scope=scope,
+                               out_of_range=out_of_range)  # type: ignore[arg-type]
+    ops = _ops(dsn, bootstrap_servers)
+    try:
+        outcome = ops.reset(pipeline, request, actor=actor or getpass.getuser() or "cli", reason=reason,
+                            dry_run=not execute, force=force, consumer_group=consumer_group)
+    finally:
+        ops.close()
+    doc = outcome.to_dict()
+    rows = [{"topic": p["topic"], "partition": p["partition"], "before": p["beforeNextOffset"],
+             "target": p["targetNextOffset"], "logStart": p["logStartOffset"], "logEnd": p["logEndOffset"],
+             "replay": p["recordsReplayed"], "skip": p["recordsSkipped"],
+             "outOfRange": p["outOfRange"] or ("" if not p["clamped"] else "clamped")}
+            for p in doc["partitions"]]
+    _emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "outOfRange"],
+          fmt, doc)
+    if fmt == "table":
+        if outcome.dry_run:
+            note = " (executing would be refused: targets out of range)" if outcome.plan.refused else ""
+            typer.echo(f"dry run recorded as reset {doc['resetId']}{note}; pass --execute to apply", err=True)
+        else:
+            typer.echo(f"reset {doc['resetId']} is pending: the next start_from_ledger applies it through a "
+                       "fresh checkpoint", err=True)
+
+
+@app.command("serve")
+def serve_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(9090, "--port", help="Port to listen on."),
+    insecure: bool = typer.Option(False, "--insecure",
+                                  help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
+    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+) -> None:
+    """Run the REST API (legacy /v1 endpoints, /api/v1 resources, /docs, /metrics, /healthz)."""
+    import ipaddress
+
+    import uvicorn
+
+    from offset_ledger.api import create_app
+    from offset_ledger.config import settings
+    from offset_ledger.errors import ConfigError
+
+    s = settings()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback and not s.api_token and not insecure:
+        raise ConfigError(f"refusing to bind {host} without OFFSET_LEDGER_API_TOKEN; set a token or pass --insecure")
+    if not 0 < port < 65536:
+        raise ConfigError(f"invalid --port {port}")
+    uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=bootstrap_servers), host=host, port=port,
+                log_level=log_level)
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: user-facing errors print one line and exit 2; --traceback shows more."""
     try:
