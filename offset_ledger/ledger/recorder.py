@@ -1,0 +1,461 @@
+"""The write side of the ledger: runs, batches, their offsets, positions, findings and listener health.
+
+One call to :meth:`Recorder.record` is one transaction over any number of listener events, with
+multi-row inserts, so a writer that fell behind catches up in a few round trips. Batches are
+idempotent on (query id, batch id) and (query id, batch id, source, topic, partition): a re-run
+batch or a re-delivered event changes nothing. Positions move in the same transaction, forward
+only; a batch that ends behind the current position is a ``regression`` finding, unless a reset
+placed that position after the batch's run started (the running query simply did not see it).
+A batch whose start differs from the previous batch's end in the same query is a ``gap`` finding.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Union
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+
+from offset_ledger.errors import LedgerError, LedgerUnavailable
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
+from offset_ledger.model import BatchOffsets, Finding
+
+log = logging.getLogger(__name__)
+
+# (source_index, topic, partition) -> until_offset of one batch
+_Ends = dict[tuple[int, str, int], int]
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """A query run began."""
+
+    pipeline: str
+    consumer_group: str
+    query_id: str
+    run_id: str
+    query_name: str | None
+    started_at: datetime
+    app_version: str | None = None
+    checkpoint_location: str | None = None
+
+
+@dataclass(frozen=True)
+class RunHeartbeat:
+    """A run is alive (an idle event, or a progress report that moved nothing)."""
+
+    pipeline: str
+    consumer_group: str
+    query_id: str
+    run_id: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class RunEnd:
+    """A run ended; ``exception`` is Spark's text when it failed."""
+
+    pipeline: str
+    consumer_group: str
+    query_id: str
+    run_id: str
+    at: datetime
+    exception: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A committed micro-batch of a pipeline."""
+
+    pipeline: str
+    consumer_group: str
+    batch: BatchOffsets
+
+
+Record = Union[RunStart, RunHeartbeat, RunEnd, BatchRecord]
+
+
+@dataclass(frozen=True)
+class RecordOutcome:
+    """What one transaction did."""
+
+    batches_written: int = 0
+    duplicates: int = 0
+    findings: tuple[Finding, ...] = ()
+
+
+@dataclass
+class _Pos:
+    next_offset: int
+    updated_at: datetime
+    reset_id: int | None
+    query_id: str | None
+    batch_id: int | None
+    changed: bool = False
+
+
+@dataclass
+class _Txn:
+    """State of one transaction, folded into the recorder's caches only after COMMIT."""
+
+    now: datetime
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    latest: dict[str, tuple[int, _Ends]] = field(default_factory=dict)
+    run_started: dict[str, datetime] = field(default_factory=dict)
+
+
+def utc(value: datetime) -> datetime:
+    """Aware UTC (SQLite hands back naive datetimes; everything stored is UTC)."""
+    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+
+
+def _ends(batch: BatchOffsets) -> _Ends:
+    return {(s.source_index, r.topic, r.partition): r.until_offset for s in batch.sources for r in s.ranges}
+
+
+def _offset_rows(batch: BatchOffsets) -> list[tuple[int, str, int, int | None, int]]:
+    return sorted((s.source_index, r.topic, r.partition, r.from_offset, r.until_offset)
+                  for s in batch.sources for r in s.ranges)
+
+
+def translate(exc: Exception) -> LedgerError:
+    """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
+    if isinstance(exc, LedgerError):
+        return exc
+    if isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+        return LedgerUnavailable(f"ledger database unavailable: {getattr(exc, 'orig', exc)}")
+    return LedgerError(f"ledger write failed: {exc}")
+
+
+class Recorder:
+    """Writes listener events to the ledger; not thread-safe (one writer thread owns it)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        dialect = engine.dialect.name
+        if dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+        else:
+            raise LedgerError(f"unsupported ledger database {dialect!r} (use PostgreSQL or SQLite)")
+        self._insert = insert
+        # Committed knowledge that saves a SELECT per transaction on the hot path.
+        self._latest: dict[str, tuple[int, _Ends]] = {}
+        self._run_started: dict[str, datetime] = {}
+
+    # ------------------------------------------------------------------ public
+
+    def record(self, records: Sequence[Record], *, now: datetime | None = None) -> RecordOutcome:
+        """Write ``records`` in one transaction; raises LedgerUnavailable / LedgerError."""
+        txn = _Txn(now=utc(now or datetime.now(timezone.utc)))
+        try:
+            with self.engine.begin() as conn:
+                outcome = self._record(conn, records, txn)
+        except SQLAlchemyError as exc:
+            raise translate(exc) from exc
+        self._latest.update(txn.latest)
+        self._run_started.update(txn.run_started)
+        return outcome
+
+    def report_health(self, listener_id: str, pipeline: str | None, host: str,
+                      counters: Mapping[str, int], last_error: str | None,
+                      *, now: datetime | None = None) -> None:
+        """Upsert this listener's cumulative counters into ``listener_health``."""
+        row = {"listener_id": listener_id, "pipeline": pipeline, "host": host,
+               "reported_at": utc(now or datetime.now(timezone.utc)), "last_error": last_error,
+               **{k: int(counters.get(k, 0)) for k in ("queued", "written", "retried", "spilled", "failed")}}
+        stmt = self._insert(listener_health)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[listener_health.c.listener_id],
+            set_={k: stmt.excluded[k] for k in row if k != "listener_id"})
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(stmt, [row])
+        except SQLAlchemyError as exc:
+            raise translate(exc) from exc
+
+    # ------------------------------------------------------------------ the transaction
+
+    def _record(self, conn: Connection, records: Sequence[Record], txn: _Txn) -> RecordOutcome:
+        for rec in records:
+            if isinstance(rec, RunStart):
+                self._run_start(conn, rec, txn)
+            elif isinstance(rec, RunHeartbeat):
+                self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
+                                rec.at, {"last_heartbeat_at": utc(rec.at)})
+            elif isinstance(rec, RunEnd):
+                self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
+                                rec.at, {"terminated_at": utc(rec.at), "exception": rec.exception})
+        new, duplicates = self._new_batches(conn, [r for r in records if isinstance(r, BatchRecord)], txn)
+        if new:
+            written = self._write_batches(conn, new, txn)
+            duplicates += len(new) - len(written)
+            new = written
+        if txn.findings:
+            conn.execute(self._insert(findings), txn.findings)
+        found = tuple(
+            Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
+        return RecordOutcome(len(new), duplicates, found)
+
+    def _run_start(self, conn: Connection, rec: RunStart, txn: _Txn) -> None:
+        row = {"run_id": rec.run_id, "query_id": rec.query_id, "pipeline": rec.pipeline,
+               "consumer_group": rec.consumer_group, "query_name": rec.query_name,
+               "app_version": rec.app_version, "checkpoint_location": rec.checkpoint_location,
+               "started_at": utc(rec.started_at)}
+        stmt = self._insert(runs)
+        # The start event is authoritative; a row made earlier from a batch only guessed these.
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[runs.c.run_id],
+            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "started_at")})
+        conn.execute(stmt, [row])
+        txn.run_started[rec.run_id] = utc(rec.started_at)
+
+    def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
+                   at: datetime, values: dict[str, Any]) -> None:
+        done = conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
+        if done.rowcount == 0:
+            # The listener was added after the query started: make the run row from what we know.
+            stmt = self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id])
+            conn.execute(stmt, [{"run_id": run_id, "query_id": query_id, "pipeline": pipeline,
+                                 "consumer_group": group, "started_at": utc(at), **values}])
+
+    def _new_batches(self, conn: Connection, recs: list[BatchRecord],
+                     txn: _Txn) -> tuple[list[BatchRecord], int]:
+        """Drop batches already recorded (identical: idempotent; different: a finding)."""
+        seen: dict[tuple[str, int], BatchRecord] = {}
+        candidates: list[BatchRecord] = []
+        duplicates = 0
+        for rec in recs:
+            key = (rec.batch.query_id, rec.batch.batch_id)
+            if key in seen:
+                duplicates += 1
+                if _offset_rows(seen[key].batch) != _offset_rows(rec.batch):
+                    self._conflict(rec, txn, "the same batch was reported twice with different offsets")
+                continue
+            seen[key] = rec
+            candidates.append(rec)
+        # Batches newer than the last one this recorder committed for their query cannot exist yet;
+        # only the rest (re-deliveries, other writers) need a look at the table.
+        suspects = [r for r in candidates
+                    if r.batch.query_id not in self._latest
+                    or r.batch.batch_id <= self._latest[r.batch.query_id][0]]
+        if not suspects:
+            return candidates, duplicates
+        query_ids = sorted({r.batch.query_id for r in suspects})
+        batch_ids = sorted({r.batch.batch_id for r in suspects})
+        existing: dict[tuple[str, int], list[tuple[int, str, int, int | None, int]]] = {}
+        rows = conn.execute(
+            select(batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
+                   batch_offsets.c.topic, batch_offsets.c.partition, batch_offsets.c.from_offset,
+                   batch_offsets.c.until_offset)
+            .where(batch_offsets.c.query_id.in_(query_ids), batch_offsets.c.batch_id.in_(batch_ids)))
+        for r in rows:
+            existing.setdefault((r.query_id, r.batch_id), []).append(
+                (r.source_index, r.topic, r.partition, r.from_offset, r.until_offset))
+        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id).where(
+                batches.c.query_id.in_(query_ids), batches.c.batch_id.in_(batch_ids))):
+            existing.setdefault((r.query_id, r.batch_id), [])
+        fresh: list[BatchRecord] = []
+        for rec in candidates:
+            key = (rec.batch.query_id, rec.batch.batch_id)
+            if key not in existing:
+                fresh.append(rec)
+                continue
+            duplicates += 1
+            if sorted(existing[key]) != _offset_rows(rec.batch):
+                self._conflict(rec, txn, "a recorded batch was reported again with different offsets")
+        return fresh, duplicates
+
+    def _conflict(self, rec: BatchRecord, txn: _Txn, message: str) -> None:
+        txn.findings.append(self._finding(
+            rec, txn, "other", message, None, None, None, None,
+            {"offsets": [list(x) for x in _offset_rows(rec.batch)]}))
+
+    def _write_batches(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
+        self._ensure_runs(conn, recs, txn)
+        batch_rows: list[dict[str, Any]] = []
+        offset_rows: list[dict[str, Any]] = []
+        for rec in recs:
+            b = rec.batch
+            batch_time = utc(b.batch_time)
+            batch_rows.append({"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
+                               "query_id": b.query_id, "run_id": b.run_id, "batch_id": b.batch_id,
+                               "batch_time": batch_time, "recorded_at": txn.now, "input_rows": b.input_rows})
+            for s in b.sources:
+                for r in s.ranges:
+                    offset_rows.append({
+                        "pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
+                        "query_id": b.query_id, "batch_id": b.batch_id, "source_index": s.source_index,
+                        "topic": r.topic, "partition": r.partition, "from_offset": r.from_offset,
+                        "until_offset": r.until_offset, "batch_time": batch_time})
+        # RETURNING tells which batches another writer (a second listener on the same query) did not
+        # already insert since we looked; only those go on to offsets, gaps and positions.
+        inserted = {(r.query_id, r.batch_id) for r in conn.execute(
+            self._insert(batches).on_conflict_do_nothing(index_elements=[batches.c.query_id, batches.c.batch_id])
+            .returning(batches.c.query_id, batches.c.batch_id), batch_rows)}
+        if len(inserted) < len(recs):
+            recs = [r for r in recs if (r.batch.query_id, r.batch.batch_id) in inserted]
+            offset_rows = [r for r in offset_rows if (r["query_id"], r["batch_id"]) in inserted]
+        if offset_rows:
+            conn.execute(self._insert(batch_offsets).on_conflict_do_nothing(index_elements=[
+                batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
+                batch_offsets.c.topic, batch_offsets.c.partition]), offset_rows)
+        if not recs:
+            return recs
+        self._find_gaps(conn, recs, txn)
+        self._move_positions(conn, recs, txn)
+        self._update_runs(conn, recs)
+        return recs
+
+    def _ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+        """Know every run's start time (the reset rule needs it); make rows for unseen runs."""
+        unknown = sorted({r.batch.run_id for r in recs} - set(self._run_started) - set(txn.run_started))
+        if not unknown:
+            return
+        for r in conn.execute(select(runs.c.run_id, runs.c.started_at).where(runs.c.run_id.in_(unknown))):
+            txn.run_started[r.run_id] = utc(r.started_at)
+        missing: dict[str, dict[str, Any]] = {}
+        for rec in recs:
+            b = rec.batch
+            if b.run_id in txn.run_started or b.run_id in missing:
+                continue
+            missing[b.run_id] = {"run_id": b.run_id, "query_id": b.query_id, "pipeline": rec.pipeline,
+                                 "consumer_group": rec.consumer_group, "query_name": b.query_name,
+                                 "started_at": utc(b.batch_time)}
+        if missing:
+            conn.execute(self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id]),
+                         list(missing.values()))
+            for run_id, row in missing.items():
+                txn.run_started[run_id] = row["started_at"]
+
+    def _run_start_of(self, run_id: str, txn: _Txn) -> datetime:
+        return txn.run_started.get(run_id) or self._run_started[run_id]
+
+    def _latest_of(self, conn: Connection, query_id: str, txn: _Txn) -> tuple[int, _Ends] | None:
+        if query_id in txn.latest:
+            return txn.latest[query_id]
+        if query_id in self._latest:
+            return self._latest[query_id]
+        found = self._batch_before(conn, query_id, None)
+        if found is not None:
+            txn.latest[query_id] = found
+        return found
+
+    def _batch_before(self, conn: Connection, query_id: str, batch_id: int | None) -> tuple[int, _Ends] | None:
+        """The committed batch of ``query_id`` with the highest id (below ``batch_id``, if given)."""
+        stmt = select(batches.c.batch_id).where(batches.c.query_id == query_id)
+        if batch_id is not None:
+            stmt = stmt.where(batches.c.batch_id < batch_id)
+        prev = conn.execute(stmt.order_by(batches.c.batch_id.desc()).limit(1)).scalar()
+        if prev is None:
+            return None
+        rows = conn.execute(select(batch_offsets.c.source_index, batch_offsets.c.topic,
+                                   batch_offsets.c.partition, batch_offsets.c.until_offset)
+                            .where(batch_offsets.c.query_id == query_id, batch_offsets.c.batch_id == prev))
+        return int(prev), {(r.source_index, r.topic, r.partition): r.until_offset for r in rows}
+
+    def _find_gaps(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+        for rec in recs:
+            b = rec.batch
+            latest = self._latest_of(conn, b.query_id, txn)
+            if latest is None or latest[0] < b.batch_id:
+                previous = latest
+            else:
+                # Out of order: this batch arrived after a later one of its query.
+                previous = self._batch_before(conn, b.query_id, b.batch_id)
+            if previous is not None:
+                prev_id, prev_ends = previous
+                for s in b.sources:
+                    for r in s.ranges:
+                        expected = prev_ends.get((s.source_index, r.topic, r.partition))
+                        if r.from_offset is None or expected is None or expected == r.from_offset:
+                            continue
+                        lost = r.from_offset - expected
+                        txn.findings.append(self._finding(
+                            rec, txn, "gap",
+                            f"batch {b.batch_id} of {r.topic}-{r.partition} starts at {r.from_offset} "
+                            f"but batch {prev_id} ended at {expected}",
+                            r.topic, r.partition, expected, r.from_offset,
+                            {"previous_batch_id": prev_id, "source_index": s.source_index,
+                             "skipped_records" if lost > 0 else "reread_records": abs(lost)}))
+            if latest is None or latest[0] < b.batch_id:
+                txn.latest[b.query_id] = (b.batch_id, _ends(b))
+
+    def _move_positions(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+        groups: dict[tuple[str, str], set[str]] = {}
+        for rec in recs:
+            groups.setdefault((rec.pipeline, rec.consumer_group), set()).update(
+                r.topic for s in rec.batch.sources for r in s.ranges)
+        current: dict[tuple[str, str], dict[tuple[str, int], _Pos]] = {}
+        for (pipeline, group), topics in groups.items():
+            # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
+            stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
+                           positions.c.updated_at, positions.c.reset_id, positions.c.query_id,
+                           positions.c.batch_id)
+                    .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
+                           positions.c.topic.in_(sorted(topics)))
+                    .with_for_update())
+            current[(pipeline, group)] = {
+                (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id, r.batch_id)
+                for r in conn.execute(stmt)}
+        for rec in recs:
+            b = rec.batch
+            pos = current[(rec.pipeline, rec.consumer_group)]
+            run_started = self._run_start_of(b.run_id, txn)
+            until: dict[tuple[str, int], int] = {}
+            for s in b.sources:
+                for r in s.ranges:
+                    # Two sources on one topic (a self-union) share the partition's position.
+                    until[(r.topic, r.partition)] = max(until.get((r.topic, r.partition), r.until_offset),
+                                                        r.until_offset)
+            for (topic, partition), until_offset in until.items():
+                cur = pos.get((topic, partition))
+                if (cur is None or until_offset >= cur.next_offset
+                        or (cur.reset_id is not None and cur.updated_at > run_started)):
+                    pos[(topic, partition)] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id, True)
+                    continue
+                txn.findings.append(self._finding(
+                    rec, txn, "regression",
+                    f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
+                    f"behind the current position {cur.next_offset}; position kept",
+                    topic, partition, cur.next_offset, until_offset,
+                    {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
+                     "position_reset_id": cur.reset_id, "run_id": b.run_id}))
+        rows = [{"pipeline": pipeline, "consumer_group": group, "topic": topic, "partition": partition,
+                 "next_offset": p.next_offset, "updated_at": p.updated_at, "query_id": p.query_id,
+                 "batch_id": p.batch_id, "reset_id": None}
+                for (pipeline, group), pos in current.items()
+                for (topic, partition), p in sorted(pos.items()) if p.changed]
+        if rows:
+            stmt = self._insert(positions)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[positions.c.pipeline, positions.c.consumer_group, positions.c.topic,
+                                positions.c.partition],
+                set_={k: stmt.excluded[k] for k in ("next_offset", "updated_at", "query_id", "batch_id",
+                                                    "reset_id")})
+            conn.execute(stmt, rows)
+
+    def _update_runs(self, conn: Connection, recs: list[BatchRecord]) -> None:
+        last: dict[str, tuple[int, datetime]] = {}
+        for rec in recs:
+            b = rec.batch
+            prev = last.get(b.run_id)
+            last[b.run_id] = (max(prev[0], b.batch_id) if prev else b.batch_id,
+                              max(prev[1], utc(b.batch_time)) if prev else utc(b.batch_time))
+        for run_id, (batch_id, at) in last.items():
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(
+                last_batch_id=batch_id, last_heartbeat_at=at))
+
+    def _finding(self, rec: BatchRecord, txn: _Txn, kind: str, message: str, topic: str | None,
+                 partition: int | None, expected: int | None, actual: int | None,
+                 details: dict[str, Any]) -> dict[str, Any]:
+        return {"pipeline": rec.pipeline, "consumer_group": rec.consumer_group, "kind": kind,
+                "topic": topic, "partition": partition, "query_id": rec.batch.query_id,
+                "batch_id": rec.batch.batch_id, "expected_offset": expected, "actual_offset": actual,
+                "message": message, "details": details, "created_at": txn.now}

@@ -1,0 +1,195 @@
+"""The ledger's write side on an embedded SQLite file (the same checks run on Postgres too)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.engine import Engine
+
+from offset_ledger.ledger.engine import ensure_schema, make_engine
+from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
+from offset_ledger.model import BatchOffsets, PartitionRange, SourceProgress
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
+
+
+def batch(batch_id: int, ends: dict[tuple[str, int], tuple[int | None, int]], *, query: str = "q1",
+          run: str = "r1", source_index: int = 0, extra_sources: tuple[SourceProgress, ...] = ()) -> BatchOffsets:
+    ranges = tuple(PartitionRange(t, p, f, u) for (t, p), (f, u) in sorted(ends.items()))
+    return BatchOffsets(query, run, "orders", batch_id, T0 + timedelta(seconds=batch_id),
+                        sum(u - (f or 0) for f, u in ends.values()),
+                        (SourceProgress(source_index, "KafkaV2[Subscribe[t]]", ranges, 0), *extra_sources))
+
+
+def rec(b: BatchOffsets, pipeline: str = "orders") -> BatchRecord:
+    return BatchRecord(pipeline, pipeline, b)
+
+
+def start(run: str = "r1", query: str = "q1", at: datetime = T0 - timedelta(minutes=1)) -> RunStart:
+    return RunStart("orders", "orders", query, run, "orders", at, app_version="1.0")
+
+
+def position_map(engine: Engine, pipeline: str = "orders") -> dict[tuple[str, int], int]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(positions).where(positions.c.pipeline == pipeline))
+        return {(r.topic, r.partition): r.next_offset for r in rows}
+
+
+def finding_rows(engine: Engine) -> list:
+    with engine.connect() as conn:
+        return list(conn.execute(select(findings).order_by(findings.c.id)))
+
+
+def offsets_of(engine: Engine, query: str = "q1") -> list[tuple]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(batch_offsets).where(batch_offsets.c.query_id == query)
+                            .order_by(batch_offsets.c.batch_id, batch_offsets.c.source_index,
+                                      batch_offsets.c.topic, batch_offsets.c.partition))
+        return [(r.batch_id, r.source_index, r.topic, r.partition, r.from_offset, r.until_offset) for r in rows]
+
+
+# ----------------------------------------------------------------------------- scenarios (shared)
+
+
+def check_batches_and_positions(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    recorder.record([start(), rec(batch(0, {("t", 0): (None, 10), ("t", 1): (None, 5)}))])
+    recorder.record([rec(batch(1, {("t", 0): (10, 20), ("t", 1): (5, 5)})),
+                     rec(batch(2, {("t", 0): (20, 21), ("t", 1): (5, 9)}))])
+    assert offsets_of(engine) == [
+        (0, 0, "t", 0, None, 10), (0, 0, "t", 1, None, 5),
+        (1, 0, "t", 0, 10, 20), (1, 0, "t", 1, 5, 5),
+        (2, 0, "t", 0, 20, 21), (2, 0, "t", 1, 5, 9)]
+    assert position_map(engine) == {("t", 0): 21, ("t", 1): 9}
+    assert finding_rows(engine) == []
+    with engine.connect() as conn:
+        run = conn.execute(select(runs)).one()
+        assert (run.query_id, run.pipeline, run.app_version, run.last_batch_id) == ("q1", "orders", "1.0", 2)
+        assert [r.input_rows for r in conn.execute(select(batches).order_by(batches.c.batch_id))] == [15, 10, 5]
+
+
+def check_duplicates_are_idempotent(engine: Engine) -> None:
+    b0 = batch(0, {("t", 0): (None, 10)})
+    b1 = batch(1, {("t", 0): (10, 20)})
+    Recorder(engine).record([start(), rec(b0), rec(b1), rec(b1)])
+    # A new recorder has no cache: the duplicate is found in the tables.
+    out = Recorder(engine).record([rec(b1), rec(b0)])
+    assert (out.batches_written, out.duplicates, out.findings) == (0, 2, ())
+    assert len(offsets_of(engine)) == 2
+    assert position_map(engine) == {("t", 0): 20}
+    assert finding_rows(engine) == []
+
+
+def check_gap_is_a_finding(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    recorder.record([start(), rec(batch(0, {("t", 0): (None, 10), ("t", 1): (None, 3)}))])
+    out = recorder.record([rec(batch(1, {("t", 0): (15, 20), ("t", 1): (3, 4)}))])
+    assert [(f.kind, f.topic, f.partition) for f in out.findings] == [("gap", "t", 0)]
+    (row,) = finding_rows(engine)
+    assert (row.kind, row.expected_offset, row.actual_offset, row.batch_id) == ("gap", 10, 15, 1)
+    assert row.details["skipped_records"] == 5
+    assert position_map(engine) == {("t", 0): 20, ("t", 1): 4}
+
+
+def check_stale_batch_is_a_finding_not_a_position(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    recorder.record([start(), rec(batch(0, {("t", 0): (None, 50)}))])
+    # A zombie instance of the same pipeline (another query) reports an older end.
+    zombie = batch(7, {("t", 0): (20, 30)}, query="q-zombie", run="r-zombie")
+    out = recorder.record([rec(zombie)])
+    assert [(f.kind, f.partition) for f in out.findings] == [("regression", 0)]
+    (row,) = finding_rows(engine)
+    assert (row.expected_offset, row.actual_offset, row.query_id) == (50, 30, "q-zombie")
+    assert position_map(engine) == {("t", 0): 50}
+    assert offsets_of(engine, "q-zombie") == [(7, 0, "t", 0, 20, 30)]  # history keeps what Spark said
+
+
+def check_stale_event_inside_one_transaction(engine: Engine) -> None:
+    b0, b1 = batch(0, {("t", 0): (None, 10)}), batch(1, {("t", 0): (10, 40)})
+    zombie = batch(3, {("t", 0): (5, 12)}, query="q2", run="r2")
+    out = Recorder(engine).record([start(), rec(b0), rec(b1), rec(zombie)])
+    assert [f.kind for f in out.findings] == ["regression"]
+    assert position_map(engine) == {("t", 0): 40}
+
+
+def check_reset_after_run_start_lets_the_position_move_back(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    recorder.record([start(at=T0 - timedelta(minutes=1)), rec(batch(0, {("t", 0): (None, 100)}))])
+    with engine.begin() as conn:  # what the reset writer does: move the position, mark it
+        conn.execute(update(positions).values(next_offset=500, reset_id=1, updated_at=T0 + timedelta(hours=1)))
+    out = recorder.record([rec(batch(1, {("t", 0): (100, 120)}))])
+    assert out.findings == ()
+    assert position_map(engine) == {("t", 0): 120}
+    # A run that started after the reset and ends behind it did not honour it: a regression.
+    with engine.begin() as conn:
+        conn.execute(update(positions).values(next_offset=500, reset_id=2, updated_at=T0 + timedelta(hours=1)))
+    late = start(run="r9", query="q9", at=T0 + timedelta(hours=2))
+    out = recorder.record([late, rec(batch(0, {("t", 0): (None, 130)}, query="q9", run="r9"))])
+    assert [f.kind for f in out.findings] == ["regression"]
+    with engine.connect() as conn:
+        row = conn.execute(select(positions)).one()
+    assert (row.next_offset, row.reset_id) == (500, 2)
+
+
+def check_conflicting_redelivery_keeps_the_first(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    recorder.record([start(), rec(batch(0, {("t", 0): (None, 10)}))])
+    out = Recorder(engine).record([rec(batch(0, {("t", 0): (None, 99)}))])
+    assert [f.kind for f in out.findings] == ["other"]
+    assert offsets_of(engine) == [(0, 0, "t", 0, None, 10)]
+    assert position_map(engine) == {("t", 0): 10}
+
+
+def check_two_sources_and_two_topics(engine: Engine) -> None:
+    second = SourceProgress(2, "KafkaV2[Subscribe[u]]", (PartitionRange("u", 0, None, 7),), 7)
+    b0 = batch(0, {("t", 0): (None, 3)}, extra_sources=(second,))
+    second1 = SourceProgress(2, "KafkaV2[Subscribe[u]]", (PartitionRange("u", 0, 7, 9),), 2)
+    b1 = batch(1, {("t", 0): (3, 4)}, extra_sources=(second1,))
+    Recorder(engine).record([start(), rec(b0), rec(b1)])
+    assert offsets_of(engine) == [(0, 0, "t", 0, None, 3), (0, 2, "u", 0, None, 7),
+                                  (1, 0, "t", 0, 3, 4), (1, 2, "u", 0, 7, 9)]
+    assert position_map(engine) == {("t", 0): 4, ("u", 0): 9}
+    assert finding_rows(engine) == []
+
+
+def check_run_lifecycle_and_health(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    # Heartbeat first: the listener was added after the query started.
+    recorder.record([RunHeartbeat("orders", "orders", "q1", "r1", T0)])
+    recorder.record([RunHeartbeat("orders", "orders", "q1", "r1", T0 + timedelta(seconds=30)),
+                     RunEnd("orders", "orders", "q1", "r1", T0 + timedelta(minutes=1), "boom: broken")])
+    with engine.connect() as conn:
+        run = conn.execute(select(runs)).one()
+    assert run.exception == "boom: broken"
+    assert run.terminated_at is not None and run.last_heartbeat_at is not None
+    recorder.report_health("L1", "orders", "host", {"queued": 3, "written": 2}, None)
+    recorder.report_health("L1", "orders", "host", {"queued": 5, "written": 5, "failed": 1}, "x")
+    with engine.connect() as conn:
+        health = conn.execute(select(listener_health)).one()
+    assert (health.queued, health.written, health.failed, health.last_error) == (5, 5, 1, "x")
+
+
+SCENARIOS = [
+    check_batches_and_positions, check_duplicates_are_idempotent, check_gap_is_a_finding,
+    check_stale_batch_is_a_finding_not_a_position, check_stale_event_inside_one_transaction,
+    check_reset_after_run_start_lets_the_position_move_back, check_conflicting_redelivery_keeps_the_first,
+    check_two_sources_and_two_topics, check_run_lifecycle_and_health,
+]
+
+
+@pytest.fixture
+def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(engine)
+    yield engine
+    engine.dispose()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.removeprefix("check_"))
+def test_recorder_on_sqlite(scenario, sqlite_engine: Engine) -> None:  # type: ignore[no-untyped-def]
+    scenario(sqlite_engine)
