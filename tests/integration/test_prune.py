@@ -1,0 +1,187 @@
+"""Retention against real Postgres (and the embedded SQLite file): what prune deletes and keeps."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Engine
+
+from offset_ledger.cli import main
+from offset_ledger.errors import InvalidDuration
+from offset_ledger.ledger import tables as t
+from offset_ledger.ledger.engine import make_engine, upgrade
+from offset_ledger.ledger.prune import parse_duration, prune
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0)
+
+
+def _batch(conn, pipeline: str, query_id: str, batch_id: int, when: datetime,  # type: ignore[no-untyped-def]
+           parts: dict[tuple[str, int], tuple[int, int]]) -> None:
+    conn.execute(insert(t.batches).values(
+        pipeline=pipeline, consumer_group=pipeline, query_id=query_id, run_id=f"r-{query_id}",
+        batch_id=batch_id, batch_time=when, recorded_at=when,
+        input_rows=sum(u - f for f, u in parts.values())))
+    conn.execute(insert(t.batch_offsets), [
+        dict(pipeline=pipeline, consumer_group=pipeline, query_id=query_id, batch_id=batch_id,
+             source_index=0, topic=topic, partition=part, from_offset=frm, until_offset=until,
+             batch_time=when)
+        for (topic, part), (frm, until) in parts.items()])
+
+
+def _position(conn, pipeline: str, topic: str, part: int, next_offset: int, query_id: str | None,  # type: ignore[no-untyped-def]
+              batch_id: int | None, reset_id: int | None = None) -> None:
+    conn.execute(insert(t.positions).values(
+        pipeline=pipeline, consumer_group=pipeline, topic=topic, partition=part,
+        next_offset=next_offset, updated_at=NOW, query_id=query_id, batch_id=batch_id,
+        reset_id=reset_id))
+
+
+def seed(engine: Engine) -> None:
+    """Pipeline ``orders``: an old query q1 over partitions 0-2 (40..31 days ago), then q2 over 0-1
+    (10..6 days ago) after partition 2 left the subscription. Pipeline ``billing``: all old.
+    """
+    with engine.begin() as conn:
+        for b in range(10):  # q1: old; its batch 9 is partition 2's latest; a finding names batch 3
+            _batch(conn, "orders", "q1", b, NOW - timedelta(days=40 - b),
+                   {("orders", 0): (b * 10, b * 10 + 10), ("orders", 1): (b * 5, b * 5 + 5),
+                    ("orders", 2): (b, b + 1)})
+        for b in range(5):  # q2: recent
+            _batch(conn, "orders", "q2", b, NOW - timedelta(days=10 - b),
+                   {("orders", 0): (100 + b * 10, 110 + b * 10), ("orders", 1): (50 + b, 51 + b)})
+        for b in range(6):  # billing: all old; its last batch holds the positions
+            _batch(conn, "billing", "qb", b, NOW - timedelta(days=60 - b), {("invoices", 0): (b, b + 1)})
+        _position(conn, "orders", "orders", 0, 150, "q2", 4)
+        _position(conn, "orders", "orders", 1, 55, "q2", 4)
+        _position(conn, "orders", "orders", 2, 10, "q1", 9)
+        _position(conn, "billing", "invoices", 0, 0, None, None, reset_id=1)
+        conn.execute(insert(t.findings).values(
+            pipeline="orders", consumer_group="orders", kind="gap", topic="orders", partition=0,
+            query_id="q1", batch_id=3, expected_offset=30, actual_offset=31, message="gap",
+            created_at=NOW - timedelta(days=37)))
+        conn.execute(insert(t.resets).values(
+            id=1, pipeline="billing", consumer_group="billing", mode="earliest", actor="ops",
+            reason="replay", dry_run=False, forced=False, created_at=NOW - timedelta(days=90),
+            status="pending"))
+        conn.execute(insert(t.reset_partitions).values(
+            reset_id=1, topic="invoices", partition=0, before_next_offset=6, after_next_offset=0))
+
+
+def batch_keys(engine: Engine, table=t.batches) -> set[tuple[str, str, int]]:  # type: ignore[no-untyped-def]
+    with engine.connect() as conn:
+        rows = conn.execute(select(table.c.pipeline, table.c.query_id, table.c.batch_id).distinct())
+        return {(r.pipeline, r.query_id, r.batch_id) for r in rows}
+
+
+def counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {tab.name: conn.execute(select(func.count()).select_from(tab)).scalar_one()
+                for tab in (t.batches, t.batch_offsets, t.positions, t.findings, t.resets,
+                            t.reset_partitions)}
+
+
+KEPT_AFTER_30D = (
+    {("orders", "q1", 3), ("orders", "q1", 9), ("billing", "qb", 5)}
+    | {("orders", "q2", b) for b in range(5)}
+)
+
+
+@pytest.fixture
+def pg_engine(pg_dsn: str):  # type: ignore[no-untyped-def]
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    seed(engine)
+    yield engine
+    engine.dispose()
+
+
+def test_dry_run_counts_and_deletes_nothing(pg_engine: Engine) -> None:
+    before = counts(pg_engine)
+    report = prune(pg_engine, timedelta(days=30), now=NOW)
+    assert counts(pg_engine) == before and not report.executed
+    # Old: q1's 10 batches (30 rows) and billing's 6 (6 rows); kept: q1/3, q1/9 and qb/5.
+    assert (report.batches.older, report.batches.kept, report.batches.deleted) == (16, 3, 13)
+    assert (report.batch_offsets.older, report.batch_offsets.kept, report.batch_offsets.deleted) == (36, 7, 29)
+
+
+def test_execute_keeps_positions_resets_findings_and_latest_batches(pg_engine: Engine) -> None:
+    before = counts(pg_engine)
+    dry = prune(pg_engine, timedelta(days=30), now=NOW)
+    seen: list[tuple[str, int, int]] = []
+    report = prune(pg_engine, timedelta(days=30), now=NOW, execute=True, chunk_size=4,
+                   progress=lambda table, done, total: seen.append((table, done, total)))
+    assert report.batches == dry.batches and report.batch_offsets == dry.batch_offsets
+    assert batch_keys(pg_engine) == KEPT_AFTER_30D
+    assert batch_keys(pg_engine, t.batch_offsets) == KEPT_AFTER_30D
+    after = counts(pg_engine)
+    assert after["batches"] == before["batches"] - 13
+    assert after["batch_offsets"] == before["batch_offsets"] - 29
+    for name in ("positions", "findings", "resets", "reset_partitions"):
+        assert after[name] == before[name]
+    # Kept batches are whole: q1/9 still has all three partitions.
+    with pg_engine.connect() as conn:
+        parts = conn.execute(select(t.batch_offsets.c.partition).where(
+            t.batch_offsets.c.query_id == "q1", t.batch_offsets.c.batch_id == 9)).scalars().all()
+    assert sorted(parts) == [0, 1, 2]
+    # Chunks of 4 rows, one transaction each, progress after each.
+    bo_progress = [done for table, done, _ in seen if table == "batch_offsets"]
+    assert len(bo_progress) >= 9 and bo_progress == sorted(bo_progress) and bo_progress[-1] == 29
+    # A second run has nothing left to do.
+    again = prune(pg_engine, timedelta(days=30), now=NOW, execute=True)
+    assert again.batches.deleted == 0 and again.batch_offsets.deleted == 0
+
+
+def test_pipeline_filter_touches_only_that_pipeline(pg_engine: Engine) -> None:
+    report = prune(pg_engine, timedelta(days=30), now=NOW, execute=True, pipeline="billing")
+    assert report.batches.deleted == 5
+    keys = batch_keys(pg_engine)
+    assert {k for k in keys if k[0] == "billing"} == {("billing", "qb", 5)}
+    assert len([k for k in keys if k[0] == "orders"]) == 15
+
+
+def test_short_cutoff_keeps_latest_and_referenced_batches(pg_engine: Engine) -> None:
+    prune(pg_engine, timedelta(hours=1), now=NOW, execute=True)
+    # Everything is older than an hour: only the latest batch per partition, the batches that
+    # placed positions and the one a finding names survive.
+    assert batch_keys(pg_engine) == {("orders", "q1", 3), ("orders", "q1", 9), ("orders", "q2", 4),
+                                     ("billing", "qb", 5)}
+
+
+def test_cli_dry_run_then_execute(pg_engine: Engine, pg_dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    main(["prune", "--older-than", "30d", "--dsn", pg_dsn])  # returns normally: exit code 0
+    out = capsys.readouterr().out
+    assert "would delete" in out and "dry run" in out and " 29 " in out.replace(",", "")
+    assert counts(pg_engine)["batch_offsets"] == 36 + 10
+    main(["prune", "--older-than", "720h", "--execute", "--dsn", pg_dsn])
+    assert "deleted" in capsys.readouterr().out
+    assert batch_keys(pg_engine) == KEPT_AFTER_30D
+
+
+@pytest.mark.parametrize("bad", ["30", "30x", "-1d", "0d", "d", "1.5h", "", "30 days"])
+def test_cli_bad_duration_is_one_line_exit_2(bad: str, pg_engine: Engine, pg_dsn: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    before = counts(pg_engine)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["prune", f"--older-than={bad}", "--execute", "--dsn", pg_dsn])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "invalid duration" in err
+    assert counts(pg_engine) == before
+
+
+def test_parse_duration() -> None:
+    assert parse_duration("30d") == timedelta(days=30)
+    assert parse_duration("12h") == timedelta(hours=12)
+    assert parse_duration("90m") == timedelta(minutes=90)
+    with pytest.raises(InvalidDuration):
+        parse_duration("12s")
+
+
+def test_prune_on_the_embedded_sqlite_ledger(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    upgrade(engine)
+    seed(engine)
+    report = prune(engine, timedelta(days=30), now=NOW, execute=True, chunk_size=5)
+    assert report.batch_offsets.deleted == 29
+    assert batch_keys(engine) == KEPT_AFTER_30D
