@@ -1,6 +1,8 @@
-.PHONY: test stack-up stack-down
+.PHONY: test demo stack-up stack-down
 test:
 	./scripts/test
+demo:
+	./scripts/demo
 stack-up:
 	.venv/bin/python -m offset_ledger.devstack up
 stack-down:
