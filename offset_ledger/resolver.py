@@ -229,48 +229,61 @@ def resolve(
     parse_on_data_loss(on_data_loss)
     wanted = list(dict.fromkeys(topics))
     wanted_set = set(wanted)
-    current: dict[str, list[int]] = {}
-    for tp in sorted(watermarks):
+    # Nested {topic: {partition: ...}} dicts rather than TopicPartition keys: hashing 10,000
+    # dataclasses several times each dominated the cost of a large resolve.
+    logs: dict[str, dict[int, Watermarks]] = {}
+    for tp, w in watermarks.items():
         if tp.topic in wanted_set:
-            current.setdefault(tp.topic, []).append(tp.partition)
-    ledger: dict[TopicPartition, int] = {p.tp: p.next_offset for p in positions if p.topic in wanted_set}
+            logs.setdefault(tp.topic, {})[tp.partition] = w
+    current: dict[str, list[int]] = {t: sorted(logs[t]) for t in sorted(logs)}
+    ledger: dict[str, dict[int, int]] = {}
+    for position in positions:
+        if position.topic in wanted_set:
+            ledger.setdefault(position.topic, {})[position.partition] = position.next_offset
     findings: list[Finding] = []
 
     for topic in wanted:
-        if topic not in current and not any(tp.topic == topic for tp in ledger):
+        if topic not in current and topic not in ledger:
             raise UnknownTopic(topic)
 
     # Positions of partitions no longer on the cluster: Spark would refuse them, so drop them.
-    for tp in sorted(ledger):
-        if tp not in watermarks:
-            gone_topic = tp.topic not in current
-            findings.append(Finding(
-                "removed_partition",
-                f"{tp.topic}/{tp.partition} is in the ledger (next offset {ledger[tp]}) but "
-                + ("the topic no longer exists" if gone_topic else "the partition no longer exists")
-                + "; dropped",
-                tp.topic, tp.partition, {"next_offset": ledger[tp], "topic_deleted": gone_topic}))
+    for topic in sorted(ledger):
+        topic_log = logs.get(topic, {})
+        for partition in sorted(ledger[topic]):
+            if partition not in topic_log:
+                gone_topic = topic not in logs
+                next_offset = ledger[topic][partition]
+                findings.append(Finding(
+                    "removed_partition",
+                    f"{topic}/{partition} is in the ledger (next offset {next_offset}) but "
+                    + ("the topic no longer exists" if gone_topic else "the partition no longer exists")
+                    + "; dropped",
+                    topic, partition, {"next_offset": next_offset, "topic_deleted": gone_topic}))
 
-    if is_first_run(positions, wanted):
-        chosen, source = _first_run_offsets(current, watermarks, first_run, offsets_for_time, findings)
+    if not ledger:
+        chosen, source = _first_run_offsets(current, logs, first_run, offsets_for_time, findings)
     else:
         chosen, source = {}, "ledger"
         for topic, parts in current.items():
+            known = ledger.get(topic, {})
+            out = chosen[topic] = {}
             for partition in parts:
-                tp = TopicPartition(topic, partition)
-                if tp in ledger:
-                    chosen[tp] = ledger[tp]
+                if partition in known:
+                    out[partition] = known[partition]
                 else:
-                    chosen[tp] = EARLIEST
+                    out[partition] = EARLIEST
+                    w = logs[topic][partition]
                     findings.append(Finding(
                         "new_partition", f"{topic}/{partition} is not in the ledger; reading it from earliest",
-                        topic, partition, {"log_start_offset": watermarks[tp].log_start_offset,
-                                           "log_end_offset": watermarks[tp].log_end_offset}))
+                        topic, partition, {"log_start_offset": w.log_start_offset,
+                                           "log_end_offset": w.log_end_offset}))
 
     losses = [
-        _LossRecord(tp, off, watermarks[tp], source)
-        for tp, off in sorted(chosen.items())
-        if off not in _SENTINELS and not (watermarks[tp].log_start_offset <= off <= watermarks[tp].log_end_offset)
+        _LossRecord(TopicPartition(topic, partition), off, logs[topic][partition], source)
+        for topic, parts in chosen.items()
+        for partition, off in parts.items()
+        if off not in _SENTINELS
+        and not (logs[topic][partition].log_start_offset <= off <= logs[topic][partition].log_end_offset)
     ]
     if losses and on_data_loss == "fail":
         raise DataLossError(
@@ -279,73 +292,79 @@ def resolve(
             lost=[loss.as_dict() for loss in losses])
     for loss in losses:
         clamped = loss.watermarks.log_start_offset
-        chosen[loss.tp] = clamped
+        chosen[loss.tp.topic][loss.tp.partition] = clamped
         findings.append(Finding(
             "data_loss", f"{loss.describe()}; resuming at log-start {clamped}",
             loss.tp.topic, loss.tp.partition, {**loss.as_dict(), "resumed_at": clamped}))
 
-    starting: StartingOffsets = {}
-    for tp, off in sorted(chosen.items()):
-        starting.setdefault(tp.topic, {})[str(tp.partition)] = off
+    # ``chosen`` follows ``current``: topics and partitions already sorted.
+    starting: StartingOffsets = {
+        topic: {str(partition): off for partition, off in parts.items()} for topic, parts in chosen.items()
+    }
     return RestartPlan(pipeline=pipeline, starting_offsets=starting, checkpoint_location=None,
                        findings=tuple(findings), fresh_checkpoint=True)
 
 
 def _first_run_offsets(
     current: Mapping[str, Sequence[int]],
-    watermarks: Mapping[TopicPartition, Watermarks],
+    logs: Mapping[str, Mapping[int, Watermarks]],
     first_run: FirstRun,
     offsets_for_time: Mapping[TopicPartition, int | None] | None,
     findings: list[Finding],
-) -> tuple[dict[TopicPartition, int], str]:
-    tps = [TopicPartition(t, p) for t, parts in current.items() for p in parts]
+) -> tuple[dict[str, dict[int, int]], str]:
+    total = sum(len(parts) for parts in current.values())
     if first_run == "earliest" or first_run == "latest":
         sentinel = EARLIEST if first_run == "earliest" else LATEST
         findings.append(Finding("first_run", f"no ledger positions; first run from {first_run}",
-                                details={"mode": first_run, "partitions": len(tps)}))
-        return {tp: sentinel for tp in tps}, "first_run"
+                                details={"mode": first_run, "partitions": total}))
+        return {t: {p: sentinel for p in parts} for t, parts in current.items()}, "first_run"
     if isinstance(first_run, FirstRunTimestamp):
         if offsets_for_time is None:
             raise ValueError("a timestamp first_run needs offsets_for_time")
-        chosen: dict[TopicPartition, int] = {}
+        chosen: dict[str, dict[int, int]] = {}
         none_that_new: list[str] = []
-        for tp in tps:
-            found = offsets_for_time.get(tp)
-            # No record at or after the timestamp: every stored record is older, so start after
-            # them (latest), like Spark's startingOffsetsByTimestampStrategy=latest.
-            chosen[tp] = LATEST if found is None else found
-            if found is None:
-                none_that_new.append(f"{tp.topic}/{tp.partition}")
+        for topic, parts in current.items():
+            out = chosen[topic] = {}
+            for partition in parts:
+                found = offsets_for_time.get(TopicPartition(topic, partition))
+                # No record at or after the timestamp: every stored record is older, so start after
+                # them (latest), like Spark's startingOffsetsByTimestampStrategy=latest.
+                out[partition] = LATEST if found is None else found
+                if found is None:
+                    none_that_new.append(f"{topic}/{partition}")
         findings.append(Finding(
             "first_run",
             f"no ledger positions; first run from timestamp {first_run.timestamp_ms} ms"
             + (f"; no record that new in {', '.join(none_that_new)} (latest)" if none_that_new else ""),
             details={"mode": "timestamp", "timestamp_ms": first_run.timestamp_ms,
-                     "latest_partitions": none_that_new, "partitions": len(tps)}))
+                     "latest_partitions": none_that_new, "partitions": total}))
         return chosen, "first_run"
     if isinstance(first_run, FirstRunOffsets):
         explicit = first_run.offsets
-        for topic, parts in explicit.items():
+        for topic, named in explicit.items():
             if topic not in current:
                 raise InvalidRestartOptions(
                     f"first_run names topic {topic!r}, which is not a requested topic on the cluster",
                     option="first_run", topic=topic)
-            for partition in parts:
-                if TopicPartition(topic, partition) not in watermarks:
+            for partition in named:
+                if partition not in logs[topic]:
                     raise UnknownPartition(topic, partition)
         chosen = {}
         defaulted: list[str] = []
-        for tp in tps:
-            given = explicit.get(tp.topic, {}).get(tp.partition)
-            # A partition the caller did not name is read from earliest: nothing skipped silently.
-            chosen[tp] = EARLIEST if given is None else given
-            if given is None:
-                defaulted.append(f"{tp.topic}/{tp.partition}")
+        for topic, parts in current.items():
+            given_parts = explicit.get(topic, {})
+            out = chosen[topic] = {}
+            for partition in parts:
+                given = given_parts.get(partition)
+                # A partition the caller did not name is read from earliest: nothing skipped silently.
+                out[partition] = EARLIEST if given is None else given
+                if given is None:
+                    defaulted.append(f"{topic}/{partition}")
         findings.append(Finding(
             "first_run",
             "no ledger positions; first run from explicit offsets"
             + (f"; not named, from earliest: {', '.join(defaulted)}" if defaulted else ""),
-            details={"mode": "offsets", "earliest_partitions": defaulted, "partitions": len(tps)}))
+            details={"mode": "offsets", "earliest_partitions": defaulted, "partitions": total}))
         return chosen, "first_run"
     raise InvalidRestartOptions(f"unsupported first_run {first_run!r}", option="first_run")
 

@@ -1,0 +1,147 @@
+"""Benchmark: resolve startingOffsets for many partitions end to end (target: 10,000 in under 1 s).
+
+Creates ``--topics`` x ``--partitions`` topics on a real broker, a fresh Postgres database with a
+ledger position for every partition, then times:
+
+- ``start_from_ledger`` end to end, cold (new engine, new Kafka client, schema check, generation);
+- the warm steps separately: the ledger query, the broker round trips (metadata + log-start and
+  log-end offsets) and the pure resolver.
+
+Run against the devstack (``source .devstack/stack.env``)::
+
+    .venv/bin/python benchmarks/bench_resolve.py --topics 100 --partitions 100
+
+Topics and the database are deleted afterwards unless ``--keep``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timezone
+from typing import Any
+
+TARGET_SECONDS = 1.0
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--topics", type=int, default=100)
+    parser.add_argument("--partitions", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=5, help="warm repetitions (median reported)")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--admin-dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"),
+                        help="Postgres URL allowed to CREATE DATABASE (default: OFFSET_LEDGER_TEST_DSN)")
+    parser.add_argument("--keep", action="store_true", help="keep the topics and database")
+    args = parser.parse_args(argv)
+    if not args.bootstrap_servers or not args.admin_dsn:
+        parser.error("needs --bootstrap-servers and --admin-dsn (or source .devstack/stack.env)")
+
+    from kafka import KafkaAdminClient
+    from kafka.admin import NewTopic
+    from sqlalchemy import create_engine, insert, text
+    from sqlalchemy.engine import make_url
+
+    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.ledger.tables import positions
+    from offset_ledger.resolver import resolve
+    from offset_ledger.restart import read_cluster, read_ledger, select_topics, start_from_ledger
+
+    run = uuid.uuid4().hex[:6]
+    topics = [f"bench_resolve_{run}_{i:03d}" for i in range(args.topics)]
+    n_partitions = args.topics * args.partitions
+    pipeline = "bench"
+    admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_servers, request_timeout_ms=120_000)
+    admin_url = make_url(args.admin_dsn)
+    db_name = f"bench_resolve_{run}"
+    pg_admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        t_create, _ = _timed(lambda: [admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics[i:i + 10]])
+                                      for i in range(0, len(topics), 10)])
+        print(f"setup: created {args.topics} topics x {args.partitions} partitions = {n_partitions:,} "
+              f"partitions in {t_create:.1f}s", file=sys.stderr)
+        with pg_admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{db_name}"'))
+        dsn = admin_url.set(database=db_name).render_as_string(hide_password=False)
+        engine = make_engine(dsn)
+        ensure_schema(engine)
+        now = datetime.now(timezone.utc)
+        with engine.begin() as conn:
+            conn.execute(insert(positions), [
+                {"pipeline": pipeline, "consumer_group": pipeline, "topic": t, "partition": p,
+                 "next_offset": 0, "updated_at": now} for t in topics for p in range(args.partitions)])
+
+        # Wait until the broker reports every partition (creation is asynchronous).
+        deadline = time.monotonic() + 300
+        with KafkaAdapter(args.bootstrap_servers) as adapter:
+            while len(adapter.watermarks(topics)) < n_partitions:
+                if time.monotonic() > deadline:
+                    raise SystemExit("the broker did not report every partition within 300 s")
+                time.sleep(1)
+
+        root = tempfile.mkdtemp(prefix="bench-resolve-")
+        cold, plan = _timed(lambda: start_from_ledger(
+            pipeline, topics, bootstrap_servers=args.bootstrap_servers, checkpoint_root=root, dsn=dsn,
+            app_version="1"))
+        assert sum(len(v) for v in plan.starting_offsets.values()) == n_partitions
+        reuse, plan = _timed(lambda: start_from_ledger(
+            pipeline, topics, bootstrap_servers=args.bootstrap_servers, checkpoint_root=root, dsn=dsn,
+            app_version="1"))
+        assert not plan.fresh_checkpoint
+
+        ledger_s: list[float] = []
+        broker_s: list[float] = []
+        resolve_s: list[float] = []
+        with KafkaAdapter(args.bootstrap_servers) as adapter:
+            adapter.all_topics()  # connect once; warm figures exclude the TCP/bootstrap handshake
+            for _ in range(args.repeat):
+                t, ledger = _timed(lambda: read_ledger(engine, pipeline, pipeline, topics))
+                ledger_s.append(t)
+                t, cluster = _timed(lambda: read_cluster(adapter, select_topics(adapter, topics, None)))
+                broker_s.append(t)
+                t, warm_plan = _timed(lambda: resolve(pipeline, topics, ledger.positions, cluster.watermarks))
+                resolve_s.append(t)
+                assert warm_plan.starting_offsets == plan.starting_offsets
+        engine.dispose()
+        med = {k: statistics.median(v) for k, v in
+               (("ledger", ledger_s), ("broker", broker_s), ("resolve", resolve_s))}
+        warm_total = sum(med.values())
+        print(f"resolve {n_partitions:,} partitions ({args.topics} topics x {args.partitions}), "
+              f"local broker and Postgres, target {TARGET_SECONDS:.1f} s")
+        print(f"  start_from_ledger cold, new generation : {cold * 1000:8.1f} ms  ({cold / TARGET_SECONDS:.2f}x target)")
+        print(f"  start_from_ledger cold, reuse          : {reuse * 1000:8.1f} ms  ({reuse / TARGET_SECONDS:.2f}x target)")
+        print(f"  warm, median of {args.repeat}:")
+        print(f"    ledger query (positions + resets + generation): {med['ledger'] * 1000:8.1f} ms")
+        print(f"    broker round trips (metadata + log-start/end)  : {med['broker'] * 1000:8.1f} ms")
+        print(f"    pure resolver                                  : {med['resolve'] * 1000:8.1f} ms")
+        print(f"    total                                          : {warm_total * 1000:8.1f} ms  "
+              f"({warm_total / TARGET_SECONDS:.2f}x target)")
+        return 0 if cold <= TARGET_SECONDS else 1
+    finally:
+        if not args.keep:
+            try:
+                for i in range(0, len(topics), 20):
+                    admin.delete_topics(topics[i:i + 20], timeout_ms=120_000)
+            except Exception as exc:  # noqa: BLE001 - best effort cleanup; report and go on
+                print(f"cleanup: could not delete every topic: {exc}", file=sys.stderr)
+            with pg_admin.connect() as conn:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)'))
+        admin.close()
+        pg_admin.dispose()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
