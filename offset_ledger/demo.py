@@ -240,7 +240,8 @@ class Demo:
     def _listener(self, app_version: str):  # type: ignore[no-untyped-def]
         from offset_ledger import OffsetLedgerListener
 
-        listener = OffsetLedgerListener(dsn=self.dsn, pipeline=PIPELINE, app_version=app_version)
+        listener = OffsetLedgerListener(dsn=self.dsn, pipeline=PIPELINE, app_version=app_version,
+                                        spool_dir=self.root / "spool")
         self.spark.streams.addListener(listener)
 
         def remove() -> None:
@@ -320,7 +321,8 @@ class Demo:
                 time.sleep(1)
         self.producer.stop()
         query.stop()
-        listener.flush(60)
+        if not listener.flush(60):
+            raise RuntimeError(f"the listener did not make version 1's batches durable: {listener.health()}")
         positions = self._positions()
         self.say(f"stopped version 1 mid-stream after {self._batches()} batches; "
                  f"produced {self.producer.produced:,} so far")
@@ -354,7 +356,8 @@ class Demo:
             query.awaitTermination(600)
             if query.exception() is not None:
                 raise RuntimeError(f"version 2 failed: {query.exception()}")
-            listener.flush(60)
+            if not listener.flush(60):
+                raise RuntimeError(f"the listener did not make version 2's batches durable: {listener.health()}")
         self.say(f"version 2 read everything and stopped; ledger positions: {json.dumps(self._positions())}")
 
     def verify(self) -> bool:
@@ -384,7 +387,32 @@ class Demo:
               and self._positions() == end_offsets)
         self.say("[bold green]OK: every produced record was read exactly once across the upgrade"
                  if ok else "[bold red]MISMATCH: see the table above")
+        self._ledger_summary()
         return ok
+
+    def _ledger_summary(self) -> None:
+        """The same story told by the ledger, with the audit view of docs/audit.md."""
+        from sqlalchemy import text
+
+        from offset_ledger.ledger.engine import make_engine
+
+        sql = ("SELECT r.app_version, COUNT(DISTINCT h.batch_id) AS batches, "
+               "MIN(h.batch_time) AS first_batch, MAX(h.batch_time) AS last_batch "
+               "FROM v_batch_history h JOIN runs r ON r.run_id = h.run_id "
+               "WHERE h.pipeline = :p GROUP BY r.app_version ORDER BY r.app_version")
+        engine = make_engine(self.dsn)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text(sql), {"p": PIPELINE}).fetchall()
+        finally:
+            engine.dispose()
+        table = Table(title="the ledger (SQL over the v_batch_history audit view)")
+        for col in ("app version", "batches", "first batch", "last batch"):
+            table.add_column(col)
+        for row in rows:
+            table.add_row(str(row.app_version), str(row.batches), str(row.first_batch)[:19],
+                          str(row.last_batch)[:19])
+        self.console.print(table)
 
     def _end_offsets(self) -> dict[int, int]:
         from offset_ledger.kafka import KafkaAdapter
@@ -478,6 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     console = Console()
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # kafka-python's event-loop timing chatter
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything here is on loopback
     # The demo's own ledger and cluster, whatever the shell exports.
     for var in ("OFFSET_LEDGER_DSN", "OFFSET_LEDGER_TEST_DSN"):
         os.environ.pop(var, None)
