@@ -218,11 +218,14 @@ class Operations:
     def __init__(
         self, engine: Engine, *, bootstrap_servers: str | None = None,
         kafka_options: Mapping[str, Any] | None = None, kafka: KafkaAdapter | None = None,
+        kafka_timeout_ms: int = 10_000,
     ) -> None:
         self.engine = engine
         self._bootstrap = bootstrap_servers
         self._kafka_options = dict(kafka_options or {})
         self._kafka = kafka
+        # Bounds how long a request waits for an unreachable cluster before answering 503.
+        self._kafka_timeout_ms = kafka_timeout_ms
 
     @classmethod
     def connect(
@@ -246,7 +249,8 @@ class Operations:
                                   "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
             from offset_ledger.kafka import KafkaAdapter
 
-            self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options)
+            self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options,
+                                       request_timeout_ms=self._kafka_timeout_ms)
         return self._kafka
 
     @property

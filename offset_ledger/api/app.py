@@ -167,6 +167,7 @@ def create_app(
     settings: Settings | None = None, *, dsn: str | None = None, bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, Any] | None = None, api_token: str | None = None,
     operations: Operations | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    kafka_timeout_ms: int = 10_000,
 ) -> FastAPI:
     """The API over one ledger and one Kafka cluster; arguments win over ``OFFSET_LEDGER_*`` settings."""
     from offset_ledger.api import routes
@@ -177,7 +178,7 @@ def create_app(
 
         operations = Operations(make_engine(s.resolved_dsn(dsn)),
                                 bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
-                                kafka_options=kafka_options)
+                                kafka_options=kafka_options, kafka_timeout_ms=kafka_timeout_ms)
     token = api_token if api_token is not None else s.api_token
     ops = operations
 

@@ -208,7 +208,7 @@ def test_kafka_and_database_unreachable_are_503(ledger, pg_dsn: str, kafka) -> N
     topic = kafka.create_topic(partitions=1)
     seed_pipeline(ledger, "p", {topic: {0: 0}})
     dead_kafka = f"127.0.0.1:{free_port()}"
-    with serving(pg_dsn, dead_kafka) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
+    with serving(pg_dsn, dead_kafka, kafka_timeout_ms=2000) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:
         r = c.get(f"/v1/getTopicDetails?topicName={topic}")
         assert r.status_code == 503 and r.json()["error"] == "KafkaUnavailable"
         assert c.post("/v1/resetOffsetOfAllPartitionsToLatest?pipelineName=p").status_code == 503
