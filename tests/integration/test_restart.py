@@ -1,8 +1,8 @@
 """Restart from the ledger end to end: real Kafka, real Postgres, real Spark reading with format("kafka").
 
-Every scenario asserts the exact multiset of values the restarted query processed. Positions
-reach the ledger the way the listener writes them (one row per partition, the batch's end offset);
-see ``_record_last_batch``.
+Every scenario asserts the exact multiset of values the restarted query processed. The upgrade
+scenario records through the real ``OffsetLedgerListener``; the others write the last batch's
+positions directly (``_record_last_batch``, the rows the listener leaves) to keep Spark time low.
 """
 
 from __future__ import annotations
@@ -21,9 +21,15 @@ import pytest
 from sqlalchemy import create_engine, insert, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from offset_ledger import start_from_ledger
+from offset_ledger import OffsetLedgerListener, start_from_ledger
 from offset_ledger.errors import DataLossError
-from offset_ledger.ledger.tables import checkpoint_generations, positions, reset_partitions, resets
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    checkpoint_generations,
+    positions,
+    reset_partitions,
+    resets,
+)
 
 
 def _values(prefix: str, n: int, start: int = 0) -> list[str]:
@@ -31,7 +37,7 @@ def _values(prefix: str, n: int, start: int = 0) -> list[str]:
 
 
 def _run(spark, bootstrap: str, topic: str, starting_offsets: str, checkpoint: str,  # type: ignore[no-untyped-def]
-         *, until_values: int | None = None) -> tuple[Counter, dict[str, dict[str, int]] | None]:
+         *, max_offsets_per_trigger: int | None = None) -> tuple[Counter, dict[str, dict[str, int]] | None]:
     """Run a Kafka-reading query to the end of what is available; return the values it processed
     and the last batch's end offsets (None when it processed no batch)."""
     seen: list[str] = []
@@ -39,12 +45,16 @@ def _run(spark, bootstrap: str, topic: str, starting_offsets: str, checkpoint: s
     def sink(df, _batch_id):  # type: ignore[no-untyped-def]
         seen.extend(r.value for r in df.selectExpr("CAST(value AS STRING) AS value").collect())
 
-    query = (
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", starting_offsets)
-        .load()
+    )
+    if max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+    query = (
+        reader.load()
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
@@ -107,9 +117,21 @@ def test_upgrade_restart_processes_every_record_after_the_last_committed_batch_e
     kafka.produce(topic, _values("a", 30))
     plan1 = _start(kafka, pg_dsn, topic, tmp_path, app_version="1.0")
     assert plan1.fresh_checkpoint and plan1.checkpoint_location.startswith(str(tmp_path) + "/gen-1-")
-    seen1, end1 = _run(spark, kafka.bootstrap_servers, topic, plan1.starting_offsets_json, plan1.checkpoint_location)
+    listener = OffsetLedgerListener(dsn=pg_dsn, pipeline="orders", app_version="1.0", spool_dir=tmp_path / "spool")
+    spark.streams.addListener(listener)
+    try:
+        # Several micro-batches, so the restart must start after the *last* committed one.
+        seen1, end1 = _run(spark, kafka.bootstrap_servers, topic, plan1.starting_offsets_json,
+                           plan1.checkpoint_location, max_offsets_per_trigger=9)
+        assert listener.flush(60), listener.health()
+    finally:
+        spark.streams.removeListener(listener)
+        listener.close()
     assert seen1 == Counter(_values("a", 30))
-    _record_last_batch(pg_dsn, "orders", end1)
+    assert end1 == {topic: {"0": 10, "1": 10, "2": 10}}
+    assert sorted((r.topic, r.partition, r.next_offset) for r in _rows(pg_dsn, positions)) == [
+        (topic, 0, 10), (topic, 1, 10), (topic, 2, 10)]
+    assert len({r.batch_id for r in _rows(pg_dsn, batch_offsets)}) >= 3
 
     kafka.produce(topic, _values("b", 30))
     plan2 = _start(kafka, pg_dsn, topic, tmp_path, app_version="2.0")
