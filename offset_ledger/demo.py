@@ -118,24 +118,54 @@ def _free_port(preferred: int) -> int:
             return int(sock.getsockname()[1])
 
 
-@contextmanager
-def _terminate_on_sigterm() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C so the ``finally`` blocks stop what the demo started."""
-    def raise_interrupt(signum: int, _frame: Any) -> None:
+class _Signals:
+    """Ctrl-C and SIGTERM unwind like KeyboardInterrupt so ``finally`` stops what the demo started.
+
+    While a child process is being launched (the broker, Spark's JVM) the interrupt is held back
+    until the launch returns: interrupted half-way, the child would run on with no one to stop it.
+    """
+
+    def __init__(self) -> None:
+        self._deferring = 0
+        self._pending: int | None = None
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self._deferring:
+            self._pending = signum
+            return
         raise KeyboardInterrupt(f"signal {signum}")
 
-    previous = signal.signal(signal.SIGTERM, raise_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def hold(self) -> None:
+        """From now on signals are noted and dropped: cleanup is under way and must finish."""
+        self._deferring += 1
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if not self._deferring and self._pending is not None:
+            signum, self._pending = self._pending, None
+            raise KeyboardInterrupt(f"signal {signum}")
 
 
 class Demo:
     """One run of the demo; ``cleanup`` holds what to undo, newest first."""
 
-    def __init__(self, options: Options, console: Console) -> None:
+    def __init__(self, options: Options, console: Console, signals: _Signals | None = None) -> None:
         self.o = options
+        self.signals = signals or _Signals()
         self.console = console
         self.cleanup: list[tuple[str, Callable[[], None]]] = []
         self.root = Path(options.workdir or tempfile.mkdtemp(prefix="offset-ledger-demo-"))
@@ -156,6 +186,7 @@ class Demo:
         self.cleanup.append((what, fn))
 
     def close(self) -> None:
+        self.signals.hold()
         for what, fn in reversed(self.cleanup):
             try:
                 self.console.print(f"[dim]cleanup: {what}")
@@ -172,7 +203,7 @@ class Demo:
         self.step("1. Local stack")
         stack_root = self.root / "stack"
         self.on_exit(f"local stack in {stack_root}", lambda: devstack.down(stack_root))
-        with self.console.status("starting Apache Kafka (KRaft)"
+        with self.signals.deferred(), self.console.status("starting Apache Kafka (KRaft)"
                                  + (" and PostgreSQL" if self.o.postgres else "") + " ..."):
             info = devstack.up(stack_root, with_postgres=self.o.postgres)
         self.bootstrap = info.bootstrap_servers
@@ -212,7 +243,8 @@ class Demo:
     def start_spark(self) -> None:
         from pyspark.sql import SparkSession
 
-        with self.console.status("starting Spark (local[2]) with the official Kafka connector ..."):
+        with self.signals.deferred(), \
+                self.console.status("starting Spark (local[2]) with the official Kafka connector ..."):
             self.spark = (
                 SparkSession.builder.master("local[2]").appName("offset-ledger-demo")
                 .config("spark.jars", self.spark_jars)
@@ -223,8 +255,8 @@ class Demo:
                 .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={self.root}")
                 .getOrCreate()
             )
+            self.on_exit("Spark session", self.spark.stop)
             self.spark.sparkContext.setLogLevel("ERROR")
-        self.on_exit("Spark session", self.spark.stop)
         import pyspark
 
         self.say(f"Spark {pyspark.__version__} local[2], connector jars from Maven Central")
@@ -428,8 +460,9 @@ class Demo:
         env.pop("OFFSET_LEDGER_API_TOKEN", None)  # loopback only, no token: easy to try
         cmd = [sys.executable, "-c", "from offset_ledger.cli import main; main()",
                "serve", "--port", str(port), "--log-level", "warning"]
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-        self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc))
+        with self.signals.deferred():
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+            self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc))
         base = f"http://127.0.0.1:{port}"
         _wait_http(f"{base}/healthz", proc)
         self.say(f"offset-ledger serve: {base} (pid {proc.pid}); try:")
@@ -511,13 +544,14 @@ def main(argv: list[str] | None = None) -> int:
     # The demo's own ledger and cluster, whatever the shell exports.
     for var in ("OFFSET_LEDGER_DSN", "OFFSET_LEDGER_TEST_DSN"):
         os.environ.pop(var, None)
-    demo = Demo(options, console)
+    signals = _Signals()
+    demo = Demo(options, console, signals)
     if options.workdir is None:
         demo.on_exit(f"work dir {demo.root}", lambda: shutil.rmtree(demo.root, ignore_errors=True))
     started = time.monotonic()
     console.rule("[bold]offset-ledger demo")
     ok = False
-    with _terminate_on_sigterm():
+    with signals.installed():
         try:
             ok = demo.run()
         except KeyboardInterrupt:
