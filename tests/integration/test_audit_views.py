@@ -1,18 +1,17 @@
 """Every query in docs/audit.md, run against Postgres holding what a real Spark query recorded.
 
-The live pipeline's truth comes from Spark itself: a ``foreachBatch`` sink notes which batch saw
-which (partition, offset), and Kafka's end offsets say what was produced. The ledger's answers must
-match both. Resets, findings and a silent old pipeline are added through the tables, as the API and
-the listener write them.
+The live pipeline's batches are recorded by ``OffsetLedgerListener`` from a real Kafka-reading query.
+The truth comes from Spark itself: a ``foreachBatch`` sink notes which batch saw which (partition,
+offset), and Kafka's end offsets say what was produced; the ledger's answers must match both.
+Resets, findings and a silent old pipeline are added through the tables.
 """
 
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 import uuid
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -23,6 +22,7 @@ import pytest
 from sqlalchemy import create_engine, insert, text
 from sqlalchemy.engine import Engine, make_url
 
+from offset_ledger import OffsetLedgerListener
 from offset_ledger.ledger import tables as t
 from offset_ledger.ledger.engine import make_engine, upgrade
 
@@ -69,41 +69,9 @@ class Truth:
     finished: datetime | None = None
 
 
-def _record_progress(engine: Engine, pipeline: str, progresses: list[dict[str, Any]]) -> None:
-    """Store a query's committed progress events in the ledger tables (what the listener writes)."""
-    with engine.begin() as conn:
-        for p in progresses:
-            batch_time = datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00"))
-            now = datetime.now(timezone.utc)
-            conn.execute(insert(t.batches).values(
-                pipeline=pipeline, consumer_group=pipeline, query_id=p["id"], run_id=p["runId"],
-                batch_id=p["batchId"], batch_time=batch_time, recorded_at=now,
-                input_rows=p["numInputRows"]))
-            for index, source in enumerate(p["sources"]):
-                start = source["startOffset"]
-                start = json.loads(start) if isinstance(start, str) else start
-                end = source["endOffset"]
-                end = json.loads(end) if isinstance(end, str) else end
-                for topic, parts in end.items():
-                    for part, until in parts.items():
-                        conn.execute(insert(t.batch_offsets).values(
-                            pipeline=pipeline, consumer_group=pipeline, query_id=p["id"],
-                            batch_id=p["batchId"], source_index=index, topic=topic,
-                            partition=int(part),
-                            from_offset=(start or {}).get(topic, {}).get(part),
-                            until_offset=until, batch_time=batch_time))
-                        conn.execute(t.positions.delete().where(
-                            t.positions.c.pipeline == pipeline, t.positions.c.topic == topic,
-                            t.positions.c.partition == int(part)))
-                        conn.execute(insert(t.positions).values(
-                            pipeline=pipeline, consumer_group=pipeline, topic=topic,
-                            partition=int(part), next_offset=until, updated_at=now,
-                            query_id=p["id"], batch_id=p["batchId"]))
-
-
-def _run_pipeline(spark, bootstrap: str, topic: str, checkpoint: str, truth: Truth,
-                  max_offsets: int | None = None) -> list[dict[str, Any]]:
-    """One availableNow run of a real Kafka-reading query; returns its progress events."""
+def _run_pipeline(spark, bootstrap: str, topic: str, checkpoint: str, truth: Truth,  # type: ignore[no-untyped-def]
+                  max_offsets: int | None = None) -> None:
+    """One availableNow run of a real Kafka-reading query."""
     def note(df, batch_id: int) -> None:  # type: ignore[no-untyped-def]
         for row in df.select("partition", "offset").collect():
             truth.batch_of[(row.partition, row.offset)] = batch_id
@@ -116,7 +84,6 @@ def _run_pipeline(spark, bootstrap: str, topic: str, checkpoint: str, truth: Tru
              .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
     query.awaitTermination(180)
     assert query.exception() is None
-    return [json.loads(p.json) for p in query.recentProgress]
 
 
 def _seed_operations(engine: Engine, live: Truth, old_pipeline: str, old_topic: str) -> None:
@@ -163,13 +130,15 @@ def _seed_operations(engine: Engine, live: Truth, old_pipeline: str, old_topic: 
 
 @pytest.fixture(scope="module")
 def ledger(stack, kafka_session, spark) -> Iterator[tuple[Engine, Truth, str]]:  # type: ignore[no-untyped-def]
-    """A Postgres ledger holding a real query's batches plus seeded operations history."""
+    """A Postgres ledger holding a real query's batches, recorded by OffsetLedgerListener, plus
+    operations history (resets, findings, a silent pipeline) written through the tables."""
     admin_url = make_url(stack.postgres_dsn)
     name = f"t_audit_{uuid.uuid4().hex[:8]}"
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = make_engine(admin_url.set(database=name).render_as_string(hide_password=False))
+    dsn = admin_url.set(database=name).render_as_string(hide_password=False)
+    engine = make_engine(dsn)
     upgrade(engine)
     topic = f"t_audit_{uuid.uuid4().hex[:8]}"
     kafka_session.create_topic(partitions=3, name=topic)
@@ -178,13 +147,19 @@ def ledger(stack, kafka_session, spark) -> Iterator[tuple[Engine, Truth, str]]: 
     try:
         # Batch 0 on the empty topic (Spark reports no start for a fresh checkpoint's first batch),
         # then 300 records in several batches on the same checkpoint, each with a known start.
-        progresses = _run_pipeline(spark, kafka_session.bootstrap_servers, topic, checkpoint, truth)
-        kafka_session.produce(topic, (f"v{i}" for i in range(300)))
-        progresses += _run_pipeline(spark, kafka_session.bootstrap_servers, topic, checkpoint, truth,
-                                    max_offsets=70)
+        # The listener records what Spark reports, exactly as in production.
+        listener = OffsetLedgerListener(dsn=dsn, pipeline=truth.pipeline, spool_dir=Path(checkpoint) / "spool")
+        spark.streams.addListener(listener)
+        try:
+            _run_pipeline(spark, kafka_session.bootstrap_servers, topic, checkpoint, truth)
+            kafka_session.produce(topic, (f"v{i}" for i in range(300)))
+            _run_pipeline(spark, kafka_session.bootstrap_servers, topic, checkpoint, truth, max_offsets=70)
+            assert listener.flush(120), listener.health()
+        finally:
+            spark.streams.removeListener(listener)
+            listener.close()
         truth.finished = datetime.now(timezone.utc)
         truth.end_offsets = kafka_session.end_offsets(topic)
-        _record_progress(engine, truth.pipeline, progresses)
         _seed_operations(engine, truth, "audit_old", f"{topic}_old")
         yield engine, truth, "audit_old"
     finally:
