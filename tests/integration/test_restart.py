@@ -370,3 +370,40 @@ def test_cli_resolve_prints_offsets_and_findings_and_writes_nothing(kafka, pg_ds
     out = _cli("resolve", "orders", "--topic", topic, "--dsn", pg_dsn, "--first-run", "{bad", env=env)
     assert out.returncode == 2 and "first_run is not valid JSON" in out.stderr
     assert len(_rows(pg_dsn, checkpoint_generations)) == 1  # resolve never creates generations
+
+
+def test_unreachable_brokers_and_bad_options_fail_clearly_and_write_nothing(pg_dsn: str, tmp_path: Path) -> None:
+    import socket
+
+    from offset_ledger.errors import InvalidRestartOptions, KafkaUnavailable
+
+    with socket.socket() as s:  # a loopback port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+    with pytest.raises(KafkaUnavailable):
+        start_from_ledger("orders", ["t"], bootstrap_servers=dead, checkpoint_root=str(tmp_path), dsn=pg_dsn,
+                          kafka_options={"kafka.request.timeout.ms": "3000"})
+    with pytest.raises(InvalidRestartOptions):
+        start_from_ledger("orders", ["t"], topic_pattern="t.*", bootstrap_servers=dead,
+                          checkpoint_root=str(tmp_path), dsn=pg_dsn)
+    with pytest.raises(InvalidRestartOptions):
+        start_from_ledger("orders", ["t"], bootstrap_servers=dead, checkpoint_root=str(tmp_path), dsn=pg_dsn,
+                          on_data_loss="skip")
+    assert _rows(pg_dsn, checkpoint_generations) == []
+
+
+def test_cli_resolve_with_a_pattern_reports_a_deleted_topic(kafka, pg_dsn: str, tmp_path: Path) -> None:
+    kept = kafka.create_topic(partitions=2)
+    gone = kafka.create_topic(partitions=1)
+    _start(kafka, pg_dsn, kept, tmp_path)  # schema
+    _record_last_batch(pg_dsn, "orders", {kept: {"0": 0, "1": 0}, gone: {"0": 0}})
+    kafka.delete_topics([gone])
+    deadline = time.monotonic() + 30
+    while gone in kafka.admin.list_topics() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    prefix = os.path.commonprefix([kept, gone])
+    out = _cli("resolve", "orders", "--pattern", prefix + ".*", "--dsn", pg_dsn,
+               "--bootstrap-servers", kafka.bootstrap_servers)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {kept: {"0": 0, "1": 0}}
+    assert f"removed_partition {gone}/0:" in out.stderr and "topic no longer exists" in out.stderr

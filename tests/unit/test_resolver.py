@@ -401,3 +401,38 @@ def test_fail_policy_raises_exactly_for_out_of_range_positions_or_changes_nothin
 def test_parse_offsets_round_trips_valid_json(data) -> None:  # type: ignore[no-untyped-def]
     text = json.dumps({t: {str(p): o for p, o in parts.items()} for t, parts in data.items()})
     assert parse_first_run(text) == FirstRunOffsets(data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), st.randoms(use_true_random=False))
+def test_the_plan_does_not_depend_on_input_order(case, rnd) -> None:  # type: ignore[no-untyped-def]
+    requested, watermarks, positions = case
+    shuffled_positions = list(positions)
+    rnd.shuffle(shuffled_positions)
+    items = list(watermarks.items())
+    rnd.shuffle(items)
+    a = resolve("p", requested, positions, watermarks, on_data_loss="earliest")
+    b = resolve("p", list(reversed(requested)), shuffled_positions, dict(items), on_data_loss="earliest")
+    assert a.starting_offsets_json == b.starting_offsets_json
+    assert sorted(f.to_dict()["message"] for f in a.findings) == sorted(f.to_dict()["message"] for f in b.findings)
+
+
+@settings(max_examples=150, deadline=None)
+@given(clusters(), st.data())
+def test_explicit_first_run_offsets_name_every_partition_once(case, data) -> None:  # type: ignore[no-untyped-def]
+    requested, watermarks, _ = case
+    current = _current(requested, watermarks)
+    named = data.draw(st.lists(st.sampled_from(current), unique=True)) if current else []
+    explicit: dict[str, dict[int, int]] = {}
+    for tp in named:
+        w = watermarks[tp]
+        explicit.setdefault(tp.topic, {})[tp.partition] = data.draw(
+            st.one_of(st.integers(w.log_start_offset, w.log_end_offset), st.sampled_from([EARLIEST, LATEST])))
+    requested = [t for t in requested if any(tp.topic == t for tp in watermarks)]
+    if not explicit or not requested:
+        return
+    plan = resolve("p", requested, [], watermarks, first_run=FirstRunOffsets(explicit))
+    assert _named(plan) == _current(requested, watermarks)
+    for topic, parts in explicit.items():
+        for p, offset in parts.items():
+            assert plan.starting_offsets[topic][str(p)] == offset
