@@ -12,6 +12,13 @@ Run against the devstack (``source .devstack/stack.env``)::
     .venv/bin/python benchmarks/bench_resolve.py --topics 100 --partitions 100
 
 Topics and the database are deleted afterwards unless ``--keep``.
+
+Broker safety: every partition keeps file descriptors open on the broker (about two), and a deleted
+partition keeps them until ``file.delete.delay.ms`` (60 s by default) has passed. Running this
+twice back to back on the devstack broker (fd limit 20,000) once held ~20,000 partitions' files and
+the broker halted with "Too many open files". Hence: the run refuses to start when the cluster
+already holds more than ``--max-broker-partitions`` partitions in total, and after deleting its
+topics it waits ``--cooldown`` seconds so a following run cannot overlap with the pending deletes.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admin-dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"),
                         help="Postgres URL allowed to CREATE DATABASE (default: OFFSET_LEDGER_TEST_DSN)")
     parser.add_argument("--keep", action="store_true", help="keep the topics and database")
+    parser.add_argument("--max-broker-partitions", type=int, default=12_000,
+                        help="refuse to run when existing + new partitions would exceed this")
+    parser.add_argument("--cooldown", type=float, default=65.0,
+                        help="seconds to wait after deleting the topics (broker's file.delete.delay.ms + margin)")
     args = parser.parse_args(argv)
     if not args.bootstrap_servers or not args.admin_dsn:
         parser.error("needs --bootstrap-servers and --admin-dsn (or source .devstack/stack.env)")
@@ -65,6 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     n_partitions = args.topics * args.partitions
     pipeline = "bench"
     admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_servers, request_timeout_ms=120_000)
+    with KafkaAdapter(args.bootstrap_servers) as probe:
+        existing = sum(len(p) for p in probe.partitions(sorted(probe.all_topics())).values())
+    if existing + n_partitions > args.max_broker_partitions:
+        admin.close()
+        raise SystemExit(f"refusing: the cluster already has {existing:,} partitions; adding {n_partitions:,} "
+                         f"exceeds --max-broker-partitions={args.max_broker_partitions:,} (broker file descriptors)")
     admin_url = make_url(args.admin_dsn)
     db_name = f"bench_resolve_{run}"
     pg_admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
@@ -139,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"cleanup: could not delete every topic: {exc}", file=sys.stderr)
             with pg_admin.connect() as conn:
                 conn.execute(text(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)'))
+            # Deleted partitions keep their files open until file.delete.delay.ms has passed.
+            print(f"cleanup: waiting {args.cooldown:.0f}s for the broker to close the deleted partitions' files",
+                  file=sys.stderr)
+            time.sleep(args.cooldown)
         admin.close()
         pg_admin.dispose()
 
