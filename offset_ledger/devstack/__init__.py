@@ -218,7 +218,8 @@ class _Postgres:
     def datadir(self) -> Path:
         return self.root / "pgdata"
 
-    def start(self) -> tuple[str, int]:
+    def start(self, port: int | None = None) -> tuple[str, int]:
+        """Start (initdb on first use) on ``port``, default a free one; returns (dsn, pid)."""
         bindir = _pg_bindir()
         self.root.mkdir(parents=True, exist_ok=True)
         if os.geteuid() == 0:
@@ -237,7 +238,7 @@ class _Postgres:
             )
             if proc.returncode != 0:
                 raise StackError(f"initdb failed: {proc.stderr.strip()[-2000:]}")
-        port = free_port()
+        port = port or free_port()
         opts = (f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
         proc = subprocess.run(
@@ -286,6 +287,14 @@ Configuration:
 """
 
 
+def _raise_fd_limit() -> None:
+    """A broker holds several descriptors per partition; lift the soft limit to the hard one."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 def _start_kafka(root: Path) -> tuple[str, int]:
     if shutil.which("java") is None:
         raise StackError("java is not on PATH; the Kafka broker needs Java 17+")
@@ -319,6 +328,9 @@ def _start_kafka(root: Path) -> tuple[str, int]:
             "num.network.threads=2",
             "num.io.threads=4",
             "log.segment.bytes=1048576",
+            # Deleted partitions keep their files open for a minute by default; tests and
+            # benchmarks that create and delete thousands of partitions would exhaust descriptors.
+            "file.delete.delay.ms=1000",
             "",
         ])
     )
@@ -336,7 +348,7 @@ def _start_kafka(root: Path) -> tuple[str, int]:
     log = open(root / "kafka.log", "ab")
     proc = subprocess.Popen(
         [*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_raise_fd_limit,
     )
     (root / "kafka.pid").write_text(str(proc.pid))
     try:
