@@ -716,7 +716,7 @@ class OffsetLedgerListener(StreamingQueryListener):
             except Exception:  # noqa: BLE001 - the JVM may be shutting down
                 continue
             if target is not None and not writer.wait_for(
-                    lambda q=query_id, t=target: (writer.settled_batch(q) or -1) >= t, deadline):
+                    lambda q=query_id, t=target: _at_least(writer.settled_batch(q), t), deadline):
                 return False
             if not active and not writer.wait_for(lambda q=query_id: writer.is_terminated(q), deadline):
                 return False
@@ -778,6 +778,10 @@ class _JsonBridge:
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def _at_least(settled: int | None, target: int) -> bool:
+    return settled is not None and settled >= target
 
 
 def _json_of(jevent: Any) -> str:
