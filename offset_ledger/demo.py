@@ -38,6 +38,7 @@ PIPELINE = "demo_orders"
 TOPIC = "demo_orders"
 _FIRST_PARTITIONS = 2
 _ALL_PARTITIONS = 4
+_MIN_V1_BATCHES = 3
 
 
 @dataclass
@@ -342,12 +343,20 @@ class Demo:
                  f"checkpoint {plan.checkpoint_location}")
         listener = self._listener("1.0")
         query = self._start_query(plan, "1.0", available_now=False)
-        deadline = time.monotonic() + self.o.v1_seconds
+        # Run for the requested time, and at least until a few batches are in the ledger (Spark's
+        # first batch can take a while on a busy machine).
+        started = time.monotonic()
+        deadline, give_up = started + self.o.v1_seconds, started + max(300.0, self.o.v1_seconds)
         with self.console.status("") as status:
-            while time.monotonic() < deadline:
+            while True:
+                recorded = self._batches()
+                now = time.monotonic()
+                if now >= deadline and recorded >= _MIN_V1_BATCHES:
+                    break
+                if now >= give_up:
+                    raise RuntimeError(f"version 1 recorded only {recorded} batches in {now - started:.0f}s")
                 status.update(f"version 1 running: produced {self.producer.produced:,}, "
-                              f"batches in the ledger {self._batches()}, "
-                              f"{deadline - time.monotonic():.0f}s left")
+                              f"batches in the ledger {recorded}, {max(0.0, deadline - now):.0f}s left")
                 if query.exception() is not None:
                     raise RuntimeError(f"version 1 failed: {query.exception()}")
                 time.sleep(1)
@@ -482,8 +491,11 @@ class Demo:
         self.say(f"GET {url}\n  -> {response.status} {body}")
         if self.o.keep_serving:
             self.say("[bold]serving until Ctrl-C ...")
-            while proc.poll() is None:
-                time.sleep(0.5)
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:  # the expected way to end --keep-serving
+                self.say("stopping the API")
         else:
             time.sleep(self.o.serve_seconds)
 
