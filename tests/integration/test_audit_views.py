@@ -284,3 +284,30 @@ def test_views_upgrade_and_downgrade_on_sqlite(tmp_path: Path) -> None:
     assert present() == set() and current_revision(engine) == "0001"
     upgrade(engine)
     assert present() == views
+
+
+def test_views_upgrade_and_downgrade_on_postgres(pg_dsn: str) -> None:
+    from alembic import command
+
+    from offset_ledger.ledger.engine import _alembic_config, current_revision
+
+    engine = make_engine(pg_dsn)
+    views = {"v_current_positions", "v_batch_history", "v_resets", "v_findings", "v_pipeline_activity"}
+
+    def present() -> set[str]:
+        with engine.connect() as conn:
+            return set(conn.execute(text(
+                "SELECT table_name FROM information_schema.views WHERE table_schema = 'public'")).scalars())
+
+    try:
+        upgrade(engine)
+        assert present() == views
+        with engine.begin() as conn:
+            cfg = _alembic_config(engine)
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0001")
+        assert present() == set() and current_revision(engine) == "0001"
+        upgrade(engine)
+        assert present() == views
+    finally:
+        engine.dispose()
