@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Union
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
@@ -145,6 +145,11 @@ class Recorder:
         else:
             raise LedgerError(f"unsupported ledger database {dialect!r} (use PostgreSQL or SQLite)")
         self._insert = insert
+        self._execute_values: Any = None
+        if engine.dialect.driver == "psycopg2":
+            from psycopg2.extras import execute_values
+
+            self._execute_values = execute_values
         # Committed knowledge that saves a SELECT per transaction on the hot path.
         self._latest: dict[str, tuple[int, _Ends]] = {}
         self._run_started: dict[str, datetime] = {}
@@ -154,9 +159,17 @@ class Recorder:
     def record(self, records: Sequence[Record], *, now: datetime | None = None) -> RecordOutcome:
         """Write ``records`` in one transaction; raises LedgerUnavailable / LedgerError."""
         txn = _Txn(now=utc(now or datetime.now(timezone.utc)))
+        dbapi = self.engine.dialect.dbapi
         try:
             with self.engine.begin() as conn:
-                outcome = self._record(conn, records, txn)
+                try:
+                    outcome = self._record(conn, records, txn)
+                except dbapi.Error as exc:  # type: ignore[union-attr]
+                    # Raised by execute_values on the raw cursor, so SQLAlchemy did not wrap it.
+                    if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
+                        conn.invalidate()
+                        raise LedgerUnavailable(f"ledger database unavailable: {exc}") from exc
+                    raise LedgerError(f"ledger write failed: {exc}") from exc
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
         self._latest.update(txn.latest)
@@ -181,6 +194,41 @@ class Recorder:
             raise translate(exc) from exc
 
     # ------------------------------------------------------------------ the transaction
+
+    def _bulk(self, conn: Connection, table: Table, rows: list[dict[str, Any]], conflict: tuple[str, ...],
+              *, update: tuple[str, ...] = (), returning: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
+        """Multi-row ``INSERT ... ON CONFLICT (conflict) DO NOTHING | DO UPDATE`` of ``rows``.
+
+        On psycopg2 this sends one ``VALUES (...), (...)`` statement per 1000 rows through
+        ``execute_values``: SQLAlchemy sends an ON CONFLICT executemany row by row unless it
+        also returns rows, which measured 2-3x slower for a 1000-partition batch.
+        """
+        if self._execute_values is not None:
+            quote = conn.dialect.identifier_preparer.quote
+            columns = list(rows[0])
+            action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in update)
+                      if update else "DO NOTHING")
+            sql = (f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) VALUES %s "
+                   f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) {action}")
+            if returning:
+                sql += " RETURNING " + ", ".join(quote(c) for c in returning)
+            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            try:
+                result = self._execute_values(cursor, sql, [tuple(r[c] for c in columns) for r in rows],
+                                              page_size=1000, fetch=bool(returning))
+            finally:
+                cursor.close()
+            return [tuple(r) for r in result] if returning else []
+        stmt = self._insert(table)
+        if update:
+            stmt = stmt.on_conflict_do_update(index_elements=list(conflict),
+                                              set_={c: stmt.excluded[c] for c in update})
+        else:
+            stmt = stmt.on_conflict_do_nothing(index_elements=list(conflict))
+        if returning:
+            return [tuple(r) for r in conn.execute(stmt.returning(*(table.c[c] for c in returning)), rows)]
+        conn.execute(stmt, rows)
+        return []
 
     def _record(self, conn: Connection, records: Sequence[Record], txn: _Txn) -> RecordOutcome:
         for rec in records:
@@ -296,16 +344,14 @@ class Recorder:
                         "until_offset": r.until_offset, "batch_time": batch_time})
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
-        inserted = {(r.query_id, r.batch_id) for r in conn.execute(
-            self._insert(batches).on_conflict_do_nothing(index_elements=[batches.c.query_id, batches.c.batch_id])
-            .returning(batches.c.query_id, batches.c.batch_id), batch_rows)}
+        inserted = set(self._bulk(conn, batches, batch_rows, ("query_id", "batch_id"),
+                                  returning=("query_id", "batch_id")))
         if len(inserted) < len(recs):
             recs = [r for r in recs if (r.batch.query_id, r.batch.batch_id) in inserted]
             offset_rows = [r for r in offset_rows if (r["query_id"], r["batch_id"]) in inserted]
         if offset_rows:
-            conn.execute(self._insert(batch_offsets).on_conflict_do_nothing(index_elements=[
-                batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
-                batch_offsets.c.topic, batch_offsets.c.partition]), offset_rows)
+            self._bulk(conn, batch_offsets, offset_rows,
+                       ("query_id", "batch_id", "source_index", "topic", "partition"))
         if not recs:
             return recs
         self._find_gaps(conn, recs, txn)
@@ -433,13 +479,8 @@ class Recorder:
                 for (pipeline, group), pos in current.items()
                 for (topic, partition), p in sorted(pos.items()) if p.changed]
         if rows:
-            stmt = self._insert(positions)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[positions.c.pipeline, positions.c.consumer_group, positions.c.topic,
-                                positions.c.partition],
-                set_={k: stmt.excluded[k] for k in ("next_offset", "updated_at", "query_id", "batch_id",
-                                                    "reset_id")})
-            conn.execute(stmt, rows)
+            self._bulk(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
+                       update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
 
     def _update_runs(self, conn: Connection, recs: list[BatchRecord]) -> None:
         last: dict[str, tuple[int, datetime]] = {}
