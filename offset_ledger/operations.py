@@ -13,6 +13,8 @@ import binascii
 import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -218,7 +220,7 @@ class Operations:
     def __init__(
         self, engine: Engine, *, bootstrap_servers: str | None = None,
         kafka_options: Mapping[str, Any] | None = None, kafka: KafkaAdapter | None = None,
-        kafka_timeout_ms: int = 10_000,
+        kafka_timeout_ms: int = 10_000, lag_cache_seconds: float = 2.0,
     ) -> None:
         self.engine = engine
         self._bootstrap = bootstrap_servers
@@ -226,6 +228,10 @@ class Operations:
         self._kafka = kafka
         # Bounds how long a request waits for an unreachable cluster before answering 503.
         self._kafka_timeout_ms = kafka_timeout_ms
+        # Lag in the pipelines list and /metrics may be this old; resets and /lag always ask Kafka.
+        self.lag_cache_seconds = lag_cache_seconds
+        self._marks_cache: tuple[float, frozenset[str], dict[TopicPartition, Watermarks]] | None = None
+        self._marks_lock = threading.Lock()
 
     @classmethod
     def connect(
@@ -304,11 +310,7 @@ class Operations:
         with self._db() as conn:
             rows = queries.pipeline_summaries(conn)
             active = queries.active_runs_by_group(conn)
-            pos: dict[tuple[str, str], list[Position]] = {}
-            if with_lag and rows:
-                for r in rows:
-                    pos[(r["pipeline"], r["consumer_group"])] = queries.current_positions(
-                        conn, r["pipeline"], r["consumer_group"])
+            pos = queries.all_positions(conn) if with_lag and rows else {}
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
         out = []
         for r in rows:
@@ -328,8 +330,14 @@ class Operations:
     def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
         """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""
         with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            positions = queries.current_positions(conn, pipeline, group)
+            positions = []
+            if consumer_group is None:
+                # Fast path, one query: the usual case is a group named like the pipeline.
+                check_name("pipeline", pipeline)
+                positions = queries.current_positions(conn, pipeline, pipeline)
+            if not positions:
+                group = self.resolve_group(conn, pipeline, consumer_group)
+                positions = queries.current_positions(conn, pipeline, group)
         out: dict[str, dict[str, int]] = {}
         for p in positions:
             out.setdefault(p.topic, {})[str(p.partition)] = p.next_offset
@@ -461,8 +469,7 @@ class Operations:
         """Positions, lag and last batch per pipeline, plus listener health, for /metrics."""
         summaries = self.list_pipelines(with_lag=False)
         with self._db() as conn:
-            pos = {(s.pipeline, s.consumer_group): queries.current_positions(conn, s.pipeline, s.consumer_group)
-                   for s in summaries}
+            pos = queries.all_positions(conn)
             listeners = queries.listener_health_rows(conn)
         kafka_up: bool | None = None
         marks: dict[TopicPartition, Watermarks] = {}
@@ -485,11 +492,18 @@ class Operations:
             return None
         if not topics:
             return {}
-        try:
-            return self.kafka.watermarks(sorted(topics))
-        except KafkaError as exc:
-            log.warning("lag unavailable: %s", exc.message)
-            return None
+        key = frozenset(topics)
+        with self._marks_lock:
+            cached = self._marks_cache
+            if cached is not None and cached[1] >= key and time.monotonic() - cached[0] < self.lag_cache_seconds:
+                return cached[2]
+            try:
+                marks = self.kafka.watermarks(sorted(topics))
+            except KafkaError as exc:
+                log.warning("lag unavailable: %s", exc.message)
+                return None
+            self._marks_cache = (time.monotonic(), key, marks)
+            return marks
 
 
 def _lag(p: Position, m: Watermarks | None) -> int | None:

@@ -196,3 +196,14 @@ def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:
     """Every listener's last health report."""
     stmt = select(listener_health).order_by(listener_health.c.pipeline, listener_health.c.listener_id)
     return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def all_positions(conn: Connection) -> dict[tuple[str, str], list[Position]]:
+    """Every pipeline's positions in one round trip, keyed by (pipeline, consumer group)."""
+    stmt = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
+                  positions.c.next_offset).order_by(positions.c.pipeline, positions.c.consumer_group,
+                                                    positions.c.topic, positions.c.partition)
+    out: dict[tuple[str, str], list[Position]] = {}
+    for r in conn.execute(stmt):
+        out.setdefault((r.pipeline, r.consumer_group), []).append(Position(r.topic, r.partition, r.next_offset))
+    return out

@@ -1,0 +1,198 @@
+"""Benchmark: REST API latency and throughput with 1,000,000 batch_offsets rows in a Postgres ledger.
+
+Measures ``GET /v1/getCurrentOffsets`` and ``GET /api/v1/pipelines`` (with and without lag,
+which asks Kafka for watermarks) against ``offset-ledger serve`` running as its own process.
+Target: p99 under 20 ms. Prints each figure and its ratio to the target.
+
+    source .devstack/stack.env   # or pass --admin-dsn / --bootstrap-servers
+    .venv/bin/python benchmarks/bench_api.py [--rows 1000000] [--requests 2000]
+
+The ledger is a fresh database created next to the admin DSN's and dropped at the end. Rows are
+bulk-loaded with ``INSERT ... SELECT generate_series`` (the shape the listener writes: one batches
+row per batch, one batch_offsets row per batch and partition).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from offset_ledger.devstack import free_port  # noqa: E402
+from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
+
+TARGET_P99_MS = 20.0
+PIPELINES = 10
+PARTITIONS = 4
+
+
+def load(dsn: str, rows: int, topic: str) -> None:
+    """Bulk-load ``rows`` batch_offsets rows over PIPELINES pipelines x PARTITIONS partitions."""
+    batches_per_pipeline = rows // (PIPELINES * PARTITIONS)
+    engine = make_engine(dsn)
+    upgrade(engine)
+    t0 = time.perf_counter()
+    with engine.begin() as conn:
+        conn.execute(text("""
+            INSERT INTO runs (run_id, query_id, pipeline, consumer_group, query_name, started_at,
+                              terminated_at, last_heartbeat_at, last_batch_id)
+            SELECT 'run-' || p, 'query-' || p, 'pipeline-' || p, 'pipeline-' || p, 'pipeline-' || p,
+                   now() - interval '30 days', now(), now(), :n - 1
+            FROM generate_series(0, :pipelines - 1) AS p
+        """), {"n": batches_per_pipeline, "pipelines": PIPELINES})
+        conn.execute(text("""
+            INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time,
+                                 recorded_at, input_rows)
+            SELECT 'pipeline-' || p, 'pipeline-' || p, 'query-' || p, 'run-' || p, b,
+                   now() - interval '30 days' + b * interval '10 seconds',
+                   now() - interval '30 days' + b * interval '10 seconds', 100
+            FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :n - 1) AS b
+        """), {"n": batches_per_pipeline, "pipelines": PIPELINES})
+        conn.execute(text("""
+            INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic,
+                                       "partition", from_offset, until_offset, batch_time)
+            SELECT 'pipeline-' || p, 'pipeline-' || p, 'query-' || p, b, 0, :topic, part,
+                   b * 25, (b + 1) * 25, now() - interval '30 days' + b * interval '10 seconds'
+            FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :n - 1) AS b,
+                 generate_series(0, :parts - 1) AS part
+        """), {"n": batches_per_pipeline, "pipelines": PIPELINES, "parts": PARTITIONS, "topic": topic})
+        conn.execute(text("""
+            INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
+                                   query_id, batch_id)
+            SELECT 'pipeline-' || p, 'pipeline-' || p, :topic, part, :n * 25, now(), 'query-' || p, :n - 1
+            FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :parts - 1) AS part
+        """), {"n": batches_per_pipeline, "pipelines": PIPELINES, "parts": PARTITIONS, "topic": topic})
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+        count = conn.execute(text("SELECT count(*) FROM batch_offsets")).scalar_one()
+    engine.dispose()
+    print(f"loaded {count:,} batch_offsets rows ({PIPELINES} pipelines x {PARTITIONS} partitions x "
+          f"{batches_per_pipeline:,} batches) in {time.perf_counter() - t0:.1f}s")
+
+
+def measure(url: str, requests: int, concurrency: int) -> tuple[float, list[float]]:
+    """(requests/s, latencies in ms) of ``requests`` GETs spread over ``concurrency`` keep-alive clients."""
+    latencies: list[float] = []
+    lock = threading.Lock()
+    per_worker = requests // concurrency
+
+    def worker() -> None:
+        mine: list[float] = []
+        with httpx.Client(timeout=30) as client:
+            for _ in range(per_worker):
+                t = time.perf_counter()
+                r = client.get(url)
+                mine.append((time.perf_counter() - t) * 1000)
+                if r.status_code != 200:
+                    raise RuntimeError(f"{url}: {r.status_code} {r.text[:200]}")
+        with lock:
+            latencies.extend(mine)
+
+    with httpx.Client(timeout=30) as client:  # warm up pools and caches
+        for _ in range(50):
+            client.get(url).raise_for_status()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    elapsed = time.perf_counter() - t0
+    return len(latencies) / elapsed, latencies
+
+
+def p(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 1000) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--admin-dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"),
+                    help="Postgres DSN allowed to CREATE DATABASE (default: OFFSET_LEDGER_TEST_DSN)")
+    ap.add_argument("--bootstrap-servers", default=os.environ.get("OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS"),
+                    help="Kafka for the lag column (default: OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS)")
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--requests", type=int, default=2000)
+    args = ap.parse_args()
+    if not args.admin_dsn:
+        sys.exit("bench_api: pass --admin-dsn or source .devstack/stack.env")
+
+    admin_url = make_url(args.admin_dsn)
+    name = f"bench_api_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    dsn = admin_url.set(database=name).render_as_string(hide_password=False)
+    topic = f"bench_api_{uuid.uuid4().hex[:6]}"
+    kafka_admin = None
+    server = None
+    try:
+        if args.bootstrap_servers:
+            from kafka import KafkaAdminClient
+            from kafka.admin import NewTopic
+
+            kafka_admin = KafkaAdminClient(bootstrap_servers=args.bootstrap_servers)
+            kafka_admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])
+        load(dsn, args.rows, topic)
+
+        port = free_port()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
+        env["OFFSET_LEDGER_DSN"] = dsn
+        if args.bootstrap_servers:
+            env["OFFSET_LEDGER_BOOTSTRAP_SERVERS"] = args.bootstrap_servers
+        server = subprocess.Popen(
+            [sys.executable, "-c", "from offset_ledger.cli import main; main()", "serve", "--port", str(port),
+             "--log-level", "warning"], env=env, cwd=str(ROOT))
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{base}/healthz", timeout=2).raise_for_status()
+                break
+            except httpx.HTTPError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    sys.exit("bench_api: the server did not start")
+                time.sleep(0.2)
+
+        cases = [("getCurrentOffsets", f"{base}/v1/getCurrentOffsets/?pipelineName=pipeline-3"),
+                 ("pipelines list (lag=false)", f"{base}/api/v1/pipelines?lag=false")]
+        if args.bootstrap_servers:
+            cases.append(("pipelines list (with Kafka lag)", f"{base}/api/v1/pipelines"))
+        print(f"\n{'endpoint':34} {'conc':>4} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'p99/target':>10}")
+        for label, url in cases:
+            for concurrency in (1, 4):
+                rps, lat = measure(url, args.requests, concurrency)
+                p99 = p(lat, 0.99)
+                print(f"{label:34} {concurrency:>4} {rps:>8.0f} {statistics.median(lat):>8.2f} {p99:>8.2f} "
+                      f"{p99 / TARGET_P99_MS:>10.2f}")
+        print(f"\ntarget: p99 < {TARGET_P99_MS:.0f} ms (ratio < 1.00 meets it); "
+              f"{os.cpu_count()} CPUs, server and load generator on the same machine")
+    finally:
+        if server is not None:
+            server.terminate()
+            server.wait(15)
+        if kafka_admin is not None:
+            try:
+                kafka_admin.delete_topics([topic])
+            finally:
+                kafka_admin.close()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+if __name__ == "__main__":
+    main()
