@@ -246,17 +246,15 @@ def topic_cmd(
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
-    from offset_ledger.operations import Operations
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.operations import topic_details
 
     fmt = _check_format(fmt)
-    from offset_ledger.errors import ConfigError
-
     if not bootstrap_servers:
         raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
-    from offset_ledger.kafka import KafkaAdapter
-
     with KafkaAdapter(bootstrap_servers) as adapter:
-        details = Operations(None, kafka=adapter).topic_details(topic)  # type: ignore[arg-type]
+        details = topic_details(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
     _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details)

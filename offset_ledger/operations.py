@@ -392,16 +392,7 @@ class Operations:
 
     def topic_details(self, topic: str) -> dict[str, Any]:
         """``{"name": T, "partitions": {"0": {"firstOffset": log_start, "lastOffset": log_end}}}``."""
-        check_topic(topic)
-        self.kafka.require_topics([topic])
-        marks = self.kafka.watermarks([topic])
-        return {
-            "name": topic,
-            "partitions": {
-                str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
-                for tp, m in sorted(marks.items())
-            },
-        }
+        return topic_details(self.kafka, topic)
 
     def resets(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
         """(consumer group, the audit list of resets, newest first)."""
@@ -506,6 +497,20 @@ class Operations:
             return marks
 
 
+def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
+    """The legacy getTopicDetails answer; needs only Kafka (no ledger)."""
+    check_topic(topic)
+    kafka.require_topics([topic])
+    marks = kafka.watermarks([topic])
+    return {
+        "name": topic,
+        "partitions": {
+            str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
+            for tp, m in sorted(marks.items())
+        },
+    }
+
+
 def _lag(p: Position, m: Watermarks | None) -> int | None:
     return None if m is None else max(0, m.log_end_offset - p.next_offset)
 
@@ -542,5 +547,5 @@ def scope_from_specs(specs: Sequence[str]) -> dict[str, tuple[int, ...] | None] 
 __all__ = [
     "HistoryPage", "MetricsSnapshot", "Operations", "PartitionLag", "PartitionReset", "PipelineSummary",
     "ResetOutcome", "check_name", "check_topic", "parse_timestamp", "request_from_legacy_body",
-    "scope_from_specs", "to_epoch_ms",
+    "scope_from_specs", "to_epoch_ms", "topic_details",
 ]

@@ -227,3 +227,43 @@ def test_metrics_text(client: TestClient) -> None:
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     assert 'offset_ledger_lag_records{pipeline="orders-etl",consumer_group="orders-etl",topic="orders",partition="0"} 500' in r.text
     assert "offset_ledger_seconds_since_last_batch{" in r.text
+
+
+def test_active_run_blocks_executed_resets_until_its_heartbeat_is_stale(engine) -> None:  # type: ignore[no-untyped-def]
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import update
+
+    from offset_ledger.ledger.queries import RUN_STALENESS, active_run_ids
+    from offset_ledger.ledger.tables import runs
+
+    ids = seed_pipeline(engine, "live", {"orders": {0: 50, 1: 50, 2: 50}}, active=True)
+    client = _client(engine)
+    body = {"mode": "latest", "dryRun": False}
+    r = client.post("/api/v1/pipelines/live/resets", json=body)
+    assert r.status_code == 409 and r.json()["run_ids"] == [ids["run_id"]]
+    # A driver killed without QueryTerminated: no heartbeat for longer than the window.
+    old = datetime.now(timezone.utc) - RUN_STALENESS - timedelta(minutes=1)
+    with engine.begin() as conn:
+        conn.execute(update(runs).where(runs.c.run_id == ids["run_id"]).values(last_heartbeat_at=old))
+        assert active_run_ids(conn, "live") == []
+        assert active_run_ids(conn, "live", stale_after=None) == [ids["run_id"]]
+    r = client.post("/api/v1/pipelines/live/resets", json=body)
+    assert r.status_code == 200 and r.json()["status"] == "pending"
+    assert client.get("/api/v1/pipelines").json()["pipelines"][0]["state"] == "stopped"
+
+
+def test_metrics_report_listener_health(engine, client: TestClient) -> None:  # type: ignore[no-untyped-def]
+    from datetime import datetime, timezone
+
+    from sqlalchemy import insert
+
+    from offset_ledger.ledger.tables import listener_health
+
+    with engine.begin() as conn:
+        conn.execute(insert(listener_health).values(
+            listener_id="l-1", pipeline="orders-etl", host="h", reported_at=datetime.now(timezone.utc),
+            queued=3, written=120, retried=2, spilled=0, failed=1, last_error="db down"))
+    text = client.get("/metrics").text
+    assert 'offset_ledger_listener_written_total{listener_id="l-1",pipeline="orders-etl",host="h"} 120' in text
+    assert 'offset_ledger_listener_healthy{listener_id="l-1",pipeline="orders-etl",host="h"} 0' in text
