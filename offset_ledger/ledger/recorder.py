@@ -17,6 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from operator import itemgetter
 from typing import Any, Union
 
 from sqlalchemy import Table, select, update
@@ -101,7 +102,6 @@ class _Pos:
     reset_id: int | None
     query_id: str | None
     batch_id: int | None
-    changed: bool = False
 
 
 @dataclass
@@ -119,13 +119,33 @@ def utc(value: datetime) -> datetime:
     return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
 
 
-def _csv_value(value: Any) -> Any:
-    """A value for COPY ... (FORMAT csv): None is an unquoted empty field, which COPY reads as NULL."""
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        return value.isoformat()
+def _csv_text(value: str) -> str:
+    """One CSV field for COPY: quoted when it must be (an empty string too, or COPY reads NULL)."""
+    if value == "" or any(c in value for c in ',"\n\r') or value != value.strip():
+        return '"' + value.replace('"', '""') + '"'
     return value
+
+
+def _csv_rows(rows: list[dict[str, Any]], columns: list[str]) -> list[Any]:
+    """Rows for COPY ... (FORMAT csv): None stays an unquoted empty field (NULL), datetimes ISO text."""
+    get = itemgetter(*columns)
+    data: list[Any] = [get(r) for r in rows] if len(columns) > 1 else [(get(r),) for r in rows]
+    moments = [i for i, v in enumerate(data[0]) if isinstance(v, datetime)]
+    if not moments:
+        return data
+    iso: dict[datetime, str] = {}  # a batch's rows share one batch_time: format it once
+    out = []
+    for row in data:
+        row = list(row)
+        for i in moments:
+            value = row[i]
+            if value is not None:
+                text = iso.get(value)
+                if text is None:
+                    text = iso[value] = value.isoformat()
+                row[i] = text
+        out.append(row)
+    return out
 
 
 def _ends(batch: BatchOffsets) -> _Ends:
@@ -209,6 +229,53 @@ class Recorder:
 
     # ------------------------------------------------------------------ the transaction
 
+    def _copy_upsert(self, conn: Connection, table: Table, columns: list[str], csv_text: str,
+                     tail: str, returning: bool) -> list[tuple[Any, ...]]:
+        """COPY ``csv_text`` into a session-temporary stage, then INSERT ... SELECT ``tail`` from it."""
+        quote = conn.dialect.identifier_preparer.quote
+        cols = ", ".join(quote(c) for c in columns)
+        stage = quote(f"_ol_stage_{table.name}")
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            made = conn.connection.info.setdefault("offset_ledger_stages", set())
+            if stage not in made:
+                cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} AS "
+                               f"SELECT {cols} FROM {quote(table.name)} WITH NO DATA")
+                made.add(stage)
+            cursor.copy_expert(f"COPY {stage} ({cols}) FROM STDIN WITH (FORMAT csv)", io.StringIO(csv_text))
+            # Emptying the stage in the same statement leaves it clean even if we fail later.
+            cursor.execute(f"WITH staged AS (DELETE FROM {stage} RETURNING {cols}) "
+                           f"INSERT INTO {quote(table.name)} ({cols}) SELECT {cols} FROM staged {tail}")
+            return [tuple(r) for r in cursor.fetchall()] if returning else []
+        finally:
+            cursor.close()
+
+    def _copy_offsets(self, conn: Connection, recs: list[BatchRecord]) -> None:
+        """batch_offsets rows straight to CSV text: the hot path of a many-partition batch."""
+        quoted: dict[str, str] = {}
+
+        def q(value: str) -> str:
+            out = quoted.get(value)
+            if out is None:
+                out = quoted[value] = _csv_text(value)
+            return out
+
+        lines: list[str] = []
+        for rec in recs:
+            b = rec.batch
+            head = f"{q(rec.pipeline)},{q(rec.consumer_group)},{q(b.query_id)},{b.batch_id},"
+            end = f",{utc(b.batch_time).isoformat()}\n"
+            for s in b.sources:
+                for r in s.ranges:
+                    since = "" if r.from_offset is None else r.from_offset
+                    lines.append(f"{head}{s.source_index},{q(r.topic)},{r.partition},{since},{r.until_offset}{end}")
+        quote = conn.dialect.identifier_preparer.quote
+        columns = ["pipeline", "consumer_group", "query_id", "batch_id", "source_index", "topic", "partition",
+                   "from_offset", "until_offset", "batch_time"]
+        conflict = ", ".join(quote(c) for c in ("query_id", "batch_id", "source_index", "topic", "partition"))
+        self._copy_upsert(conn, batch_offsets, columns, "".join(lines),
+                          f"ON CONFLICT ({conflict}) DO NOTHING", False)
+
     def _bulk(self, conn: Connection, table: Table, rows: list[dict[str, Any]], conflict: tuple[str, ...],
               *, update: tuple[str, ...] = (), returning: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
         """Multi-row ``INSERT ... ON CONFLICT (conflict) DO NOTHING | DO UPDATE`` of ``rows``.
@@ -235,22 +302,11 @@ class Recorder:
                         cursor, f"INSERT INTO {quote(table.name)} ({cols}) VALUES %s {tail}",
                         [tuple(r[c] for c in columns) for r in rows], page_size=1000, fetch=bool(returning))
                     return [tuple(r) for r in result] if returning else []
-                stage = quote(f"_ol_stage_{table.name}")
-                made = conn.connection.info.setdefault("offset_ledger_stages", set())
-                if stage not in made:
-                    cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} AS "
-                                   f"SELECT {cols} FROM {quote(table.name)} WITH NO DATA")
-                    made.add(stage)
-                buffer = io.StringIO()
-                csv.writer(buffer).writerows([_csv_value(r[c]) for c in columns] for r in rows)
-                buffer.seek(0)
-                cursor.copy_expert(f"COPY {stage} ({cols}) FROM STDIN WITH (FORMAT csv)", buffer)
-                # Emptying the stage in the same statement leaves it clean even if we fail later.
-                cursor.execute(f"WITH staged AS (DELETE FROM {stage} RETURNING {cols}) "
-                               f"INSERT INTO {quote(table.name)} ({cols}) SELECT {cols} FROM staged {tail}")
-                return [tuple(r) for r in cursor.fetchall()] if returning else []
             finally:
                 cursor.close()
+            buffer = io.StringIO()
+            csv.writer(buffer).writerows(_csv_rows(rows, columns))
+            return self._copy_upsert(conn, table, columns, buffer.getvalue(), tail, bool(returning))
         stmt = self._insert(table)
         if update:
             stmt = stmt.on_conflict_do_update(index_elements=list(conflict),
@@ -359,29 +415,26 @@ class Recorder:
 
     def _write_batches(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
         self._ensure_runs(conn, recs, txn)
-        batch_rows: list[dict[str, Any]] = []
-        offset_rows: list[dict[str, Any]] = []
-        for rec in recs:
-            b = rec.batch
-            batch_time = utc(b.batch_time)
-            batch_rows.append({"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
-                               "query_id": b.query_id, "run_id": b.run_id, "batch_id": b.batch_id,
-                               "batch_time": batch_time, "recorded_at": txn.now, "input_rows": b.input_rows})
-            for s in b.sources:
-                for r in s.ranges:
-                    offset_rows.append({
-                        "pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
-                        "query_id": b.query_id, "batch_id": b.batch_id, "source_index": s.source_index,
-                        "topic": r.topic, "partition": r.partition, "from_offset": r.from_offset,
-                        "until_offset": r.until_offset, "batch_time": batch_time})
+        batch_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
+                       "query_id": rec.batch.query_id, "run_id": rec.batch.run_id, "batch_id": rec.batch.batch_id,
+                       "batch_time": utc(rec.batch.batch_time), "recorded_at": txn.now,
+                       "input_rows": rec.batch.input_rows} for rec in recs]
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
         inserted = set(self._bulk(conn, batches, batch_rows, ("query_id", "batch_id"),
                                   returning=("query_id", "batch_id")))
         if len(inserted) < len(recs):
             recs = [r for r in recs if (r.batch.query_id, r.batch.batch_id) in inserted]
-            offset_rows = [r for r in offset_rows if (r["query_id"], r["batch_id"]) in inserted]
-        if offset_rows:
+        ranges = sum(len(s.ranges) for r in recs for s in r.batch.sources)
+        if ranges >= _COPY_MIN_ROWS and self._execute_values is not None:
+            self._copy_offsets(conn, recs)
+        elif ranges:
+            offset_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
+                            "query_id": rec.batch.query_id, "batch_id": rec.batch.batch_id,
+                            "source_index": s.source_index, "topic": r.topic, "partition": r.partition,
+                            "from_offset": r.from_offset, "until_offset": r.until_offset,
+                            "batch_time": utc(rec.batch.batch_time)}
+                           for rec in recs for s in rec.batch.sources for r in s.ranges]
             self._bulk(conn, batch_offsets, offset_rows,
                        ("query_id", "batch_id", "source_index", "topic", "partition"))
         if not recs:
@@ -482,21 +535,33 @@ class Recorder:
             current[(pipeline, group)] = {
                 (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id, r.batch_id)
                 for r in conn.execute(stmt)}
+        changed: dict[tuple[str, str], set[tuple[str, int]]] = {key: set() for key in current}
         for rec in recs:
             b = rec.batch
-            pos = current[(rec.pipeline, rec.consumer_group)]
+            group_key = (rec.pipeline, rec.consumer_group)
+            pos, moved = current[group_key], changed[group_key]
             run_started = self._run_start_of(b.run_id, txn)
-            until: dict[tuple[str, int], int] = {}
-            for s in b.sources:
-                for r in s.ranges:
-                    # Two sources on one topic (a self-union) share the partition's position.
-                    until[(r.topic, r.partition)] = max(until.get((r.topic, r.partition), r.until_offset),
-                                                        r.until_offset)
-            for (topic, partition), until_offset in until.items():
-                cur = pos.get((topic, partition))
+            if len(b.sources) == 1:
+                ends: Any = ((r.topic, r.partition, r.until_offset) for r in b.sources[0].ranges)
+            else:
+                # Two sources on one topic (a self-union) share the partition's position.
+                merged: dict[tuple[str, int], int] = {}
+                for s in b.sources:
+                    for r in s.ranges:
+                        key = (r.topic, r.partition)
+                        merged[key] = max(merged.get(key, r.until_offset), r.until_offset)
+                ends = ((t, p, u) for (t, p), u in merged.items())
+            for topic, partition, until_offset in ends:
+                key = (topic, partition)
+                cur = pos.get(key)
                 if (cur is None or until_offset >= cur.next_offset
                         or (cur.reset_id is not None and cur.updated_at > run_started)):
-                    pos[(topic, partition)] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id, True)
+                    if cur is None:
+                        pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
+                    else:
+                        cur.next_offset, cur.updated_at, cur.reset_id, cur.query_id, cur.batch_id = (
+                            until_offset, txn.now, None, b.query_id, b.batch_id)
+                    moved.add(key)
                     continue
                 txn.findings.append(self._finding(
                     rec, txn, "regression",
@@ -505,11 +570,11 @@ class Recorder:
                     topic, partition, cur.next_offset, until_offset,
                     {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
                      "position_reset_id": cur.reset_id, "run_id": b.run_id}))
-        rows = [{"pipeline": pipeline, "consumer_group": group, "topic": topic, "partition": partition,
-                 "next_offset": p.next_offset, "updated_at": p.updated_at, "query_id": p.query_id,
-                 "batch_id": p.batch_id, "reset_id": None}
+        rows = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
+                 "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
+                 "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
                 for (pipeline, group), pos in current.items()
-                for (topic, partition), p in sorted(pos.items()) if p.changed]
+                for key in sorted(changed[(pipeline, group)])]
         if rows:
             self._bulk(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
                        update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
