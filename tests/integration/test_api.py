@@ -278,45 +278,75 @@ def test_schemathesis_finds_no_server_error(ledger, pg_dsn: str, kafka) -> None:
 
 
 def test_reset_over_http_then_spark_resumes_from_it(ledger, pg_dsn: str, kafka, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """The path that matters: HTTP reset -> start_from_ledger consumes it -> Spark reads from there."""
-    from offset_ledger import start_from_ledger
+    """The path that matters, all real: Spark + listener record -> HTTP reset -> start_from_ledger
+    consumes it -> Spark really reads from the reset offsets -> the ledger moves on from there."""
+    from offset_ledger import OffsetLedgerListener, start_from_ledger
 
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"v{i}" for i in range(100)])  # 50 per partition
-    seed_pipeline(ledger, "resume", {topic: {0: 50, 1: 50}})  # fully caught up
-
-    with serving(pg_dsn, kafka.bootstrap_servers) as srv, httpx.Client(base_url=srv.url) as c:
-        r = c.post("/api/v1/pipelines/resume/resets", json={
-            "mode": "offsets", "offsets": {topic: {"0": 10, "1": 35}}, "dryRun": False, "reason": "replay"})
-        assert r.status_code == 200, r.text
-        reset_id = r.json()["resetId"]
-
-        plan = start_from_ledger("resume", [topic], bootstrap_servers=kafka.bootstrap_servers,
-                                 checkpoint_root=str(tmp_path / "cp"), dsn=pg_dsn)
-        assert plan.fresh_checkpoint
-        assert plan.starting_offsets == {topic: {"0": 10, "1": 35}}
-        assert any(f.kind == "reset_consumed" and f.details["reset_id"] == reset_id for f in plan.findings)
-        audit = c.get("/api/v1/pipelines/resume/resets").json()["resets"]
-        assert audit[0]["status"] == "consumed"
-
     name = "resume_" + topic[-6:]
-    query = (
-        spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
-        .option("subscribe", topic)
-        .option("startingOffsets", plan.starting_offsets_json)
-        .load()
-        .selectExpr("partition", "offset")
-        .writeStream.format("memory").queryName(name)
-        .option("checkpointLocation", plan.checkpoint_location)
-        .trigger(availableNow=True)
-        .start()
-    )
+    listener = OffsetLedgerListener(dsn=pg_dsn, pipeline="resume", spool_dir=tmp_path / "spool")
+    spark.streams.addListener(listener)
+
+    def run_query(plan):  # type: ignore[no-untyped-def]
+        query = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", kafka.bootstrap_servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", plan.starting_offsets_json)
+            .load()
+            .selectExpr("partition", "offset")
+            .writeStream.format("memory").queryName(name)
+            .option("checkpointLocation", plan.checkpoint_location)
+            .trigger(availableNow=True)
+            .start()
+        )
+        try:
+            query.awaitTermination(120)
+            rows = spark.sql(f"SELECT partition, min(offset) AS lo, max(offset) AS hi, count(*) AS n "
+                             f"FROM {name} GROUP BY partition ORDER BY partition").collect()
+        finally:
+            query.stop()
+            spark.catalog.dropTempView(name)
+        assert listener.flush(60)
+        return [(r.partition, r.lo, r.hi, r.n) for r in rows]
+
+    def wait_stopped(c: httpx.Client) -> None:
+        # QueryTerminated reaches the listener asynchronously, after awaitTermination returns.
+        deadline = time.monotonic() + 60
+        while c.get("/api/v1/pipelines", params={"lag": "false"}).json()["pipelines"][0]["state"] != "stopped":
+            assert time.monotonic() < deadline, "the run never showed as stopped"
+            time.sleep(0.5)
+
+    root = str(tmp_path / "cp")
     try:
-        query.awaitTermination(120)
-        rows = spark.sql(f"SELECT partition, min(offset) AS lo, max(offset) AS hi, count(*) AS n "
-                         f"FROM {name} GROUP BY partition ORDER BY partition").collect()
-        assert [(r.partition, r.lo, r.hi, r.n) for r in rows] == [(0, 10, 49, 40), (1, 35, 49, 15)]
+        with serving(pg_dsn, kafka.bootstrap_servers) as srv, httpx.Client(base_url=srv.url) as c:
+            first = start_from_ledger("resume", [topic], bootstrap_servers=kafka.bootstrap_servers,
+                                      checkpoint_root=root, dsn=pg_dsn)
+            assert run_query(first) == [(0, 0, 49, 50), (1, 0, 49, 50)]
+            assert c.get("/v1/getCurrentOffsets/", params={"pipelineName": "resume"}).json() == {
+                topic: {"0": 50, "1": 50}}
+            wait_stopped(c)
+
+            r = c.post("/api/v1/pipelines/resume/resets", json={
+                "mode": "offsets", "offsets": {topic: {"0": 10, "1": 35}}, "dryRun": False, "reason": "replay"})
+            assert r.status_code == 200, r.text
+            reset_id = r.json()["resetId"]
+            assert [(p["beforeNextOffset"], p["targetNextOffset"], p["recordsReplayed"])
+                    for p in r.json()["partitions"]] == [(50, 10, 40), (50, 35, 15)]
+
+            plan = start_from_ledger("resume", [topic], bootstrap_servers=kafka.bootstrap_servers,
+                                     checkpoint_root=root, dsn=pg_dsn)
+            assert plan.fresh_checkpoint and plan.checkpoint_location != first.checkpoint_location
+            assert plan.starting_offsets == {topic: {"0": 10, "1": 35}}
+            assert any(f.kind == "reset_consumed" and f.details["reset_id"] == reset_id for f in plan.findings)
+            assert c.get("/api/v1/pipelines/resume/resets").json()["resets"][0]["status"] == "consumed"
+
+            # Spark really starts at the reset offsets, and the ledger records the replay.
+            assert run_query(plan) == [(0, 10, 49, 40), (1, 35, 49, 15)]
+            positions = c.get("/api/v1/pipelines/resume/offsets").json()["positions"]
+            assert [(x["partition"], x["nextOffset"], x["placedBy"]) for x in positions] == [
+                (0, 50, "batch"), (1, 50, "batch")]
     finally:
-        query.stop()
-        spark.catalog.dropTempView(name)
+        spark.streams.removeListener(listener)
+        listener.close(10)
