@@ -13,6 +13,7 @@ spool, in order, once the database answers again.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -503,7 +504,7 @@ class EventWriter:
             self._first_sight(started.query_id)
             target = self._pipeline_for(event, started.query_id, started.query_name)
             self._live_runs[started.query_id] = started.run_id
-            mark = (STARTED, started.query_id, None)
+            mark: tuple[str, str, int | None] = (STARTED, started.query_id, None)
             if target is None:
                 return [], mark
             pipeline, group, app_version = target
@@ -716,9 +717,9 @@ class OffsetLedgerListener(StreamingQueryListener):
             except Exception:  # noqa: BLE001 - the JVM may be shutting down
                 continue
             if target is not None and not writer.wait_for(
-                    lambda q=query_id, t=target: _at_least(writer.settled_batch(q), t), deadline):
+                    functools.partial(_batch_settled, writer, query_id, target), deadline):
                 return False
-            if not active and not writer.wait_for(lambda q=query_id: writer.is_terminated(q), deadline):
+            if not active and not writer.wait_for(functools.partial(writer.is_terminated, query_id), deadline):
                 return False
         # Events that arrived while we waited (the terminated event, say) are written too.
         return writer.flush(max(0.0, deadline - time.monotonic()))
@@ -780,8 +781,9 @@ class _JsonBridge:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def _at_least(settled: int | None, target: int) -> bool:
-    return settled is not None and settled >= target
+def _batch_settled(writer: EventWriter, query_id: str, batch_id: int) -> bool:
+    settled = writer.settled_batch(query_id)
+    return settled is not None and settled >= batch_id
 
 
 def _json_of(jevent: Any) -> str:

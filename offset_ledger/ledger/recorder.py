@@ -181,7 +181,7 @@ class Recorder:
         self._insert = insert
         self._execute_values: Any = None
         if engine.dialect.driver == "psycopg2":
-            from psycopg2.extras import execute_values
+            from psycopg2.extras import execute_values  # type: ignore[import-untyped]
 
             self._execute_values = execute_values
         # Committed knowledge that saves a SELECT per transaction on the hot path.
