@@ -267,3 +267,33 @@ def test_metrics_report_listener_health(engine, client: TestClient) -> None:  # 
     text = client.get("/metrics").text
     assert 'offset_ledger_listener_written_total{listener_id="l-1",pipeline="orders-etl",host="h"} 120' in text
     assert 'offset_ledger_listener_healthy{listener_id="l-1",pipeline="orders-etl",host="h"} 0' in text
+
+
+
+def test_arbitrary_json_bodies_never_break_the_reset_endpoints(engine) -> None:  # type: ignore[no-untyped-def]
+    """Property: whatever JSON arrives, the answer is 200 or a 4xx JSON error, never a 5xx."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    client = _client(engine)
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=False),
+                        st.text(max_size=8))
+    keys = st.one_of(st.sampled_from(["orders", "0", "1", "2", "-1", "ghost", ""]), st.text(max_size=6))
+    documents = st.recursive(scalars, lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(keys, inner, max_size=4)), max_leaves=12)
+    legacy_like = st.dictionaries(st.sampled_from(["orders", "ghost"]), st.dictionaries(
+        st.sampled_from(["0", "1", "2", "3", "x"]), st.one_of(st.integers(-5, 2000), scalars), max_size=4),
+        max_size=2)
+
+    @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(body=st.one_of(documents, legacy_like), method=st.sampled_from(["GET", "POST"]))
+    def check(body: object, method: str) -> None:
+        r = client.request(method, PARTS, content=json.dumps(body).encode(),
+                           headers={"Content-Type": "application/json"})
+        assert r.status_code in (200, 400, 404, 409), (body, r.status_code, r.text)
+        assert isinstance(r.json(), dict)
+        r = client.post("/api/v1/pipelines/orders-etl/resets", content=json.dumps(body).encode(),
+                        headers={"Content-Type": "application/json"})
+        assert r.status_code in (200, 400, 404, 422), (body, r.status_code, r.text)
+
+    check()
