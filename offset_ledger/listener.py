@@ -161,7 +161,6 @@ class EventWriter:
         # Per query, what has settled: the highest batch id and whether its run(s) terminated.
         self._done_batch: dict[str, int] = {}
         self._terminated: set[str] = set()
-        self._live_runs: dict[str, str] = {}
         self._query_pipeline: dict[str, tuple[str, str, str | None]] = {}
         self._warned_unnamed: set[str] = set()
         self._closing = threading.Event()
@@ -219,7 +218,7 @@ class EventWriter:
 
     def seen_queries(self) -> set[str]:
         with self._lock:
-            return set(self._done_batch) | set(self._terminated) | set(self._query_pipeline)
+            return set(self._done_batch) | set(self._terminated)
 
     def settled_batch(self, query_id: str) -> int | None:
         with self._lock:
@@ -503,7 +502,6 @@ class EventWriter:
             started = parse_started(event.payload)
             self._first_sight(started.query_id)
             target = self._pipeline_for(event, started.query_id, started.query_name)
-            self._live_runs[started.query_id] = started.run_id
             mark: tuple[str, str, int | None] = (STARTED, started.query_id, None)
             if target is None:
                 return [], mark

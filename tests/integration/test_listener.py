@@ -297,3 +297,27 @@ def test_postgres_down_while_the_query_runs(spark, kafka, listeners, tmp_path: P
         engine.dispose()
     finally:
         pg.stop()
+
+
+def test_a_failing_query_records_its_exception(spark, kafka, ledger, pg_dsn, listeners,  # type: ignore[no-untyped-def]
+                                               tmp_path: Path) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    listener = register(spark, listeners, tmp_path, dsn=pg_dsn, pipeline="failing")
+    topic = kafka.create_topic(partitions=1)
+    kafka.produce(topic, ["x"] * 3)
+
+    def explode(df, batch_id):  # type: ignore[no-untyped-def]
+        raise ValueError(f"sink exploded in batch {batch_id}")
+
+    query = (kafka_stream(spark, kafka, topic).writeStream.foreachBatch(explode)
+             .option("checkpointLocation", str(tmp_path / "cp")).start())
+    with pytest.raises(StreamingQueryException):
+        query.awaitTermination(120)
+    assert listener.flush(60)
+    with ledger.connect() as conn:
+        run = conn.execute(select(runs)).one()
+        assert run.query_id == str(query.id) and run.terminated_at is not None
+        assert "sink exploded in batch 0" in (run.exception or "")
+        # The batch never committed, so nothing was recorded as read.
+        assert conn.execute(select(batches)).all() == []
