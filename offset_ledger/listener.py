@@ -260,6 +260,8 @@ class EventWriter:
             self._abandon.set()  # the writer spools what it holds instead of retrying forever
         if self._thread.is_alive():
             self._thread.join(max(0.5, deadline - time.monotonic()))
+        elif self._thread.ident is None:
+            self._spool_everything([])  # never started: keep what was queued
         _LIVE.discard(self.listener_id)
         with self._lock:
             if self._spool_file is not None:
@@ -378,9 +380,16 @@ class EventWriter:
                 continue
             with self._lock:
                 for line in lines:
-                    if line.strip():
-                        self._spill_locked(Event.from_line(line))
-                        self._accepted += 1
+                    if not line.strip():
+                        continue
+                    try:
+                        event = Event.from_line(line)
+                    except (ValueError, TypeError):
+                        self._counts["failed"] += 1
+                        self._last_error = f"unreadable spool line in {path.name}"
+                        continue
+                    self._spill_locked(event)
+                    self._accepted += 1
             log.info("offset-ledger: adopted %d spooled events from %s", len(lines), path.name)
 
     def _spool_everything(self, held: list[Event]) -> None:

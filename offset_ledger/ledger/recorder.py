@@ -22,7 +22,8 @@ from typing import Any, Union
 
 from sqlalchemy import Table, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from offset_ledger.errors import LedgerError, LedgerUnavailable
 from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
@@ -161,7 +162,8 @@ def translate(exc: Exception) -> LedgerError:
     """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
     if isinstance(exc, LedgerError):
         return exc
-    if isinstance(exc, OperationalError) or (isinstance(exc, DBAPIError) and exc.connection_invalidated):
+    if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
+            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)):
         return LedgerUnavailable(f"ledger database unavailable: {getattr(exc, 'orig', exc)}")
     return LedgerError(f"ledger write failed: {exc}")
 

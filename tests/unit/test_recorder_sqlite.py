@@ -193,3 +193,17 @@ def sqlite_engine(tmp_path: Path) -> Iterator[Engine]:
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.removeprefix("check_"))
 def test_recorder_on_sqlite(scenario, sqlite_engine: Engine) -> None:  # type: ignore[no-untyped-def]
     scenario(sqlite_engine)
+
+
+def test_driver_errors_are_classified_by_retriability() -> None:
+    from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
+
+    from offset_ledger.errors import LedgerError, LedgerUnavailable
+    from offset_ledger.ledger.recorder import translate
+
+    lost = OperationalError("SELECT 1", {}, Exception("server closed the connection unexpectedly"))
+    closed = InterfaceError("SELECT 1", {}, Exception("connection already closed"))
+    dup = IntegrityError("INSERT", {}, Exception("duplicate key"))
+    assert isinstance(translate(lost), LedgerUnavailable) and translate(lost).retriable
+    assert isinstance(translate(closed), LedgerUnavailable)
+    assert type(translate(dup)) is LedgerError and not translate(dup).retriable

@@ -249,3 +249,13 @@ def test_writer_on_a_real_sqlite_ledger_is_idempotent(tmp_path: Path) -> None:
         assert conn.execute(select(positions.c.next_offset)).scalar() == 30
         assert [r.kind for r in conn.execute(select(findings))] == ["regression"]
     engine.dispose()
+
+
+def test_closing_a_writer_that_never_ran_keeps_its_events(tmp_path: Path) -> None:
+    store = FakeStore()
+    idle = writer(store, tmp_path, autostart=False)
+    idle.submit(ev("progress", progress(0)))
+    assert not idle.close(0.2)
+    again = writer(store, tmp_path)
+    assert again.close(5)
+    assert store.batch_ids() == [0]
