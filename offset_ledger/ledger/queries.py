@@ -81,21 +81,24 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
         select(positions.c.pipeline, positions.c.consumer_group),
         select(runs.c.pipeline, runs.c.consumer_group),
     ).subquery("g")
-    same = and_(batches.c.pipeline == groups.c.pipeline, batches.c.consumer_group == groups.c.consumer_group)
-    last_batch_time = select(func.max(batches.c.batch_time)).where(same).scalar_subquery()
-    last_batch_id = (
-        select(batches.c.batch_id).where(same)
+    # One index probe per group finds the newest batch's row id; its time and id come by primary key.
+    last_id = (
+        select(batches.c.id)
+        .where(batches.c.pipeline == groups.c.pipeline, batches.c.consumer_group == groups.c.consumer_group)
         .order_by(batches.c.batch_time.desc(), batches.c.id.desc()).limit(1).scalar_subquery()
     )
-    partitions = select(func.count()).select_from(positions).where(
-        positions.c.pipeline == groups.c.pipeline, positions.c.consumer_group == groups.c.consumer_group,
-    ).scalar_subquery()
+    latest = select(groups.c.pipeline, groups.c.consumer_group, last_id.label("last_id")).subquery("l")
+    counts = select(positions.c.pipeline, positions.c.consumer_group, func.count().label("n")).group_by(
+        positions.c.pipeline, positions.c.consumer_group).subquery("c")
     stmt = select(
-        groups.c.pipeline, groups.c.consumer_group,
-        partitions.label("partitions"),
-        last_batch_time.label("last_batch_time"),
-        last_batch_id.label("last_batch_id"),
-    ).order_by(groups.c.pipeline, groups.c.consumer_group)
+        latest.c.pipeline, latest.c.consumer_group,
+        func.coalesce(counts.c.n, 0).label("partitions"),
+        batches.c.batch_time.label("last_batch_time"),
+        batches.c.batch_id.label("last_batch_id"),
+    ).select_from(
+        latest.outerjoin(batches, batches.c.id == latest.c.last_id).outerjoin(
+            counts, and_(counts.c.pipeline == latest.c.pipeline, counts.c.consumer_group == latest.c.consumer_group))
+    ).order_by(latest.c.pipeline, latest.c.consumer_group)
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
