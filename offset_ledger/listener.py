@@ -292,6 +292,12 @@ class EventWriter:
                     self._last_error = f"writer error: {exc!r}"
                 time.sleep(0.1)
         self._maybe_report_health(force=True)
+        close = getattr(self._store, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                log.debug("offset-ledger: closing the store failed", exc_info=True)
 
     def _next_events(self) -> list[Event]:
         events: list[Event] = []
@@ -596,7 +602,7 @@ def _open_recorder(dsn: str | None) -> Store:
     except Exception:
         engine.dispose()
         raise
-    return Recorder(engine)
+    return Recorder(engine, owns_engine=True)
 
 
 class OffsetLedgerListener(StreamingQueryListener):

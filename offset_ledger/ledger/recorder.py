@@ -171,8 +171,9 @@ def translate(exc: Exception) -> LedgerError:
 class Recorder:
     """Writes listener events to the ledger; not thread-safe (one writer thread owns it)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, owns_engine: bool = False) -> None:
         self.engine = engine
+        self._owns_engine = owns_engine
         dialect = engine.dialect.name
         if dialect == "postgresql":
             from sqlalchemy.dialects.postgresql import insert
@@ -186,6 +187,7 @@ class Recorder:
             from psycopg2.extras import execute_values  # type: ignore[import-untyped]
 
             self._execute_values = execute_values
+        self._conn: Connection | None = None
         # Committed knowledge that saves a SELECT per transaction on the hot path.
         self._latest: dict[str, tuple[int, _Ends]] = {}
         self._run_started: dict[str, datetime] = {}
@@ -197,20 +199,43 @@ class Recorder:
         txn = _Txn(now=utc(now or datetime.now(timezone.utc)))
         dbapi = self.engine.dialect.dbapi
         try:
-            with self.engine.begin() as conn:
-                try:
-                    outcome = self._record(conn, records, txn)
-                except dbapi.Error as exc:  # type: ignore[union-attr]
-                    # Raised by execute_values on the raw cursor, so SQLAlchemy did not wrap it.
-                    if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
-                        conn.invalidate()
-                        raise LedgerUnavailable(f"ledger database unavailable: {exc}") from exc
-                    raise LedgerError(f"ledger write failed: {exc}") from exc
+            # One connection held across transactions: no pool checkout (and pre-ping round trip)
+            # per batch. Any failure drops it; the next call checks a fresh one out of the pool.
+            if self._conn is None or self._conn.closed or self._conn.invalidated:
+                self._conn = self.engine.connect()
+            conn = self._conn
+            try:
+                with conn.begin():
+                    try:
+                        outcome = self._record(conn, records, txn)
+                    except dbapi.Error as exc:  # type: ignore[union-attr]
+                        # Raised by execute_values/COPY on the raw cursor, so SQLAlchemy did not wrap it.
+                        if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
+                            conn.invalidate()
+                            raise LedgerUnavailable(f"ledger database unavailable: {exc}") from exc
+                        raise LedgerError(f"ledger write failed: {exc}") from exc
+            except BaseException:
+                self._drop_connection()
+                raise
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
         self._latest.update(txn.latest)
         self._run_started.update(txn.run_started)
         return outcome
+
+    def close(self) -> None:
+        """Return the held connection to the pool (and dispose of the engine if this recorder made it)."""
+        self._drop_connection()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def _drop_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except SQLAlchemyError:
+                log.debug("closing a broken ledger connection failed", exc_info=True)
 
     def report_health(self, listener_id: str, pipeline: str | None, host: str,
                       counters: Mapping[str, int], last_error: str | None,
