@@ -437,10 +437,11 @@ class EventWriter:
         for event in events:
             try:
                 recs, mark = self._convert(event)
-            except ProgressParseError as exc:
+            except Exception as exc:  # noqa: BLE001 - ProgressParseError, or anything odd in a payload
                 failed += 1
                 with self._lock:
                     self._last_error = f"unparsable {event.kind} event: {exc}"
+                log.warning("offset-ledger: unparsable %s event: %s", event.kind, exc)
                 continue
             if mark is not None:
                 marks.append(mark)
