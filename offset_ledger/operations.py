@@ -31,6 +31,7 @@ from offset_ledger.errors import (
     LedgerError,
     LedgerUnavailable,
     UnknownPipeline,
+    UnknownTopic,
 )
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.reset_store import StoredReset, record_reset
@@ -429,7 +430,15 @@ class Operations:
         topics = request.topics([p.topic for p in positions])
         if not topics:
             raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
-        self.kafka.require_topics(topics)
+        if request.scope or request.mode == "offsets":
+            self.kafka.require_topics(topics)
+        else:
+            # Unscoped: a topic deleted since the last batch is left out (the restart drops it too).
+            existing = self.kafka.partitions(topics)
+            if not existing:
+                raise UnknownTopic(topics[0])
+            topics = sorted(existing)
+            positions = [p for p in positions if p.topic in existing]
         marks = self.kafka.watermarks(topics)
         times = None
         if request.mode == "timestamp" and request.timestamp_ms is not None:

@@ -297,3 +297,12 @@ def test_arbitrary_json_bodies_never_break_the_reset_endpoints(engine) -> None: 
         assert r.status_code in (200, 400, 404, 422), (body, r.status_code, r.text)
 
     check()
+
+
+def test_unscoped_reset_leaves_out_topics_deleted_since(engine, client: TestClient) -> None:  # type: ignore[no-untyped-def]
+    seed_pipeline(engine, "two", {"orders": {0: 50, 1: 50, 2: 50}, "gone": {0: 9}})
+    r = client.post("/v1/resetOffsetOfAllPartitionsToEarliest?pipelineName=two")
+    assert r.status_code == 200, r.text
+    assert r.json() == {"orders": {"0": 10, "1": 10, "2": 10}}
+    r = client.post("/api/v1/pipelines/two/resets", json={"mode": "earliest", "topics": [{"topic": "gone"}]})
+    assert r.status_code == 404 and r.json()["error"] == "UnknownTopic"
