@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -245,5 +245,3 @@ def _jsonable(value: Any) -> Any:
 
     return jsonable_encoder(value)
 
-
-RouteHandler = Callable[..., Awaitable[Any]]
