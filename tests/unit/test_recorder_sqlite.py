@@ -207,3 +207,63 @@ def test_driver_errors_are_classified_by_retriability() -> None:
     assert isinstance(translate(lost), LedgerUnavailable) and translate(lost).retriable
     assert isinstance(translate(closed), LedgerUnavailable)
     assert type(translate(dup)) is LedgerError and not translate(dup).retriable
+
+
+# ----------------------------------------------------------------------------- property
+
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def _deliveries(draw: st.DrawFn) -> tuple[dict, list[list[tuple[str, int]]]]:
+    """Consistent histories for two queries of one pipeline, delivered shuffled, duplicated, chunked."""
+    histories: dict[str, list[dict[int, tuple[int | None, int]]]] = {}
+    for query in ("q1", "q2"):
+        ends = {p: draw(st.integers(0, 50)) for p in range(3)}
+        batches = []
+        for b in range(draw(st.integers(1, 5))):
+            step = {p: draw(st.integers(0, 20)) for p in range(3)}
+            batches.append({p: (None if b == 0 else ends[p], ends[p] + step[p]) for p in range(3)})
+            ends = {p: ends[p] + step[p] for p in range(3)}
+        histories[query] = batches
+    keys = [(q, b) for q, bs in histories.items() for b in range(len(bs))]
+    order = draw(st.lists(st.sampled_from(keys), min_size=1, max_size=20))
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(order) - 1)), max_size=5)))
+    chunks = [order[i:j] for i, j in zip([0, *cuts], [*cuts, len(order)]) if order[i:j]]
+    return histories, chunks
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(_deliveries())
+def test_any_delivery_order_keeps_the_ledger_consistent(tmp_path_factory: pytest.TempPathFactory,
+                                                         case: tuple[dict, list[list[tuple[str, int]]]]) -> None:
+    from offset_ledger.ledger.tables import metadata
+
+    histories, chunks = case
+    engine = make_engine(f"sqlite:///{tmp_path_factory.mktemp('prop') / 'ledger.db'}")
+    metadata.create_all(engine)
+    recorder = Recorder(engine)
+    model_position: dict[int, int] = {}
+    expected_regressions = 0
+    seen: set[tuple[str, int]] = set()
+    for chunk in chunks:
+        recorder.record([rec(batch(b, {("t", p): r for p, r in histories[q][b].items()}, query=q, run="r" + q))
+                         for q, b in chunk])
+        for q, b in chunk:  # the model: first delivery counts; positions never move back
+            if (q, b) in seen:
+                continue
+            seen.add((q, b))
+            for p, (_, until) in histories[q][b].items():
+                if p in model_position and until < model_position[p]:
+                    expected_regressions += 1
+                else:
+                    model_position[p] = until
+    assert position_map(engine) == {("t", p): o for p, o in model_position.items()}
+    got = offsets_of(engine, "q1") + offsets_of(engine, "q2")
+    assert len(got) == 3 * len(seen)  # each delivered batch exactly once, duplicates ignored
+    kinds = [r.kind for r in finding_rows(engine)]
+    assert kinds.count("regression") == expected_regressions
+    assert set(kinds) <= {"regression", "gap"}
+    engine.dispose()
