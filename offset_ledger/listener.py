@@ -13,6 +13,8 @@ spool, in order, once the database answers again.
 from __future__ import annotations
 
 import atexit
+import collections
+import dataclasses
 import functools
 import json
 import logging
@@ -77,6 +79,7 @@ class ListenerHealth:
     pending: int         # events accepted but not yet settled
     last_error: str | None
     last_written_at: datetime | None
+    callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
 
     def counters(self) -> dict[str, int]:
         return {"queued": self.queued, "written": self.written, "retried": self.retried,
@@ -644,6 +647,7 @@ class OffsetLedgerListener(StreamingQueryListener):
         self.consumer_group = consumer_group
         self.app_version = app_version
         self._handles: dict[str, Any] = {}
+        self._callback_seconds: collections.deque[float] = collections.deque(maxlen=1024)
         self._callback_errors = 0
         self._writer = EventWriter(
             store_factory or (lambda: _open_recorder(dsn)),
@@ -682,12 +686,14 @@ class OffsetLedgerListener(StreamingQueryListener):
         self._accept(kind, lambda: payload)
 
     def _accept(self, kind: str, payload: Callable[[], str]) -> None:
+        started = time.perf_counter()
         try:
             self._writer.submit(Event(kind, payload(), time.time(), self.pipeline, self.consumer_group,
                                       self.app_version))
         except Exception as exc:  # noqa: BLE001 - no exception may reach Spark's listener bus
             self._callback_errors += 1
             self._writer._count_failure(f"{kind} callback failed: {exc!r}")
+        self._callback_seconds.append(time.perf_counter() - started)
 
     @property
     def _jlistener(self) -> Any:
@@ -704,7 +710,11 @@ class OffsetLedgerListener(StreamingQueryListener):
     def health(self) -> ListenerHealth:
         """Counters: queued, written, retried, spilled, failed, skipped, pending, last error."""
         health = self._writer.health()
-        return health
+        took = sorted(self._callback_seconds)
+        if not took:
+            return health
+        p99 = took[min(len(took) - 1, int(0.99 * len(took)))] * 1000
+        return dataclasses.replace(health, callback_p99_ms=round(p99, 3))
 
     def flush(self, timeout: float = 30.0) -> bool:
         """Wait until every event received so far, and each seen query's last reported batch, is durable.

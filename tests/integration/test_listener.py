@@ -143,6 +143,8 @@ def test_ledger_holds_exactly_the_batches_spark_reported(spark, kafka, ledger, p
         assert run.last_batch_id == max(r[0] for r in expected)
     health = listener.health()
     assert health.failed == 0 and health.spilled == 0 and health.written >= len({r[0] for r in expected})
+    assert health.callback_p99_ms is not None  # measured on Spark's listener thread, JSON fetch included
+    print(f"callback p99 on Spark's listener thread: {health.callback_p99_ms} ms")
 
 
 def test_two_queries_one_of_them_reading_two_kafka_sources(spark, kafka, ledger, pg_dsn, listeners,  # type: ignore[no-untyped-def]
