@@ -191,7 +191,7 @@ def test_query_without_a_name(spark, kafka, ledger, pg_dsn, listeners, tmp_path:
             query.stop()
         assert by_name.flush(60) and explicit.flush(60)
     assert query.isActive is False and query.exception() is None
-    assert sum("has no name" in r.getMessage() for r in caplog.records) == 1
+    assert sum("has no name" in r.getMessage() and str(query.id) in r.getMessage() for r in caplog.records) == 1
     assert by_name.health().skipped > 0 and by_name.health().written == 0
     with ledger.connect() as conn:
         assert {(r.pipeline, r.consumer_group) for r in conn.execute(select(batches))} == {

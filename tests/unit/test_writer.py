@@ -180,7 +180,7 @@ def test_callbacks_do_not_wait_for_a_slow_database(tmp_path: Path) -> None:
         t0 = time.perf_counter()
         w.submit(ev("progress", progress(i)))
         times.append(time.perf_counter() - t0)
-    assert max(times) < 0.05
+    assert max(times) < 0.25  # a write attempt against the dead database is never on this path
     store.down.clear()
     assert w.close(10)
     assert store.batch_ids() == list(range(200))
