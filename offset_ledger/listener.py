@@ -133,7 +133,7 @@ class EventWriter:
         max_backoff: float = 2.0,
         health_interval: float = 30.0,
         health_pipeline: str | None = None,
-        on_query_seen: Callable[[str], None] | None = None,
+        on_query_seen: Callable[[str], str | None] | None = None,
         autostart: bool = True,
     ) -> None:
         self.listener_id = listener_id or uuid.uuid4().hex
@@ -519,14 +519,14 @@ class EventWriter:
         """One event -> ledger records (none for unnamed queries) and what it settles."""
         if event.kind == STARTED:
             started = parse_started(event.payload)
-            self._first_sight(started.query_id)
+            checkpoint = self._first_sight(started.query_id, started=True)
             target = self._pipeline_for(event, started.query_id, started.query_name)
             mark: tuple[str, str, int | None] = (STARTED, started.query_id, None)
             if target is None:
                 return [], mark
             pipeline, group, app_version = target
             return [RunStart(pipeline, group, started.query_id, started.run_id, started.query_name,
-                             started.started_at, app_version=app_version)], mark
+                             started.started_at, app_version=app_version, checkpoint_location=checkpoint)], mark
         if event.kind == PROGRESS:
             batch = parse_progress(event.payload)
             self._first_sight(batch.query_id)
@@ -556,13 +556,17 @@ class EventWriter:
                            ended.exception)], mark
         raise ProgressParseError(f"unknown event kind {event.kind!r}")
 
-    def _first_sight(self, query_id: str) -> None:
-        if self._on_query_seen is not None and query_id not in self._query_pipeline \
-                and query_id not in self._warned_unnamed:
-            try:
-                self._on_query_seen(query_id)
-            except Exception:  # noqa: BLE001 - only an optimisation for flush()
-                log.debug("on_query_seen failed", exc_info=True)
+    def _first_sight(self, query_id: str, *, started: bool = False) -> str | None:
+        """Tell the listener about a query (each run's start, else its first event): the checkpoint."""
+        if self._on_query_seen is None:
+            return None
+        if not started and (query_id in self._query_pipeline or query_id in self._warned_unnamed):
+            return None
+        try:
+            return self._on_query_seen(query_id)
+        except Exception:  # noqa: BLE001 - only an optimisation for flush() and a detail of the run
+            log.debug("on_query_seen failed", exc_info=True)
+            return None
 
     def _pipeline_for(self, event: Event, query_id: str, name: str | None) -> tuple[str, str, str | None] | None:
         """(pipeline, consumer group, app version) of a query; idle/terminated events carry no name."""
@@ -765,21 +769,34 @@ class OffsetLedgerListener(StreamingQueryListener):
 
         return SparkSession._instantiatedSession or SparkSession.getActiveSession()
 
-    def _remember_query(self, query_id: str) -> None:
-        """Keep the query's handle while it is active: after stop() the manager forgets it."""
-        self._handle(query_id)
+    def _remember_query(self, query_id: str) -> str | None:
+        """Keep a run's handle while it is active (after stop() the manager forgets it); its checkpoint."""
+        handle = self._handle(query_id)
+        try:
+            return str(handle._jsq.streamingQuery().resolvedCheckpointRoot()) if handle is not None else None
+        except Exception:  # noqa: BLE001 - Spark Connect or another Spark: no checkpoint, nothing else lost
+            return None
 
-    def _handle(self, query_id: str) -> Any:
-        handle = self._handles.get(query_id)
-        if handle is not None:
-            return handle
+    def _lookup(self, query_id: str) -> Any:
         try:
             session = self._session()
-            handle = session.streams.get(query_id) if session is not None else None
+            return session.streams.get(query_id) if session is not None else None
         except Exception:  # noqa: BLE001 - no session, JVM gone, ...
-            handle = None
+            return None
+
+    def _handle(self, query_id: str) -> Any:
+        """The query's handle: the active run if there is one, else the last run seen (it keeps lastProgress)."""
+        handle = self._handles.get(query_id)
         if handle is not None:
-            self._handles[query_id] = handle
+            try:
+                if handle.isActive:
+                    return handle
+            except Exception:  # noqa: BLE001
+                pass
+        fresh = self._lookup(query_id)  # restarted on the same checkpoint: same id, a new run
+        if fresh is not None:
+            self._handles[query_id] = fresh
+            return fresh
         return handle
 
 

@@ -375,7 +375,7 @@ class Recorder:
         # The start event is authoritative; a row made earlier from a batch only guessed these.
         stmt = stmt.on_conflict_do_update(
             index_elements=[runs.c.run_id],
-            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "started_at")})
+            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "checkpoint_location", "started_at")})
         conn.execute(stmt, [row])
         txn.run_started[rec.run_id] = utc(rec.started_at)
 

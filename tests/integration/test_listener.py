@@ -214,7 +214,9 @@ def test_restart_on_the_same_checkpoint_continues_the_same_query_id(spark, kafka
     second = start(kafka_stream(spark, kafka, topic), checkpoint, first.name)
     try:
         second.processAllAvailable()
+        assert listener.flush(60)  # compares with the new run, not the stopped one
         after = spark_rows(second)
+        assert ledger_rows(ledger, str(first.id)) == sorted(before + after)
     finally:
         second.stop()
     assert listener.flush(60)
@@ -224,7 +226,9 @@ def test_restart_on_the_same_checkpoint_continues_the_same_query_id(spark, kafka
     assert position_map(ledger, "restarting") == {(topic, 0): 13, (topic, 1): 13}
     assert finding_kinds(ledger) == []
     with ledger.connect() as conn:
-        assert {r.run_id for r in conn.execute(select(runs))} == {str(first.runId), str(second.runId)}
+        recorded = list(conn.execute(select(runs)))
+    assert {r.run_id for r in recorded} == {str(first.runId), str(second.runId)}
+    assert {r.checkpoint_location for r in recorded} == {f"file:{checkpoint.resolve()}"}  # as Spark resolved it
 
 
 def test_duplicate_event_is_idempotent_and_stale_event_is_a_finding(spark, kafka, ledger, pg_dsn,  # type: ignore[no-untyped-def]
