@@ -558,6 +558,7 @@ class Recorder:
                            positions.c.batch_id)
                     .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
                            positions.c.topic.in_(sorted(topics)))
+                    .order_by(positions.c.topic, positions.c.partition)  # one lock order for every writer
                     .with_for_update())
             current[(pipeline, group)] = {
                 (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id, r.batch_id)
