@@ -21,6 +21,7 @@ OnDataLoss = Literal["fail", "earliest"]
 FindingKind = Literal[
     "gap",                # a batch's from_offset differs from the previous batch's until_offset
     "regression",         # a batch ended behind the current position with no reset in between
+    "pending_reset",      # a run older than a pending reset reported a batch; the reset's position kept
     "new_partition",      # restart: partition not in the ledger, read from earliest
     "removed_partition",  # restart: partition in the ledger but gone from Kafka
     "data_loss",          # restart: ledger offset below log-start (retention) or above log-end

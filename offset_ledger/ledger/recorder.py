@@ -4,8 +4,10 @@ One call to :meth:`Recorder.record` is one transaction over any number of listen
 multi-row inserts, so a writer that fell behind catches up in a few round trips. Batches are
 idempotent on (query id, batch id) and (query id, batch id, source, topic, partition): a re-run
 batch or a re-delivered event changes nothing. Positions move in the same transaction, forward
-only; a batch that ends behind the current position is a ``regression`` finding, unless a reset
-placed that position after the batch's run started (the running query simply did not see it).
+only; a batch that ends behind the current position is a ``regression`` finding. A position a
+reset placed stays put until the reset is consumed through a fresh checkpoint: batches of a run
+that started before such a pending reset are ``pending_reset`` findings, so a still-running (or
+zombie) query never silently overwrites an operator's reset.
 A batch whose start differs from the previous batch's end in the same query is a ``gap`` finding.
 """
 
@@ -26,7 +28,7 @@ from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, Opera
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from offset_ledger.errors import LedgerError, LedgerUnavailable
-from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, resets, runs
 from offset_ledger.model import BatchOffsets, Finding
 
 log = logging.getLogger(__name__)
@@ -103,6 +105,7 @@ class _Pos:
     reset_id: int | None
     query_id: str | None
     batch_id: int | None
+    reset_pending: bool = False
 
 
 @dataclass
@@ -555,13 +558,15 @@ class Recorder:
             # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
             stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
                            positions.c.updated_at, positions.c.reset_id, positions.c.query_id,
-                           positions.c.batch_id)
+                           positions.c.batch_id, resets.c.status.label("reset_status"))
+                    .select_from(positions.outerjoin(resets, resets.c.id == positions.c.reset_id))
                     .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
                            positions.c.topic.in_(sorted(topics)))
                     .order_by(positions.c.topic, positions.c.partition)  # one lock order for every writer
-                    .with_for_update())
+                    .with_for_update(of=positions))
             current[(pipeline, group)] = {
-                (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id, r.batch_id)
+                (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
+                                             r.batch_id, r.reset_status == "pending")
                 for r in conn.execute(stmt)}
         changed: dict[tuple[str, str], set[tuple[str, int]]] = {key: set() for key in current}
         for rec in recs:
@@ -582,13 +587,23 @@ class Recorder:
             for topic, partition, until_offset in ends:
                 key = (topic, partition)
                 cur = pos.get(key)
-                if (cur is None or until_offset >= cur.next_offset
-                        or (cur.reset_id is not None and cur.updated_at > run_started)):
+                if cur is not None and cur.reset_pending and cur.updated_at > run_started:
+                    # The run did not start from the reset (it predates it): keep the reset's position
+                    # until start_from_ledger consumes it through a fresh checkpoint.
+                    txn.findings.append(self._finding(
+                        rec, txn, "pending_reset",
+                        f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
+                        f"but reset {cur.reset_id} is pending at {cur.next_offset}; position kept",
+                        topic, partition, cur.next_offset, until_offset,
+                        {"position_reset_id": cur.reset_id, "run_id": b.run_id}))
+                    continue
+                if cur is None or until_offset >= cur.next_offset:
                     if cur is None:
                         pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
                     else:
                         cur.next_offset, cur.updated_at, cur.reset_id, cur.query_id, cur.batch_id = (
                             until_offset, txn.now, None, b.query_id, b.batch_id)
+                        cur.reset_pending = False
                     moved.add(key)
                     continue
                 txn.findings.append(self._finding(

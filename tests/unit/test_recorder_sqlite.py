@@ -7,12 +7,12 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunHeartbeat, RunStart
-from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, resets, runs
 from offset_ledger.model import BatchOffsets, PartitionRange, SourceProgress
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -117,17 +117,37 @@ def check_stale_event_inside_one_transaction(engine: Engine) -> None:
     assert position_map(engine) == {("t", 0): 40}
 
 
-def check_reset_after_run_start_lets_the_position_move_back(engine: Engine) -> None:
+def _pending_reset(engine: Engine, reset_id: int, next_offset: int, at: datetime, status: str = "pending") -> None:
+    """What the reset writer does: audit the reset and move the position, marking it."""
+    with engine.begin() as conn:
+        conn.execute(insert(resets).values(
+            id=reset_id, pipeline="orders", consumer_group="orders", mode="offsets", actor="ops",
+            dry_run=False, forced=True, created_at=at, status=status))
+        conn.execute(update(positions).values(next_offset=next_offset, reset_id=reset_id, updated_at=at))
+
+
+def check_a_pending_reset_is_not_overwritten_by_an_older_run(engine: Engine) -> None:
     recorder = Recorder(engine)
     recorder.record([start(at=T0 - timedelta(minutes=1)), rec(batch(0, {("t", 0): (None, 100)}))])
-    with engine.begin() as conn:  # what the reset writer does: move the position, mark it
-        conn.execute(update(positions).values(next_offset=500, reset_id=1, updated_at=T0 + timedelta(hours=1)))
+    _pending_reset(engine, 1, 20, T0 + timedelta(hours=1))
+    # The run that was going when the (forced) reset came keeps reporting, ahead of the reset...
     out = recorder.record([rec(batch(1, {("t", 0): (100, 120)}))])
+    assert [(f.kind, f.partition) for f in out.findings] == [("pending_reset", 0)]
+    (row,) = finding_rows(engine)
+    assert (row.expected_offset, row.actual_offset) == (20, 120)
+    assert position_map(engine) == {("t", 0): 20}
+    # ...until the reset is consumed; a run started after it moves the position again.
+    late = start(run="r9", query="q9", at=T0 + timedelta(hours=2))
+    out = recorder.record([late, rec(batch(0, {("t", 0): (None, 30)}, query="q9", run="r9"))])
     assert out.findings == ()
-    assert position_map(engine) == {("t", 0): 120}
-    # A run that started after the reset and ends behind it did not honour it: a regression.
-    with engine.begin() as conn:
-        conn.execute(update(positions).values(next_offset=500, reset_id=2, updated_at=T0 + timedelta(hours=1)))
+    assert position_map(engine) == {("t", 0): 30}
+
+
+def check_a_consumed_reset_follows_the_forward_rule(engine: Engine) -> None:
+    recorder = Recorder(engine)
+    recorder.record([start(at=T0 - timedelta(minutes=1)), rec(batch(0, {("t", 0): (None, 100)}))])
+    _pending_reset(engine, 2, 500, T0 + timedelta(hours=1), status="consumed")
+    # A run that ends behind the reset's position did not honour it: a regression.
     late = start(run="r9", query="q9", at=T0 + timedelta(hours=2))
     out = recorder.record([late, rec(batch(0, {("t", 0): (None, 130)}, query="q9", run="r9"))])
     assert [f.kind for f in out.findings] == ["regression"]
@@ -177,7 +197,8 @@ def check_run_lifecycle_and_health(engine: Engine) -> None:
 SCENARIOS = [
     check_batches_and_positions, check_duplicates_are_idempotent, check_gap_is_a_finding,
     check_stale_batch_is_a_finding_not_a_position, check_stale_event_inside_one_transaction,
-    check_reset_after_run_start_lets_the_position_move_back, check_conflicting_redelivery_keeps_the_first,
+    check_a_pending_reset_is_not_overwritten_by_an_older_run, check_a_consumed_reset_follows_the_forward_rule,
+    check_conflicting_redelivery_keeps_the_first,
     check_two_sources_and_two_topics, check_run_lifecycle_and_health,
 ]
 
