@@ -241,17 +241,33 @@ class _Postgres:
         port = port or free_port()
         opts = (f"-p {port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                 "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200")
+        # -W: we wait ourselves, for a real connection; pg_ctl's own wait reads the pid file and
+        # was seen to time out on a busy machine although the server was accepting connections.
         proc = subprocess.run(
             _as_pg_user([str(bindir / "pg_ctl"), "-D", str(self.datadir), "-o", opts,
-                         "-l", str(self.root / "postgres.log"), "-w", "-t", "60", "start"]),
+                         "-l", str(self.root / "postgres.log"), "-W", "start"]),
             capture_output=True, text=True,
         )
-        if proc.returncode != 0:
+        if proc.returncode != 0 or not self._wait_ready(port, timeout=120):
             log = (self.root / "postgres.log")
             tail = log.read_text()[-2000:] if log.exists() else ""
-            raise StackError(f"pg_ctl start failed: {proc.stderr.strip()} {tail}")
+            raise StackError(f"PostgreSQL did not start: {proc.stderr.strip()} {tail}")
         pid = int((self.datadir / "postmaster.pid").read_text().split()[0])
         return f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres", pid
+
+    @staticmethod
+    def _wait_ready(port: int, timeout: float) -> bool:
+        import psycopg2
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres",
+                                 connect_timeout=2).close()
+                return True
+            except psycopg2.OperationalError:
+                time.sleep(0.2)
+        return False
 
     def stop(self) -> None:
         if not (self.datadir / "postmaster.pid").exists():
