@@ -25,12 +25,12 @@ import uuid
 from pathlib import Path
 
 import httpx
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import text
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from offset_ledger.devstack import free_port  # noqa: E402
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
 
@@ -130,12 +130,8 @@ def main() -> None:
     if not args.admin_dsn:
         sys.exit("bench_api: pass --admin-dsn or source .devstack/stack.env")
 
-    admin_url = make_url(args.admin_dsn)
-    name = f"bench_api_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    dsn = admin_url.set(database=name).render_as_string(hide_password=False)
+    scratch = ScratchDatabase(args.admin_dsn, "bench_api")
+    dsn = scratch.dsn
     topic = f"bench_api_{uuid.uuid4().hex[:6]}"
     kafka_admin = None
     server = None
@@ -189,9 +185,7 @@ def main() -> None:
                 kafka_admin.delete_topics([topic])
             finally:
                 kafka_admin.close()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.drop()
 
 
 if __name__ == "__main__":

@@ -17,12 +17,12 @@ import argparse
 import os
 import sys
 import time
-import uuid
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy import text
+from sqlalchemy.engine import Engine
 
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.prune import DEFAULT_CHUNK_SIZE, prune
 
@@ -114,12 +114,8 @@ def main() -> int:
     if not args.dsn:
         print("bench_prune: give --dsn or source .devstack/stack.env (OFFSET_LEDGER_TEST_DSN)", file=sys.stderr)
         return 2
-    admin_url = make_url(args.dsn)
-    name = f"bench_prune_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    engine = make_engine(admin_url.set(database=name).render_as_string(hide_password=False))
+    scratch = ScratchDatabase(args.dsn, "bench_prune")
+    engine = make_engine(scratch.dsn)
     try:
         upgrade(engine)
         now = datetime.now(timezone.utc)
@@ -169,9 +165,7 @@ def main() -> int:
         return 0 if all(checks.values()) else 1
     finally:
         engine.dispose()
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.drop()
 
 
 if __name__ == "__main__":

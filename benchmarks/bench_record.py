@@ -34,9 +34,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg2
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.engine import Engine, make_url
 
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import batch_offsets, findings
 from offset_ledger.listener import OffsetLedgerListener
@@ -145,12 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.dsn:
         print("bench_record: give --dsn or set OFFSET_LEDGER_TEST_DSN (source .devstack/stack.env)", file=sys.stderr)
         return 2
-    admin_url = make_url(args.dsn)
-    name = f"bench_record_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    dsn = admin_url.set(database=name).render_as_string(hide_password=False)
+    scratch = ScratchDatabase(args.dsn, "bench_record")
+    admin_url, dsn = scratch.admin_url, scratch.dsn
     failures: list[str] = []
     try:
         engine = make_engine(dsn)
@@ -179,9 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                                    .where(batch_offsets.c.pipeline.like("writer_%"))).scalar()
         engine.dispose()
     finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+        scratch.drop()
 
     ms: Callable[[float], str] = lambda s: f"{s * 1000:8.3f}"  # noqa: E731
     print(f"\nrecording one batch, Postgres at {admin_url.host}:{admin_url.port} (ms per batch)\n")

@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
-    from sqlalchemy import create_engine, insert, text
-    from sqlalchemy.engine import make_url
+    from sqlalchemy import insert
 
+    from _scratch import ScratchDatabase
     from offset_ledger.kafka import KafkaAdapter
     from offset_ledger.ledger.engine import ensure_schema, make_engine
     from offset_ledger.ledger.tables import positions
@@ -82,17 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         admin.close()
         raise SystemExit(f"refusing: the cluster already has {existing:,} partitions; adding {n_partitions:,} "
                          f"exceeds --max-broker-partitions={args.max_broker_partitions:,} (broker file descriptors)")
-    admin_url = make_url(args.admin_dsn)
-    db_name = f"bench_resolve_{run}"
-    pg_admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    scratch = ScratchDatabase(args.admin_dsn, "bench_resolve")
     try:
         t_create, _ = _timed(lambda: [admin.create_topics([NewTopic(t, args.partitions, 1) for t in topics[i:i + 10]])
                                       for i in range(0, len(topics), 10)])
         print(f"setup: created {args.topics} topics x {args.partitions} partitions = {n_partitions:,} "
               f"partitions in {t_create:.1f}s", file=sys.stderr)
-        with pg_admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{db_name}"'))
-        dsn = admin_url.set(database=db_name).render_as_string(hide_password=False)
+        dsn = scratch.dsn
         engine = make_engine(dsn)
         ensure_schema(engine)
         now = datetime.now(timezone.utc)
@@ -154,14 +150,12 @@ def main(argv: list[str] | None = None) -> int:
                     admin.delete_topics(topics[i:i + 20], timeout_ms=120_000)
             except Exception as exc:  # noqa: BLE001 - best effort cleanup; report and go on
                 print(f"cleanup: could not delete every topic: {exc}", file=sys.stderr)
-            with pg_admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)'))
+            scratch.drop()
             # Deleted partitions keep their files open until file.delete.delay.ms has passed.
             print(f"cleanup: waiting {args.cooldown:.0f}s for the broker to close the deleted partitions' files",
                   file=sys.stderr)
             time.sleep(args.cooldown)
         admin.close()
-        pg_admin.dispose()
 
 
 if __name__ == "__main__":

@@ -22,18 +22,17 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import (
     ConfigError,
     InvalidInput,
     KafkaError,
-    LedgerError,
-    LedgerUnavailable,
     UnknownPipeline,
     UnknownTopic,
 )
 from offset_ledger.ledger import queries
+from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.reset_store import StoredReset, record_reset
 from offset_ledger.model import Position, TopicPartition, Watermarks
 from offset_ledger.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
@@ -274,10 +273,8 @@ class Operations:
         try:
             with self.engine.connect() as conn:
                 yield conn
-        except OperationalError as exc:
-            raise LedgerUnavailable(f"cannot reach the ledger database: {exc.orig}") from exc
         except SQLAlchemyError as exc:
-            raise LedgerError(f"ledger query failed: {exc}") from exc
+            raise translate_db_error(exc, "reading") from exc
 
     # -- checks
 
@@ -457,10 +454,8 @@ class Operations:
         try:
             stored = record_reset(self.engine, plan, pipeline=pipeline, consumer_group=group, actor=actor,
                                   reason=reason, dry_run=dry_run, force=force)
-        except OperationalError as exc:
-            raise LedgerUnavailable(f"cannot reach the ledger database: {exc.orig}") from exc
         except SQLAlchemyError as exc:
-            raise LedgerError(f"recording the reset failed: {exc}") from exc
+            raise translate_db_error(exc, "recording the reset") from exc
         return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason)
 
     # -- metrics

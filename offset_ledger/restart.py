@@ -16,14 +16,25 @@ from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.config import settings
-from offset_ledger.errors import ConfigError, InvalidRestartOptions, LedgerError, LedgerUnavailable
+from offset_ledger.errors import (
+    ConfigError,
+    InvalidRestartOptions,
+)
 from offset_ledger.kafka import KafkaAdapter
 from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import current_positions
-from offset_ledger.model import Finding, OnDataLoss, Position, RestartPlan, TopicPartition, Watermarks
+from offset_ledger.model import (
+    Finding,
+    OnDataLoss,
+    Position,
+    RestartPlan,
+    TopicPartition,
+    Watermarks,
+)
 from offset_ledger.resolver import (
     FirstRun,
     FirstRunTimestamp,
@@ -67,10 +78,8 @@ def read_ledger(
             pending = gens.pending_reset_ids(conn, pipeline, consumer_group)
             positions = current_positions(conn, pipeline, consumer_group, topics)
             generation = gens.current_generation(conn, pipeline, consumer_group)
-    except OperationalError as exc:
-        raise LedgerUnavailable(f"cannot read the ledger {engine.url.render_as_string()}: {exc.orig}") from exc
     except SQLAlchemyError as exc:
-        raise LedgerError(f"cannot read the ledger (run 'offset-ledger db upgrade'?): {exc}") from exc
+        raise translate_db_error(exc, "reading positions") from exc
     return LedgerView(tuple(positions), tuple(pending), generation)
 
 
@@ -216,10 +225,8 @@ def start_from_ledger(
                     app_version=app_version if app_version is not None else (current.app_version if current else None),
                     reason=reason, starting_offsets=plan.starting_offsets,
                     consume_reset_ids=ledger.pending_reset_ids)
-        except OperationalError as exc:
-            raise LedgerUnavailable(f"cannot record the checkpoint generation: {exc.orig}") from exc
         except SQLAlchemyError as exc:
-            raise LedgerError(f"cannot record the checkpoint generation: {exc}") from exc
+            raise translate_db_error(exc, "recording the checkpoint generation") from exc
         findings = list(plan.findings) + [
             Finding("reset_consumed",
                     f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",

@@ -7,7 +7,15 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable
@@ -47,6 +55,23 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
         )
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
+
+
+def translate_db_error(exc: Exception, doing: str) -> LedgerError:
+    """A driver error as our own: LedgerUnavailable (retriable) when the database cannot be reached,
+    a LedgerError that says what to run when the schema is missing, else a LedgerError."""
+    if isinstance(exc, LedgerError):
+        return exc
+    orig = getattr(exc, "orig", None) or exc
+    detail = " ".join(str(orig).split())
+    # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
+    if getattr(orig, "pgcode", None) == "42P01" or "no such table" in detail:
+        return LedgerError(f"the ledger database has no offset-ledger schema; run 'offset-ledger db upgrade' "
+                           f"({detail})")
+    if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
+            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)):
+        return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}")
+    return LedgerError(f"ledger database error while {doing}: {detail}")
 
 
 def check_connection(engine: Engine) -> None:

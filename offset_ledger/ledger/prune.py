@@ -21,7 +21,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
-from offset_ledger.errors import InvalidDuration, LedgerError
+from offset_ledger.errors import InvalidDuration
+from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import batch_offsets, batches, findings, positions
 
 log = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
             done_b = _delete_in_chunks(engine, batches, cutoff, pipeline, keep_b, todo_b,
                                        chunk_size, progress)
     except SQLAlchemyError as exc:
-        raise LedgerError(f"prune failed: {exc}") from exc
+        raise translate_db_error(exc, "pruning") from exc
     report = PruneReport(
         cutoff=cutoff, pipeline=pipeline, executed=execute,
         batches=TableCounts(older_b, len(keep_b), done_b),

@@ -24,11 +24,21 @@ from typing import Any, Union
 
 from sqlalchemy import Table, select, update
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError, SQLAlchemyError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import (
+    SQLAlchemyError,
+)
 
 from offset_ledger.errors import LedgerError, LedgerUnavailable
-from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, resets, runs
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    batches,
+    findings,
+    listener_health,
+    positions,
+    resets,
+    runs,
+)
 from offset_ledger.model import BatchOffsets, Finding
 
 log = logging.getLogger(__name__)
@@ -163,12 +173,7 @@ def _offset_rows(batch: BatchOffsets) -> list[tuple[int, str, int, int | None, i
 
 def translate(exc: Exception) -> LedgerError:
     """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
-    if isinstance(exc, LedgerError):
-        return exc
-    if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
-            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)):
-        return LedgerUnavailable(f"ledger database unavailable: {getattr(exc, 'orig', exc)}")
-    return LedgerError(f"ledger write failed: {exc}")
+    return translate_db_error(exc, "writing")
 
 
 class Recorder:
