@@ -403,10 +403,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
-    except Exception as exc:  # click usage errors
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(2)
-        raise
+    except typer.TyperException as exc:  # usage errors: unknown command, bad option value, ...
+        if _state["traceback"]:
+            raise
+        fmt = getattr(exc, "format_message", None)
+        message = fmt() if callable(fmt) else str(exc)
+        print(f"offset-ledger: error: {' '.join(message.split())} (see --help)", file=sys.stderr)
+        sys.exit(2)
