@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -158,7 +159,7 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _wait_port(port: int, timeout: float, what: str, alive: callable = lambda: True) -> None:  # type: ignore[valid-type]
+def _wait_port(port: int, timeout: float, what: str, alive: Callable[[], bool] = lambda: True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive():
@@ -355,12 +356,12 @@ def _start_kafka(root: Path) -> tuple[str, int]:
             f"-Dlog4j2.configurationFile={root / 'log4j2.yaml'}", "-cp", f"{jars}/*"]
     if not (logs / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        proc = subprocess.run(
+        fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True, text=True,
         )
-        if proc.returncode != 0:
-            raise StackError(f"kafka storage format failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+        if fmt.returncode != 0:
+            raise StackError(f"kafka storage format failed: {fmt.stdout[-1500:]}{fmt.stderr[-1500:]}")
     log = open(root / "kafka.log", "ab")
     proc = subprocess.Popen(
         [*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT,

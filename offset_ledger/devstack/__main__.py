@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "fetch":
             devstack.fetch()
         elif args.command == "up":
-            info = devstack.up()
-            for key, value in info.env().items():
+            started = devstack.up()
+            for key, value in started.env().items():
                 print(f"export {key}='{value}'")
         elif args.command == "down":
             devstack.down()
