@@ -9,6 +9,11 @@ reset placed stays put until the reset is consumed through a fresh checkpoint: b
 that started before such a pending reset are ``pending_reset`` findings, so a still-running (or
 zombie) query never silently overwrites an operator's reset.
 A batch whose start differs from the previous batch's end in the same query is a ``gap`` finding.
+
+On PostgreSQL with psycopg2, an isolated batch (a listener that keeps up writes one per call) takes
+one round trip: a prepared statement that writes everything inside its own BEGIN ... COMMIT, and
+aborts itself, leaving nothing, when a rule would have to explain something (then the general path
+below records the batch and its findings). See ``_FAST_BATCH_SQL``.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import csv
 import io
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from operator import itemgetter
@@ -39,12 +44,80 @@ from offset_ledger.ledger.tables import (
     resets,
     runs,
 )
-from offset_ledger.model import BatchOffsets, Finding
+from offset_ledger.model import BatchOffsets, Finding, PartitionRange, SourceProgress
 
 log = logging.getLogger(__name__)
 
 # Below this many rows a multi-row VALUES statement beats COPY's extra round trip.
 _COPY_MIN_ROWS = 200
+
+# The isolated batch on PostgreSQL in one round trip: "BEGIN; EXECUTE <statement>; COMMIT" sent as
+# one string. The statement writes the batch, its offsets, the positions and the run; it is prepared
+# once per connection (no parse, plan or SQLAlchemy compile per batch). Offsets and ends arrive as
+# array literals, one parameter each, which Postgres parses far faster than a VALUES row per
+# partition. The positions upsert takes the row locks in (topic, partition) order, byte-wise like
+# Python's sorted() that the reset writer and _move_positions use; ON CONFLICT DO UPDATE locks a row
+# even when its WHERE refuses the update, and that WHERE is the forward-only and pending-reset rule
+# of _move_positions. Anything that rule or idempotency would have to explain (a batch another
+# writer already recorded, a position not moved: regression or pending_reset) makes the final
+# SELECT fail on purpose, so the statement and its transaction leave nothing behind and the
+# general path records the batch with its findings. Statement-level atomicity does the rest.
+_FAST_BATCH = "offset_ledger_record_batch"
+_FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
+_FAST_BATCH_SQL = f"""
+PREPARE {_FAST_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
+                       int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], timestamptz) AS
+WITH new_batch AS (
+    INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
+                         input_rows)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+    ON CONFLICT (query_id, batch_id) DO NOTHING
+    RETURNING 1
+), new_offsets AS (
+    INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
+                               from_offset, until_offset, batch_time)
+    SELECT $1, $2, $3, $5, o.source_index, o.topic, o.partition, o.from_offset, o.until_offset, $6
+    FROM unnest($9, $10, $11, $12, $13) AS o (source_index, topic, partition, from_offset, until_offset)
+    ON CONFLICT (query_id, batch_id, source_index, topic, "partition") DO NOTHING
+), moved AS (
+    INSERT INTO positions AS p (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
+                                query_id, batch_id, reset_id)
+    SELECT $1, $2, e.topic, e.partition, e.until_offset, $7, $3, $5, NULL
+    FROM unnest($14, $15, $16) AS e (topic, partition, until_offset)
+    ORDER BY e.topic COLLATE "C", e.partition
+    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
+    SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
+        batch_id = EXCLUDED.batch_id, reset_id = NULL
+    WHERE p.next_offset <= EXCLUDED.next_offset
+      AND (p.reset_id IS NULL OR p.updated_at <= $17  -- $17: when the batch's run started
+           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
+    RETURNING 1
+), run AS (
+    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6 WHERE run_id = $4
+)
+-- A data-dependent cast error (a constant one would fail at plan time): the abort described above.
+SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = cardinality($16)
+             THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
+"""
+_FAST_BATCH_CALL = f"BEGIN; EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 17)}); COMMIT"
+
+
+def _int_array(values: Sequence[int | None]) -> str:
+    """A Postgres array literal of integers (None as NULL), sent as one text parameter."""
+    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+
+
+def _text_array(values: Sequence[str]) -> str:
+    """A Postgres array literal of strings: every element double-quoted, backslash and quote escaped."""
+    quoted: dict[str, str] = {}
+    out = []
+    for v in values:
+        q = quoted.get(v)
+        if q is None:
+            q = quoted[v] = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        out.append(q)
+    return "{" + ",".join(out) + "}"
+
 
 # (source_index, topic, partition) -> until_offset of one batch
 _Ends = dict[tuple[int, str, int], int]
@@ -171,6 +244,28 @@ def _offset_rows(batch: BatchOffsets) -> list[tuple[int, str, int, int | None, i
                   for s in batch.sources for r in s.ranges)
 
 
+def _gaps(batch: BatchOffsets, prev_ends: _Ends) -> Iterator[tuple[SourceProgress, PartitionRange, int, int]]:
+    """(source, range, from_offset, previous end) of each range not starting where the previous batch ended."""
+    for s in batch.sources:
+        for r in s.ranges:
+            expected = prev_ends.get((s.source_index, r.topic, r.partition))
+            if r.from_offset is not None and expected is not None and expected != r.from_offset:
+                yield s, r, r.from_offset, expected
+
+
+def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
+    """(topic, partition, until_offset) per partition the batch read, in lock order (sorted)."""
+    if len(batch.sources) == 1:
+        return sorted((r.topic, r.partition, r.until_offset) for r in batch.sources[0].ranges)
+    # Two sources on one topic (a self-union) share the partition's position: the furthest end wins.
+    merged: dict[tuple[str, int], int] = {}
+    for s in batch.sources:
+        for r in s.ranges:
+            key = (r.topic, r.partition)
+            merged[key] = max(merged.get(key, r.until_offset), r.until_offset)
+    return sorted((t, p, u) for (t, p), u in merged.items())
+
+
 def translate(exc: Exception) -> LedgerError:
     """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
     return translate_db_error(exc, "writing")
@@ -195,6 +290,8 @@ class Recorder:
             from psycopg2.extras import execute_values  # type: ignore[import-untyped]
 
             self._execute_values = execute_values
+        # The one-statement path for an isolated batch needs Postgres and the raw psycopg2 cursor.
+        self._fast = dialect == "postgresql" and engine.dialect.driver == "psycopg2"
         self._conn: Connection | None = None
         # Committed knowledge that saves a SELECT per transaction on the hot path.
         self._latest: dict[str, tuple[int, _Ends]] = {}
@@ -213,15 +310,19 @@ class Recorder:
                 self._conn = self.engine.connect()
             conn = self._conn
             try:
-                with conn.begin():
+                outcome = None
+                fast = self._fast_batch(records)
+                if fast is not None:
                     try:
-                        outcome = self._record(conn, records, txn)
+                        outcome = self._record_fast(conn, fast, txn)
                     except dbapi.Error as exc:  # type: ignore[union-attr]
-                        # Raised by execute_values/COPY on the raw cursor, so SQLAlchemy did not wrap it.
-                        if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
-                            conn.invalidate()
-                            raise LedgerUnavailable(f"ledger database unavailable: {exc}") from exc
-                        raise LedgerError(f"ledger write failed: {exc}") from exc
+                        raise self._raw_error(conn, exc) from exc
+                if outcome is None:
+                    with conn.begin():
+                        try:
+                            outcome = self._record(conn, records, txn)
+                        except dbapi.Error as exc:  # type: ignore[union-attr]
+                            raise self._raw_error(conn, exc) from exc
             except BaseException:
                 self._drop_connection()
                 raise
@@ -230,6 +331,14 @@ class Recorder:
         self._latest.update(txn.latest)
         self._run_started.update(txn.run_started)
         return outcome
+
+    def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
+        """A driver error raised on the raw cursor (SQLAlchemy did not wrap it), translated."""
+        dbapi = self.engine.dialect.dbapi
+        if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
+            conn.invalidate()
+            return LedgerUnavailable(f"ledger database unavailable: {exc}")
+        return LedgerError(f"ledger write failed: {exc}")
 
     def close(self) -> None:
         """Return the held connection to the pool (and dispose of the engine if this recorder made it)."""
@@ -368,11 +477,78 @@ class Recorder:
             written = self._write_batches(conn, new, txn)
             duplicates += len(new) - len(written)
             new = written
+        return self._outcome(conn, txn, len(new), duplicates)
+
+    def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
+        """Write the transaction's findings and say what it did."""
         if txn.findings:
             conn.execute(self._insert(findings), txn.findings)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
-        return RecordOutcome(len(new), duplicates, found)
+        return RecordOutcome(written, duplicates, found)
+
+    # ------------------------------------------------------------------ the isolated batch on Postgres
+
+    def _fast_batch(self, records: Sequence[Record]) -> BatchRecord | None:
+        """The batch of ``records`` when one statement can write it all, else None (the general path).
+
+        That is the steady state of a listener that keeps up: one batch, newer than the last one this
+        recorder committed for its query (so no re-delivery to compare, and the previous ends for the
+        gap check are cached), of a run whose start is cached (the pending-reset rule needs it), that
+        leaves no gap (findings are the general path's business).
+        """
+        if not self._fast or len(records) != 1 or not isinstance(records[0], BatchRecord):
+            return None
+        b = records[0].batch
+        latest = self._latest.get(b.query_id)
+        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._run_started:
+            return None
+        if any(_gaps(b, latest[1])):
+            return None
+        return records[0]
+
+    def _record_fast(self, conn: Connection, rec: BatchRecord, txn: _Txn) -> RecordOutcome | None:
+        """Record ``rec`` in one round trip, its own transaction; None: nothing written, use the general path."""
+        b = rec.batch
+        offsets = _offset_rows(b)
+        ends = _position_ends(b)
+        params = (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
+                  b.input_rows,
+                  _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
+                  _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
+                  _int_array([o[4] for o in offsets]),
+                  _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
+                  _int_array([e[2] for e in ends]), self._run_started[b.run_id])
+        # The held connection is between transactions here. In autocommit mode psycopg2 sends no
+        # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
+        raw: Any = conn.connection.dbapi_connection
+        info = conn.connection.info
+        dbapi: Any = self.engine.dialect.dbapi
+        raw.autocommit = True
+        try:
+            with raw.cursor() as cursor:
+                if not info.get(_FAST_BATCH):
+                    # Once per session: a prepared statement outlives transactions, rolled back or not.
+                    cursor.execute(_FAST_BATCH_SQL)
+                    info[_FAST_BATCH] = True
+                try:
+                    cursor.execute(_FAST_BATCH_CALL, params)
+                except dbapi.Error as exc:
+                    # The string stopped at the failing statement, inside its transaction block.
+                    if not raw.closed:
+                        cursor.execute("ROLLBACK")
+                    if isinstance(exc, dbapi.DataError) and _FAST_BATCH_ABORT in str(exc):
+                        return None
+                    raise
+                except BaseException:
+                    # The server may be inside the string's transaction: never hand this to the pool.
+                    conn.invalidate()
+                    raise
+        finally:
+            if not raw.closed:
+                raw.autocommit = False
+        txn.latest[b.query_id] = (b.batch_id, _ends(b))
+        return RecordOutcome(1, 0, ())
 
     def _run_start(self, conn: Connection, rec: RunStart, txn: _Txn) -> None:
         row = {"run_id": rec.run_id, "query_id": rec.query_id, "pipeline": rec.pipeline,
@@ -536,22 +712,23 @@ class Recorder:
                 # Out of order: this batch arrived after a later one of its query.
                 previous = self._batch_before(conn, b.query_id, b.batch_id)
             if previous is not None:
-                prev_id, prev_ends = previous
-                for s in b.sources:
-                    for r in s.ranges:
-                        expected = prev_ends.get((s.source_index, r.topic, r.partition))
-                        if r.from_offset is None or expected is None or expected == r.from_offset:
-                            continue
-                        lost = r.from_offset - expected
-                        txn.findings.append(self._finding(
-                            rec, txn, "gap",
-                            f"batch {b.batch_id} of {r.topic}-{r.partition} starts at {r.from_offset} "
-                            f"but batch {prev_id} ended at {expected}",
-                            r.topic, r.partition, expected, r.from_offset,
-                            {"previous_batch_id": prev_id, "source_index": s.source_index,
-                             "skipped_records" if lost > 0 else "reread_records": abs(lost)}))
+                self._gap_findings(rec, txn, previous)
             if latest is None or latest[0] < b.batch_id:
                 txn.latest[b.query_id] = (b.batch_id, _ends(b))
+
+    def _gap_findings(self, rec: BatchRecord, txn: _Txn, previous: tuple[int, _Ends]) -> None:
+        """``gap`` findings of ``rec`` against the ends of the batch before it."""
+        b = rec.batch
+        prev_id, prev_ends = previous
+        for s, r, since, expected in _gaps(b, prev_ends):
+            lost = since - expected
+            txn.findings.append(self._finding(
+                rec, txn, "gap",
+                f"batch {b.batch_id} of {r.topic}-{r.partition} starts at {r.from_offset} "
+                f"but batch {prev_id} ended at {expected}",
+                r.topic, r.partition, expected, r.from_offset,
+                {"previous_batch_id": prev_id, "source_index": s.source_index,
+                 "skipped_records" if lost > 0 else "reread_records": abs(lost)}))
 
     def _move_positions(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
         groups: dict[tuple[str, str], set[str]] = {}
@@ -559,6 +736,9 @@ class Recorder:
             groups.setdefault((rec.pipeline, rec.consumer_group), set()).update(
                 r.topic for s in rec.batch.sources for r in s.ranges)
         current: dict[tuple[str, str], dict[tuple[str, int], _Pos]] = {}
+        # One lock order for every writer: byte-wise, like Python's sorted() in the reset writer,
+        # whatever the database's collation (SQLite has no "C" collation, nor row locks).
+        topic_order = positions.c.topic.collate("C") if conn.dialect.name == "postgresql" else positions.c.topic
         for (pipeline, group), topics in groups.items():
             # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
             stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
@@ -567,7 +747,7 @@ class Recorder:
                     .select_from(positions.outerjoin(resets, resets.c.id == positions.c.reset_id))
                     .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
                            positions.c.topic.in_(sorted(topics)))
-                    .order_by(positions.c.topic, positions.c.partition)  # one lock order for every writer
+                    .order_by(topic_order, positions.c.partition)
                     .with_for_update(of=positions))
             current[(pipeline, group)] = {
                 (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
@@ -579,28 +759,14 @@ class Recorder:
             group_key = (rec.pipeline, rec.consumer_group)
             pos, moved = current[group_key], changed[group_key]
             run_started = self._run_start_of(b.run_id, txn)
-            if len(b.sources) == 1:
-                ends: Any = ((r.topic, r.partition, r.until_offset) for r in b.sources[0].ranges)
-            else:
-                # Two sources on one topic (a self-union) share the partition's position.
-                merged: dict[tuple[str, int], int] = {}
-                for s in b.sources:
-                    for r in s.ranges:
-                        key = (r.topic, r.partition)
-                        merged[key] = max(merged.get(key, r.until_offset), r.until_offset)
-                ends = ((t, p, u) for (t, p), u in merged.items())
-            for topic, partition, until_offset in ends:
+            for topic, partition, until_offset in _position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
                 if cur is not None and cur.reset_pending and cur.updated_at > run_started:
                     # The run did not start from the reset (it predates it): keep the reset's position
                     # until start_from_ledger consumes it through a fresh checkpoint.
-                    txn.findings.append(self._finding(
-                        rec, txn, "pending_reset",
-                        f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
-                        f"but reset {cur.reset_id} is pending at {cur.next_offset}; position kept",
-                        topic, partition, cur.next_offset, until_offset,
-                        {"position_reset_id": cur.reset_id, "run_id": b.run_id}))
+                    txn.findings.append(self._kept_finding(rec, txn, "pending_reset", cur, topic, partition,
+                                                           until_offset))
                     continue
                 if cur is None or until_offset >= cur.next_offset:
                     if cur is None:
@@ -611,13 +777,7 @@ class Recorder:
                         cur.reset_pending = False
                     moved.add(key)
                     continue
-                txn.findings.append(self._finding(
-                    rec, txn, "regression",
-                    f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
-                    f"behind the current position {cur.next_offset}; position kept",
-                    topic, partition, cur.next_offset, until_offset,
-                    {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
-                     "position_reset_id": cur.reset_id, "run_id": b.run_id}))
+                txn.findings.append(self._kept_finding(rec, txn, "regression", cur, topic, partition, until_offset))
         rows = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
                  "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
                  "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
@@ -637,6 +797,25 @@ class Recorder:
         for run_id, (batch_id, at) in last.items():
             conn.execute(update(runs).where(runs.c.run_id == run_id).values(
                 last_batch_id=batch_id, last_heartbeat_at=at))
+
+    def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
+                      until_offset: int) -> dict[str, Any]:
+        """The ``pending_reset`` or ``regression`` finding of a position ``rec`` did not move."""
+        b = rec.batch
+        if kind == "pending_reset":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
+                f"but reset {cur.reset_id} is pending at {cur.next_offset}; position kept",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_reset_id": cur.reset_id, "run_id": b.run_id})
+        return self._finding(
+            rec, txn, kind,
+            f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
+            f"behind the current position {cur.next_offset}; position kept",
+            topic, partition, cur.next_offset, until_offset,
+            {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
+             "position_reset_id": cur.reset_id, "run_id": b.run_id})
 
     def _finding(self, rec: BatchRecord, txn: _Txn, kind: str, message: str, topic: str | None,
                  partition: int | None, expected: int | None, actual: int | None,

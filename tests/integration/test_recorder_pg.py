@@ -59,3 +59,92 @@ def test_large_batches_take_the_copy_path_with_awkward_names(pg_engine: Engine) 
                                                          batch_offsets.c.partition == 7)).one()
     assert got == {("t,1", p): 20 + p for p in parts}
     assert (first.pipeline, first.from_offset, first.until_offset) == (pipeline, None, 17)
+
+
+def _replay_isolated_batches(engine: Engine) -> tuple[list, dict]:
+    """One batch per record() call, as a listener that keeps up writes them, through every rule."""
+    from datetime import timedelta
+
+    from sqlalchemy import select
+
+    from offset_ledger.ledger.tables import (
+        batch_offsets,
+        batches,
+        findings,
+        positions,
+        runs,
+    )
+    from offset_ledger.model import PartitionRange, SourceProgress
+    from tests.unit.test_recorder_sqlite import T0, _pending_reset
+
+    odd = 'a"b\\c,{d} é'  # quote, backslash, comma, braces, space, non-ASCII: array-literal quoting
+    mine, other = Recorder(engine), Recorder(engine)
+    outcomes = []
+
+    def put(recorder: Recorder, *records) -> None:  # type: ignore[no-untyped-def]
+        out = recorder.record(list(records))
+        outcomes.append((out.batches_written, out.duplicates, [(f.kind, f.topic, f.partition) for f in out.findings]))
+
+    put(mine, start(), rec(batch(0, {("t", 0): (None, 10), ("t", 1): (None, 10), (odd, 0): (None, 5)})))
+    put(mine, rec(batch(1, {("t", 0): (10, 20), ("t", 1): (12, 20), (odd, 0): (5, 9)})))  # gap on t-1
+    # A zombie query of the same pipeline runs ahead on t-0, then this query ends behind it.
+    put(other, start(run="rz", query="qz"), rec(batch(0, {("t", 0): (None, 25)}, query="qz", run="rz")))
+    put(other, rec(batch(1, {("t", 0): (25, 26)}, query="qz", run="rz")))
+    put(mine, rec(batch(2, {("t", 0): (20, 22), ("t", 1): (20, 30), (odd, 0): (9, 9)})))  # regression on t-0
+    _pending_reset(engine, 1, 40, T0 + timedelta(hours=1))
+    put(mine, rec(batch(3, {("t", 0): (22, 50), ("t", 1): (30, 31)})))  # the run predates the reset
+    put(mine, start(run="r2", at=T0 + timedelta(hours=2)))
+    put(mine, rec(batch(4, {("t", 0): (None, 45), ("t", 1): (None, 39)}, run="r2")))  # newer run: forward rule
+    put(other, rec(batch(5, {("t", 0): (45, 46)}, run="r2")))  # a second writer records batch 5 first...
+    put(mine, rec(batch(5, {("t", 0): (45, 46)}, run="r2")))  # ...so ours is a duplicate
+    self_union = SourceProgress(1, "KafkaV2[Subscribe[t]]", (PartitionRange("t", 0, 46, 60),), 14)
+    put(mine, rec(batch(6, {("t", 0): (46, 55)}, run="r2", extra_sources=(self_union,))))  # gap on source 0
+    self_union = SourceProgress(1, "KafkaV2[Subscribe[t]]", (PartitionRange("t", 0, 60, 61),), 1)
+    put(mine, rec(batch(7, {("t", 0): (55, 70), ("t", 1): (39, 41), (odd, 0): (9, 45)}, run="r2",
+                        extra_sources=(self_union,))))
+    with engine.connect() as conn:
+        tables = {
+            "batches": sorted((r.query_id, r.batch_id, r.run_id, r.input_rows) for r in conn.execute(select(batches))),
+            "offsets": sorted(tuple(r)[3:10] for r in conn.execute(select(batch_offsets))),
+            "positions": sorted((r.topic, r.partition, r.next_offset, r.query_id, r.batch_id, r.reset_id)
+                                for r in conn.execute(select(positions))),
+            "findings": [(r.kind, r.topic, r.partition, r.query_id, r.batch_id, r.expected_offset,
+                          r.actual_offset, r.message, r.details)
+                         for r in conn.execute(select(findings).order_by(findings.c.id))],
+            "runs": sorted((r.run_id, r.last_batch_id) for r in conn.execute(select(runs))),
+        }
+    return outcomes, tables
+
+
+def test_isolated_batches_take_one_statement_and_match_the_general_path(
+        pg_engine: Engine, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The Postgres one-statement path keeps every rule: same ledger as the general path on SQLite.
+
+    Batches it must not decide alone (a regression, a pending reset, a batch another writer recorded)
+    abort it, leaving nothing behind, and go the general way; gaps never take it.
+    """
+    fast_calls = []
+    record_fast = Recorder._record_fast
+
+    def counting(self, conn, rec, txn):  # type: ignore[no-untyped-def]
+        out = record_fast(self, conn, rec, txn)
+        fast_calls.append((rec.batch.query_id, rec.batch.batch_id, out is not None))
+        return out
+
+    monkeypatch.setattr(Recorder, "_record_fast", counting)
+    pg_outcomes, pg_tables = _replay_isolated_batches(pg_engine)
+    assert fast_calls == [("qz", 1, True), ("q1", 2, False), ("q1", 3, False), ("q1", 4, False),
+                          ("q1", 5, False), ("q1", 7, True)]
+    sqlite_engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(sqlite_engine)
+    fast_calls.clear()
+    lite_outcomes, lite_tables = _replay_isolated_batches(sqlite_engine)
+    sqlite_engine.dispose()
+    assert fast_calls == []
+    assert pg_outcomes == lite_outcomes
+    assert pg_tables == lite_tables
+    assert [kind for _, _, found in pg_outcomes for kind, _, _ in found] == [
+        "gap", "regression", "pending_reset", "pending_reset", "regression", "gap"]
+    assert pg_outcomes[-3] == (0, 1, [])
+    assert ("t", 0, 70, "q1", 7, None) in pg_tables["positions"]
+    assert ("r2", 7) in pg_tables["runs"]  # last_batch_id, written by the one statement
