@@ -539,6 +539,13 @@ class Recorder:
                         cursor.execute("ROLLBACK")
                     if isinstance(exc, dbapi.DataError) and _FAST_BATCH_ABORT in str(exc):
                         return None
+                    if getattr(exc, "pgcode", None) == "26000":
+                        # invalid_sql_statement_name: the prepared statement vanished between calls,
+                        # as behind a transaction-pooling proxy (pgbouncer). Use the general path.
+                        log.warning("offset-ledger: prepared statements do not survive on this connection "
+                                    "(a transaction pooler?); recording without the one-round-trip path")
+                        self._fast = False
+                        return None
                     raise
                 except BaseException:
                     # The server may be inside the string's transaction: never hand this to the pool.

@@ -148,3 +148,21 @@ def test_isolated_batches_take_one_statement_and_match_the_general_path(
     assert pg_outcomes[-3] == (0, 1, [])
     assert ("t", 0, 70, "q1", 7, None) in pg_tables["positions"]
     assert ("r2", 7) in pg_tables["runs"]  # last_batch_id, written by the one statement
+
+
+def test_a_vanished_prepared_statement_falls_back_to_the_general_path(pg_engine: Engine) -> None:
+    """Behind a transaction pooler the one-round-trip statement's PREPARE does not persist."""
+    from sqlalchemy import text
+
+    recorder = Recorder(pg_engine)
+    recorder.record([start(), rec(batch(0, {("t", 0): (None, 10)}))])
+    recorder.record([rec(batch(1, {("t", 0): (10, 20)}))])  # prepares and uses the statement
+    assert recorder._conn is not None
+    recorder._conn.execute(text("DEALLOCATE ALL"))  # what a pooler's next server connection looks like
+    recorder._conn.commit()
+    out = recorder.record([rec(batch(2, {("t", 0): (20, 30)}))])
+    assert out.batches_written == 1 and out.findings == ()
+    assert recorder._fast is False
+    recorder.record([rec(batch(3, {("t", 0): (30, 40)}))])
+    assert position_map(pg_engine) == {("t", 0): 40}
+    recorder.close()
