@@ -94,8 +94,7 @@ def _alembic_config(engine: Engine):  # type: ignore[no-untyped-def]
     return cfg
 
 
-def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Apply the Alembic migrations up to ``revision`` (idempotent)."""
+def _migrate(engine: Engine, direction: str, revision: str) -> None:
     from alembic import command
 
     check_connection(engine)
@@ -105,9 +104,19 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _UPGRADE_LOCK_KEY})
             cfg = _alembic_config(engine)
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, revision)
+            getattr(command, direction)(cfg, revision)
     except SQLAlchemyError as exc:
-        raise LedgerError(f"schema upgrade failed: {exc}") from exc
+        raise LedgerError(f"schema {direction} failed: {exc}") from exc
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Apply the Alembic migrations up to ``revision`` (idempotent)."""
+    _migrate(engine, "upgrade", revision)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Revert the Alembic migrations down to ``revision``."""
+    _migrate(engine, "downgrade", revision)
 
 
 def current_revision(engine: Engine) -> str | None:

@@ -264,9 +264,7 @@ def test_every_documented_query_has_a_test() -> None:
 
 
 def test_views_upgrade_and_downgrade_on_sqlite(tmp_path: Path) -> None:
-    from alembic import command
-
-    from offset_ledger.ledger.engine import _alembic_config, current_revision
+    from offset_ledger.ledger.engine import current_revision, downgrade
 
     engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
     upgrade(engine)
@@ -280,19 +278,14 @@ def test_views_upgrade_and_downgrade_on_sqlite(tmp_path: Path) -> None:
     with engine.connect() as conn:
         for view in views:
             conn.execute(text(f"SELECT * FROM {view}")).fetchall()
-    with engine.begin() as conn:
-        cfg = _alembic_config(engine)
-        cfg.attributes["connection"] = conn
-        command.downgrade(cfg, "0001")
+    downgrade(engine, "0001")
     assert present() == set() and current_revision(engine) == "0001"
     upgrade(engine)
     assert present() == views
 
 
 def test_views_upgrade_and_downgrade_on_postgres(pg_dsn: str) -> None:
-    from alembic import command
-
-    from offset_ledger.ledger.engine import _alembic_config, current_revision
+    from offset_ledger.ledger.engine import current_revision, downgrade
 
     engine = make_engine(pg_dsn)
     views = {"v_current_positions", "v_batch_history", "v_resets", "v_findings", "v_pipeline_activity"}
@@ -305,10 +298,7 @@ def test_views_upgrade_and_downgrade_on_postgres(pg_dsn: str) -> None:
     try:
         upgrade(engine)
         assert present() == views
-        with engine.begin() as conn:
-            cfg = _alembic_config(engine)
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0001")
+        downgrade(engine, "0001")
         assert present() == set() and current_revision(engine) == "0001"
         upgrade(engine)
         assert present() == views
