@@ -58,6 +58,12 @@ runs = Table(
     Column("exception", Text),
     Column("last_heartbeat_at", _tz()),
     Column("last_batch_id", BigInteger),
+    # The checkpoint generation whose location the run's checkpoint is (NULL: none of them). Only
+    # runs of the pipeline's current generation move positions once it has one (0003).
+    Column("generation_id", BigInteger),
+    # The longest micro-batch (Spark's triggerExecution) the run reported: a run is active until it
+    # misses heartbeats for max(run timeout, 3 x this) (0003).
+    Column("max_batch_ms", BigInteger),
     Index(None, "pipeline", "consumer_group", "started_at"),
     Index(None, "query_id"),
 )
@@ -112,6 +118,8 @@ positions = Table(
     Column("query_id", String(64)),
     Column("batch_id", BigInteger),
     Column("reset_id", BigInteger),  # set when a reset, not a batch, placed this position
+    # set when a checkpoint generation's resolved starting offsets placed this position (0003)
+    Column("generation_id", BigInteger),
 )
 
 #: Anomalies: gaps, regressions, data loss, removed partitions, ...
@@ -131,6 +139,8 @@ findings = Table(
     Column("message", Text, nullable=False),
     Column("details", JSON),
     Column("created_at", _tz(), nullable=False),
+    Column("generation_id", BigInteger),  # the generation a restart's finding belongs to (0003)
+    Column("run_id", String(64)),         # the run a recording finding is about (0003)
     Index(None, "pipeline", "consumer_group", "created_at"),
 )
 
@@ -181,7 +191,13 @@ checkpoint_generations = Table(
     Column("app_version", String(_NAME)),
     Column("reason", String(64), nullable=False),  # first | app_version | reset | requested | ...
     Column("created_at", _tz(), nullable=False),
-    Column("starting_offsets", JSON),
+    Column("starting_offsets", JSON),  # exactly what the plan handed Spark (sentinels kept)
+    # 0003: the starting offsets as numbers (-2/-1 resolved against the watermarks read then), the
+    # Kafka topic ids (KIP-516) and watermarks seen then, and the query that claimed the generation.
+    Column("resolved_offsets", JSON),
+    Column("topic_ids", JSON),
+    Column("watermarks", JSON),
+    Column("query_id", String(64)),
     UniqueConstraint("pipeline", "consumer_group", "generation"),
 )
 
