@@ -22,6 +22,8 @@ class Settings(BaseSettings):
     home: Path = Field(default_factory=default_home, description="embedded ledger and spool directory")
     bootstrap_servers: str | None = Field(default=None, description="Kafka bootstrap servers")
     api_token: str | None = Field(default=None, description="bearer token the REST API requires")
+    run_timeout: str = Field(default="10m", description="silence after which an unterminated run is stale "
+                                                        "(at least 3 x its longest batch)")
 
     def resolved_dsn(self, dsn: str | None = None) -> str:
         """The DSN to use: the argument, else OFFSET_LEDGER_DSN, else the embedded SQLite file."""

@@ -79,10 +79,10 @@ class UnknownPartition(InvalidInput):
 
 
 class InvalidDuration(InvalidInput):
-    """A duration (``--older-than``) is not a positive number followed by d, h or m."""
+    """A duration (``--older-than``) is not a positive number followed by d, h, m or s."""
 
     def __init__(self, text: str) -> None:
-        super().__init__(f"invalid duration {text!r}: use a positive number with d, h or m, e.g. 30d, 12h, 90m",
+        super().__init__(f"invalid duration {text!r}: use a positive number with d, h, m or s, e.g. 30d, 12h, 90m",
                          duration=text)
         self.text = text
 

@@ -27,6 +27,8 @@ FindingKind = Literal[
     "data_loss",          # restart: ledger offset below log-start (retention) or above log-end
     "reset_consumed",     # restart: a pending reset was applied through a fresh checkpoint
     "first_run",          # restart: no ledger entries, first_run policy applied
+    "foreign_run",        # a run not on the current checkpoint generation reported batches; positions kept
+    "shared_position",    # two active queries recorded the same partition of one pipeline; position kept
     "other",
 ]
 
@@ -74,6 +76,7 @@ class BatchOffsets:
     batch_time: datetime
     input_rows: int
     sources: tuple[SourceProgress, ...]
+    duration_ms: int | None = None  # Spark's durationMs.triggerExecution
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,10 @@ class RestartPlan:
     checkpoint_location: str | None
     findings: tuple[Finding, ...] = ()
     fresh_checkpoint: bool = True
+    #: The checkpoint generation number the plan runs on (None for a read-only plan).
+    generation: int | None = None
+    #: The consumer group the plan is for (the pipeline's only group when none was named).
+    consumer_group: str | None = None
 
     @property
     def starting_offsets_json(self) -> str:

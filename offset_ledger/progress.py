@@ -162,7 +162,16 @@ def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
         batch_time=batch_time,
         input_rows=_int(doc.get("numInputRows")),
         sources=tuple(sources),
+        duration_ms=_duration_ms(doc.get("durationMs")),
     )
+
+
+def _duration_ms(durations: object) -> int | None:
+    """The batch's wall time (Spark's ``durationMs.triggerExecution``), None when not reported."""
+    if not isinstance(durations, Mapping) or "triggerExecution" not in durations:
+        return None
+    value = _int(durations.get("triggerExecution"), -1)
+    return value if value >= 0 else None
 
 
 def is_no_data(batch: BatchOffsets) -> bool:

@@ -28,8 +28,9 @@ from offset_ledger.ledger.tables import batch_offsets, batches, findings, positi
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 20_000
-_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1)}
-_DURATION = re.compile(r"^\s*(\d+)\s*([dhm])\s*$")
+_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1),
+          "s": timedelta(seconds=1)}
+_DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 # Tuple-IN lists stay well under SQLite's bound-parameter limit.
 _KEYS_PER_QUERY = 400
 
@@ -39,7 +40,7 @@ BatchKey = tuple[str, int]  # (query_id, batch_id)
 
 
 def parse_duration(text: str) -> timedelta:
-    """``30d`` / ``12h`` / ``90m`` -> timedelta; anything else raises InvalidDuration."""
+    """``30d`` / ``12h`` / ``90m`` / ``45s`` -> timedelta; anything else raises InvalidDuration."""
     match = _DURATION.match(text or "")
     if not match or int(match.group(1)) <= 0:
         raise InvalidDuration(text)

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import and_, exists, func, or_, select, tuple_, union
 from sqlalchemy.engine import Connection
 
+from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
@@ -36,30 +37,31 @@ def current_positions(
     return [Position(r.topic, r.partition, r.next_offset) for r in rows]
 
 
-#: A run counts as active only while it shows signs of life: Spark posts a progress event at
-#: least every 10 s even when idle (spark.sql.streaming.noDataProgressEventInterval), and the
-#: listener records it as a heartbeat, so a run silent for this long crashed without a
-#: QueryTerminated event (driver killed) and must not block resets forever.
+#: The default run timeout (``OFFSET_LEDGER_RUN_TIMEOUT`` overrides it; see ``ledger.activity``):
+#: Spark posts a progress event at least every 10 s even when idle
+#: (spark.sql.streaming.noDataProgressEventInterval), so a run silent for this long (and for 3 x
+#: its longest batch) crashed without a QueryTerminated event and must not block resets forever.
 RUN_STALENESS = timedelta(minutes=10)
+
+_CONFIGURED: Any = object()
 
 
 def active_run_ids(
     conn: Connection, pipeline: str, consumer_group: str | None = None, *,
-    stale_after: timedelta | None = RUN_STALENESS, now: datetime | None = None,
+    stale_after: timedelta | None = _CONFIGURED, now: datetime | None = None,
 ) -> list[str]:
-    """Runs that are active: no termination reported AND a heartbeat (or start) within ``stale_after``.
+    """Runs that are active (``ledger.activity``): not terminated and heard from within their timeout.
 
-    ``stale_after=None`` disables the staleness window (every unterminated run counts).
+    ``stale_after`` overrides the configured run timeout; ``None`` counts every unterminated run.
     """
-    stmt = select(runs.c.run_id).where(
-        runs.c.pipeline == pipeline,
-        runs.c.consumer_group == (consumer_group or pipeline),
-        runs.c.terminated_at.is_(None),
-    )
-    if stale_after is not None:
-        cutoff = (now or datetime.now(timezone.utc)) - stale_after
-        stmt = stmt.where(func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at) > cutoff)
-    return [r.run_id for r in conn.execute(stmt.order_by(runs.c.started_at))]
+    if stale_after is None:
+        stmt = select(runs.c.run_id).where(
+            runs.c.pipeline == pipeline, runs.c.consumer_group == (consumer_group or pipeline),
+            runs.c.terminated_at.is_(None))
+        return [r.run_id for r in conn.execute(stmt.order_by(runs.c.started_at))]
+    timeout = None if stale_after is _CONFIGURED else stale_after
+    found = open_runs(conn, pipeline, consumer_group or pipeline, now=now, timeout=timeout)
+    return [a.run_id for acts in found.values() for a in acts if a.state == "active"]
 
 
 def consumer_groups(conn: Connection, pipeline: str) -> list[str]:
@@ -103,16 +105,14 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
 
 
 def active_runs_by_group(
-    conn: Connection, *, stale_after: timedelta | None = RUN_STALENESS, now: datetime | None = None,
+    conn: Connection, *, now: datetime | None = None,
 ) -> dict[tuple[str, str], list[str]]:
     """Active run ids (see ``active_run_ids``) of every pipeline at once."""
-    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id).where(runs.c.terminated_at.is_(None))
-    if stale_after is not None:
-        cutoff = (now or datetime.now(timezone.utc)) - stale_after
-        stmt = stmt.where(func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at) > cutoff)
     out: dict[tuple[str, str], list[str]] = {}
-    for r in conn.execute(stmt.order_by(runs.c.started_at)):
-        out.setdefault((r.pipeline, r.consumer_group), []).append(r.run_id)
+    for key, acts in open_runs(conn, now=now).items():
+        active = [a.run_id for a in acts if a.state == "active"]
+        if active:
+            out[key] = active
     return out
 
 

@@ -22,22 +22,26 @@ import csv
 import io
 import logging
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any, Union
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
+from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation
 from offset_ledger.errors import LedgerError, LedgerUnavailable
+from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.locks import pipeline_lock_key, share_pipelines
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
+    checkpoint_generations,
     findings,
     listener_health,
     positions,
@@ -58,15 +62,17 @@ _COPY_MIN_ROWS = 200
 # partition. The positions upsert takes the row locks in (topic, partition) order, byte-wise like
 # Python's sorted() that the reset writer and _move_positions use; ON CONFLICT DO UPDATE locks a row
 # even when its WHERE refuses the update, and that WHERE is the forward-only and pending-reset rule
-# of _move_positions. Anything that rule or idempotency would have to explain (a batch another
-# writer already recorded, a position not moved: regression or pending_reset) makes the final
+# of _move_positions in its plainest case: the run is on the current generation (or the pipeline has
+# none), no reset is pending and the position was last moved by this query or placed by a restart or
+# reset. Anything that rule or idempotency would have to explain (a batch another writer already
+# recorded, a position not moved: regression, pending_reset, foreign_run, shared_position) makes the final
 # SELECT fail on purpose, so the statement and its transaction leave nothing behind and the
 # general path records the batch with its findings. Statement-level atomicity does the rest.
 _FAST_BATCH = "offset_ledger_record_batch"
 _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
 _FAST_BATCH_SQL = f"""
 PREPARE {_FAST_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
-                       int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], timestamptz) AS
+                       int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint) AS
 WITH new_batch AS (
     INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
                          input_rows)
@@ -89,17 +95,24 @@ WITH new_batch AS (
     SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
         batch_id = EXCLUDED.batch_id, reset_id = NULL
     WHERE p.next_offset <= EXCLUDED.next_offset
-      AND (p.reset_id IS NULL OR p.updated_at <= $17  -- $17: when the batch's run started
+      AND (p.query_id IS NULL OR p.query_id = $3)
+      AND (p.reset_id IS NULL
            OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
+      AND (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
+          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
     RETURNING 1
 ), run AS (
-    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6 WHERE run_id = $4
+    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
+                    max_batch_ms = greatest(max_batch_ms, $17)  -- $17: the batch's duration or NULL
+    WHERE run_id = $4
 )
 -- A data-dependent cast error (a constant one would fail at plan time): the abort described above.
 SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = cardinality($16)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
-_FAST_BATCH_CALL = f"BEGIN; EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 17)}); COMMIT"
+# The shared pipeline lock comes first, as on the general path (ledger.locks).
+_FAST_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
+                    f"EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 17)}); COMMIT")
 
 
 def _int_array(values: Sequence[int | None]) -> str:
@@ -191,6 +204,14 @@ class _Pos:
     reset_pending: bool = False
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What the position rules need of a run: when it started and which generation it is on."""
+
+    started_at: datetime
+    generation_id: int | None
+
+
 @dataclass
 class _Txn:
     """State of one transaction, folded into the recorder's caches only after COMMIT."""
@@ -198,7 +219,8 @@ class _Txn:
     now: datetime
     findings: list[dict[str, Any]] = field(default_factory=list)
     latest: dict[str, tuple[int, _Ends]] = field(default_factory=dict)
-    run_started: dict[str, datetime] = field(default_factory=dict)
+    runs: dict[str, _Run] = field(default_factory=dict)
+    foreign_reported: set[tuple[str, int]] = field(default_factory=set)
 
 
 def utc(value: datetime) -> datetime:
@@ -257,12 +279,13 @@ def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
     """(topic, partition, until_offset) per partition the batch read, in lock order (sorted)."""
     if len(batch.sources) == 1:
         return sorted((r.topic, r.partition, r.until_offset) for r in batch.sources[0].ranges)
-    # Two sources on one topic (a self-union) share the partition's position: the furthest end wins.
+    # Two sources on one topic (a self-union) share the partition's position, and a restart hands
+    # both the same startingOffsets: the lower end is the one from which neither skips a record.
     merged: dict[tuple[str, int], int] = {}
     for s in batch.sources:
         for r in s.ranges:
             key = (r.topic, r.partition)
-            merged[key] = max(merged.get(key, r.until_offset), r.until_offset)
+            merged[key] = min(merged.get(key, r.until_offset), r.until_offset)
     return sorted((t, p, u) for (t, p), u in merged.items())
 
 
@@ -295,7 +318,10 @@ class Recorder:
         self._conn: Connection | None = None
         # Committed knowledge that saves a SELECT per transaction on the hot path.
         self._latest: dict[str, tuple[int, _Ends]] = {}
-        self._run_started: dict[str, datetime] = {}
+        self._runs: dict[str, _Run] = {}
+        self._foreign_reported: set[tuple[str, int]] = set()
+        # generation id -> its resolved starting offsets, to give a fresh run's first batch its start
+        self._generation_offsets: dict[int, dict[tuple[str, int], int]] = {}
 
     # ------------------------------------------------------------------ public
 
@@ -329,7 +355,8 @@ class Recorder:
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
         self._latest.update(txn.latest)
-        self._run_started.update(txn.run_started)
+        self._runs.update(txn.runs)
+        self._foreign_reported |= txn.foreign_reported
         return outcome
 
     def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
@@ -472,7 +499,11 @@ class Recorder:
             elif isinstance(rec, RunEnd):
                 self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
                                 rec.at, {"terminated_at": utc(rec.at), "exception": rec.exception})
-        new, duplicates = self._new_batches(conn, [r for r in records if isinstance(r, BatchRecord)], txn)
+        recs = [r for r in records if isinstance(r, BatchRecord)]
+        if recs:
+            self._ensure_runs(conn, recs, txn)
+            recs = self._with_first_starts(conn, recs, txn)
+        new, duplicates = self._new_batches(conn, recs, txn)
         if new:
             written = self._write_batches(conn, new, txn)
             duplicates += len(new) - len(written)
@@ -501,9 +532,9 @@ class Recorder:
             return None
         b = records[0].batch
         latest = self._latest.get(b.query_id)
-        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._run_started:
+        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs:
             return None
-        if any(_gaps(b, latest[1])):
+        if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
             return None
         return records[0]
 
@@ -518,7 +549,7 @@ class Recorder:
                   _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
                   _int_array([o[4] for o in offsets]),
                   _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
-                  _int_array([e[2] for e in ends]), self._run_started[b.run_id])
+                  _int_array([e[2] for e in ends]), b.duration_ms)
         # The held connection is between transactions here. In autocommit mode psycopg2 sends no
         # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
         raw: Any = conn.connection.dbapi_connection
@@ -532,7 +563,7 @@ class Recorder:
                     cursor.execute(_FAST_BATCH_SQL)
                     info[_FAST_BATCH] = True
                 try:
-                    cursor.execute(_FAST_BATCH_CALL, params)
+                    cursor.execute(_FAST_BATCH_CALL, (pipeline_lock_key(rec.pipeline, rec.consumer_group),) + params)
                 except dbapi.Error as exc:
                     # The string stopped at the failing statement, inside its transaction block.
                     if not raw.closed:
@@ -558,17 +589,42 @@ class Recorder:
         return RecordOutcome(1, 0, ())
 
     def _run_start(self, conn: Connection, rec: RunStart, txn: _Txn) -> None:
+        generation_id = self._assign_generation(conn, rec.pipeline, rec.consumer_group, rec.query_id,
+                                                rec.run_id, rec.checkpoint_location)
         row = {"run_id": rec.run_id, "query_id": rec.query_id, "pipeline": rec.pipeline,
                "consumer_group": rec.consumer_group, "query_name": rec.query_name,
                "app_version": rec.app_version, "checkpoint_location": rec.checkpoint_location,
-               "started_at": utc(rec.started_at)}
+               "started_at": utc(rec.started_at), "generation_id": generation_id}
         stmt = self._insert(runs)
         # The start event is authoritative; a row made earlier from a batch only guessed these.
         stmt = stmt.on_conflict_do_update(
             index_elements=[runs.c.run_id],
-            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "checkpoint_location", "started_at")})
+            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "checkpoint_location", "started_at",
+                                                 "generation_id")})
         conn.execute(stmt, [row])
-        txn.run_started[rec.run_id] = utc(rec.started_at)
+        txn.runs[rec.run_id] = _Run(utc(rec.started_at), generation_id)
+
+    def _assign_generation(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
+                           checkpoint_location: str | None) -> int | None:
+        """The generation a new run is on (see ``authority.match_generation``); claims it for the query."""
+        rows = conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
+                                   checkpoint_generations.c.query_id)
+                            .where(checkpoint_generations.c.pipeline == pipeline,
+                                   checkpoint_generations.c.consumer_group == group)).all()
+        if not rows:
+            return None
+        seen = conn.execute(select(runs.c.run_id).where(runs.c.query_id == query_id, runs.c.run_id != run_id)
+                            .limit(1)).first() is not None
+        found = match_generation([GenerationRef(r.id, r.location, r.query_id) for r in rows],
+                                 checkpoint_location=checkpoint_location, query_id=query_id,
+                                 query_seen_before=seen)
+        if found is None:
+            return None
+        if found.query_id is None:
+            conn.execute(update(checkpoint_generations)
+                         .where(checkpoint_generations.c.id == found.id, checkpoint_generations.c.query_id.is_(None))
+                         .values(query_id=query_id))
+        return found.id
 
     def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
                    at: datetime, values: dict[str, Any]) -> None:
@@ -663,28 +719,60 @@ class Recorder:
         return recs
 
     def _ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
-        """Know every run's start time (the reset rule needs it); make rows for unseen runs."""
-        unknown = sorted({r.batch.run_id for r in recs} - set(self._run_started) - set(txn.run_started))
+        """Know every run's start and generation (the position rules need them); make rows for unseen runs."""
+        unknown = sorted({r.batch.run_id for r in recs} - set(self._runs) - set(txn.runs))
         if not unknown:
             return
-        for r in conn.execute(select(runs.c.run_id, runs.c.started_at).where(runs.c.run_id.in_(unknown))):
-            txn.run_started[r.run_id] = utc(r.started_at)
+        for r in conn.execute(select(runs.c.run_id, runs.c.started_at, runs.c.generation_id)
+                              .where(runs.c.run_id.in_(unknown))):
+            txn.runs[r.run_id] = _Run(utc(r.started_at), r.generation_id)
         missing: dict[str, dict[str, Any]] = {}
         for rec in recs:
             b = rec.batch
-            if b.run_id in txn.run_started or b.run_id in missing:
+            if b.run_id in txn.runs or b.run_id in missing:
                 continue
+            # No start event (the listener came later, or lost it): no checkpoint location either.
             missing[b.run_id] = {"run_id": b.run_id, "query_id": b.query_id, "pipeline": rec.pipeline,
                                  "consumer_group": rec.consumer_group, "query_name": b.query_name,
-                                 "started_at": utc(b.batch_time)}
+                                 "started_at": utc(b.batch_time),
+                                 "generation_id": self._assign_generation(conn, rec.pipeline, rec.consumer_group,
+                                                                          b.query_id, b.run_id, None)}
         if missing:
             conn.execute(self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id]),
                          list(missing.values()))
             for run_id, row in missing.items():
-                txn.run_started[run_id] = row["started_at"]
+                txn.runs[run_id] = _Run(row["started_at"], row["generation_id"])
 
-    def _run_start_of(self, run_id: str, txn: _Txn) -> datetime:
-        return txn.run_started.get(run_id) or self._run_started[run_id]
+    def _run_of(self, run_id: str, txn: _Txn) -> _Run:
+        return txn.runs.get(run_id) or self._runs[run_id]
+
+    def _with_first_starts(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
+        """Give ranges Spark reported without a start (a fresh checkpoint's first batch) the start
+        the run's generation resolved, so every recorded range is a real ``[from, until)``."""
+        out = []
+        for rec in recs:
+            b = rec.batch
+            gen_id = self._run_of(b.run_id, txn).generation_id
+            if gen_id is None or all(r.from_offset is not None for s in b.sources for r in s.ranges):
+                out.append(rec)
+                continue
+            starts = self._resolved_offsets(conn, gen_id)
+            sources = tuple(
+                replace(s, ranges=tuple(
+                    replace(r, from_offset=starts.get((r.topic, r.partition))) if r.from_offset is None else r
+                    for r in s.ranges))
+                for s in b.sources)
+            out.append(replace(rec, batch=replace(b, sources=sources)))
+        return out
+
+    def _resolved_offsets(self, conn: Connection, generation_id: int) -> dict[tuple[str, int], int]:
+        cached = self._generation_offsets.get(generation_id)
+        if cached is None:
+            raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
+                               .where(checkpoint_generations.c.id == generation_id)).scalar() or {}
+            cached = {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+            self._generation_offsets[generation_id] = cached
+        return cached
 
     def _latest_of(self, conn: Connection, query_id: str, txn: _Txn) -> tuple[int, _Ends] | None:
         if query_id in txn.latest:
@@ -742,11 +830,15 @@ class Recorder:
         for rec in recs:
             groups.setdefault((rec.pipeline, rec.consumer_group), set()).update(
                 r.topic for s in rec.batch.sources for r in s.ranges)
+        # Shared pipeline lock first: a reset or a restart (new generation) of these pipelines is
+        # either committed before we read the generation and positions, or waits for us.
+        share_pipelines(conn, groups)
         current: dict[tuple[str, str], dict[tuple[str, int], _Pos]] = {}
+        generation: dict[tuple[str, str], int | None] = {}
         # One lock order for every writer: byte-wise, like Python's sorted() in the reset writer,
         # whatever the database's collation (SQLite has no "C" collation, nor row locks).
         topic_order = positions.c.topic.collate("C") if conn.dialect.name == "postgresql" else positions.c.topic
-        for (pipeline, group), topics in groups.items():
+        for (pipeline, group), topics in sorted(groups.items()):
             # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
             stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
                            positions.c.updated_at, positions.c.reset_id, positions.c.query_id,
@@ -760,22 +852,31 @@ class Recorder:
                 (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
                                              r.batch_id, r.reset_status == "pending")
                 for r in conn.execute(stmt)}
+            generation[(pipeline, group)] = conn.execute(
+                select(func.max(checkpoint_generations.c.id))
+                .where(checkpoint_generations.c.pipeline == pipeline,
+                       checkpoint_generations.c.consumer_group == group)).scalar()
         changed: dict[tuple[str, str], set[tuple[str, int]]] = {key: set() for key in current}
+        active: dict[str, bool] = {}
         for rec in recs:
             b = rec.batch
             group_key = (rec.pipeline, rec.consumer_group)
             pos, moved = current[group_key], changed[group_key]
-            run_started = self._run_start_of(b.run_id, txn)
+            run = self._run_of(b.run_id, txn)
+            current_generation = generation[group_key]
             for topic, partition, until_offset in _position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
-                if cur is not None and cur.reset_pending and cur.updated_at > run_started:
-                    # The run did not start from the reset (it predates it): keep the reset's position
-                    # until start_from_ledger consumes it through a fresh checkpoint.
-                    txn.findings.append(self._kept_finding(rec, txn, "pending_reset", cur, topic, partition,
-                                                           until_offset))
-                    continue
-                if cur is None or until_offset >= cur.next_offset:
+                other = cur.query_id if cur is not None and cur.query_id not in (None, b.query_id) else None
+                if other is not None and current_generation is None and other not in active:
+                    active[other] = self._query_active(conn, other, txn.now)
+                verdict = decide(
+                    None if cur is None else PositionState(cur.next_offset, cur.query_id, cur.updated_at,
+                                                           cur.reset_pending),
+                    until_offset, query_id=b.query_id, run_started_at=run.started_at,
+                    run_generation_id=run.generation_id, current_generation_id=current_generation,
+                    other_query_active=bool(other and active.get(other)))
+                if verdict == "move":
                     if cur is None:
                         pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
                     else:
@@ -783,8 +884,13 @@ class Recorder:
                             until_offset, txn.now, None, b.query_id, b.batch_id)
                         cur.reset_pending = False
                     moved.add(key)
-                    continue
-                txn.findings.append(self._kept_finding(rec, txn, "regression", cur, topic, partition, until_offset))
+                elif verdict == "foreign_run":
+                    assert current_generation is not None
+                    self._foreign_finding(conn, rec, txn, run, current_generation)
+                    break  # one finding per run and generation says it all; no partition moves
+                else:
+                    assert cur is not None
+                    txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
         rows = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
                  "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
                  "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
@@ -794,20 +900,58 @@ class Recorder:
             self._bulk(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
                        update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
 
+    def _query_active(self, conn: Connection, query_id: str, now: datetime) -> bool:
+        """Whether ``query_id`` has a run that counts as active (``ledger.activity``)."""
+        rows = conn.execute(select(runs.c.started_at, runs.c.last_heartbeat_at, runs.c.terminated_at,
+                                   runs.c.max_batch_ms).where(runs.c.query_id == query_id))
+        return any(run_is_active(r.terminated_at, r.last_heartbeat_at, r.started_at, r.max_batch_ms, now=now)
+                   for r in rows)
+
+    def _foreign_finding(self, conn: Connection, rec: BatchRecord, txn: _Txn, run: _Run, generation_id: int) -> None:
+        """One ``foreign_run`` finding per run and current generation, however many batches it reports."""
+        b = rec.batch
+        key = (b.run_id, generation_id)
+        if key in self._foreign_reported or key in txn.foreign_reported:
+            return
+        txn.foreign_reported.add(key)
+        if conn.execute(select(findings.c.id).where(findings.c.kind == "foreign_run", findings.c.run_id == b.run_id,
+                                                    findings.c.generation_id == generation_id).limit(1)).first():
+            return
+        location = conn.execute(select(runs.c.checkpoint_location).where(runs.c.run_id == b.run_id)).scalar()
+        current = conn.execute(select(checkpoint_generations.c.generation, checkpoint_generations.c.location)
+                               .where(checkpoint_generations.c.id == generation_id)).first()
+        where = f"checkpoint {location}" if location else "an unknown checkpoint"
+        row = self._finding(
+            rec, txn, "foreign_run",
+            f"run {b.run_id} of query {b.query_id} reports batches from {where}, not from the current "
+            f"checkpoint generation {current.generation if current else '?'} "
+            f"({current.location if current else '?'}); its batches are history, positions are kept",
+            None, None, None, None,
+            {"run_id": b.run_id, "checkpoint_location": location, "run_generation_id": run.generation_id,
+             "current_generation": current.generation if current else None,
+             "current_location": current.location if current else None})
+        row["generation_id"] = generation_id
+        txn.findings.append(row)
+
     def _update_runs(self, conn: Connection, recs: list[BatchRecord]) -> None:
-        last: dict[str, tuple[int, datetime]] = {}
+        last: dict[str, tuple[int, datetime, int | None]] = {}
         for rec in recs:
             b = rec.batch
             prev = last.get(b.run_id)
+            longest = b.duration_ms if prev is None or prev[2] is None else max(prev[2], b.duration_ms or 0)
             last[b.run_id] = (max(prev[0], b.batch_id) if prev else b.batch_id,
-                              max(prev[1], utc(b.batch_time)) if prev else utc(b.batch_time))
-        for run_id, (batch_id, at) in last.items():
-            conn.execute(update(runs).where(runs.c.run_id == run_id).values(
-                last_batch_id=batch_id, last_heartbeat_at=at))
+                              max(prev[1], utc(b.batch_time)) if prev else utc(b.batch_time), longest)
+        for run_id, (batch_id, at, longest) in last.items():
+            values: dict[str, Any] = {"last_batch_id": batch_id, "last_heartbeat_at": at}
+            if longest is not None:
+                values["max_batch_ms"] = func.coalesce(
+                    func.max(runs.c.max_batch_ms, longest) if conn.dialect.name == "sqlite"
+                    else func.greatest(runs.c.max_batch_ms, longest), longest)
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
 
     def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
                       until_offset: int) -> dict[str, Any]:
-        """The ``pending_reset`` or ``regression`` finding of a position ``rec`` did not move."""
+        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not move."""
         b = rec.batch
         if kind == "pending_reset":
             return self._finding(
@@ -816,6 +960,14 @@ class Recorder:
                 f"but reset {cur.reset_id} is pending at {cur.next_offset}; position kept",
                 topic, partition, cur.next_offset, until_offset,
                 {"position_reset_id": cur.reset_id, "run_id": b.run_id})
+        if kind == "shared_position":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, but "
+                f"query {cur.query_id}, still active, records the same partition of this pipeline; position "
+                f"kept at {cur.next_offset} (give each query its own pipeline: pipeline= may map query names)",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id, "run_id": b.run_id})
         return self._finding(
             rec, txn, kind,
             f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
@@ -830,4 +982,5 @@ class Recorder:
         return {"pipeline": rec.pipeline, "consumer_group": rec.consumer_group, "kind": kind,
                 "topic": topic, "partition": partition, "query_id": rec.batch.query_id,
                 "batch_id": rec.batch.batch_id, "expected_offset": expected, "actual_offset": actual,
-                "message": message, "details": details, "created_at": txn.now}
+                "message": message, "details": details, "created_at": txn.now, "run_id": rec.batch.run_id,
+                "generation_id": None}

@@ -1,0 +1,122 @@
+"""Pure rules of authority: which run may move a pipeline's positions.
+
+A checkpoint generation handed out by ``start_from_ledger`` is the pipeline's authority. Once a
+pipeline (and consumer group) has one, only runs whose checkpoint *is* the newest generation's
+location move positions; a run on any other checkpoint (an older generation, a copy, a second
+deployment) is kept in history and reported as ``foreign_run``. Pipelines that never used the
+restart helper keep the forward-only rule, where two different active queries writing one
+partition are a ``shared_position`` finding rather than a silent interleaving.
+
+No I/O here: the recorder feeds these functions what it read inside its transaction.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position"]
+
+_GENERATION_NAME = re.compile(r"gen-\d+-[0-9a-f]{8}")
+
+
+def normalize_location(location: str) -> str:
+    """A checkpoint location as comparable text: ``file:`` dropped, no doubled or trailing slashes.
+
+    Spark reports the resolved location (``file:/ckpt/gen-1-ab12cd34``) where the helper handed
+    out ``/ckpt/gen-1-ab12cd34``; remote URIs keep their scheme and authority.
+    """
+    text = re.sub(r"^file:(//)?", "", location.strip()).rstrip("/")
+    return re.sub(r"(?<!:)/{2,}", "/", text)
+
+
+def same_location(recorded: str | None, generation_location: str) -> bool:
+    """Whether a run's recorded checkpoint is the generation's location.
+
+    Equal after normalisation, or (for schemes Spark qualifies differently, e.g. an ``hdfs://``
+    path reported with the name node's authority) the same unique ``gen-<n>-<id>`` directory name.
+    """
+    if not recorded:
+        return False
+    a, b = normalize_location(recorded), normalize_location(generation_location)
+    if a == b:
+        return True
+    tail_a, tail_b = a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]
+    return tail_a == tail_b and bool(_GENERATION_NAME.fullmatch(tail_b))
+
+
+@dataclass(frozen=True)
+class GenerationRef:
+    """What matching a run needs to know of a generation."""
+
+    id: int
+    location: str
+    query_id: str | None  # the query that claimed it (its first run), if any yet
+
+
+def match_generation(
+    generations: Sequence[GenerationRef], *, checkpoint_location: str | None, query_id: str,
+    query_seen_before: bool,
+) -> GenerationRef | None:
+    """The generation a run belongs to, or None (a run on a checkpoint the helper did not hand out).
+
+    With a known checkpoint location, the generation with that location. Without one (Spark
+    Connect clients cannot ask for it), the generation its query already claimed, else the newest
+    generation if nobody claimed it yet and this query was never seen before: a fresh checkpoint
+    always starts a new query id, while a restart on an old checkpoint brings back an old one.
+    """
+    if checkpoint_location:
+        for g in generations:
+            if same_location(checkpoint_location, g.location):
+                return g
+        return None
+    for g in generations:
+        if g.query_id == query_id:
+            return g
+    if generations and not query_seen_before:
+        newest = max(generations, key=lambda g: g.id)
+        if newest.query_id is None:
+            return newest
+    return None
+
+
+@dataclass(frozen=True)
+class PositionState:
+    """A position as the recorder found it, locked, inside its transaction."""
+
+    next_offset: int
+    query_id: str | None
+    updated_at: datetime
+    reset_pending: bool
+
+
+def decide(
+    current: PositionState | None, until_offset: int, *, query_id: str, run_started_at: datetime,
+    run_generation_id: int | None, current_generation_id: int | None,
+    other_query_active: bool = False,
+) -> Decision:
+    """Whether a batch ending at ``until_offset`` moves the position, and if not, which finding says why.
+
+    ``other_query_active``: the query that last moved the position is not this one and still has
+    an active run (only asked for pipelines without generations).
+    """
+    if current_generation_id is not None and run_generation_id != current_generation_id:
+        return "foreign_run"
+    if current is not None and current.reset_pending:
+        if current_generation_id is not None:
+            # Only a fresh generation applies a pending reset: no run of an existing one started from it.
+            return "pending_reset"
+        if current.updated_at > run_started_at:
+            # Without the helper, a run started after the reset may have started from it.
+            return "pending_reset"
+    if current is None:
+        return "move"
+    if (current_generation_id is None and other_query_active and current.query_id is not None
+            and current.query_id != query_id):
+        return "shared_position"
+    if until_offset >= current.next_offset:
+        return "move"
+    return "regression"
