@@ -91,10 +91,15 @@ def resolve_cmd(
     pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
     bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers", envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS",
                                                     help="Kafka bootstrap servers."),
-    first_run: str = typer.Option("earliest", "--first-run",
-                                  help="No ledger entries: earliest | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
+    first_run: Optional[str] = typer.Option(
+        None, "--first-run",
+        help="No ledger entries: earliest (default) | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
+    allow_first_run: bool = typer.Option(
+        False, "--allow-first-run",
+        help="Start over with --first-run although the ledger knows the pipeline (another group or other topics)."),
     on_data_loss: str = typer.Option("fail", "--on-data-loss", help="Offsets outside the log: fail | earliest."),
-    consumer_group: Optional[str] = typer.Option(None, "--consumer-group", help="Default: the pipeline name."),
+    consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
+                                                 help="Default: the pipeline's only group in the ledger."),
     kafka_option: Optional[list[str]] = typer.Option(None, "--kafka-option", "-o",
                                                      help="Spark-style client setting, e.g. kafka.security.protocol=SSL (repeatable)."),
     dsn: Optional[str] = DsnOption,
@@ -117,9 +122,10 @@ def resolve_cmd(
     engine = make_engine(dsn)
     try:
         with KafkaAdapter(servers, options) as adapter:
-            plan, ledger = plan_restart(engine, adapter, pipeline=pipeline, consumer_group=consumer_group,
-                                        topics=topic or None, topic_pattern=pattern, first_run=first_run,
-                                        on_data_loss=on_data_loss)
+            plan, ledger, _cluster = plan_restart(
+                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
+                topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
+                allow_first_run=allow_first_run)
     finally:
         engine.dispose()
     typer.echo(plan.starting_offsets_json)
@@ -181,14 +187,25 @@ def pipelines_cmd(
     lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
     fmt: str = FormatOption,
 ) -> None:
-    """List pipelines with state (running/stopped), last batch time and total lag."""
+    """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch and lag."""
     fmt = _check_format(fmt)
     ops = _ops(dsn, bootstrap_servers)
     try:
         rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag and ops.has_kafka)]
     finally:
         ops.close()
-    _emit(rows, ["pipeline", "consumerGroup", "state", "partitions", "lastBatchTime", "lastBatchId", "lag"], fmt)
+    if fmt != "json":
+        for row in rows:
+            gen = row["generation"]
+            row["generation"] = "" if gen is None else f"{gen['generation']} ({gen['appVersion'] or '-'})"
+            # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
+            row["foreignRuns"] = (f"FOREIGN: {', '.join(row['foreignRunIds'])}" if row["foreignRunIds"] else "")
+            row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"])
+        columns = ["pipeline", "consumerGroup", "state", "generation", "foreignRuns", "partitions", "lastBatchTime",
+                   "lastBatchId", "lag", "why"]
+    else:
+        columns = list(rows[0]) if rows else ["pipeline"]
+    _emit(rows, columns, fmt)
 
 
 @app.command("offsets")

@@ -12,6 +12,8 @@
     │   ├── InvalidOffset             an offset is not an integer >= 0 (or -2 earliest / -1 latest)
     │   ├── OffsetOutOfRange          reset targets outside [log-start, log-end] with outOfRange=refuse
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
+    │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
+    │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
@@ -114,6 +116,41 @@ class OffsetOutOfRange(InvalidInput):
 
 class InvalidRestartOptions(InvalidInput):
     """A restart option (first_run, on_data_loss, topics, explicit offsets) is malformed."""
+
+
+class AmbiguousConsumerGroup(InvalidRestartOptions):
+    """No consumer group was named and the ledger has several for the pipeline."""
+
+    def __init__(self, pipeline: str, groups: Sequence[str]) -> None:
+        super().__init__(
+            f"pipeline {pipeline!r} has several consumer groups in the ledger ({', '.join(groups)}); "
+            f"name one (consumer_group= / --consumer-group)",
+            pipeline=pipeline, consumer_groups=list(groups))
+        self.groups = list(groups)
+
+
+class FirstRunRefused(InvalidRestartOptions):
+    """The ledger has history for the pipeline, but no position for this consumer group and these topics."""
+
+    def __init__(self, pipeline: str, consumer_group: str, topics: Sequence[str],
+                 footprint: Mapping[str, Mapping[str, Any]]) -> None:
+        known = "; ".join(
+            f"consumer group {g!r}: " + ", ".join(
+                part for part in (
+                    f"positions on {', '.join(f['topics'])}" if f.get("topics") else "",
+                    f"{f['batches']} batches" if f.get("batches") else "",
+                    f"{f['runs']} runs" if f.get("runs") else "",
+                    f"{f['generations']} checkpoint generations" if f.get("generations") else "",
+                ) if part)
+            for g, f in sorted(footprint.items()))
+        super().__init__(
+            f"pipeline {pipeline!r} is in the ledger ({known}) but has no position under consumer group "
+            f"{consumer_group!r} for topics {', '.join(topics)}: starting it as a first run would re-read or "
+            f"skip records. Name the consumer group it ran under, or pass first_run explicitly with "
+            f"allow_first_run=True (--first-run ... --allow-first-run) to start over on purpose",
+            pipeline=pipeline, consumer_group=consumer_group, topics=list(topics),
+            ledger={g: dict(f) for g, f in footprint.items()})
+        self.footprint = {g: dict(f) for g, f in footprint.items()}
 
 
 class ActiveRunConflict(OffsetLedgerError):

@@ -165,6 +165,25 @@ class KafkaAdapter:
                 result[topic] = sorted(parts)
         return result
 
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Kafka topic ids (KIP-516) of the existing ``topics``, fresh from the cluster.
+
+        A deleted and re-created topic keeps its name but gets a new id. Topics the broker reports
+        no id for (metadata before v10) are absent.
+        """
+        self.all_topics()  # one metadata round trip; the client keeps the ids it carried
+        with self._lock:
+            cluster = getattr(self._client(), "_cluster", None)
+            lookup = getattr(cluster, "topic_id", None)
+            if lookup is None:
+                return {}
+            out = {}
+            for topic in topics:
+                found = lookup(topic)
+                if found is not None and str(found) != "00000000-0000-0000-0000-000000000000":
+                    out[topic] = str(found)
+            return out
+
     def require_topics(self, topics: Sequence[str]) -> dict[str, list[int]]:
         """Like ``partitions`` but every topic must exist (UnknownTopic otherwise)."""
         found = self.partitions(topics)

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import (
+    AmbiguousConsumerGroup,
     ConfigError,
     InvalidInput,
     KafkaError,
@@ -32,6 +33,7 @@ from offset_ledger.errors import (
     UnknownTopic,
 )
 from offset_ledger.ledger import queries
+from offset_ledger.ledger.activity import RunActivity, open_runs
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.reset_store import StoredReset, record_reset
 from offset_ledger.model import Position, TopicPartition, Watermarks
@@ -57,18 +59,26 @@ class PipelineSummary:
 
     pipeline: str
     consumer_group: str
-    state: str  # running | stopped
+    state: str  # running | stale (unterminated runs, none heard from in time) | stopped
     active_run_ids: tuple[str, ...]
     partitions: int
     last_batch_time: datetime | None
     last_batch_id: int | None
     lag: int | None  # records behind log-end over all partitions; None when Kafka was not asked/reachable
+    runs: tuple[RunActivity, ...] = ()  # every unterminated run, with why it counts as active or stale
+    generation: dict[str, Any] | None = None  # the current checkpoint generation, if any
+    foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "state": self.state,
             "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
             "lastBatchTime": _iso(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
+            "runs": [r.to_dict() for r in self.runs],
+            "generation": None if self.generation is None else {
+                "generation": self.generation["generation"], "appVersion": self.generation["app_version"],
+                "checkpointLocation": self.generation["location"]},
+            "foreignRunIds": list(self.foreign_run_ids),
         }
 
 
@@ -296,10 +306,10 @@ class Operations:
             return consumer_group
         if not groups:
             raise UnknownPipeline(pipeline)
-        if pipeline in groups or len(groups) == 1:
-            return pipeline if pipeline in groups else groups[0]
-        raise InvalidInput(f"pipeline {pipeline!r} has several consumer groups ({', '.join(groups)}); name one",
-                           pipeline=pipeline, consumer_groups=groups)
+        if len(groups) == 1:
+            return groups[0]
+        # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
+        raise AmbiguousConsumerGroup(pipeline, groups)
 
     # -- reads
 
@@ -307,7 +317,8 @@ class Operations:
         """Every pipeline with state (running/stopped), last batch time and total lag."""
         with self._db() as conn:
             rows = queries.pipeline_summaries(conn)
-            active = queries.active_runs_by_group(conn)
+            open_by_group = open_runs(conn)
+            generations = queries.current_generations(conn) if rows else {}
             pos = queries.all_positions(conn) if with_lag and rows else {}
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
         out = []
@@ -318,24 +329,24 @@ class Operations:
                 lags = [_lag(p, marks.get(p.tp)) for p in pos.get(key, [])]
                 known = [x for x in lags if x is not None]
                 lag = sum(known) if known else None
-            runs = tuple(active.get(key, []))
+            acts = tuple(open_by_group.get(key, []))
+            active = tuple(a.run_id for a in acts if a.state == "active")
+            gen = generations.get(key)
+            foreign = tuple(a.run_id for a in acts if a.state == "active" and gen is not None
+                            and a.generation_id != gen["id"])
+            state = "running" if active else ("stale" if acts else "stopped")
             out.append(PipelineSummary(
-                r["pipeline"], r["consumer_group"], "running" if runs else "stopped", runs,
+                r["pipeline"], r["consumer_group"], state, active,
                 int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
+                acts, gen, foreign,
             ))
         return out
 
     def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
         """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""
         with self._db() as conn:
-            positions = []
-            if consumer_group is None:
-                # Fast path, one query: the usual case is a group named like the pipeline.
-                check_name("pipeline", pipeline)
-                positions = queries.current_positions(conn, pipeline, pipeline)
-            if not positions:
-                group = self.resolve_group(conn, pipeline, consumer_group)
-                positions = queries.current_positions(conn, pipeline, group)
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
         out: dict[str, dict[str, int]] = {}
         for p in positions:
             out.setdefault(p.topic, {})[str(p.partition)] = p.next_offset
@@ -417,13 +428,21 @@ class Operations:
         self, pipeline: str, request: ResetRequest, consumer_group: str | None = None,
     ) -> tuple[str, ResetPlan]:
         """(consumer group, the plan) without writing anything."""
+        self._check_reset_names(request)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
+        return group, self._plan_reset(pipeline, request, positions)
+
+    @staticmethod
+    def _check_reset_names(request: ResetRequest) -> None:
         for topic in (request.scope or {}):
             check_topic(topic)
         for tp in (request.offsets or {}):
             check_topic(tp.topic)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            positions = queries.current_positions(conn, pipeline, group)
+
+    def _plan_reset(self, pipeline: str, request: ResetRequest, positions: list[Position]) -> ResetPlan:
+        """The plan for ``positions`` against the cluster as it is now (pure planning + Kafka reads)."""
         topics = request.topics([p.topic for p in positions])
         if not topics:
             raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
@@ -440,20 +459,29 @@ class Operations:
         times = None
         if request.mode == "timestamp" and request.timestamp_ms is not None:
             times = self.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
-        return group, plan_reset(request, positions, marks, times)
+        return plan_reset(request, positions, marks, times)
 
     def reset(
         self, pipeline: str, request: ResetRequest, *, actor: str, reason: str | None = None,
         dry_run: bool = True, force: bool = False, consumer_group: str | None = None,
     ) -> ResetOutcome:
-        """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply)."""
+        """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply).
+
+        The plan is made inside the transaction that writes it, under the pipeline lock, from the
+        positions as they are then: concurrent resets apply one after the other, each audited
+        with the position it actually replaced.
+        """
         check_name("actor", actor)
         if reason is not None and len(reason) > 10_000:
             raise InvalidInput("reason is longer than 10000 characters")
-        group, plan = self.plan_reset(pipeline, request, consumer_group)
+        self._check_reset_names(request)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
         try:
-            stored = record_reset(self.engine, plan, pipeline=pipeline, consumer_group=group, actor=actor,
-                                  reason=reason, dry_run=dry_run, force=force)
+            plan, stored = record_reset(
+                self.engine, lambda positions: self._plan_reset(pipeline, request, positions),
+                pipeline=pipeline, consumer_group=group, actor=actor, reason=reason, dry_run=dry_run,
+                force=force)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "recording the reset") from exc
         return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason)

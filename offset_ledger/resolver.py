@@ -166,14 +166,27 @@ def _partition_number(key: object) -> int | None:
 
 
 @dataclass(frozen=True)
+class TopicIncarnation:
+    """A topic re-created since the ledger last saw it: the Kafka topic ids (KIP-516) differ."""
+
+    topic: str
+    ledger_topic_id: str
+    cluster_topic_id: str
+    last_log_end: Mapping[int, int]  # partition -> the old incarnation's log-end when last seen
+
+
+@dataclass(frozen=True)
 class _LossRecord:
     tp: TopicPartition
     next_offset: int
     watermarks: Watermarks
     source: str  # "ledger" | "first_run"
+    recreated: TopicIncarnation | None = None
 
     @property
     def kind(self) -> str:
+        if self.recreated is not None:
+            return "topic_recreated"
         return "below_log_start" if self.next_offset < self.watermarks.log_start_offset else "above_log_end"
 
     def as_dict(self) -> dict[str, Any]:
@@ -183,7 +196,15 @@ class _LossRecord:
             "next_offset": self.next_offset, "log_start_offset": w.log_start_offset,
             "log_end_offset": w.log_end_offset, "source": self.source,
         }
-        if self.kind == "below_log_start":
+        if self.recreated is not None:
+            old_end = self.recreated.last_log_end.get(self.tp.partition)
+            d["old_topic_id"] = self.recreated.ledger_topic_id
+            d["new_topic_id"] = self.recreated.cluster_topic_id
+            # The old log is gone: what it held past the position is known only as of when the
+            # ledger last saw its log-end (a restart or reset), so this is a lower bound.
+            d["records_never_read_at_least"] = None if old_end is None else max(0, old_end - self.next_offset)
+            d["records_lost"] = None
+        elif self.kind == "below_log_start":
             d["records_lost"] = w.log_start_offset - self.next_offset
         else:
             # The old log's records past log-end are unknowable; say how far ahead the position is.
@@ -194,6 +215,13 @@ class _LossRecord:
     def describe(self) -> str:
         w = self.watermarks
         where = f"{self.tp.topic}/{self.tp.partition}"
+        if self.recreated is not None:
+            old_end = self.recreated.last_log_end.get(self.tp.partition)
+            never = ("" if old_end is None or old_end <= self.next_offset
+                     else f", at least {old_end - self.next_offset} records of the old topic never read")
+            return (f"{where}: the topic was re-created (topic id {self.recreated.ledger_topic_id} -> "
+                    f"{self.recreated.cluster_topic_id}); next offset {self.next_offset} belongs to the deleted "
+                    f"topic{never}")
         if self.kind == "below_log_start":
             return (f"{where}: next offset {self.next_offset} is below log-start {w.log_start_offset}, "
                     f"{w.log_start_offset - self.next_offset} records lost to retention")
@@ -216,6 +244,7 @@ def resolve(
     first_run: FirstRun = "earliest",
     on_data_loss: OnDataLoss = "fail",
     offsets_for_time: Mapping[TopicPartition, int | None] | None = None,
+    recreated: Sequence[TopicIncarnation] = (),
 ) -> RestartPlan:
     """Plan ``startingOffsets`` for every current partition of ``topics`` (read-only plan, no checkpoint).
 
@@ -225,6 +254,8 @@ def resolve(
     when ``on_data_loss="fail"`` and a position lies outside its partition's log, ``UnknownTopic``
     for a requested topic that neither exists nor has ledger positions, and
     ``InvalidRestartOptions``/``UnknownPartition`` for explicit first-run offsets naming what is not there.
+    ``recreated`` names topics whose Kafka topic id changed: their ledger offsets belong to a dead
+    incarnation and are never compared with the new log; ``on_data_loss`` applies to each partition.
     """
     parse_on_data_loss(on_data_loss)
     wanted = list(dict.fromkeys(topics))
@@ -278,12 +309,15 @@ def resolve(
                         topic, partition, {"log_start_offset": w.log_start_offset,
                                            "log_end_offset": w.log_end_offset}))
 
+    dead = {r.topic: r for r in recreated if r.topic in ledger}
     losses = [
-        _LossRecord(TopicPartition(topic, partition), off, logs[topic][partition], source)
+        _LossRecord(TopicPartition(topic, partition), off, logs[topic][partition], source,
+                    dead.get(topic) if partition in ledger.get(topic, {}) else None)
         for topic, parts in chosen.items()
         for partition, off in parts.items()
         if off not in _SENTINELS
-        and not (logs[topic][partition].log_start_offset <= off <= logs[topic][partition].log_end_offset)
+        and ((topic in dead and partition in ledger.get(topic, {}))
+             or not (logs[topic][partition].log_start_offset <= off <= logs[topic][partition].log_end_offset))
     ]
     if losses and on_data_loss == "fail":
         raise DataLossError(
@@ -372,7 +406,7 @@ def _first_run_offsets(
 # ---------------------------------------------------------------------------------------------
 # Checkpoint generations: whether the restart may resume the current one
 
-GenerationReason = Literal["first", "reset", "app_version", "checkpoint_root", "requested"]
+GenerationReason = Literal["first", "reset", "data_loss", "app_version", "checkpoint_root", "requested"]
 
 
 def new_generation_reason(
@@ -384,6 +418,7 @@ def new_generation_reason(
     checkpoint_root: str,
     pending_resets: bool,
     requested: bool,
+    data_loss: bool = False,
 ) -> GenerationReason | None:
     """Why a fresh checkpoint generation is needed, or None to resume the current one.
 
@@ -394,6 +429,10 @@ def new_generation_reason(
     if pending_resets:
         # Spark ignores startingOffsets when a checkpoint exists: a reset needs an empty one.
         return "reset"
+    if data_loss:
+        # The checkpoint points at offsets the log no longer has (or a dead topic's): the policy's
+        # clamped offsets only take effect on an empty checkpoint.
+        return "data_loss"
     if app_version is not None and app_version != current_app_version:
         return "app_version"
     if checkpoint_root != current_checkpoint_root:

@@ -20,14 +20,18 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.config import settings
 from offset_ledger.errors import (
+    AmbiguousConsumerGroup,
     ConfigError,
+    FirstRunRefused,
     InvalidRestartOptions,
 )
 from offset_ledger.kafka import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.queries import current_positions
+from offset_ledger.ledger.queries import current_positions, pipeline_footprint
 from offset_ledger.model import (
+    EARLIEST,
+    LATEST,
     Finding,
     OnDataLoss,
     Position,
@@ -38,6 +42,7 @@ from offset_ledger.model import (
 from offset_ledger.resolver import (
     FirstRun,
     FirstRunTimestamp,
+    TopicIncarnation,
     is_first_run,
     new_generation_reason,
     parse_first_run,
@@ -55,6 +60,9 @@ class LedgerView:
     positions: tuple[Position, ...]
     pending_reset_ids: tuple[int, ...]
     generation: gens.CheckpointGeneration | None
+    consumer_group: str = ""
+    #: everything the ledger holds for the pipeline, per consumer group (``queries.pipeline_footprint``)
+    footprint: Mapping[str, Mapping[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -64,23 +72,38 @@ class ClusterView:
     topics: tuple[str, ...]
     watermarks: Mapping[TopicPartition, Watermarks]
     offsets_for_time: Mapping[TopicPartition, int | None] | None
+    topic_ids: Mapping[str, str] = ()  # type: ignore[assignment]
 
 
 def read_ledger(
-    engine: Engine, pipeline: str, consumer_group: str, topics: Sequence[str] | None,
+    engine: Engine, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
 ) -> LedgerView:
-    """Pending resets, then positions, then the current generation (``topics=None``: every topic)."""
+    """Pending resets, then positions, then the current generation (``topics=None``: every topic).
+
+    ``consumer_group=None`` means the pipeline's only group in the ledger (its own name when the
+    ledger has none); AmbiguousConsumerGroup when it has several.
+    """
     try:
         with engine.connect() as conn:
+            footprint = pipeline_footprint(conn, pipeline)
+            group = consumer_group or choose_group(pipeline, footprint)
             # Resets are read before positions: a reset committed in between then stays pending
             # (a later restart applies it again, harmlessly) instead of being marked consumed
             # without its positions being in this plan.
-            pending = gens.pending_reset_ids(conn, pipeline, consumer_group)
-            positions = current_positions(conn, pipeline, consumer_group, topics)
-            generation = gens.current_generation(conn, pipeline, consumer_group)
+            pending = gens.pending_reset_ids(conn, pipeline, group)
+            positions = current_positions(conn, pipeline, group, topics)
+            generation = gens.current_generation(conn, pipeline, group)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading positions") from exc
-    return LedgerView(tuple(positions), tuple(pending), generation)
+    return LedgerView(tuple(positions), tuple(pending), generation, group, footprint)
+
+
+def choose_group(pipeline: str, footprint: Mapping[str, Any]) -> str:
+    """The consumer group of a pipeline nobody named one for: its only group, else its own name."""
+    groups = sorted(footprint)
+    if len(groups) > 1:
+        raise AmbiguousConsumerGroup(pipeline, groups)
+    return groups[0] if groups else pipeline
 
 
 def select_topics(
@@ -116,7 +139,20 @@ def read_cluster(
     by_time = None
     if timestamp_ms is not None:
         by_time = adapter.offsets_for_time(sorted(watermarks), timestamp_ms)
-    return ClusterView(tuple(topics), watermarks, by_time)
+    return ClusterView(tuple(topics), watermarks, by_time, adapter.topic_ids(list(topics)))
+
+
+def recreated_topics(generation: gens.CheckpointGeneration | None, cluster: ClusterView) -> list[TopicIncarnation]:
+    """Topics whose Kafka topic id differs from the one the current generation recorded."""
+    if generation is None or not generation.topic_ids:
+        return []
+    out = []
+    for topic, old_id in sorted(generation.topic_ids.items()):
+        new_id = cluster.topic_ids.get(topic)
+        if new_id is not None and new_id != old_id:
+            seen = (generation.watermarks or {}).get(topic, {})
+            out.append(TopicIncarnation(topic, old_id, new_id, {int(p): int(w[1]) for p, w in seen.items()}))
+    return out
 
 
 def plan_restart(
@@ -127,26 +163,59 @@ def plan_restart(
     consumer_group: str | None = None,
     topics: Sequence[str] | None = None,
     topic_pattern: str | None = None,
-    first_run: object = "earliest",
+    first_run: object = None,
     on_data_loss: str = "fail",
-) -> tuple[RestartPlan, LedgerView]:
-    """A read-only plan (``checkpoint_location=None``) and the ledger view it was built from."""
-    group = consumer_group or pipeline
-    policy: FirstRun = parse_first_run(first_run)
+    allow_first_run: bool = False,
+) -> tuple[RestartPlan, LedgerView, ClusterView]:
+    """A read-only plan (``checkpoint_location=None``) and the ledger and cluster views it was built from.
+
+    Refuses (FirstRunRefused) to treat a pipeline the ledger knows as a first run, unless
+    ``first_run`` is given and ``allow_first_run`` is True.
+    """
+    policy: FirstRun = parse_first_run("earliest" if first_run is None else first_run)
     loss: OnDataLoss = parse_on_data_loss(on_data_loss)
+    if allow_first_run and first_run is None:
+        raise InvalidRestartOptions("allow_first_run needs first_run too: say where the pipeline starts over",
+                                    option="allow_first_run")
     if topics is not None and topic_pattern is None:
         requested = select_topics(adapter, topics, None)
-        ledger = read_ledger(engine, pipeline, group, requested)
+        ledger = read_ledger(engine, pipeline, consumer_group, requested)
     else:
-        ledger = read_ledger(engine, pipeline, group, None)
+        ledger = read_ledger(engine, pipeline, consumer_group, None)
         requested = select_topics(adapter, topics, topic_pattern, sorted({p.topic for p in ledger.positions}))
     positions = [p for p in ledger.positions if p.topic in set(requested)]
-    timestamp_ms = (policy.timestamp_ms if isinstance(policy, FirstRunTimestamp)
-                    and is_first_run(positions, requested) else None)
+    first = is_first_run(positions, requested)
+    if first and ledger.footprint and not allow_first_run:
+        raise FirstRunRefused(pipeline, ledger.consumer_group, requested, ledger.footprint)
+    timestamp_ms = policy.timestamp_ms if isinstance(policy, FirstRunTimestamp) and first else None
     cluster = read_cluster(adapter, requested, timestamp_ms=timestamp_ms)
     plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
-                   on_data_loss=loss, offsets_for_time=cluster.offsets_for_time)
-    return plan, ledger
+                   on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
+                   recreated=recreated_topics(ledger.generation, cluster))
+    return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
+
+
+def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:
+    """The plan's starting offsets as numbers: earliest as log-start, latest as log-end, seen now."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in plan.starting_offsets.items():
+        for partition, offset in parts.items():
+            w = cluster.watermarks.get(TopicPartition(topic, int(partition)))
+            if offset == EARLIEST:
+                offset = w.log_start_offset if w else 0
+            elif offset == LATEST:
+                if w is None:
+                    continue
+                offset = w.log_end_offset
+            out.setdefault(topic, {})[partition] = int(offset)
+    return out
+
+
+def _watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
+    out: dict[str, dict[str, list[int]]] = {}
+    for tp, w in sorted(cluster.watermarks.items()):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = [w.log_start_offset, w.log_end_offset]
+    return out
 
 
 def start_from_ledger(
@@ -157,36 +226,44 @@ def start_from_ledger(
     bootstrap_servers: str | None = None,
     checkpoint_root: str,
     app_version: str | None = None,
-    first_run: str | int | datetime | Mapping[str, Any] = "earliest",
+    first_run: str | int | datetime | Mapping[str, Any] | None = None,
     on_data_loss: str = "fail",
     dsn: str | None = None,
     consumer_group: str | None = None,
     new_checkpoint: bool = False,
     kafka_options: Mapping[str, Any] | None = None,
+    allow_first_run: bool = False,
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
     ``topics`` (a list, like ``subscribe``) or ``topic_pattern`` (a regex matched against the whole
     name, like ``subscribePattern``) selects the topics; ``bootstrap_servers`` (default
     ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``) and Spark-style ``kafka_options`` (``kafka.security.protocol``,
-    ``kafka.sasl.*``, ``kafka.ssl.*``, ...) reach the cluster the pipeline reads.
+    ``kafka.sasl.*``, ``kafka.ssl.*``, ...) reach the cluster the pipeline reads. ``consumer_group``
+    defaults to the pipeline's only group in the ledger (AmbiguousConsumerGroup when it has several).
 
     ``starting_offsets`` names every current partition of every requested topic: the ledger position,
-    ``-2`` for partitions the ledger does not know, and for positions outside the broker's log the
-    ``on_data_loss`` policy: ``"fail"`` raises ``DataLossError`` naming the partitions and records
-    lost; ``"earliest"`` resumes at the log-start offset and records a finding (also when a topic
-    was re-created and the position is beyond its log-end). With no ledger position at all,
-    ``first_run`` applies: ``"earliest"``, ``"latest"``, a timestamp (``datetime``, naive = UTC, or
-    epoch ms; each partition starts at its first record at or after it, and at latest (-1) when no
-    record is that new), or explicit offsets (dict or JSON; unnamed partitions start at earliest).
+    ``-2`` for partitions the ledger does not know, and for positions outside the broker's log (or
+    on a topic deleted and re-created since, told by its Kafka topic id) the ``on_data_loss``
+    policy: ``"fail"`` raises ``DataLossError`` naming the partitions and records lost;
+    ``"earliest"`` resumes at the log-start offset and records a finding. With no ledger position
+    at all, ``first_run`` applies (default ``"earliest"``): ``"earliest"``, ``"latest"``, a
+    timestamp (``datetime``, naive = UTC, or epoch ms; each partition starts at its first record at
+    or after it, and at latest (-1) when no record is that new), or explicit offsets (dict or JSON;
+    unnamed partitions start at earliest). A pipeline the ledger already knows (under another
+    consumer group, or on other topics) is never silently started as a first run: that raises
+    ``FirstRunRefused`` unless ``first_run`` is given and ``allow_first_run=True``.
 
     Checkpoints: generations live at ``<checkpoint_root>/gen-<n>-<id>`` (any URI Spark accepts;
     nothing is listed or deleted). The current generation is reused when nothing changed; a fresh,
     empty one is handed out on the first run through the helper, when a reset is pending (the
-    reset is then marked consumed), when ``app_version`` differs from the current generation's,
-    when ``checkpoint_root`` changed, or when ``new_checkpoint=True``. ``plan.fresh_checkpoint``
-    says which: when False, Spark resumes from the checkpoint and ignores ``startingOffsets``,
-    which are still reported for inspection. Nothing is written when an error is raised.
+    reset is then marked consumed), when positions had to be clamped (data loss accepted), when
+    ``app_version`` differs from the current generation's, when ``checkpoint_root`` changed, or when
+    ``new_checkpoint=True``. A fresh generation is the pipeline's authority: its resolved starting
+    offsets become the positions, its findings are stored, and only runs on its checkpoint move
+    positions from then on. ``plan.fresh_checkpoint`` says which: when False, Spark resumes from
+    the checkpoint and ignores ``startingOffsets``, which are still reported for inspection.
+    Nothing is written when an error is raised.
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
@@ -195,7 +272,6 @@ def start_from_ledger(
     servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
     if not servers:
         raise ConfigError("no Kafka bootstrap servers (bootstrap_servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
-    group = consumer_group or pipeline
 
     from offset_ledger.ledger.engine import ensure_schema, make_engine
 
@@ -203,27 +279,39 @@ def start_from_ledger(
     try:
         ensure_schema(engine)
         with KafkaAdapter(servers, options) as adapter:
-            plan, ledger = plan_restart(
-                engine, adapter, pipeline=pipeline, consumer_group=group, topics=topics,
-                topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss)
+            plan, ledger, cluster = plan_restart(
+                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+                topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
+                allow_first_run=allow_first_run)
+        group = ledger.consumer_group
         current = ledger.generation
         reason = new_generation_reason(
             has_current=current is not None,
             current_app_version=current.app_version if current else None,
             current_checkpoint_root=current.checkpoint_root if current else None,
             app_version=app_version, checkpoint_root=root,
-            pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint)
+            pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
+            data_loss=any(f.kind == "data_loss" for f in plan.findings))
         if reason is None:
             assert current is not None
             log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
                      current.generation, pipeline, current.location)
-            return replace(plan, checkpoint_location=current.location, fresh_checkpoint=False)
+            return replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
+                           generation=current.generation)
+        dropped = [(f.topic, f.partition) for f in plan.findings
+                   if f.kind == "removed_partition" and f.topic is not None and f.partition is not None]
+        consumed_findings = [
+            Finding("reset_consumed", f"pending reset {rid} applied through a fresh checkpoint generation",
+                    details={"reset_id": rid}) for rid in ledger.pending_reset_ids]
         try:
             with engine.begin() as conn:
                 generation, consumed = gens.create_generation(
                     conn, pipeline=pipeline, consumer_group=group, checkpoint_root=root,
                     app_version=app_version if app_version is not None else (current.app_version if current else None),
                     reason=reason, starting_offsets=plan.starting_offsets,
+                    resolved_offsets=resolved_offsets(plan, cluster), topic_ids=cluster.topic_ids,
+                    watermarks=_watermarks_json(cluster), dropped_partitions=dropped,
+                    restart_findings=list(plan.findings) + consumed_findings,
                     consume_reset_ids=ledger.pending_reset_ids)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "recording the checkpoint generation") from exc
@@ -235,6 +323,6 @@ def start_from_ledger(
             for rid in consumed
         ]
         return replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
-                       findings=tuple(findings))
+                       findings=tuple(findings), generation=generation.generation)
     finally:
         engine.dispose()

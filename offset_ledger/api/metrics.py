@@ -47,6 +47,10 @@ def render_metrics(snap: MetricsSnapshot) -> str:
     family("offset_ledger_pipeline_running", "gauge", "1 when the pipeline has an active run, else 0.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), 1 if s.state == "running" else 0)
             for s in snap.pipelines])
+    family("offset_ledger_foreign_runs", "gauge",
+           "Active runs of the pipeline not on its current checkpoint generation (their batches move no position).",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), len(s.foreign_run_ids))
+            for s in snap.pipelines])
     for counter in ("queued", "written", "retried", "spilled", "failed"):
         family(f"offset_ledger_listener_{counter}_total", "counter",
                f"Events {counter} by the listener (cumulative, as last reported).",

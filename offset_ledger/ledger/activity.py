@@ -9,7 +9,7 @@ event during a batch, and must not look stopped (and open to resets) in the midd
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, Literal
 
@@ -45,6 +45,7 @@ class RunActivity:
     last_seen: datetime
     timeout: timedelta
     why: str
+    generation_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"runId": self.run_id, "queryId": self.query_id, "state": self.state,
@@ -91,14 +92,15 @@ def open_runs(
     at = now or datetime.now(timezone.utc)
     limit = timeout if timeout is not None else run_timeout()
     stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.query_id, runs.c.started_at,
-                  runs.c.last_heartbeat_at, runs.c.max_batch_ms).where(runs.c.terminated_at.is_(None))
+                  runs.c.last_heartbeat_at, runs.c.max_batch_ms, runs.c.generation_id
+                  ).where(runs.c.terminated_at.is_(None))
     if pipeline is not None:
         stmt = stmt.where(runs.c.pipeline == pipeline, runs.c.consumer_group == (consumer_group or pipeline))
     out: dict[tuple[str, str], list[RunActivity]] = {}
     for r in conn.execute(stmt.order_by(runs.c.started_at)):
-        out.setdefault((r.pipeline, r.consumer_group), []).append(
-            assess(r.run_id, r.query_id, None, r.last_heartbeat_at, r.started_at, r.max_batch_ms,
-                   now=at, timeout=limit))
+        act = assess(r.run_id, r.query_id, None, r.last_heartbeat_at, r.started_at, r.max_batch_ms,
+                     now=at, timeout=limit)
+        out.setdefault((r.pipeline, r.consumer_group), []).append(replace(act, generation_id=r.generation_id))
     return out
 
 

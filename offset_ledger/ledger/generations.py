@@ -10,20 +10,23 @@ from __future__ import annotations
 
 import logging
 import uuid
-import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, insert, select, text, update
+from sqlalchemy import delete, func, insert, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from offset_ledger.errors import LedgerError
-from offset_ledger.ledger.tables import checkpoint_generations, resets
+from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
+from offset_ledger.model import Finding
 
 log = logging.getLogger(__name__)
+
+_BASELINE_CHUNK = 2000  # rows per upsert: 10 parameters each, under SQLite's 32766 and Postgres' 65535
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,10 @@ class CheckpointGeneration:
     reason: str
     created_at: datetime
     starting_offsets: Mapping[str, Mapping[str, int]] | None
+    resolved_offsets: Mapping[str, Mapping[str, int]] | None = None
+    topic_ids: Mapping[str, str] | None = None
+    watermarks: Mapping[str, Mapping[str, list[int]]] | None = None  # topic -> partition -> [start, end]
+    query_id: str | None = None
 
 
 def generation_location(checkpoint_root: str, generation: int, suffix: str) -> str:
@@ -56,7 +63,8 @@ def _row(r: Any) -> CheckpointGeneration:
     return CheckpointGeneration(
         id=r.id, pipeline=r.pipeline, consumer_group=r.consumer_group, generation=r.generation,
         checkpoint_root=r.checkpoint_root, location=r.location, app_version=r.app_version,
-        reason=r.reason, created_at=created_at, starting_offsets=r.starting_offsets)
+        reason=r.reason, created_at=created_at, starting_offsets=r.starting_offsets,
+        resolved_offsets=r.resolved_offsets, topic_ids=r.topic_ids, watermarks=r.watermarks, query_id=r.query_id)
 
 
 def current_generation(conn: Connection, pipeline: str, consumer_group: str) -> CheckpointGeneration | None:
@@ -93,13 +101,6 @@ def pending_reset_ids(conn: Connection, pipeline: str, consumer_group: str) -> l
     return [r.id for r in rows]
 
 
-def _lock(conn: Connection, pipeline: str, consumer_group: str) -> None:
-    # Two restarts of one pipeline at once must not both take generation n+1.
-    if conn.dialect.name == "postgresql":
-        key = zlib.crc32(f"offset-ledger-generation:{pipeline}\0{consumer_group}".encode())
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
-
-
 def create_generation(
     conn: Connection,
     *,
@@ -109,17 +110,28 @@ def create_generation(
     app_version: str | None,
     reason: str,
     starting_offsets: Mapping[str, Mapping[str, int]],
+    resolved_offsets: Mapping[str, Mapping[str, int]] | None = None,
+    topic_ids: Mapping[str, str] | None = None,
+    watermarks: Mapping[str, Mapping[str, list[int]]] | None = None,
+    dropped_partitions: Sequence[tuple[str, int]] = (),
+    restart_findings: Sequence[Finding] = (),
     consume_reset_ids: Sequence[int] = (),
     now: datetime | None = None,
 ) -> tuple[CheckpointGeneration, list[int]]:
-    """Record generation n+1 and mark ``consume_reset_ids`` consumed by it; call inside one transaction.
+    """Record generation n+1, make it the pipeline's authority, and consume ``consume_reset_ids``.
 
-    Returns the generation and the reset ids actually consumed (a reset another restart consumed
-    meanwhile is left alone). Only resets the caller read *before* reading positions may be passed:
-    their moves are then guaranteed to be in the plan being recorded.
+    Call inside one transaction. The generation's ``resolved_offsets`` (numbers, no sentinels)
+    become the pipeline's positions, also where they are lower than before (a clamp, a reset, a
+    re-created topic): from now on only runs on this generation's checkpoint move them.
+    ``dropped_partitions`` (gone from the cluster) lose their positions; ``restart_findings`` are
+    stored with the generation. Returns the generation and the reset ids actually consumed (a reset
+    another restart consumed meanwhile is left alone). Only resets the caller read *before* reading
+    positions may be passed: their moves are then guaranteed to be in the plan being recorded.
     """
     at = now or datetime.now(timezone.utc)
-    _lock(conn, pipeline, consumer_group)
+    # Two restarts of one pipeline at once must not both take generation n+1, and a reset or a
+    # recorder must not move positions between our read of them and the baseline written here.
+    lock_pipeline(conn, pipeline, consumer_group)
     latest = conn.execute(
         select(func.max(checkpoint_generations.c.generation))
         .where(checkpoint_generations.c.pipeline == pipeline,
@@ -128,11 +140,14 @@ def create_generation(
     number = (latest or 0) + 1
     location = generation_location(checkpoint_root, number, uuid.uuid4().hex[:8])
     offsets = {t: dict(parts) for t, parts in starting_offsets.items()}
+    resolved = {t: dict(parts) for t, parts in (resolved_offsets or {}).items()}
     try:
         gen_id = conn.execute(insert(checkpoint_generations).values(
             pipeline=pipeline, consumer_group=consumer_group, generation=number,
             checkpoint_root=checkpoint_root, location=location, app_version=app_version,
-            reason=reason, created_at=at, starting_offsets=offsets,
+            reason=reason, created_at=at, starting_offsets=offsets, resolved_offsets=resolved or None,
+            topic_ids=dict(topic_ids) if topic_ids else None,
+            watermarks={t: dict(p) for t, p in watermarks.items()} if watermarks else None,
         ).returning(checkpoint_generations.c.id)).scalar_one()
     except IntegrityError as exc:  # SQLite has no advisory lock: a concurrent restart won
         raise LedgerError(f"another restart of {pipeline!r} created generation {number} concurrently; retry",
@@ -146,7 +161,46 @@ def create_generation(
             .returning(resets.c.id)
         )
         consumed = sorted(r.id for r in done)
+    _write_baseline(conn, pipeline, consumer_group, gen_id, resolved, dropped_partitions, at)
+    if restart_findings:
+        conn.execute(insert(findings), [{
+            "pipeline": pipeline, "consumer_group": consumer_group, "kind": f.kind, "topic": f.topic,
+            "partition": f.partition, "message": f.message, "details": dict(f.details), "created_at": at,
+            "generation_id": gen_id, "expected_offset": _int_or_none(f.details.get("next_offset")),
+            "actual_offset": _int_or_none(f.details.get("resumed_at")),
+        } for f in restart_findings])
     log.info("checkpoint generation %s of %s/%s at %s (reason %s, resets consumed %s)",
              number, pipeline, consumer_group, location, reason, consumed)
     return CheckpointGeneration(gen_id, pipeline, consumer_group, number, checkpoint_root, location,
-                                app_version, reason, at, offsets), consumed
+                                app_version, reason, at, offsets, resolved or None,
+                                dict(topic_ids) if topic_ids else None, watermarks), consumed
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _write_baseline(
+    conn: Connection, pipeline: str, consumer_group: str, generation_id: int,
+    resolved: Mapping[str, Mapping[str, int]], dropped: Sequence[tuple[str, int]], at: datetime,
+) -> None:
+    """The generation's resolved starting offsets as positions (update or insert, in lock order)."""
+    if dropped:
+        conn.execute(delete(positions).where(
+            positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group,
+            tuple_(positions.c.topic, positions.c.partition).in_([tuple(d) for d in dropped])))
+    rows = [{"pipeline": pipeline, "consumer_group": consumer_group, "topic": t, "partition": p,
+             "next_offset": o, "updated_at": at, "query_id": None, "batch_id": None, "reset_id": None,
+             "generation_id": generation_id}
+            for t, p, o in sorted((t, int(p), int(o)) for t, parts in resolved.items() for p, o in parts.items())]
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as upsert
+    else:
+        from sqlalchemy.dialects.sqlite import insert as upsert  # type: ignore[assignment]
+    # Multi-row upserts in lock order, in chunks that stay under both databases' parameter limits.
+    for i in range(0, len(rows), _BASELINE_CHUNK):
+        stmt = upsert(positions).values(rows[i:i + _BASELINE_CHUNK])
+        conn.execute(stmt.on_conflict_do_update(
+            index_elements=["pipeline", "consumer_group", "topic", "partition"],
+            set_={c: stmt.excluded[c] for c in ("next_offset", "updated_at", "query_id", "batch_id", "reset_id",
+                                                "generation_id")}))

@@ -13,6 +13,7 @@ from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
+    checkpoint_generations,
     listener_health,
     positions,
     reset_partitions,
@@ -73,6 +74,25 @@ def consumer_groups(conn: Connection, pipeline: str) -> list[str]:
     return sorted(r[0] for r in conn.execute(stmt))
 
 
+def pipeline_footprint(conn: Connection, pipeline: str) -> dict[str, dict[str, Any]]:
+    """Everything the ledger holds for a pipeline, per consumer group: topics with positions and
+    counts of batches, runs and checkpoint generations (empty: the ledger never saw it)."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def entry(group: str) -> dict[str, Any]:
+        return out.setdefault(group, {"topics": [], "batches": 0, "runs": 0, "generations": 0})
+
+    for r in conn.execute(select(positions.c.consumer_group, positions.c.topic).distinct()
+                          .where(positions.c.pipeline == pipeline)
+                          .order_by(positions.c.consumer_group, positions.c.topic)):
+        entry(r.consumer_group)["topics"].append(r.topic)
+    for table, key in ((batches, "batches"), (runs, "runs"), (checkpoint_generations, "generations")):
+        for r in conn.execute(select(table.c.consumer_group, func.count().label("n"))
+                              .where(table.c.pipeline == pipeline).group_by(table.c.consumer_group)):
+            entry(r.consumer_group)[key] = int(r.n)
+    return out
+
+
 def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
     """One row per (pipeline, consumer group): partition count, last batch time and id, last reset.
 
@@ -102,6 +122,21 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
             counts, and_(counts.c.pipeline == latest.c.pipeline, counts.c.consumer_group == latest.c.consumer_group))
     ).order_by(latest.c.pipeline, latest.c.consumer_group)
     return [dict(r._mapping) for r in conn.execute(stmt)]
+
+
+def current_generations(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
+    """The newest checkpoint generation of every pipeline that has one: id, number, app version, location."""
+    newest = (select(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
+                     func.max(checkpoint_generations.c.generation).label("n"))
+              .group_by(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group).subquery())
+    stmt = select(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
+                  checkpoint_generations.c.id, checkpoint_generations.c.generation,
+                  checkpoint_generations.c.app_version, checkpoint_generations.c.location).join(
+        newest, and_(newest.c.pipeline == checkpoint_generations.c.pipeline,
+                     newest.c.consumer_group == checkpoint_generations.c.consumer_group,
+                     newest.c.n == checkpoint_generations.c.generation))
+    return {(r.pipeline, r.consumer_group): {"id": r.id, "generation": r.generation, "app_version": r.app_version,
+                                             "location": r.location} for r in conn.execute(stmt)}
 
 
 def active_runs_by_group(

@@ -9,17 +9,19 @@ resets may be pending at once (e.g. one per topic); the positions already reflec
 from __future__ import annotations
 
 import logging
-import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import insert, text, update
+from sqlalchemy import insert, update
 from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import ActiveRunConflict
-from offset_ledger.ledger.queries import RUN_STALENESS, active_run_ids
+from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.queries import active_run_ids, current_positions
 from offset_ledger.ledger.tables import positions, reset_partitions, resets
+from offset_ledger.model import Position
 from offset_ledger.resets import ResetPlan
 
 log = logging.getLogger(__name__)
@@ -36,20 +38,25 @@ class StoredReset:
 
 
 def record_reset(
-    engine: Engine, plan: ResetPlan, *, pipeline: str, consumer_group: str, actor: str,
-    reason: str | None, dry_run: bool, force: bool = False, now: datetime | None = None,
-) -> StoredReset:
-    """Audit the reset and, unless a dry run, move the positions; refuses while a run is active.
+    engine: Engine, planner: Callable[[list[Position]], ResetPlan], *, pipeline: str, consumer_group: str,
+    actor: str, reason: str | None, dry_run: bool, force: bool = False, now: datetime | None = None,
+) -> tuple[ResetPlan, StoredReset]:
+    """Plan the reset from the positions as they are under the pipeline lock, audit it and, unless a
+    dry run, move the positions, all in one transaction; refuses while a run is active.
 
-    Raises ActiveRunConflict (nothing written) for an executed, unforced reset of a pipeline with
-    an active run, and OffsetOutOfRange (nothing written) for an executed plan that must be refused.
+    ``planner`` turns the locked positions into the plan (it may ask Kafka). Raises
+    ActiveRunConflict (nothing written) for an executed, unforced reset of a pipeline with an
+    active run, and OffsetOutOfRange (nothing written) for an executed plan that must be refused.
     """
-    if not dry_run:
-        plan.check_executable()
     created_at = now or datetime.now(timezone.utc)
     with engine.begin() as conn:
-        _lock_pipeline(conn, pipeline, consumer_group)
-        active = active_run_ids(conn, pipeline, consumer_group, stale_after=RUN_STALENESS, now=created_at)
+        # Exclusive: other resets, restarts and the recorder's position moves of this pipeline
+        # wait until we commit, so the plan's "before" is the value we replace.
+        lock_pipeline(conn, pipeline, consumer_group)
+        plan = planner(current_positions(conn, pipeline, consumer_group))
+        if not dry_run:
+            plan.check_executable()
+        active = active_run_ids(conn, pipeline, consumer_group, now=created_at)
         if active and not dry_run and not force:
             raise ActiveRunConflict(pipeline, active)
         status = "dry_run" if dry_run else "pending"
@@ -69,19 +76,12 @@ def record_reset(
                 for p in plan.partitions
             ])
         if not dry_run:
-            for p in plan.partitions:
+            for p in sorted(plan.partitions, key=lambda x: (x.topic, x.partition)):
                 _place(conn, pipeline, consumer_group, p.topic, p.partition, p.target_next_offset,
                        reset_id, created_at)
     log.info("reset %s of %s/%s (%s, %s partitions, actor %s)", reset_id, pipeline, consumer_group,
              status, len(plan.partitions), actor)
-    return StoredReset(reset_id, status, created_at, tuple(active))
-
-
-def _lock_pipeline(conn: Connection, pipeline: str, consumer_group: str) -> None:
-    # Two resets of one pipeline at once must not interleave their checks and writes.
-    if conn.dialect.name == "postgresql":
-        key = zlib.crc32(f"offset-ledger-reset:{pipeline}\0{consumer_group}".encode())
-        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": key})
+    return plan, StoredReset(reset_id, status, created_at, tuple(active))
 
 
 def _place(

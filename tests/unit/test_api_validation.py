@@ -250,7 +250,10 @@ def test_active_run_blocks_executed_resets_until_its_heartbeat_is_stale(engine) 
         assert active_run_ids(conn, "live", stale_after=None) == [ids["run_id"]]
     r = client.post("/api/v1/pipelines/live/resets", json=body)
     assert r.status_code == 200 and r.json()["status"] == "pending"
-    assert client.get("/api/v1/pipelines").json()["pipelines"][0]["state"] == "stopped"
+    listed = client.get("/api/v1/pipelines").json()["pipelines"][0]
+    # Unterminated but silent: stale, not running, and the list says why.
+    assert listed["state"] == "stale" and listed["activeRunIds"] == []
+    assert listed["runs"][0]["state"] == "stale" and "no heartbeat for" in listed["runs"][0]["why"]
 
 
 def test_metrics_report_listener_health(engine, client: TestClient) -> None:  # type: ignore[no-untyped-def]
