@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -134,6 +134,7 @@ class EventWriter:
         health_interval: float = 30.0,
         health_pipeline: str | None = None,
         on_query_seen: Callable[[str], str | None] | None = None,
+        pipeline_of: Callable[[str], str | None] | None = None,
         autostart: bool = True,
     ) -> None:
         self.listener_id = listener_id or uuid.uuid4().hex
@@ -146,6 +147,7 @@ class EventWriter:
         self._health_interval = health_interval
         self._health_pipeline = health_pipeline
         self._on_query_seen = on_query_seen
+        self._pipeline_of = pipeline_of
         self._host = socket.gethostname()
         # Spool: while ``_spooling`` every new event goes to the file, so replay keeps event order.
         self._spool_dir = Path(spool_dir)
@@ -571,7 +573,7 @@ class EventWriter:
     def _pipeline_for(self, event: Event, query_id: str, name: str | None) -> tuple[str, str, str | None] | None:
         """(pipeline, consumer group, app version) of a query; idle/terminated events carry no name."""
         if event.pipeline or name:
-            pipeline = event.pipeline or name
+            pipeline = event.pipeline or self._mapped(name) or name
             assert pipeline is not None
             target = (pipeline, event.consumer_group or pipeline, event.app_version)
         elif query_id in self._query_pipeline:
@@ -584,6 +586,17 @@ class EventWriter:
             return None
         self._query_pipeline[query_id] = target
         return target
+
+    def _mapped(self, name: str | None) -> str | None:
+        """The pipeline ``pipeline=`` maps a query name to (None: use the name itself)."""
+        if self._pipeline_of is None or name is None:
+            return None
+        try:
+            mapped = self._pipeline_of(name)
+        except Exception as exc:  # noqa: BLE001 - a user's mapping must not stop recording
+            self._count_failure(f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name")
+            return None
+        return str(mapped) if mapped else None
 
     def _maybe_report_health(self, force: bool = False) -> None:
         now = time.monotonic()
@@ -620,8 +633,11 @@ class OffsetLedgerListener(StreamingQueryListener):
 
         spark.streams.addListener(OffsetLedgerListener(dsn="postgresql+psycopg2://...", pipeline="orders"))
 
-    ``pipeline`` defaults to each query's name (a query with neither is logged once and skipped),
-    ``consumer_group`` to the pipeline, ``dsn`` to ``OFFSET_LEDGER_DSN`` and then the embedded
+    ``pipeline`` defaults to each query's name (a query with neither is logged once and skipped). A
+    string attributes every query of the session to that one pipeline; a mapping or a callable
+    maps each query's name to its pipeline (unmapped names keep their own), so several queries of
+    one session reading the same topic keep separate positions. ``consumer_group`` defaults to the
+    pipeline, ``dsn`` to ``OFFSET_LEDGER_DSN`` and then the embedded
     SQLite ledger. Callbacks never block on the database and never raise; call :meth:`flush`
     after ``query.processAllAvailable()`` or ``query.stop()`` to wait until the batches Spark
     reported are durable, and :meth:`close` at shutdown.
@@ -630,7 +646,7 @@ class OffsetLedgerListener(StreamingQueryListener):
     def __init__(
         self,
         dsn: str | None = None,
-        pipeline: str | None = None,
+        pipeline: str | Mapping[str, str] | Callable[[str], str | None] | None = None,
         consumer_group: str | None = None,
         app_version: str | None = None,
         *,
@@ -647,6 +663,13 @@ class OffsetLedgerListener(StreamingQueryListener):
 
             spool_dir = settings().home / "spool"
         self.dsn = dsn
+        pipeline_of: Callable[[str], str | None] | None = None
+        if isinstance(pipeline, Mapping):
+            pipeline_of, pipeline = dict(pipeline).get, None
+        elif callable(pipeline):
+            pipeline_of, pipeline = pipeline, None
+        elif pipeline is not None and not isinstance(pipeline, str):
+            raise TypeError("pipeline must be a name, a mapping of query names, or a callable")
         self.pipeline = pipeline
         self.consumer_group = consumer_group
         self.app_version = app_version
@@ -657,7 +680,7 @@ class OffsetLedgerListener(StreamingQueryListener):
             store_factory or (lambda: _open_recorder(dsn)),
             spool_dir=Path(spool_dir), queue_size=queue_size, max_batch_events=max_batch_events,
             max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
-            on_query_seen=self._remember_query,
+            on_query_seen=self._remember_query, pipeline_of=pipeline_of,
         )
         ref = weakref.ref(self)
         atexit.register(lambda: (lambda me: me and me.close(timeout=10))(ref()))
