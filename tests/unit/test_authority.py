@@ -248,3 +248,37 @@ def test_positions_are_what_the_current_generation_committed(tmp_path: Path, ops
 
 
 _DB = itertools.count()
+
+
+def test_concurrent_shifts_on_sqlite_apply_one_after_the_other(engine: Engine) -> None:
+    """The reset plan is made under the pipeline lock: no lost update, a chained audit trail."""
+    import threading
+
+    ledger = Ledger(engine)
+    ledger.generation({0: 1000})
+    request = ResetRequest("shift", shift_by=-10)
+    marks = {TopicPartition("t", 0): Watermarks(0, 2000)}
+    barrier = threading.Barrier(8)
+    errors: list[BaseException] = []
+
+    def shift() -> None:
+        try:
+            barrier.wait()
+            record_reset(engine, lambda pos: plan_reset(request, pos, marks), pipeline="p", consumer_group="p",
+                         actor="t", reason=None, dry_run=False, force=True)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=shift) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    assert ledger.positions() == {0: 920}
+    from offset_ledger.ledger.tables import reset_partitions
+
+    with engine.connect() as conn:
+        chain = conn.execute(select(reset_partitions.c.before_next_offset, reset_partitions.c.after_next_offset)
+                             .order_by(reset_partitions.c.reset_id)).all()
+    assert [tuple(r) for r in chain] == [(1000 - 10 * i, 990 - 10 * i) for i in range(8)]
