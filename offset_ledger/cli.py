@@ -197,10 +197,10 @@ def pipelines_cmd(
     if fmt != "json":
         for row in rows:
             gen = row["generation"]
-            row["generation"] = "" if gen is None else f"{gen['generation']} ({gen['appVersion'] or '-'})"
+            row["generation"] = None if gen is None else f"{gen['generation']}({gen['appVersion'] or '-'})"
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
-            row["foreignRuns"] = (f"FOREIGN: {', '.join(row['foreignRunIds'])}" if row["foreignRunIds"] else "")
-            row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"])
+            row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
+            row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
         columns = ["pipeline", "consumerGroup", "state", "generation", "foreignRuns", "partitions", "lastBatchTime",
                    "lastBatchId", "lag", "why"]
     else:

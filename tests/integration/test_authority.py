@@ -22,6 +22,9 @@ from offset_ledger.ledger.tables import checkpoint_generations, findings, positi
 from tests.integration.test_restart import _rows, _run, _values
 
 
+_CLI = [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+
+
 def _start(kafka, pg_dsn: str, topic: str, root: Path, **kw: Any):  # type: ignore[no-untyped-def]
     return start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(root), dsn=pg_dsn, **kw)
@@ -152,7 +155,7 @@ def test_run_on_an_old_generation_after_a_reset_is_foreign(spark, kafka, pg_dsn:
 
 def _cli(*args: str, dsn: str, bootstrap: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OFFSET_LEDGER_DSN": dsn, "OFFSET_LEDGER_BOOTSTRAP_SERVERS": bootstrap}
-    done = subprocess.run([sys.executable, "-m", "offset_ledger.cli", *args], env=env, capture_output=True,
+    done = subprocess.run([*_CLI, *args], env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done
@@ -164,7 +167,7 @@ def test_concurrent_shifts_account_for_every_executed_shift(kafka, pg_dsn: str, 
     _start(kafka, pg_dsn, topic, tmp_path, first_run="latest")  # positions: 1000
     assert _positions(pg_dsn) == {0: 1000}
     env = {**os.environ, "OFFSET_LEDGER_DSN": pg_dsn, "OFFSET_LEDGER_BOOTSTRAP_SERVERS": kafka.bootstrap_servers}
-    procs = [subprocess.Popen([sys.executable, "-m", "offset_ledger.cli", "reset", "orders", "--shift-by", "-10",
+    procs = [subprocess.Popen([*_CLI, "reset", "orders", "--shift-by", "-10",
                                "--execute", "--force", "--reason", f"shift {i}"],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(8)]

@@ -175,7 +175,7 @@ def test_parse_duration() -> None:
     assert parse_duration("12h") == timedelta(hours=12)
     assert parse_duration("90m") == timedelta(minutes=90)
     with pytest.raises(InvalidDuration):
-        parse_duration("12s")
+        parse_duration("12w")
 
 
 def test_prune_on_the_embedded_sqlite_ledger(tmp_path) -> None:  # type: ignore[no-untyped-def]

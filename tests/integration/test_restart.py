@@ -162,7 +162,9 @@ def test_same_app_version_and_nothing_pending_resumes_the_existing_checkpoint(
     plan2 = _start(kafka, pg_dsn, topic, tmp_path, app_version="1.0")
     assert not plan2.fresh_checkpoint
     assert plan2.checkpoint_location == plan1.checkpoint_location
-    assert plan2.starting_offsets == {topic: {"0": -2, "1": -2}}  # reported, ignored by Spark
+    # Nothing recorded by a listener, but generation 1 placed its resolved start (earliest = 0) as
+    # positions: reported, and ignored by Spark, which resumes from the checkpoint.
+    assert plan2.starting_offsets == {topic: {"0": 0, "1": 0}}
     seen2, _ = _run(spark, kafka.bootstrap_servers, topic, plan2.starting_offsets_json, plan2.checkpoint_location)
     assert seen2 == Counter(_values("b", 10))
     assert len(_rows(pg_dsn, checkpoint_generations)) == 1
@@ -232,8 +234,10 @@ def test_topic_recreated_with_fewer_records_than_the_ledger_position(spark, kafk
 
     with pytest.raises(DataLossError) as info:
         _start(kafka, pg_dsn, topic, tmp_path, app_version="2")
-    assert sorted((x["partition"], x["kind"], x["offsets_beyond_log_end"]) for x in info.value.lost) == [
-        (0, "above_log_end", 15), (1, "above_log_end", 15)]
+    # The topic id changed: the old offsets belong to a dead topic, whatever the new log's size.
+    assert sorted((x["partition"], x["kind"], x["records_never_read_at_least"]) for x in info.value.lost) == [
+        (0, "topic_recreated", 0), (1, "topic_recreated", 0)]
+    assert "re-created" in info.value.message
 
     plan2 = _start(kafka, pg_dsn, topic, tmp_path, app_version="2", on_data_loss="earliest")
     assert plan2.starting_offsets == {topic: {"0": 0, "1": 0}}
@@ -351,15 +355,16 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_cli_resolve_prints_offsets_and_findings_and_writes_nothing(kafka, pg_dsn: str, tmp_path: Path) -> None:
     topic = kafka.create_topic(partitions=3)
     kafka.produce(topic, _values("a", 30))
-    _start(kafka, pg_dsn, topic, tmp_path, app_version="1")  # creates the schema and generation 1
+    _start(kafka, pg_dsn, topic, tmp_path, app_version="1")  # creates the schema and generation 1 (positions 0)
     _record_last_batch(pg_dsn, "orders", {topic: {"0": 4, "1": 10}})
     kafka.delete_records(topic, {1: 10})
+    kafka.add_partitions(topic, 4)
 
     env = {"OFFSET_LEDGER_BOOTSTRAP_SERVERS": kafka.bootstrap_servers}
     out = _cli("resolve", "orders", "--topic", topic, "--dsn", pg_dsn, "--on-data-loss", "earliest", env=env)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {topic: {"0": 4, "1": 10, "2": -2}}
-    assert f"new_partition {topic}/2:" in out.stderr
+    assert json.loads(out.stdout) == {topic: {"0": 4, "1": 10, "2": 0, "3": -2}}
+    assert f"new_partition {topic}/3:" in out.stderr
 
     kafka.delete_records(topic, {0: 7})
     out = _cli("resolve", "orders", "--topic", topic, "--dsn", pg_dsn, env=env)
