@@ -90,6 +90,9 @@ WITH new_batch AS (
                                 query_id, batch_id, reset_id)
     SELECT $1, $2, e.topic, e.partition, e.until_offset, $7, $3, $5, NULL
     FROM unnest($14, $15, $16) AS e (topic, partition, until_offset)
+    -- Authority, for new rows as for updates: the run is on the current generation, or there is none.
+    WHERE (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
+          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
     ORDER BY e.topic COLLATE "C", e.partition
     ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
     SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
@@ -98,8 +101,6 @@ WITH new_batch AS (
       AND (p.query_id IS NULL OR p.query_id = $3)
       AND (p.reset_id IS NULL
            OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
-      AND (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
-          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
     RETURNING 1
 ), run AS (
     UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,

@@ -169,3 +169,37 @@ def test_a_vanished_prepared_statement_falls_back_to_the_general_path(pg_engine:
     recorder.record([rec(batch(3, {("t", 0): (30, 40)}))])
     assert position_map(pg_engine) == {("t", 0): 40}
     recorder.close()
+
+
+def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A foreign run's steady batches qualify for the fast path; it must refuse even a partition
+    nobody has a position on yet (an insert, not an update), and the general path says why."""
+    from offset_ledger.ledger import generations as gens
+    from offset_ledger.ledger.recorder import RunStart
+    from tests.unit.test_recorder_sqlite import T0, finding_rows
+
+    with pg_engine.begin() as conn:
+        gen, _ = gens.create_generation(conn, pipeline="orders", consumer_group="orders", checkpoint_root="/c",
+                                        app_version="1", reason="test", starting_offsets={"t": {"0": 0}},
+                                        resolved_offsets={"t": {"0": 0}})
+    fast_calls = []
+    record_fast = Recorder._record_fast
+
+    def counting(self, conn, rec_, txn):  # type: ignore[no-untyped-def]
+        out = record_fast(self, conn, rec_, txn)
+        fast_calls.append((rec_.batch.query_id, rec_.batch.batch_id, out is not None))
+        return out
+
+    monkeypatch.setattr(Recorder, "_record_fast", counting)
+    mine, other = Recorder(pg_engine), Recorder(pg_engine)
+    mine.record([RunStart("orders", "orders", "q1", "r1", "orders", T0, checkpoint_location="file:" + gen.location)])
+    mine.record([rec(batch(0, {("t", 0): (None, 10)}))])
+    mine.record([rec(batch(1, {("t", 0): (10, 20)}))])
+    other.record([RunStart("orders", "orders", "qf", "rf", "orders", T0, checkpoint_location="/copy/of/it")])
+    other.record([rec(batch(0, {("t", 0): (0, 50)}, query="qf", run="rf"))])
+    other.record([rec(batch(1, {("t", 1): (0, 9)}, query="qf", run="rf"))])  # only a partition with no position
+    mine.close()
+    other.close()
+    assert fast_calls == [("q1", 1, True), ("qf", 1, False)]
+    assert position_map(pg_engine) == {("t", 0): 20}
+    assert [f.kind for f in finding_rows(pg_engine)] == ["foreign_run"]
