@@ -13,7 +13,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable, UnknownTopic
@@ -233,49 +233,50 @@ class KafkaAdapter:
 
     # -- record timestamps (time lag)
 
-    def record_timestamps(self, starts: Mapping[TopicPartition, int], *,
-                          timeout_ms: int = 3000) -> dict[TopicPartition, int]:
-        """Timestamp (epoch ms) of the first record at or after each offset; absent when none arrived.
+    def record_timestamps(self, wanted: Iterable[tuple[TopicPartition, int]], *,
+                          timeout_ms: int = 3000, rounds: int = 4) -> dict[tuple[TopicPartition, int], int]:
+        """Timestamp (epoch ms) of the first record at or after each (partition, offset); absent when none came.
 
         One consumer without a group (nothing joined, nothing committed) is assigned every
-        partition and seeks each to its offset; its fetcher sends one request per broker for all
-        partitions it leads, so many partitions cost a few round trips, never one per partition.
+        partition and seeks each to its lowest wanted offset; its fetcher sends one request per
+        broker for all partitions it leads, so many partitions cost a few round trips, never one
+        per partition. Each fetch returns a run of records, which answers every wanted offset it
+        covers (pipelines at different offsets of one partition); further rounds seek to the rest.
         """
         from kafka import TopicPartition as KTP
 
-        if not starts:
-            return {}
+        todo: dict[KTP, set[int]] = {}
+        for tp, offset in wanted:
+            todo.setdefault(KTP(tp.topic, tp.partition), set()).add(int(offset))
+        found: dict[tuple[TopicPartition, int], int] = {}
+        if not todo:
+            return found
         with self._lock:
-            if self._sampler is None:
-                from kafka import KafkaConsumer
-
-                try:
-                    self._sampler = KafkaConsumer(
-                        group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
-                        auto_offset_reset="earliest", max_poll_records=100_000,
-                        # One small batch per partition is all we need from each.
-                        max_partition_fetch_bytes=16 * 1024, fetch_max_wait_ms=50, **self._configs)
-                except Exception as exc:
-                    raise _translate(exc, self._bootstrap) from exc
-            sampler = self._sampler
-            wanted = {KTP(tp.topic, tp.partition): int(o) for tp, o in starts.items()}
-            found: dict[TopicPartition, int] = {}
+            sampler = self._sampler_client()
+            deadline = time.monotonic() + timeout_ms / 1000
             try:
-                sampler.assign(list(wanted))
-                for ktp, offset in wanted.items():
-                    sampler.seek(ktp, offset)
-                deadline = time.monotonic() + timeout_ms / 1000
-                while len(found) < len(wanted) and time.monotonic() < deadline:
-                    polled = sampler.poll(timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
-                    done = []
-                    for ktp, records in polled.items():
-                        first = min((r for r in records if r.offset >= wanted[ktp]), key=lambda r: r.offset,
-                                    default=None)
-                        if first is not None:
-                            found[TopicPartition(ktp.topic, ktp.partition)] = int(first.timestamp)
-                            done.append(ktp)
-                    if done:
-                        sampler.pause(*done)
+                for _ in range(rounds):
+                    if not todo or time.monotonic() >= deadline:
+                        break
+                    sampler.assign(list(todo))
+                    for ktp, offsets in todo.items():
+                        sampler.seek(ktp, min(offsets))
+                    waiting = set(todo)
+                    while waiting and time.monotonic() < deadline:
+                        polled = sampler.poll(timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
+                        for ktp, records in polled.items():
+                            if ktp not in waiting or not records:
+                                continue
+                            waiting.discard(ktp)
+                            sampler.pause(ktp)
+                            top = max(r.offset for r in records)
+                            for offset in sorted(todo[ktp]):
+                                if offset > top:
+                                    break
+                                first = min((r for r in records if r.offset >= offset), key=lambda r: r.offset)
+                                found[(TopicPartition(ktp.topic, ktp.partition), offset)] = int(first.timestamp)
+                                todo[ktp].discard(offset)
+                    todo = {k: v for k, v in todo.items() if v and k not in waiting}
             except Exception as exc:
                 raise _translate(exc, self._bootstrap) from exc
             finally:
@@ -283,7 +284,21 @@ class KafkaAdapter:
                     sampler.assign([])
                 except Exception:  # noqa: BLE001 - a broken sampler is rebuilt on the next call
                     self._sampler = None
-            return found
+        return found
+
+    def _sampler_client(self) -> Any:
+        if self._sampler is None:
+            from kafka import KafkaConsumer
+
+            try:
+                self._sampler = KafkaConsumer(
+                    group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
+                    auto_offset_reset="earliest", max_poll_records=1_000_000,
+                    # A small run of records per partition is all we need from each.
+                    max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=20, **self._configs)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._sampler
 
     # -- consumer groups (the mirror and drift)
 

@@ -131,7 +131,7 @@ class LagInsight:
         wanted = {(x.topic, x.partition, x.next_offset) for x in rows
                   if x.lag and x.next_offset is not None}
         with self._lock:
-            missing = {TopicPartition(t, p): o for t, p, o in wanted if (t, p, o) not in self._timestamps}
+            missing = [(TopicPartition(t, p), o) for t, p, o in wanted if (t, p, o) not in self._timestamps]
         if missing:
             try:
                 found = kafka.record_timestamps(missing)
@@ -144,8 +144,8 @@ class LagInsight:
             with self._lock:
                 if len(self._timestamps) + len(found) > _TS_CACHE_MAX:
                     self._timestamps.clear()
-                for tp, ts in found.items():
-                    self._timestamps[(tp.topic, tp.partition, missing[tp])] = ts
+                for (tp, offset), ts in found.items():
+                    self._timestamps[(tp.topic, tp.partition, offset)] = ts
         with self._lock:
             return {k: self._timestamps[k] for k in wanted if k in self._timestamps}
 

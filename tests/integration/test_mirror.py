@@ -52,6 +52,7 @@ def group_metadata(bootstrap: str, group: str) -> list[dict[str, Any]]:
 def describe(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
     """What the broker distribution's own kafka-consumer-groups --describe says: CURRENT-OFFSET per partition."""
     out = devstack.consumer_groups_command(bootstrap, "--describe", "--group", group)
+    print(out)  # shown with -s: what operators see
     found = {}
     for line in out.splitlines():
         cols = line.split()
