@@ -201,8 +201,8 @@ def pipelines_cmd(
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
             row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
-        columns = ["pipeline", "consumerGroup", "state", "generation", "foreignRuns", "partitions", "lastBatchTime",
-                   "lastBatchId", "lag", "why"]
+        columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
+                   "lastBatchTime", "lastBatchId", "lag", "why"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
     _emit(rows, columns, fmt)
@@ -223,7 +223,9 @@ def offsets_cmd(
     document: dict[str, dict[str, int]] = {}
     for r in rows:
         document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
-        r["placed_by"] = "reset" if r["reset_id"] is not None else "batch"
+        r["placed_by"] = ("reset" if r["reset_id"] is not None
+                          else "generation" if r.get("generation_id") is not None and r["query_id"] is None
+                          else "batch")
     _emit(rows, ["topic", "partition", "next_offset", "placed_by", "updated_at", "batch_id", "reset_id"], fmt,
           document)
 
@@ -283,7 +285,7 @@ def lag_cmd(
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
 ) -> None:
-    """Lag per partition: log-end offset minus the pipeline's next offset."""
+    """Lag per partition in records and seconds, drift against the Kafka group, and status."""
     fmt = _check_format(fmt)
     ops = _ops(dsn, bootstrap_servers)
     try:
@@ -291,7 +293,8 @@ def lag_cmd(
     finally:
         ops.close()
     rows = [p.to_dict() for p in parts]
-    _emit(rows, ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag"], fmt)
+    _emit(rows, ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag", "lagSeconds",
+                 "committedOffset", "drift", "status"], fmt)
 
 
 @app.command("reset")
@@ -373,6 +376,71 @@ def reset_cmd(
         else:
             typer.echo(f"reset {doc['resetId']} is pending: the next start_from_ledger applies it through a "
                        "fresh checkpoint", err=True)
+
+
+@app.command("mirror")
+def mirror_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = GroupOption,
+    once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
+    follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
+    interval: float = typer.Option(5.0, "--interval", help="Seconds between syncs with --follow."),
+    kafka_option: Optional[list[str]] = typer.Option(None, "--kafka-option", "-o",
+                                                     help="Spark-style client setting (repeatable)."),
+    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+) -> None:
+    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members)."""
+    import time as _time
+
+    from offset_ledger.errors import ConfigError, InvalidInput, KafkaError
+    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.mirror import sync_group
+    from offset_ledger.operations import Operations
+
+    fmt = _check_format(fmt)
+    if once and follow:
+        raise InvalidInput("choose one of --once and --follow")
+    if not 0.1 <= interval <= 86_400:
+        raise InvalidInput(f"--interval must be between 0.1 and 86400 seconds, not {interval}")
+    options: dict[str, str] = {}
+    for item in kafka_option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
+        options[key.strip()] = value
+    servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
+    if not servers:
+        raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+    engine = make_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            group = Operations(engine).resolve_group(conn, pipeline, consumer_group)
+        with KafkaAdapter(servers, options) as adapter:
+            while True:
+                try:
+                    result = sync_group(engine, adapter, pipeline, group)
+                except KafkaError as exc:
+                    if not follow or not exc.retriable:
+                        raise
+                    typer.echo(f"not synced yet: {exc.message}", err=True)
+                else:
+                    if not follow or result.committed:
+                        rows = [d.to_dict() for d in result.decisions]
+                        _emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
+                              result.to_dict())
+                    if not follow:
+                        typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
+                        return
+                try:
+                    _time.sleep(interval)
+                except KeyboardInterrupt:
+                    typer.echo("stopped", err=True)
+                    return
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
+    finally:
+        engine.dispose()
 
 
 @app.command("serve")

@@ -24,6 +24,8 @@ class Settings(BaseSettings):
     api_token: str | None = Field(default=None, description="bearer token the REST API requires")
     run_timeout: str = Field(default="10m", description="silence after which an unterminated run is stale "
                                                         "(at least 3 x its longest batch)")
+    status_window: str = Field(default="5m", description="window the pipeline status (OK, LAGGING, STALLED, "
+                                                          "STOPPED, REWOUND) is evaluated over")
 
     def resolved_dsn(self, dsn: str | None = None) -> str:
         """The DSN to use: the argument, else OFFSET_LEDGER_DSN, else the embedded SQLite file."""

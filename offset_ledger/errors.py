@@ -19,7 +19,8 @@
     ├── LedgerError                   the ledger database failed
     │   └── LedgerUnavailable         the ledger database cannot be reached (retriable)
     └── KafkaError                    the Kafka cluster failed
-        └── KafkaUnavailable          the brokers cannot be reached (retriable)
+        ├── KafkaUnavailable          the brokers cannot be reached (retriable)
+        └── MirrorRefused             the consumer group has active members; the mirror leaves it alone
 
 Driver errors (SQLAlchemy, kafka-python) are translated at the adapter edge with ``raise ... from``.
 Exceptions carry the data they talk about, so the API and CLI can render them without parsing text.
@@ -191,3 +192,15 @@ class KafkaUnavailable(KafkaError):
     """The Kafka brokers cannot be reached."""
 
     retriable = True
+
+
+class MirrorRefused(KafkaError):
+    """The consumer group has active members (someone consumes with it); the mirror does not touch it."""
+
+    def __init__(self, group: str, members: int, detail: str = "") -> None:
+        super().__init__(
+            f"consumer group {group!r} has {members} active member(s); offset-ledger does not commit offsets "
+            f"for a group someone else consumes with{': ' + detail if detail else ''}",
+            consumer_group=group, members=members)
+        self.group = group
+        self.members = members

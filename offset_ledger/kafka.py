@@ -1,4 +1,5 @@
-"""kafka-python adapter: partitions, log-start/log-end offsets and offsets for a time.
+"""kafka-python adapter: partitions, log-start/log-end offsets, offsets for a time, record timestamps
+and consumer-group offsets (read, and committed without joining the group).
 
 The only module that talks to Kafka and the only one that knows kafka-python's stringly-typed
 ``**configs``. Constructing an adapter makes no network call; the first question connects.
@@ -11,7 +12,8 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable, UnknownTopic
@@ -99,6 +101,8 @@ class KafkaAdapter:
         self._configs.setdefault("client_id", "offset-ledger")
         self._bootstrap = ",".join(self._configs["bootstrap_servers"])
         self._consumer: Any = None
+        self._sampler: Any = None  # a second group-less consumer that reads record timestamps
+        self._admin: Any = None    # consumer-group offsets: read, and committed by the mirror
         self._lock = threading.Lock()
 
     @property
@@ -119,6 +123,13 @@ class KafkaAdapter:
                 except Exception:  # noqa: BLE001 - closing a broken client must not mask the real error
                     log.debug("error closing Kafka consumer", exc_info=True)
                 self._consumer = None
+            if self._sampler is not None:
+                try:
+                    self._sampler.close(autocommit=False)
+                except Exception:  # noqa: BLE001
+                    log.debug("error closing Kafka consumer", exc_info=True)
+                self._sampler = None
+            self._close_admin()
 
     def _client(self) -> Any:
         if self._consumer is None:
@@ -219,3 +230,149 @@ class KafkaAdapter:
             TopicPartition(k.topic, k.partition): (None if v is None else int(v.offset))
             for k, v in found.items()
         }
+
+    # -- record timestamps (time lag)
+
+    def record_timestamps(self, wanted: Iterable[tuple[TopicPartition, int]], *,
+                          timeout_ms: int = 3000, rounds: int = 4) -> dict[tuple[TopicPartition, int], int]:
+        """Timestamp (epoch ms) of the first record at or after each (partition, offset); absent when none came.
+
+        One consumer without a group (nothing joined, nothing committed) is assigned every
+        partition and seeks each to its lowest wanted offset; its fetcher sends one request per
+        broker for all partitions it leads, so many partitions cost a few round trips, never one
+        per partition. Each fetch returns a run of records, which answers every wanted offset it
+        covers (pipelines at different offsets of one partition); further rounds seek to the rest.
+        """
+        from kafka import TopicPartition as KTP
+
+        todo: dict[KTP, set[int]] = {}
+        for tp, offset in wanted:
+            todo.setdefault(KTP(tp.topic, tp.partition), set()).add(int(offset))
+        found: dict[tuple[TopicPartition, int], int] = {}
+        if not todo:
+            return found
+        with self._lock:
+            sampler = self._sampler_client()
+            deadline = time.monotonic() + timeout_ms / 1000
+            try:
+                for _ in range(rounds):
+                    if not todo or time.monotonic() >= deadline:
+                        break
+                    sampler.assign(list(todo))
+                    for ktp, offsets in todo.items():
+                        sampler.seek(ktp, min(offsets))
+                    waiting = set(todo)
+                    while waiting and time.monotonic() < deadline:
+                        polled = sampler.poll(timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
+                        for ktp, records in polled.items():
+                            if ktp not in waiting or not records:
+                                continue
+                            waiting.discard(ktp)
+                            sampler.pause(ktp)
+                            top = max(r.offset for r in records)
+                            for offset in sorted(todo[ktp]):
+                                if offset > top:
+                                    break
+                                first = min((r for r in records if r.offset >= offset), key=lambda r: r.offset)
+                                found[(TopicPartition(ktp.topic, ktp.partition), offset)] = int(first.timestamp)
+                                todo[ktp].discard(offset)
+                    todo = {k: v for k, v in todo.items() if v and k not in waiting}
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+            finally:
+                try:
+                    sampler.assign([])
+                except Exception:  # noqa: BLE001 - a broken sampler is rebuilt on the next call
+                    self._sampler = None
+        return found
+
+    def _sampler_client(self) -> Any:
+        if self._sampler is None:
+            from kafka import KafkaConsumer
+
+            try:
+                self._sampler = KafkaConsumer(
+                    group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
+                    auto_offset_reset="earliest", max_poll_records=1_000_000,
+                    # A small run of records per partition is all we need from each.
+                    max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=20, **self._configs)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._sampler
+
+    # -- consumer groups (the mirror and drift)
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            configs = {k: v for k, v in self._configs.items() if k != "allow_auto_create_topics"}
+            try:
+                self._admin = KafkaAdminClient(**configs)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._admin
+
+    def _admin_call(self, fn_name: str, *args: Any) -> Any:
+        with self._lock:
+            admin = self._admin_client()
+            try:
+                return getattr(admin, fn_name)(*args)
+            except Exception as exc:
+                if _is_connection_error(exc):
+                    self._close_admin()
+                raise _translate(exc, self._bootstrap) from exc
+
+    def _close_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # noqa: BLE001
+                log.debug("error closing Kafka admin client", exc_info=True)
+
+    def group_members(self, groups: Sequence[str]) -> dict[str, int]:
+        """Active members per consumer group (0 for an empty or unknown group)."""
+        if not groups:
+            return {}
+        described = self._admin_call("describe_groups", list(groups))
+        out = {g: 0 for g in groups}
+        for group, info in (described or {}).items():
+            state = str(info.get("group_state") or info.get("state") or "").lower()
+            members = info.get("members") or []
+            out[group] = 0 if state in ("empty", "dead") else len(members)
+        return out
+
+    def committed_offsets(self, groups: Sequence[str]) -> dict[str, dict[TopicPartition, tuple[int, str]]]:
+        """Committed (next offset, metadata) per partition of each group; one request per coordinator."""
+        if not groups:
+            return {}
+        fetched = self._admin_call("list_group_offsets", {g: None for g in groups})
+        return {group: {TopicPartition(tp.topic, tp.partition): (int(om.offset), om.metadata or "")
+                        for tp, om in offsets.items() if om.offset is not None and om.offset >= 0}
+                for group, offsets in (fetched or {}).items()}
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:
+        """Commit (next offset, metadata) for a group WITHOUT joining it; partitions the broker refused -> error name.
+
+        The broker only accepts such a commit for a group with no active members (Empty or
+        unknown); otherwise every partition comes back refused (UNKNOWN_MEMBER_ID and the like).
+        """
+        from kafka import TopicPartition as KTP
+        from kafka.structs import OffsetAndMetadata
+
+        if not offsets:
+            return {}
+        request = {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), meta, None)
+                   for tp, (o, meta) in offsets.items()}
+        answer = self._admin_call("alter_group_offsets", group, request)
+        return {TopicPartition(k.topic, k.partition): err.__name__
+                for k, err in (answer or {}).items() if getattr(err, "errno", 0) != 0}
+
+
+def _is_connection_error(exc: Exception) -> bool:
+    from kafka import errors as kerr
+
+    kinds = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError",
+                                              "NodeNotReadyError", "RequestTimedOutError") if hasattr(kerr, n))
+    return isinstance(exc, kinds)

@@ -80,6 +80,7 @@ class ListenerHealth:
     last_error: str | None
     last_written_at: datetime | None
     callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
+    mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
 
     def counters(self) -> dict[str, int]:
         return {"queued": self.queued, "written": self.written, "retried": self.retried,
@@ -136,6 +137,7 @@ class EventWriter:
         on_query_seen: Callable[[str], str | None] | None = None,
         pipeline_of: Callable[[str], str | None] | None = None,
         autostart: bool = True,
+        on_recorded: Callable[[RecordOutcome], None] | None = None,
     ) -> None:
         self.listener_id = listener_id or uuid.uuid4().hex
         self._store_factory = store_factory
@@ -148,6 +150,7 @@ class EventWriter:
         self._health_pipeline = health_pipeline
         self._on_query_seen = on_query_seen
         self._pipeline_of = pipeline_of
+        self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
         self._host = socket.gethostname()
         # Spool: while ``_spooling`` every new event goes to the file, so replay keeps event order.
         self._spool_dir = Path(spool_dir)
@@ -483,7 +486,8 @@ class EventWriter:
             try:
                 if self._store is None:
                     self._store = self._store_factory()
-                self._store.record(records)
+                outcome = self._store.record(records)
+                self._recorded(outcome)
                 return True
             except Exception as exc:  # noqa: BLE001 - classified by the ``retriable`` flag
                 if getattr(exc, "retriable", False):
@@ -507,6 +511,19 @@ class EventWriter:
                     self._last_error = f"ledger rejected an event: {exc}"
                 log.error("offset-ledger: ledger rejected an event: %s", exc)
                 return True
+
+    def _recorded(self, outcome: RecordOutcome) -> None:
+        if self._on_recorded is None or outcome is None:
+            return
+        try:
+            self._on_recorded(outcome)
+        except Exception as exc:  # noqa: BLE001 - the ledger write succeeded; nothing else may undo it
+            self.note_error(f"after-record hook failed: {exc!r}")
+
+    def note_error(self, message: str) -> None:
+        """Show ``message`` as the health's last error (a mirror refusal, say) without counting events."""
+        with self._lock:
+            self._last_error = message
 
     def _settle(self, n: int, failed: str | None = None) -> None:
         with self._lock:
@@ -641,6 +658,12 @@ class OffsetLedgerListener(StreamingQueryListener):
     SQLite ledger. Callbacks never block on the database and never raise; call :meth:`flush`
     after ``query.processAllAvailable()`` or ``query.stop()`` to wait until the batches Spark
     reported are durable, and :meth:`close` at shutdown.
+
+    ``commit_to_kafka=True`` also mirrors the ledger's positions into the Kafka consumer group of
+    the same name (``bootstrap_servers`` default ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``; Spark-style
+    ``kafka_options``), after each ledger commit, on a thread of its own: Kafka being down never
+    delays the ledger, and a group someone else consumes with is left alone (see
+    ``offset_ledger.mirror``). :meth:`flush_mirror` waits until the group shows the ledger.
     """
 
     def __init__(
@@ -656,6 +679,9 @@ class OffsetLedgerListener(StreamingQueryListener):
         max_backoff: float = 2.0,
         health_interval: float = 30.0,
         store_factory: Callable[[], Store] | None = None,
+        commit_to_kafka: bool = False,
+        bootstrap_servers: str | None = None,
+        kafka_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if spool_dir is None:
@@ -676,11 +702,18 @@ class OffsetLedgerListener(StreamingQueryListener):
         self._handles: dict[str, Any] = {}
         self._callback_seconds: collections.deque[float] = collections.deque(maxlen=1024)
         self._callback_errors = 0
+        self._mirror: Any = None
+        if commit_to_kafka:
+            from offset_ledger.mirror import KafkaMirror
+
+            factories = _mirror_factories(dsn, bootstrap_servers, kafka_options)
+            self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         self._writer = EventWriter(
             store_factory or (lambda: _open_recorder(dsn)),
             spool_dir=Path(spool_dir), queue_size=queue_size, max_batch_events=max_batch_events,
             max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
+            on_recorded=self._mirror_moved if self._mirror is not None else None,
         )
         ref = weakref.ref(self)
         atexit.register(lambda: (lambda me: me and me.close(timeout=10))(ref()))
@@ -737,6 +770,8 @@ class OffsetLedgerListener(StreamingQueryListener):
     def health(self) -> ListenerHealth:
         """Counters: queued, written, retried, spilled, failed, skipped, pending, last error."""
         health = self._writer.health()
+        if self._mirror is not None:
+            health = dataclasses.replace(health, mirror=self._mirror.stats.to_dict())
         took = sorted(self._callback_seconds)
         if not took:
             return health
@@ -780,7 +815,20 @@ class OffsetLedgerListener(StreamingQueryListener):
         deadline = time.monotonic() + timeout
         flushed = self.flush(timeout)
         closed = self._writer.close(max(0.5, deadline - time.monotonic()))
+        if self._mirror is not None:
+            self._mirror.close(max(0.5, deadline - time.monotonic()))
         return flushed and closed
+
+    def flush_mirror(self, timeout: float = 30.0) -> bool:
+        """``flush``, then wait until the Kafka consumer groups show the ledger's positions (commit_to_kafka)."""
+        deadline = time.monotonic() + timeout
+        if not self.flush(timeout):
+            return False
+        return self._mirror is None or self._mirror.wait_synced(max(0.0, deadline - time.monotonic()))
+
+    def _mirror_moved(self, outcome: RecordOutcome) -> None:
+        if outcome.moved:
+            self._mirror.notify(outcome.moved)
 
     # ------------------------------------------------------------------ Spark handles
 
@@ -843,6 +891,24 @@ class _JsonBridge:
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+def _mirror_factories(dsn: str | None, bootstrap_servers: str | None,
+                      kafka_options: Mapping[str, Any] | None) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(ledger engine factory, Kafka adapter factory) of the consumer-group mirror; checks settings now."""
+    from offset_ledger.config import settings
+    from offset_ledger.kafka import KafkaAdapter, client_configs
+
+    options = dict(kafka_options or {})
+    servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
+    client_configs(servers or "", options)  # ConfigError now, at construction, not in the writer thread
+
+    def engine() -> Any:
+        from offset_ledger.ledger.engine import make_engine
+
+        return make_engine(dsn, pool_size=1)
+
+    return engine, lambda: KafkaAdapter(str(servers), options)
 
 
 def _batch_settled(writer: EventWriter, query_id: str, batch_id: int) -> bool:

@@ -68,6 +68,7 @@ class PipelineSummary:
     runs: tuple[RunActivity, ...] = ()  # every unterminated run, with why it counts as active or stale
     generation: dict[str, Any] | None = None  # the current checkpoint generation, if any
     foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
+    status: str | None = None  # OK | LAGGING | STALLED | STOPPED | REWOUND (offset_ledger.status); None: lag unknown
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class PipelineSummary:
                 "generation": self.generation["generation"], "appVersion": self.generation["app_version"],
                 "checkpointLocation": self.generation["location"]},
             "foreignRunIds": list(self.foreign_run_ids),
+            "status": self.status,
         }
 
 
@@ -91,6 +93,9 @@ class PartitionLag:
     next_offset: int | None
     log_start_offset: int | None
     log_end_offset: int | None
+    lag_seconds: float | None = None  # age of the record at the position (0 when caught up)
+    committed_offset: int | None = None  # the Kafka consumer group's committed offset, if any
+    status: str | None = None  # offset_ledger.status
 
     @property
     def lag(self) -> int | None:
@@ -98,9 +103,18 @@ class PartitionLag:
             return None
         return max(0, self.log_end_offset - self.next_offset)
 
+    @property
+    def drift(self) -> int | None:
+        """The group's committed offset minus the ledger position (None when the group committed none)."""
+        if self.committed_offset is None or self.next_offset is None:
+            return None
+        return self.committed_offset - self.next_offset
+
     def to_dict(self) -> dict[str, Any]:
         return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
-                "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag}
+                "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag,
+                "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status}
 
 
 @dataclass(frozen=True)
@@ -242,6 +256,9 @@ class Operations:
         self.lag_cache_seconds = lag_cache_seconds
         self._marks_cache: tuple[float, frozenset[str], dict[TopicPartition, Watermarks]] | None = None
         self._marks_lock = threading.Lock()
+        from offset_ledger.lag_insight import LagInsight
+
+        self._insight = LagInsight()
 
     @classmethod
     def connect(
@@ -321,6 +338,7 @@ class Operations:
             generations = queries.current_generations(conn) if rows else {}
             pos = queries.all_positions(conn) if with_lag and rows else {}
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
+        statuses = self._statuses(rows, open_by_group, pos, marks) if marks is not None else {}
         out = []
         for r in rows:
             key = (r["pipeline"], r["consumer_group"])
@@ -338,9 +356,37 @@ class Operations:
             out.append(PipelineSummary(
                 r["pipeline"], r["consumer_group"], state, active,
                 int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
-                acts, gen, foreign,
+                acts, gen, foreign, statuses.get(key),
             ))
         return out
+
+    def _statuses(self, rows: list[dict[str, Any]], open_by_group: Mapping[tuple[str, str], Any],
+                  pos: Mapping[tuple[str, str], list[Position]],
+                  marks: Mapping[TopicPartition, Watermarks]) -> dict[tuple[str, str], str | None]:
+        """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips)."""
+        from offset_ledger.status import overall_status
+
+        parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset, None,
+                                                marks[p.tp].log_end_offset if p.tp in marks else None))
+                 for (pipeline, group), ps in pos.items() for p in ps]
+        enriched = self._enrich(parts, open_by_group, kafka=False)
+        by: dict[tuple[str, str], list[str | None]] = {}
+        for pipeline, group, x in enriched:
+            by.setdefault((pipeline, group), []).append(x.status)
+        return {k: overall_status(v) for k, v in by.items()}
+
+    def _enrich(self, parts: list[tuple[str, str, PartitionLag]], open_by_group: Mapping[tuple[str, str], Any],
+                *, kafka: bool, pipeline: str | None = None, group: str | None = None,
+                ) -> list[tuple[str, str, PartitionLag]]:
+        """Time lag, drift and status for ``parts`` (``offset_ledger.lag_insight``)."""
+        from offset_ledger.lag_insight import status_window, window_facts
+
+        window = status_window()
+        with self._db() as conn:
+            facts = window_facts(conn, datetime.now(timezone.utc) - window, pipeline, group)
+        active = {k: any(a.state == "active" for a in acts) for k, acts in open_by_group.items()}
+        return self._insight.enrich(self.kafka if kafka and self.has_kafka else None, parts, facts, active,
+                                    window=window)
 
     def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
         """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""
@@ -397,7 +443,11 @@ class Operations:
             m = marks.get(tp)
             out.append(PartitionLag(tp.topic, tp.partition, by_tp.get(tp),
                                     m.log_start_offset if m else None, m.log_end_offset if m else None))
-        return group, out
+        with self._db() as conn:
+            runs = open_runs(conn, pipeline, group)
+        enriched = self._enrich([(pipeline, group, x) for x in out], runs, kafka=True, pipeline=pipeline,
+                                group=group)
+        return group, [x for _, _, x in enriched]
 
     def topic_details(self, topic: str) -> dict[str, Any]:
         """``{"name": T, "partitions": {"0": {"firstOffset": log_start, "lastOffset": log_end}}}``."""
@@ -494,6 +544,7 @@ class Operations:
         with self._db() as conn:
             pos = queries.all_positions(conn)
             listeners = queries.listener_health_rows(conn)
+            open_by_group = open_runs(conn)
         kafka_up: bool | None = None
         marks: dict[TopicPartition, Watermarks] = {}
         if self.has_kafka:
@@ -507,6 +558,17 @@ class Operations:
                 parts.append((pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset,
                                                             m.log_start_offset if m else None,
                                                             m.log_end_offset if m else None)))
+        if kafka_up:
+            from dataclasses import replace
+
+            from offset_ledger.status import overall_status
+
+            parts = self._enrich(parts, open_by_group, kafka=True)
+            by: dict[tuple[str, str], list[str | None]] = {}
+            for pipeline, group, x in parts:
+                by.setdefault((pipeline, group), []).append(x.status)
+            summaries = [replace(s, status=overall_status(by.get((s.pipeline, s.consumer_group), [])))
+                         for s in summaries]
         return MetricsSnapshot(tuple(summaries), tuple(parts), tuple(listeners), kafka_up)
 
     def _watermarks_or_none(self, topics: set[str]) -> dict[TopicPartition, Watermarks] | None:

@@ -233,6 +233,7 @@ def start_from_ledger(
     new_checkpoint: bool = False,
     kafka_options: Mapping[str, Any] | None = None,
     allow_first_run: bool = False,
+    commit_to_kafka: bool = False,
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
@@ -264,6 +265,10 @@ def start_from_ledger(
     positions from then on. ``plan.fresh_checkpoint`` says which: when False, Spark resumes from
     the checkpoint and ignores ``startingOffsets``, which are still reported for inspection.
     Nothing is written when an error is raised.
+
+    ``commit_to_kafka=True`` mirrors the resulting positions into the Kafka consumer group (also
+    backwards, after a reset: see ``offset_ledger.mirror``); a group with active members is left
+    alone and a ``mirror_refused`` finding says so, a Kafka failure only a ``mirror_pending`` one.
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
@@ -296,8 +301,9 @@ def start_from_ledger(
             assert current is not None
             log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
                      current.generation, pipeline, current.location)
-            return replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
-                           generation=current.generation)
+            resumed = replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
+                              generation=current.generation)
+            return _mirrored(resumed, engine, servers, options, pipeline, group) if commit_to_kafka else resumed
         dropped = [(f.topic, f.partition) for f in plan.findings
                    if f.kind == "removed_partition" and f.topic is not None and f.partition is not None]
         consumed_findings = [
@@ -322,7 +328,30 @@ def start_from_ledger(
                              "checkpoint_location": generation.location})
             for rid in consumed
         ]
-        return replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
-                       findings=tuple(findings), generation=generation.generation)
+        fresh = replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
+                        findings=tuple(findings), generation=generation.generation)
+        return _mirrored(fresh, engine, servers, options, pipeline, group) if commit_to_kafka else fresh
     finally:
         engine.dispose()
+
+
+def _mirrored(plan: RestartPlan, engine: Any, servers: str, options: Mapping[str, Any], pipeline: str,
+              group: str) -> RestartPlan:
+    """The plan after mirroring the ledger's positions into the Kafka group; problems become findings."""
+    from offset_ledger.errors import KafkaError, MirrorRefused
+    from offset_ledger.mirror import record_refusal, sync_group
+
+    try:
+        with KafkaAdapter(servers, options) as adapter:
+            sync_group(engine, adapter, pipeline, group)
+        return plan
+    except MirrorRefused as exc:
+        log.error("offset-ledger mirror: %s", exc.message)
+        record_refusal(engine, pipeline, group, exc.message, exc.members)
+        extra = Finding("mirror_refused", exc.message, details={"consumer_group": group})
+    except KafkaError as exc:
+        # The generation is recorded; a listener with commit_to_kafka (or `offset-ledger mirror`) catches up.
+        log.warning("offset-ledger mirror: consumer group %s not synced: %s", group, exc.message)
+        extra = Finding("mirror_pending", f"consumer group {group!r} not synced: {exc.message}",
+                        details={"consumer_group": group})
+    return replace(plan, findings=tuple(plan.findings) + (extra,))

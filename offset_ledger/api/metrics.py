@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from offset_ledger.operations import MetricsSnapshot
+from offset_ledger.status import STATES
 
 
 def _label(value: object) -> str:
@@ -39,6 +40,20 @@ def render_metrics(snap: MetricsSnapshot) -> str:
     family("offset_ledger_lag_records", "gauge", "Log-end offset minus the pipeline's next offset.",
            [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.lag)
             for p, g, x in snap.partitions if x.lag is not None])
+    family("offset_ledger_lag_seconds", "gauge",
+           "Age in seconds of the record at the pipeline's position (its Kafka timestamp); 0 when caught up.",
+           [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), float(x.lag_seconds))
+            for p, g, x in snap.partitions if x.lag_seconds is not None])
+    family("offset_ledger_group_drift_records", "gauge",
+           "Kafka consumer group's committed offset minus the ledger position (groups that committed any).",
+           [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.drift)
+            for p, g, x in snap.partitions if x.drift is not None])
+    family("offset_ledger_status", "gauge",
+           "1 for the pipeline's current status (OK, LAGGING, STALLED, STOPPED, REWOUND; see offset_ledger.status), "
+           "0 for the others.",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group, state=state),
+             1 if s.status == state else 0)
+            for s in snap.pipelines if s.status is not None for state in STATES])
     family("offset_ledger_seconds_since_last_batch", "gauge",
            "Seconds since the pipeline's last committed batch.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),

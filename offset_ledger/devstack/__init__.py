@@ -101,6 +101,23 @@ def kafka_broker_jars() -> Path:
     return _maven_copy("kafka-broker", cache_dir() / f"kafka-broker-{KAFKA_VERSION}")
 
 
+def kafka_tools_jars() -> Path:
+    """Kafka's command-line tools (kafka-consumer-groups.sh's ConsumerGroupCommand lives here since 4.x)."""
+    return _maven_copy("kafka-tools", cache_dir() / f"kafka-tools-{KAFKA_VERSION}")
+
+
+def consumer_groups_command(bootstrap_servers: str, *args: str, timeout: float = 120) -> str:
+    """Run the broker distribution's own ``kafka-consumer-groups.sh`` class; its stdout."""
+    jars = kafka_tools_jars()
+    proc = subprocess.run(
+        ["java", "-Xmx256m", "-cp", f"{jars}/*", "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+         "--bootstrap-server", bootstrap_servers, *args],
+        capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise StackError(f"kafka-consumer-groups failed: {proc.stdout[-1500:]}{proc.stderr[-1500:]}")
+    return proc.stdout
+
+
 def _pyspark_version_and_jars() -> tuple[str, Path]:
     import pyspark
 
@@ -137,6 +154,7 @@ def spark_kafka_jars() -> list[Path]:
 def fetch() -> None:
     """Resolve every Maven artifact the stack needs (idempotent)."""
     kafka_broker_jars()
+    kafka_tools_jars()
     jars = spark_kafka_jars()
     _log("spark.jars = " + ",".join(str(j) for j in jars))
 

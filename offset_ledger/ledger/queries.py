@@ -155,7 +155,7 @@ def position_details(conn: Connection, pipeline: str, consumer_group: str) -> li
     """Positions with what placed them (batch or reset) and when, sorted by topic and partition."""
     stmt = select(
         positions.c.topic, positions.c.partition, positions.c.next_offset, positions.c.updated_at,
-        positions.c.query_id, positions.c.batch_id, positions.c.reset_id,
+        positions.c.query_id, positions.c.batch_id, positions.c.reset_id, positions.c.generation_id,
     ).where(positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group)
     rows = conn.execute(stmt.order_by(positions.c.topic, positions.c.partition))
     return [dict(r._mapping) for r in rows]

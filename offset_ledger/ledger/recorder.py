@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from operator import itemgetter
-from typing import Any, Union
+from typing import Any, NamedTuple, Union
 
 from sqlalchemy import Table, func, select, update
 from sqlalchemy.engine import Connection, Engine
@@ -193,6 +193,19 @@ class RecordOutcome:
     batches_written: int = 0
     duplicates: int = 0
     findings: tuple[Finding, ...] = ()
+    # Positions this transaction moved (what a Kafka consumer-group mirror follows):
+    # (pipeline, consumer group, topic, partition, next offset), in lock order.
+    moved: tuple[MovedPosition, ...] = ()
+
+
+class MovedPosition(NamedTuple):
+    """A position a committed batch moved."""
+
+    pipeline: str
+    consumer_group: str
+    topic: str
+    partition: int
+    next_offset: int
 
 
 @dataclass
@@ -222,6 +235,7 @@ class _Txn:
     latest: dict[str, tuple[int, _Ends]] = field(default_factory=dict)
     runs: dict[str, _Run] = field(default_factory=dict)
     foreign_reported: set[tuple[str, int]] = field(default_factory=set)
+    moved: list[MovedPosition] = field(default_factory=list)
 
 
 def utc(value: datetime) -> datetime:
@@ -517,7 +531,7 @@ class Recorder:
             conn.execute(self._insert(findings), txn.findings)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
-        return RecordOutcome(written, duplicates, found)
+        return RecordOutcome(written, duplicates, found, tuple(txn.moved))
 
     # ------------------------------------------------------------------ the isolated batch on Postgres
 
@@ -587,7 +601,9 @@ class Recorder:
             if not raw.closed:
                 raw.autocommit = False
         txn.latest[b.query_id] = (b.batch_id, _ends(b))
-        return RecordOutcome(1, 0, ())
+        # The statement commits only when every end moved its position (anything else aborts it).
+        moved = tuple(MovedPosition(rec.pipeline, rec.consumer_group, t, p, u) for t, p, u in ends)
+        return RecordOutcome(1, 0, (), moved)
 
     def _run_start(self, conn: Connection, rec: RunStart, txn: _Txn) -> None:
         generation_id = self._assign_generation(conn, rec.pipeline, rec.consumer_group, rec.query_id,
@@ -900,6 +916,8 @@ class Recorder:
         if rows:
             self._bulk(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
                        update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
+            txn.moved.extend(MovedPosition(r["pipeline"], r["consumer_group"], r["topic"], r["partition"],
+                                           r["next_offset"]) for r in rows)
 
     def _query_active(self, conn: Connection, query_id: str, now: datetime) -> bool:
         """Whether ``query_id`` has a run that counts as active (``ledger.activity``)."""

@@ -42,10 +42,11 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     r = run(env, "pipelines")
     assert r.returncode == 0, r.stderr
     header, row = r.stdout.splitlines()
-    assert header.split() == ["PIPELINE", "CONSUMERGROUP", "STATE", "GENERATION", "FOREIGNRUNS", "PARTITIONS",
-                              "LASTBATCHTIME", "LASTBATCHID", "LAG", "WHY"]
+    assert header.split() == ["PIPELINE", "CONSUMERGROUP", "STATE", "STATUS", "GENERATION", "FOREIGNRUNS",
+                              "PARTITIONS", "LASTBATCHTIME", "LASTBATCHID", "LAG", "WHY"]
     cells = row.split()
-    assert cells[:6] == ["etl", "etl", "stopped", "-", "-", "2"] and cells[8] == "8" and cells[9] == "-"
+    assert cells[:3] == ["etl", "etl", "stopped"] and cells[4:7] == ["-", "-", "2"]
+    assert cells[9] == "8" and cells[10] == "-"
 
     r = run(env, "offsets", "etl", "--format", "json")
     assert json.loads(r.stdout) == {topic: {"0": 12, "1": 20}}

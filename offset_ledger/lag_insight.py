@@ -1,0 +1,165 @@
+"""Lag beyond records: time lag, drift against the Kafka consumer group, and status (``status``).
+
+``LagInsight.enrich`` takes partitions whose record lag is known and adds, in a fixed number of
+round trips whatever the number of pipelines:
+
+- **time lag**: the age of the record at the position (its Kafka timestamp; 0 when caught up),
+  read with one group-less consumer whose fetches go once per broker for every partition
+  (``KafkaAdapter.record_timestamps``). A record never changes, so a (partition, offset) ->
+  timestamp cache spares re-reading positions that did not move between scrapes.
+- **drift**: the group's committed offset minus the ledger position, per partition, for groups
+  that committed anything (one OffsetFetch per coordinator for all groups).
+- **status**: ``status.partition_status`` over the window facts the ledger has (one query over
+  recent ``batch_offsets``) and the lag observations this object kept from earlier calls.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from offset_ledger.errors import KafkaError
+from offset_ledger.ledger.tables import batch_offsets, positions
+from offset_ledger.model import TopicPartition
+from offset_ledger.status import PartitionWindow, partition_status
+
+if TYPE_CHECKING:
+    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.operations import PartitionLag
+
+log = logging.getLogger(__name__)
+
+_TS_CACHE_MAX = 200_000
+_SAMPLES_PER_PARTITION = 32
+
+Key = tuple[str, str, str, int]  # pipeline, consumer group, topic, partition
+
+
+@dataclass(frozen=True)
+class WindowFacts:
+    """What the ledger says about one partition within the status window."""
+
+    consumed: int = 0
+    highest_end: int | None = None
+    moved: bool = False
+
+
+def status_window() -> timedelta:
+    """``OFFSET_LEDGER_STATUS_WINDOW`` (default 5m)."""
+    from offset_ledger.config import settings
+    from offset_ledger.ledger.prune import parse_duration
+
+    return parse_duration(settings().status_window)
+
+
+def window_facts(conn: Connection, since: datetime, pipeline: str | None = None,
+                 consumer_group: str | None = None) -> dict[Key, WindowFacts]:
+    """Per partition: records the window's batches read, their highest end, whether one moved the position."""
+    stmt = (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
+                   batch_offsets.c.partition, func.min(batch_offsets.c.from_offset).label("lo"),
+                   func.max(batch_offsets.c.until_offset).label("hi"))
+            .where(batch_offsets.c.batch_time >= since)
+            .group_by(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
+                      batch_offsets.c.partition))
+    moved = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic,
+                   positions.c.partition).where(positions.c.updated_at >= since, positions.c.query_id.is_not(None))
+    if pipeline is not None:
+        stmt = stmt.where(batch_offsets.c.pipeline == pipeline, batch_offsets.c.consumer_group == consumer_group)
+        moved = moved.where(positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group)
+    moved_keys = {tuple(r) for r in conn.execute(moved)}
+    out: dict[Key, WindowFacts] = {}
+    for r in conn.execute(stmt):
+        key = (r.pipeline, r.consumer_group, r.topic, r.partition)
+        lo = r.lo if r.lo is not None else r.hi
+        out[key] = WindowFacts(max(0, int(r.hi) - int(lo)), int(r.hi), key in moved_keys)
+    for key in moved_keys:
+        out.setdefault(key, WindowFacts(0, None, True))  # type: ignore[arg-type]
+    return out
+
+
+class LagInsight:
+    """Adds time lag, drift and status to PartitionLag rows; thread-safe, keeps small caches."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._timestamps: dict[tuple[str, int, int], int] = {}
+        self._samples: dict[Key, collections.deque[tuple[float, int]]] = {}
+
+    def enrich(
+        self, kafka: KafkaAdapter | None, rows: Sequence[tuple[str, str, PartitionLag]],
+        facts: Mapping[Key, WindowFacts], active: Mapping[tuple[str, str], bool], *, window: timedelta,
+        now_ms: int | None = None, with_drift: bool = True,
+    ) -> list[tuple[str, str, PartitionLag]]:
+        now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+        stamps = self._timestamps_for(kafka, [x for _, _, x in rows]) if kafka is not None else {}
+        committed = self._committed(kafka, sorted({g for _, g, _ in rows})) if kafka and with_drift else {}
+        horizon = time.monotonic() - window.total_seconds()
+        out = []
+        with self._lock:
+            for pipeline, group, x in rows:
+                key = (pipeline, group, x.topic, x.partition)
+                lag = x.lag
+                seconds: float | None = None
+                if lag == 0:
+                    seconds = 0.0
+                elif lag is not None and x.next_offset is not None:
+                    ts = stamps.get((x.topic, x.partition, x.next_offset))
+                    seconds = None if ts is None else max(0.0, (now_ms - ts) / 1000)
+                f = facts.get(key, WindowFacts())
+                samples = self._samples.setdefault(key, collections.deque(maxlen=_SAMPLES_PER_PARTITION))
+                while samples and samples[0][0] < horizon:
+                    samples.popleft()
+                state = partition_status(PartitionWindow(
+                    x.next_offset, x.log_end_offset, active.get((pipeline, group), False), f.moved, f.consumed,
+                    f.highest_end, tuple(s for _, s in samples)))
+                if lag is not None:
+                    samples.append((time.monotonic(), lag))
+                got = committed.get(group, {}).get(TopicPartition(x.topic, x.partition))
+                out.append((pipeline, group, replace(x, lag_seconds=seconds, committed_offset=got, status=state)))
+        return out
+
+    def _timestamps_for(self, kafka: KafkaAdapter, rows: Sequence[PartitionLag]) -> dict[tuple[str, int, int], int]:
+        wanted = {(x.topic, x.partition, x.next_offset) for x in rows
+                  if x.lag and x.next_offset is not None}
+        with self._lock:
+            missing = [(TopicPartition(t, p), o) for t, p, o in wanted if (t, p, o) not in self._timestamps]
+        if missing:
+            try:
+                found = kafka.record_timestamps(missing)
+            except KafkaError as exc:
+                log.warning("time lag unavailable: %s", exc.message)
+                found = {}
+            except Exception as exc:  # noqa: BLE001 - time lag is extra; its absence must not fail a scrape
+                log.warning("time lag unavailable: %r", exc)
+                found = {}
+            with self._lock:
+                if len(self._timestamps) + len(found) > _TS_CACHE_MAX:
+                    self._timestamps.clear()
+                for (tp, offset), ts in found.items():
+                    self._timestamps[(tp.topic, tp.partition, offset)] = ts
+        with self._lock:
+            return {k: self._timestamps[k] for k in wanted if k in self._timestamps}
+
+    @staticmethod
+    def _committed(kafka: KafkaAdapter, groups: list[str]) -> dict[str, dict[TopicPartition, int]]:
+        if not groups:
+            return {}
+        try:
+            found = kafka.committed_offsets(groups)
+        except KafkaError as exc:
+            log.warning("consumer-group offsets unavailable: %s", exc.message)
+            return {}
+        except Exception as exc:  # noqa: BLE001 - a group-level error (authorization, ...) means "unknown"
+            log.warning("consumer-group offsets unavailable: %r", exc)
+            return {}
+        return {g: {tp: o for tp, (o, _meta) in offs.items()} for g, offs in found.items()}
+
