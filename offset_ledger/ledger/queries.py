@@ -174,6 +174,8 @@ def batch_history(
     stmt = select(
         batches.c.id, batches.c.query_id, batches.c.run_id, batches.c.batch_id,
         batches.c.batch_time, batches.c.recorded_at, batches.c.input_rows,
+        batches.c.watermark, batches.c.event_time_min, batches.c.event_time_max,
+        batches.c.state_rows_total, batches.c.state_rows_updated, batches.c.state_rows_dropped_by_watermark,
     ).where(batches.c.pipeline == pipeline, batches.c.consumer_group == consumer_group)
     if since is not None:
         stmt = stmt.where(batches.c.batch_time >= since)
