@@ -144,3 +144,20 @@ def test_no_watermark_recorded_is_none_and_an_underivable_delay_is_refused() -> 
     with pytest.raises(StatefulRestartRefused, match="watermark_delay"):
         plan_rewind([BatchFigures(0, from_ms(0), at(3), _ranges(a0=(0, 1)))], {A0: 1},
                     WindowSpec.parse("1 minute"), delay_ms=None, pipeline="p")
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["resolve", "p", "--topic", "t", "--window", "ten minutes"], "window"),
+    (["resolve", "p", "--topic", "t", "--window", "10s", "--slide", "20s"], "slide"),
+    (["resolve", "p", "--topic", "t", "--window", "10s", "--watermark-delay", "0s"], "watermark_delay"),
+    (["resolve", "p", "--topic", "t", "--slide", "5s"], "--window"),
+])
+def test_cli_bad_window_options_exit_2_before_connecting(argv: list[str], fragment: str,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from offset_ledger.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([*argv, "--dsn", "postgresql+psycopg2://nobody@127.0.0.1:1/none", "--bootstrap-servers", "127.0.0.1:1"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert fragment in err and "Traceback" not in err
