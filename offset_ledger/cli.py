@@ -102,6 +102,13 @@ def resolve_cmd(
                                                  help="Default: the pipeline's only group in the ledger."),
     kafka_option: Optional[list[str]] = typer.Option(None, "--kafka-option", "-o",
                                                      help="Spark-style client setting, e.g. kafka.security.protocol=SSL (repeatable)."),
+    window: Optional[str] = typer.Option(None, "--window",
+                                         help="Windowed pipeline: the window length (10m, '10 minutes'); rewinds for open windows."),
+    slide: Optional[str] = typer.Option(None, "--slide", help="Sliding windows: the slide (5m)."),
+    watermark_delay: Optional[str] = typer.Option(None, "--watermark-delay",
+                                                  help="The withWatermark delay (10s); default: read back from the ledger."),
+    event_time_is_kafka_timestamp: bool = typer.Option(
+        False, "--event-time-is-kafka-timestamp", help="The event time is the Kafka record timestamp (tighter rewind)."),
     dsn: Optional[str] = DsnOption,
 ) -> None:
     """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing."""
@@ -116,6 +123,15 @@ def resolve_cmd(
         if not sep or not key.strip():
             raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
         options[key.strip()] = value
+    if window is not None or slide is not None or watermark_delay is not None:
+        # Bad durations fail before any connection is made.
+        from offset_ledger.stateful import WindowSpec, parse_duration_ms
+
+        if window is None:
+            raise ConfigError("--slide and --watermark-delay need --window")
+        WindowSpec.parse(window, slide)
+        if watermark_delay is not None:
+            parse_duration_ms(watermark_delay, option="watermark_delay")
     servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
     if not servers:
         raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
@@ -125,10 +141,14 @@ def resolve_cmd(
             plan, ledger, _cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
                 topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
-                allow_first_run=allow_first_run)
+                allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
+                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
     finally:
         engine.dispose()
     typer.echo(plan.starting_offsets_json)
+    if plan.event_time_floor is not None:
+        typer.echo(f"event-time floor: {plan.event_time_floor.isoformat()} (drop records before it; "
+                   "start_from_ledger opens a fresh checkpoint for this plan)", err=True)
     for finding in plan.findings:
         where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
         typer.echo(f"{finding.kind}{where}: {finding.message}", err=True)

@@ -119,6 +119,14 @@ class InvalidRestartOptions(InvalidInput):
     """A restart option (first_run, on_data_loss, topics, explicit offsets) is malformed."""
 
 
+class StatefulRestartRefused(InvalidRestartOptions):
+    """A windowed (stateful) restart cannot be computed exactly from what the ledger holds."""
+
+    def __init__(self, message: str, pipeline: str, **details: Any) -> None:
+        super().__init__(message, pipeline=pipeline, **details)
+        self.pipeline = pipeline
+
+
 class AmbiguousConsumerGroup(InvalidRestartOptions):
     """No consumer group was named and the ledger has several for the pipeline."""
 

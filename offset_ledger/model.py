@@ -29,6 +29,7 @@ FindingKind = Literal[
     "first_run",          # restart: no ledger entries, first_run policy applied
     "foreign_run",        # a run not on the current checkpoint generation reported batches; positions kept
     "shared_position",    # two active queries recorded the same partition of one pipeline; position kept
+    "state_rewind",       # restart: a windowed pipeline re-reads from before its open windows (event-time floor)
     "other",
 ]
 
@@ -77,6 +78,15 @@ class BatchOffsets:
     input_rows: int
     sources: tuple[SourceProgress, ...]
     duration_ms: int | None = None  # Spark's durationMs.triggerExecution
+    #: Spark's ``eventTime`` of the batch (only when the query defines a watermark): the watermark in
+    #: effect for this batch and the earliest / latest event time it saw; aware UTC datetimes.
+    watermark: datetime | None = None
+    event_time_min: datetime | None = None
+    event_time_max: datetime | None = None
+    #: Spark's ``stateOperators`` figures summed over the query's stateful operators (None: no state).
+    state_rows_total: int | None = None
+    state_rows_updated: int | None = None
+    state_rows_dropped_by_watermark: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,6 +150,9 @@ class RestartPlan:
     generation: int | None = None
     #: The consumer group the plan is for (the pipeline's only group when none was named).
     consumer_group: str | None = None
+    #: Stateful restart: drop records with event time before this (aware UTC) right after parsing;
+    #: None when no rewind applies.
+    event_time_floor: datetime | None = None
 
     @property
     def starting_offsets_json(self) -> str:

@@ -426,6 +426,10 @@ class Operations:
             "queryId": r["query_id"], "runId": r["run_id"], "batchId": r["batch_id"],
             "batchTime": _iso(r["batch_time"]), "recordedAt": _iso(r["recorded_at"]),
             "inputRows": r["input_rows"],
+            "watermark": _iso(r["watermark"]), "eventTimeMin": _iso(r["event_time_min"]),
+            "eventTimeMax": _iso(r["event_time_max"]), "stateRowsTotal": r["state_rows_total"],
+            "stateRowsUpdated": r["state_rows_updated"],
+            "stateRowsDroppedByWatermark": r["state_rows_dropped_by_watermark"],
             "ranges": [{"sourceIndex": x["source_index"], "topic": x["topic"], "partition": x["partition"],
                         "fromOffset": x["from_offset"], "untilOffset": x["until_offset"]} for x in r["ranges"]],
         } for r in rows)

@@ -163,7 +163,42 @@ def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
         input_rows=_int(doc.get("numInputRows")),
         sources=tuple(sources),
         duration_ms=_duration_ms(doc.get("durationMs")),
+        **_event_time(doc.get("eventTime")),
+        **_state_rows(doc.get("stateOperators")),
     )
+
+
+def _event_time(event_time: object) -> dict[str, datetime | None]:
+    """Spark's ``eventTime`` map (``watermark``, ``min``, ``max``, ``avg``; present only with a
+    watermark, and without min/max when the batch saw no rows) as BatchOffsets fields."""
+    out: dict[str, datetime | None] = {"watermark": None, "event_time_min": None, "event_time_max": None}
+    if not isinstance(event_time, Mapping):
+        return out
+    for key, field_name in (("watermark", "watermark"), ("min", "event_time_min"), ("max", "event_time_max")):
+        value = event_time.get(key)
+        if value is not None:
+            try:
+                out[field_name] = parse_timestamp(str(value))
+            except ProgressParseError:
+                # The offsets are what the ledger exists for: an odd figure never costs the batch.
+                out[field_name] = None
+    return out
+
+
+def _state_rows(operators: object) -> dict[str, int | None]:
+    """Spark's ``stateOperators`` list summed over operators (a query may have several)."""
+    keys = (("numRowsTotal", "state_rows_total"), ("numRowsUpdated", "state_rows_updated"),
+            ("numRowsDroppedByWatermark", "state_rows_dropped_by_watermark"))
+    out: dict[str, int | None] = {name: None for _, name in keys}
+    if not isinstance(operators, (list, tuple)):
+        return out
+    for op in operators:
+        if not isinstance(op, Mapping):
+            continue
+        for key, name in keys:
+            if op.get(key) is not None:
+                out[name] = (out[name] or 0) + _int(op.get(key))
+    return out
 
 
 def _duration_ms(durations: object) -> int | None:

@@ -24,11 +24,12 @@ from offset_ledger.errors import (
     ConfigError,
     FirstRunRefused,
     InvalidRestartOptions,
+    StatefulRestartRefused,
 )
 from offset_ledger.kafka import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.queries import current_positions, pipeline_footprint
+from offset_ledger.ledger.queries import checkpoint_batches, current_positions, pipeline_footprint
 from offset_ledger.model import (
     EARLIEST,
     LATEST,
@@ -49,6 +50,8 @@ from offset_ledger.resolver import (
     parse_on_data_loss,
     resolve,
 )
+
+from offset_ledger.stateful import StateRewind, WindowSpec, parse_duration_ms, plan_rewind, to_ms
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +169,22 @@ def plan_restart(
     first_run: object = None,
     on_data_loss: str = "fail",
     allow_first_run: bool = False,
+    window: str | None = None,
+    slide: str | None = None,
+    watermark_delay: str | None = None,
+    event_time_is_kafka_timestamp: bool = False,
 ) -> tuple[RestartPlan, LedgerView, ClusterView]:
     """A read-only plan (``checkpoint_location=None``) and the ledger and cluster views it was built from.
 
     Refuses (FirstRunRefused) to treat a pipeline the ledger knows as a first run, unless
-    ``first_run`` is given and ``allow_first_run`` is True.
+    ``first_run`` is given and ``allow_first_run`` is True. With ``window`` the positions are
+    rewound for a windowed pipeline (``offset_ledger.stateful``) and the plan carries the event-time floor.
     """
+    spec = WindowSpec.parse(window, slide) if window is not None else None
+    if spec is None and (slide is not None or watermark_delay is not None or event_time_is_kafka_timestamp):
+        raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
+                                    option="window")
+    delay_ms = parse_duration_ms(watermark_delay, option="watermark_delay") if watermark_delay is not None else None
     policy: FirstRun = parse_first_run("earliest" if first_run is None else first_run)
     loss: OnDataLoss = parse_on_data_loss(on_data_loss)
     if allow_first_run and first_run is None:
@@ -189,10 +202,52 @@ def plan_restart(
         raise FirstRunRefused(pipeline, ledger.consumer_group, requested, ledger.footprint)
     timestamp_ms = policy.timestamp_ms if isinstance(policy, FirstRunTimestamp) and first else None
     cluster = read_cluster(adapter, requested, timestamp_ms=timestamp_ms)
+    rewind = None
+    if spec is not None:
+        rewind = _state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
+                               event_time_is_kafka_timestamp)
+        positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
+                     if o >= 0 and tp.topic in set(requested)]
     plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
                    on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
                    recreated=recreated_topics(ledger.generation, cluster))
+    if rewind is not None:
+        plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
+                       event_time_floor=rewind[1].event_time_floor)
     return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
+
+
+def _state_rewind(
+    engine: Engine, adapter: KafkaAdapter, ledger: LedgerView, pipeline: str, positions: Sequence[Position],
+    spec: WindowSpec, delay_ms: int | None, kafka_timestamp: bool,
+) -> tuple[str | None, StateRewind]:
+    """(query id, rewind) of the pipeline's live checkpoint; refused when no watermark was recorded."""
+    if ledger.pending_reset_ids:
+        # A reset says where to read; a rewind says where the state's records are: never guess which wins.
+        raise StatefulRestartRefused(
+            f"pipeline {pipeline!r} has pending reset(s) {', '.join(map(str, ledger.pending_reset_ids))}; "
+            f"a windowed restart rewinds from recorded batches and would overrule them: restart without "
+            f"window= to apply the reset, or cancel it", pipeline, reset_ids=list(ledger.pending_reset_ids))
+    try:
+        with engine.connect() as conn:
+            query_id, figures = checkpoint_batches(conn, pipeline, ledger.consumer_group,
+                                                   ledger.generation.id if ledger.generation else None)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading batch history") from exc
+    current = {p.tp: p.next_offset for p in positions}
+    rewind = plan_rewind(figures, current, spec, delay_ms=delay_ms, pipeline=pipeline)
+    if rewind is None:
+        raise StatefulRestartRefused(
+            f"pipeline {pipeline!r}: the ledger has no watermark for its checkpoint (query {query_id}); a windowed "
+            f"restart needs one (the query must use withWatermark, recorded by this version's listener)",
+            pipeline, query_id=query_id)
+    if kafka_timestamp:
+        floor_ms = to_ms(rewind.event_time_floor)
+        by_time = adapter.offsets_for_time(sorted(current), floor_ms)
+        rewind = plan_rewind(figures, current, spec, delay_ms=rewind.delay_ms, pipeline=pipeline,
+                             offsets_for_floor=by_time)
+        assert rewind is not None
+    return query_id, rewind
 
 
 def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:
@@ -234,6 +289,10 @@ def start_from_ledger(
     kafka_options: Mapping[str, Any] | None = None,
     allow_first_run: bool = False,
     commit_to_kafka: bool = False,
+    window: str | None = None,
+    slide: str | None = None,
+    watermark_delay: str | None = None,
+    event_time_is_kafka_timestamp: bool = False,
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
@@ -269,6 +328,15 @@ def start_from_ledger(
     ``commit_to_kafka=True`` mirrors the resulting positions into the Kafka consumer group (also
     backwards, after a reset: see ``offset_ledger.mirror``); a group with active members is left
     alone and a ``mirror_refused`` finding says so, a Kafka failure only a ``mirror_pending`` one.
+
+    Windowed (append-mode) pipelines: ``window`` (``"10 minutes"``, as in Spark's ``window()``),
+    ``slide`` for sliding windows and ``watermark_delay`` (the ``withWatermark`` delay; read back
+    from the recorded watermarks when omitted) rewind the starting offsets to where the windows the
+    old checkpoint still held open begin (``offset_ledger.stateful``), always on a fresh checkpoint
+    generation. ``plan.event_time_floor`` is then the event time before which the new query must
+    drop records right after parsing; a ``state_rewind`` finding says what is read again and why.
+    With ``event_time_is_kafka_timestamp=True`` the rewind uses the brokers' offsets-for-times at
+    the floor (tighter). Refused (StatefulRestartRefused) when the ledger has no watermark.
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
@@ -287,7 +355,8 @@ def start_from_ledger(
             plan, ledger, cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
                 topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
-                allow_first_run=allow_first_run)
+                allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
+                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
         group = ledger.consumer_group
         current = ledger.generation
         reason = new_generation_reason(
@@ -295,7 +364,8 @@ def start_from_ledger(
             current_app_version=current.app_version if current else None,
             current_checkpoint_root=current.checkpoint_root if current else None,
             app_version=app_version, checkpoint_root=root,
-            pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
+            # A rewind only takes effect on an empty checkpoint (the old one holds the state it replaces).
+            pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint or window is not None,
             data_loss=any(f.kind == "data_loss" for f in plan.findings))
         if reason is None:
             assert current is not None

@@ -20,7 +20,8 @@ from offset_ledger.ledger.tables import (
     resets,
     runs,
 )
-from offset_ledger.model import Position
+from offset_ledger.model import Position, TopicPartition
+from offset_ledger.stateful import BatchFigures
 
 
 def current_positions(
@@ -174,6 +175,8 @@ def batch_history(
     stmt = select(
         batches.c.id, batches.c.query_id, batches.c.run_id, batches.c.batch_id,
         batches.c.batch_time, batches.c.recorded_at, batches.c.input_rows,
+        batches.c.watermark, batches.c.event_time_min, batches.c.event_time_max,
+        batches.c.state_rows_total, batches.c.state_rows_updated, batches.c.state_rows_dropped_by_watermark,
     ).where(batches.c.pipeline == pipeline, batches.c.consumer_group == consumer_group)
     if since is not None:
         stmt = stmt.where(batches.c.batch_time >= since)
@@ -245,3 +248,44 @@ def all_positions(conn: Connection) -> dict[tuple[str, str], list[Position]]:
     for r in conn.execute(stmt):
         out.setdefault((r.pipeline, r.consumer_group), []).append(Position(r.topic, r.partition, r.next_offset))
     return out
+
+
+def checkpoint_batches(
+    conn: Connection, pipeline: str, consumer_group: str, generation_id: int | None,
+) -> tuple[str | None, list[BatchFigures]]:
+    """(query id, its batches with event-time figures and ranges) of the pipeline's live checkpoint.
+
+    One checkpoint is one Spark query id. It is the query of the newest batch recorded by a run on
+    the current generation; when that generation has no batch yet (planned, never started), the
+    query of the pipeline's newest batch, so planning again gives the same answer.
+    """
+    newest = select(batches.c.query_id).where(batches.c.pipeline == pipeline,
+                                              batches.c.consumer_group == consumer_group)
+    query_id = None
+    if generation_id is not None:
+        query_id = conn.execute(
+            newest.join(runs, runs.c.run_id == batches.c.run_id).where(runs.c.generation_id == generation_id)
+            .order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc()).limit(1)).scalar()
+    if query_id is None:
+        query_id = conn.execute(newest.order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc())
+                                .limit(1)).scalar()
+    if query_id is None:
+        return None, []
+    ranges: dict[int, dict[TopicPartition, tuple[int | None, int]]] = {}
+    for r in conn.execute(select(batch_offsets.c.batch_id, batch_offsets.c.topic, batch_offsets.c.partition,
+                                 batch_offsets.c.from_offset, batch_offsets.c.until_offset)
+                          .where(batch_offsets.c.query_id == query_id)):
+        key = TopicPartition(r.topic, r.partition)
+        per = ranges.setdefault(r.batch_id, {})
+        old = per.get(key)
+        # Two sources on one topic (a self-union): the lower start is the one neither skips from.
+        if old is None or (r.from_offset is not None and (old[0] is None or r.from_offset < old[0])):
+            per[key] = (r.from_offset, r.until_offset)
+
+    def aware(value: datetime | None) -> datetime | None:
+        return None if value is None else (value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value)
+
+    out = [BatchFigures(r.batch_id, aware(r.watermark), aware(r.event_time_max), ranges.get(r.batch_id, {}))
+           for r in conn.execute(select(batches.c.batch_id, batches.c.watermark, batches.c.event_time_max)
+                                 .where(batches.c.query_id == query_id).order_by(batches.c.batch_id))]
+    return query_id, out

@@ -72,11 +72,13 @@ _FAST_BATCH = "offset_ledger_record_batch"
 _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
 _FAST_BATCH_SQL = f"""
 PREPARE {_FAST_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
-                       int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint) AS
+                       int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint,
+                       timestamptz, timestamptz, timestamptz, bigint, bigint, bigint) AS
 WITH new_batch AS (
     INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
-                         input_rows)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+                         input_rows, watermark, event_time_min, event_time_max, state_rows_total,
+                         state_rows_updated, state_rows_dropped_by_watermark)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $18, $19, $20, $21, $22, $23)
     ON CONFLICT (query_id, batch_id) DO NOTHING
     RETURNING 1
 ), new_offsets AS (
@@ -113,7 +115,7 @@ SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM
 """
 # The shared pipeline lock comes first, as on the general path (ledger.locks).
 _FAST_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
-                    f"EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 17)}); COMMIT")
+                    f"EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
 
 
 def _int_array(values: Sequence[int | None]) -> str:
@@ -270,6 +272,18 @@ def _csv_rows(rows: list[dict[str, Any]], columns: list[str]) -> list[Any]:
                 row[i] = text
         out.append(row)
     return out
+
+
+#: The batch's event-time and state figures, in this order on both write paths ($18..$23 above).
+_STATEFUL_COLUMNS = ("watermark", "event_time_min", "event_time_max", "state_rows_total",
+                     "state_rows_updated", "state_rows_dropped_by_watermark")
+
+
+def _stateful_values(batch: BatchOffsets) -> tuple[Any, ...]:
+    """The batch's watermark, min / max event time (UTC) and state row counts; None where not reported."""
+    return (*(None if t is None else utc(t)
+              for t in (batch.watermark, batch.event_time_min, batch.event_time_max)),
+            batch.state_rows_total, batch.state_rows_updated, batch.state_rows_dropped_by_watermark)
 
 
 def _ends(batch: BatchOffsets) -> _Ends:
@@ -564,7 +578,7 @@ class Recorder:
                   _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
                   _int_array([o[4] for o in offsets]),
                   _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
-                  _int_array([e[2] for e in ends]), b.duration_ms)
+                  _int_array([e[2] for e in ends]), b.duration_ms) + _stateful_values(b)
         # The held connection is between transactions here. In autocommit mode psycopg2 sends no
         # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
         raw: Any = conn.connection.dbapi_connection
@@ -709,7 +723,8 @@ class Recorder:
         batch_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
                        "query_id": rec.batch.query_id, "run_id": rec.batch.run_id, "batch_id": rec.batch.batch_id,
                        "batch_time": utc(rec.batch.batch_time), "recorded_at": txn.now,
-                       "input_rows": rec.batch.input_rows} for rec in recs]
+                       "input_rows": rec.batch.input_rows,
+                       **dict(zip(_STATEFUL_COLUMNS, _stateful_values(rec.batch)))} for rec in recs]
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
         inserted = set(self._bulk(conn, batches, batch_rows, ("query_id", "batch_id"),

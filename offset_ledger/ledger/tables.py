@@ -81,6 +81,15 @@ batches = Table(
     Column("batch_time", _tz(), nullable=False),
     Column("recorded_at", _tz(), nullable=False),
     Column("input_rows", BigInteger, nullable=False, default=0),
+    # 0004: Spark's eventTime figures (watermark in effect for the batch, min and max event time
+    # seen) and its stateful operators' row counts (summed over operators); NULL when the query
+    # has no watermark or no state. The restart of a windowed pipeline is computed from them.
+    Column("watermark", _tz()),
+    Column("event_time_min", _tz()),
+    Column("event_time_max", _tz()),
+    Column("state_rows_total", BigInteger),
+    Column("state_rows_updated", BigInteger),
+    Column("state_rows_dropped_by_watermark", BigInteger),
     UniqueConstraint("query_id", "batch_id"),
     Index(None, "pipeline", "consumer_group", "batch_time"),
 )

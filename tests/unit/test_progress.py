@@ -193,3 +193,36 @@ def _progress(sources: list[dict], *, rows: int = 1, batch_id: int = 4) -> dict:
             "timestamp": "2026-11-22T20:42:12.804Z", "batchId": batch_id, "numInputRows": rows,
             "durationMs": {}, "stateOperators": [], "sources": sources,
             "sink": {"description": "MemorySink"}}
+
+
+def test_event_time_and_state_operators_are_parsed(progress_json: dict) -> None:
+    doc = json.loads(json.dumps(progress_json))
+    doc["eventTime"] = {"avg": "2026-01-01T00:00:05.000Z", "max": "2026-01-01T00:00:09.500Z",
+                        "min": "2026-01-01T00:00:01.250Z", "watermark": "2026-01-01T00:00:00.000Z"}
+    doc["stateOperators"] = [
+        {"operatorName": "stateStoreSave", "numRowsTotal": 3, "numRowsUpdated": 2, "numRowsDroppedByWatermark": 1},
+        {"operatorName": "dedupe", "numRowsTotal": 10, "numRowsUpdated": 4, "numRowsDroppedByWatermark": 0},
+    ]
+    batch = parse_progress(doc)
+    assert batch.watermark == datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert batch.event_time_min == datetime(2026, 1, 1, 0, 0, 1, 250000, tzinfo=timezone.utc)
+    assert batch.event_time_max == datetime(2026, 1, 1, 0, 0, 9, 500000, tzinfo=timezone.utc)
+    assert (batch.state_rows_total, batch.state_rows_updated, batch.state_rows_dropped_by_watermark) == (13, 6, 1)
+
+
+def test_no_watermark_no_state_leaves_the_fields_empty(progress_json: dict) -> None:
+    doc = json.loads(json.dumps(progress_json))
+    doc.pop("eventTime", None)
+    doc["stateOperators"] = []
+    batch = parse_progress(doc)
+    assert (batch.watermark, batch.event_time_min, batch.event_time_max) == (None, None, None)
+    assert batch.state_rows_total is None
+
+
+def test_watermark_only_and_odd_values_keep_the_batch(progress_json: dict) -> None:
+    doc = json.loads(json.dumps(progress_json))
+    doc["eventTime"] = {"watermark": "2026-01-01T00:00:00.000Z", "max": "not a time"}
+    batch = parse_progress(doc)
+    assert batch.watermark == datetime(2026, 1, 1, tzinfo=timezone.utc)
+    assert batch.event_time_max is None and batch.event_time_min is None
+    assert batch.input_rows == 300
