@@ -504,7 +504,9 @@ class Demo:
             self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc))
         base = f"http://127.0.0.1:{port}"
         _wait_http(f"{base}/healthz", proc)
-        self.say(f"offset-ledger serve: {base} (pid {proc.pid}); try:")
+        self.say(f"offset-ledger serve: {base} (pid {proc.pid})")
+        self.say(f"[bold]web console: {base}/  (pipeline page: {base}/pipelines/{PIPELINE})")
+        self.say("try:")
         for line in (
             f"curl -s '{base}/v1/getCurrentOffsets/?pipelineName={PIPELINE}'",
             f"curl -s '{base}/v1/getTopicDetails/?topicName={TOPIC}'",

@@ -65,13 +65,13 @@ class ConsoleReads:
             group = self.ops.resolve_group(conn, pipeline, consumer_group)
             runs = cq.pipeline_runs(conn, pipeline, group)
             gens = cq.pipeline_generations(conn, pipeline, group)
-        by_location = {g["location"].rstrip("/"): g["generation"] for g in gens}
+        by_location = {_same_place(g["location"]): g["generation"] for g in gens}
         return {
             "pipeline": pipeline, "consumerGroup": group,
             "runs": [{
                 "runId": r["run_id"], "queryId": r["query_id"], "queryName": r["query_name"],
                 "appVersion": r["app_version"], "checkpointLocation": r["checkpoint_location"],
-                "generation": by_location.get((r["checkpoint_location"] or "").rstrip("/")),
+                "generation": by_location.get(_same_place(r["checkpoint_location"] or "")),
                 "startedAt": _iso(r["started_at"]), "terminatedAt": _iso(r["terminated_at"]),
                 "lastHeartbeatAt": _iso(r["last_heartbeat_at"]), "lastBatchId": r["last_batch_id"],
                 "exception": (r["exception"] or None) and str(r["exception"])[:2000],
@@ -92,3 +92,12 @@ class ConsoleReads:
             "queryId": r["query_id"], "batchId": r["batch_id"], "expectedOffset": r["expected_offset"],
             "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": _iso(r["created_at"]),
         } for r in rows]}
+
+
+def _same_place(location: str) -> str:
+    """A checkpoint location compared by place: Spark reports local paths as ``file:/...``, the helper as ``/...``."""
+    if location.startswith("file://"):
+        location = location[len("file://"):]
+    elif location.startswith("file:"):
+        location = location[len("file:"):]
+    return location.rstrip("/")

@@ -23,13 +23,13 @@
 
   function renderSummary(row) {
     const dl = document.getElementById("summary");
-    const item = (term, value) => [el("dt", {}, term), el("dd", {}, value)];
+    const item = (term, value) => el("div", {}, el("dt", {}, term), el("dd", {}, value));
     dl.replaceChildren(...(row ? [
       item("Consumer group", row.consumerGroup), item("State", stateBadge(row.state)),
       item("Lag (records)", num(row.lag)), item("Last batch", time(row.lastBatchTime, true)),
       item("App version", row.appVersion || "—"), item("Generation", num(row.generation)),
       item("Findings", num(row.findings)),
-    ].flat() : []));
+    ] : []));
   }
 
   function bar(p) {
@@ -176,7 +176,7 @@
         { label: "Records read", scale: "rec", stroke: "#1d4ed8", width: 2, points: { show: true, size: 5 } },
         { label: "Behind today's log-end", scale: "behind", stroke: "#b45309", width: 2, dash: [6, 4] },
       ],
-      axes: [{}, { scale: "rec", label: "records read" }, { scale: "behind", side: 1, label: "behind today's log-end", grid: { show: false } }],
+      axes: [{ space: 90, values: (_u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString()) }, { scale: "rec", label: "records read" }, { scale: "behind", side: 1, label: "behind today's log-end", grid: { show: false } }],
     }, [xs, read, behind], holder);
   }
 
