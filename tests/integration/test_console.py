@@ -211,6 +211,7 @@ def partition_positions(driver) -> dict[int, str]:  # type: ignore[no-untyped-de
 def screenshot(driver, name: str, min_height: int = 900) -> None:  # type: ignore[no-untyped-def]
     """A full-page PNG: the window grows to the document's height first (Chrome captures the viewport)."""
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.execute_script("window.scrollTo(0, 0)")
     driver.set_window_size(1280, min_height)  # so scrollHeight is the content's, not the window's
     time.sleep(0.2)
     height = int(driver.execute_script("return document.documentElement.scrollHeight"))
@@ -284,6 +285,9 @@ def test_pipeline_page_shows_each_partition_position_in_its_log(
     # A phone-sized window: nothing wider than the screen but the tables' own scroll areas.
     browser.set_window_size(390, 844)
     try:
+        if os.environ.get("OFFSET_LEDGER_PHONE_SHOT"):  # for looking at the layout by eye
+            time.sleep(0.3)
+            browser.save_screenshot(os.environ["OFFSET_LEDGER_PHONE_SHOT"])
         overflow = browser.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 0, f"the page is {overflow}px wider than a phone screen"
     finally:
@@ -310,6 +314,7 @@ def test_reset_through_the_form_dry_runs_then_executes_and_the_positions_and_aud
     assert targets == {0: "25", 2: "25"}
     assert "10 records replayed, 0 skipped" in css(browser, "#preview-heading").text
     assert api_positions(served, recorded.topic) == before, "a dry run moved positions"
+    screenshot(browser, "console-reset-dry-run.png")
 
     # No reason: nothing is sent.
     css(browser, "#reset-confirmed").click()

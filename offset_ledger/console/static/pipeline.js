@@ -10,6 +10,9 @@
   let logEnds = new Map();  // "topic/partition" -> log-end offset, from the latest lag answer
   let topics = [];
   let chart = null;
+  // Batches are seconds apart at the least: no half-second ticks that repeat the same label.
+  const WHOLE_SECONDS = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200,
+    86400, 172800, 604800, 2592000, 31536000];
 
   function q(params = {}) {
     const search = new URLSearchParams();
@@ -176,7 +179,7 @@
         { label: "Records read", scale: "rec", stroke: "#1d4ed8", width: 2, points: { show: true, size: 5 } },
         { label: "Behind today's log-end", scale: "behind", stroke: "#b45309", width: 2, dash: [6, 4] },
       ],
-      axes: [{ space: 90, values: (_u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString()) }, { scale: "rec", label: "records read" }, { scale: "behind", side: 1, label: "behind today's log-end", grid: { show: false } }],
+      axes: [{ space: 90, incrs: WHOLE_SECONDS, values: (_u, ticks) => ticks.map((t) => new Date(t * 1000).toLocaleTimeString()) }, { scale: "rec", label: "records read" }, { scale: "behind", side: 1, label: "behind today's log-end", grid: { show: false } }],
     }, [xs, read, behind], holder);
   }
 
