@@ -273,6 +273,25 @@ def test_pipeline_page_shows_each_partition_position_in_its_log(
     # History: the real batches, newest first, paged with the API's cursor.
     wait_for(browser, lambda d: len(css_all(d, "#history tbody tr")) >= 3, what="batch history rows")
     assert "→ 30" in css(browser, "#history tbody").text
+    from selenium.webdriver.support.ui import Select
+
+    # Paged by the API's cursor: two batches, then the oldest one, then back.
+    Select(css(browser, "#history-size")).select_by_visible_text("2")
+    wait_for(browser, lambda d: len(css_all(d, "#history tbody tr")) == 2, what="a page of two batches")
+    assert [r.find_element("css selector", "td").text for r in css_all(browser, "#history tbody tr")] == ["2", "1"]
+    css(browser, "#history-older").click()
+    wait_for(browser, lambda d: css(d, "#history-page").text == "Page 2", what="the second page")
+    assert [r.find_element("css selector", "td").text for r in css_all(browser, "#history tbody tr")] == ["0"]
+    assert not css(browser, "#history-older").is_enabled()
+    css(browser, "#history-newer").click()
+    wait_for(browser, lambda d: css(d, "#history-page").text == "Page 1", what="back to the first page")
+    # Filtered by time: nothing recorded before 2001.
+    browser.execute_script("document.getElementById('history-until').value = '2001-01-01T00:00:00'")
+    css(browser, "#history-filter button[type=submit]").click()
+    wait_for(browser, lambda d: css(d, "#history tbody").text == "No batches match.", what="an empty filtered page")
+    Select(css(browser, "#history-size")).select_by_visible_text("20")
+    css(browser, "#history-filter button[type=reset]").click()
+    wait_for(browser, lambda d: len(css_all(d, "#history tbody tr")) == 3, what="every batch again")
     assert css_all(browser, "#chart canvas"), "the chart was not drawn"
     wait_for(browser, lambda d: "1.0" in css(d, "#generations tbody").text, what="generation 1 with app version 1.0")
     assert css(browser, "#generations tbody td").text == "1"

@@ -147,6 +147,12 @@
       stamp();
     } catch (err) {
       showError(error, err);
+      const groups = err instanceof ApiError && err.status === 400 ? err.body.consumer_groups : null;
+      if (Array.isArray(groups)) {
+        // Several consumer groups and none named: offer each as a bookmarkable link.
+        error.append(" Choose one: ", ...groups.flatMap((g, i) => [i ? ", " : "",
+          el("a", { href: `/pipelines/${encodeURIComponent(pipeline)}?group=${encodeURIComponent(g)}` }, g)]));
+      }
     }
   }
 
@@ -188,13 +194,17 @@
   function historyParams() {
     const f = document.getElementById("history-filter").elements;
     const local = (v) => (v ? new Date(v).toISOString() : null);
-    return { topic: f.topic.value || null, since: local(f.since.value), until: local(f.until.value) };
+    return { topic: f.topic.value || null, since: local(f.since.value), until: local(f.until.value), limit: f.size.value };
   }
+
+  let historyRequest = 0;
 
   async function loadHistory() {
     const error = document.getElementById("history-error");
+    const mine = ++historyRequest;
     try {
-      const page = await api(base + "/history" + q({ ...historyParams(), limit: 20, cursor: history.cursor }));
+      const page = await api(base + "/history" + q({ ...historyParams(), cursor: history.cursor }));
+      if (mine !== historyRequest) return;  // a newer filter or page was asked for meanwhile
       error.hidden = true;
       history.next = page.nextCursor;
       fill(document.querySelector("#history tbody"), page.batches.map((b) => el("tr", {},
@@ -359,6 +369,7 @@
 
     const filter = document.getElementById("history-filter");
     filter.addEventListener("submit", (ev) => { ev.preventDefault(); history.cursor = null; history.previous = []; loadHistory(); });
+    document.getElementById("history-size").addEventListener("change", () => { history.cursor = null; history.previous = []; loadHistory(); });
     filter.addEventListener("reset", () => setTimeout(() => { history.cursor = null; history.previous = []; loadHistory(); }));
     document.getElementById("history-older").addEventListener("click", () => {
       if (!history.next) return;
