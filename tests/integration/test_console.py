@@ -401,3 +401,42 @@ def test_with_a_token_the_console_asks_for_it_and_unauthenticated_writes_are_ref
         browser.execute_script("sessionStorage.clear()")
     finally:
         server.stop()
+
+
+def test_a_running_pipeline_shows_running_and_its_reset_is_refused_with_409(
+        browser, served: Served, recorded: Ledger, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    listener = OffsetLedgerListener(dsn=recorded.dsn, pipeline="live", spool_dir=tmp_path / "spool")
+    spark.streams.addListener(listener)
+    query = None
+    try:
+        query = (spark.readStream.format("kafka")
+                 .option("kafka.bootstrap.servers", recorded.bootstrap).option("subscribe", recorded.topic)
+                 .option("startingOffsets", "earliest").load()
+                 .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(processingTime="1 second").start())
+        query.processAllAvailable()
+        assert listener.flush(60), listener.health()
+
+        browser.get(served.url + "/")
+        row = '#pipelines tbody tr[data-pipeline="live"]'
+        wait_for(browser, lambda d: css(d, f"{row} [data-col=state]").text == "running", what="live is running")
+        assert css(browser, f"{row} [data-col=lag]").text == "0"
+
+        browser.get(served.url + "/pipelines/live")
+        wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="live's positions")
+        before = httpx.get(f"{served.url}/v1/getCurrentOffsets?pipelineName=live").json()
+        css(browser, "#reset-preview-button").click()  # earliest, every topic
+        wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")
+        assert "active run" in css(browser, "#preview-warnings").text
+        css(browser, "#reset-reason").send_keys("replay everything")
+        css(browser, "#reset-confirmed").click()
+        css(browser, "#reset-execute").click()
+        wait_for(browser, lambda d: css(d, "#reset-message").text.startswith("Refused: 409 ActiveRunConflict"),
+                 what="the 409 refusal")
+        assert "has an active run" in css(browser, "#reset-message").text
+        assert httpx.get(f"{served.url}/v1/getCurrentOffsets?pipelineName=live").json() == before
+    finally:
+        if query is not None:
+            query.stop()
+        spark.streams.removeListener(listener)
+        listener.close(10)

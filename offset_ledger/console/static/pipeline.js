@@ -284,7 +284,6 @@
   }
 
   function refusal(err) {
-    if (err instanceof ApiError && err.status === 409) return "Refused (409): " + describe(err);
     if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) return "Refused: " + describe(err);
     return describe(err);
   }
