@@ -200,6 +200,13 @@ def test_pipeline_page_shows_each_partition_position_in_its_log(
     assert css(browser, "#findings tbody").text == "No findings."
     screenshot(browser, "console-pipeline.png")
 
+    # An unknown pipeline: the API's 404 message, and no form to reset it with.
+    browser.get(served.url + "/pipelines/no-such-pipeline")
+    wait_for(browser, lambda d: "404 UnknownPipeline" in css(d, "#page-error").text, what="the 404 message")
+    assert not css(browser, "#reset-form").is_displayed()
+    browser.get(served.url + "/pipelines/orders")
+    wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="the page again")
+
     # A phone-sized window: nothing wider than the screen but the tables' own scroll areas.
     browser.set_window_size(390, 844)
     try:

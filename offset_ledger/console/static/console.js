@@ -135,6 +135,8 @@ window.OL = (() => {
   function showError(node, err) {
     node.hidden = false;
     node.textContent = describe(err);
+    const stampNode = document.getElementById("refreshed");
+    if (stampNode) stampNode.textContent = `Not updated (${new Date().toLocaleTimeString()})`;
   }
 
   function describe(err) {

@@ -138,15 +138,22 @@
     )), "No resets.", 7);
   }
 
+  function showSections(show) {
+    for (const section of document.querySelectorAll("main > section")) section.hidden = !show;
+  }
+
   async function refresh() {
     const error = document.getElementById("page-error");
     try {
       await loadPartitions();
       await Promise.all([loadSummary(), loadRuns(), loadFindings(), loadAudit()]);
       error.hidden = true;
+      showSections(true);
       stamp();
     } catch (err) {
       showError(error, err);
+      // An unknown pipeline has nothing to show or reset: only the message stays.
+      if (err instanceof ApiError && err.status === 404) showSections(false);
       const groups = err instanceof ApiError && err.status === 400 ? err.body.consumer_groups : null;
       if (Array.isArray(groups)) {
         // Several consumer groups and none named: offer each as a bookmarkable link.
