@@ -83,6 +83,7 @@ def recorded(stack: StackInfo, kafka_session, spark) -> Iterator[Ledger]:  # typ
         yield Ledger(dsn, topic, stack.bootstrap_servers)
     finally:
         kafka_session.delete_topics([topic])
+        kafka_session.created.remove(topic)
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
