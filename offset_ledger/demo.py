@@ -505,7 +505,7 @@ class Demo:
         base = f"http://127.0.0.1:{port}"
         _wait_http(f"{base}/healthz", proc)
         self.say(f"offset-ledger serve: {base} (pid {proc.pid})")
-        self.say(f"[bold]web console: {base}/  (pipeline page: {base}/pipelines/{PIPELINE})")
+        self.say(f"[bold]web console: {base}/")
         self.say("try:")
         for line in (
             f"curl -s '{base}/v1/getCurrentOffsets/?pipelineName={PIPELINE}'",
@@ -514,6 +514,7 @@ class Demo:
             f"curl -s '{base}/api/v1/pipelines/{PIPELINE}/history?limit=5'",
             f"curl -s '{base}/api/v1/pipelines/{PIPELINE}/lag'",
             f"curl -s '{base}/metrics'",
+            f"open {base}/pipelines/{PIPELINE}",
             f"open {base}/docs",
         ):
             self.console.print(f"  [green]{line}", soft_wrap=True, highlight=False)
