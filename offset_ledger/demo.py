@@ -504,7 +504,9 @@ class Demo:
             self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc))
         base = f"http://127.0.0.1:{port}"
         _wait_http(f"{base}/healthz", proc)
-        self.say(f"offset-ledger serve: {base} (pid {proc.pid}); try:")
+        self.say(f"offset-ledger serve: {base} (pid {proc.pid})")
+        self.say(f"[bold]web console: {base}/")
+        self.say("try:")
         for line in (
             f"curl -s '{base}/v1/getCurrentOffsets/?pipelineName={PIPELINE}'",
             f"curl -s '{base}/v1/getTopicDetails/?topicName={TOPIC}'",
@@ -512,6 +514,7 @@ class Demo:
             f"curl -s '{base}/api/v1/pipelines/{PIPELINE}/history?limit=5'",
             f"curl -s '{base}/api/v1/pipelines/{PIPELINE}/lag'",
             f"curl -s '{base}/metrics'",
+            f"open {base}/pipelines/{PIPELINE}",
             f"open {base}/docs",
         ):
             self.console.print(f"  [green]{line}", soft_wrap=True, highlight=False)

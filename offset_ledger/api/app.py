@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -88,14 +88,19 @@ class PathNormalizer:
 
 
 class BearerAuth:
-    """With a token configured, every path but /healthz needs ``Authorization: Bearer <token>``."""
+    """With a token configured, every path but /healthz and ``public`` ones needs ``Authorization: Bearer <token>``.
 
-    def __init__(self, app: ASGIApp, token: str | None) -> None:
+    ``public`` admits the console's HTML shells and static files, which carry no ledger data.
+    """
+
+    def __init__(self, app: ASGIApp, token: str | None, public: Callable[[str], bool] | None = None) -> None:
         self.app = app
         self.token = token.encode() if token else None
+        self.public = public or (lambda _path: False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or self.token is None or scope["path"] == "/healthz":
+        if (scope["type"] != "http" or self.token is None or scope["path"] == "/healthz"
+                or self.public(scope["path"])):
             await self.app(scope, receive, send)
             return
         given = b""
@@ -170,7 +175,8 @@ def create_app(
     kafka_timeout_ms: int = 10_000,
 ) -> FastAPI:
     """The API over one ledger and one Kafka cluster; arguments win over ``OFFSET_LEDGER_*`` settings."""
-    from offset_ledger.api import routes
+    from offset_ledger.api import console_routes, routes
+    from offset_ledger.console import pages as console_pages
 
     s = settings or read_settings()
     if operations is None:
@@ -232,9 +238,11 @@ def create_app(
     app.include_router(routes.legacy)
     app.include_router(routes.resource)
     app.include_router(routes.service)
+    app.include_router(console_routes.router)
+    console_pages.mount(app)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(BearerAuth, token=token)
+    app.add_middleware(BearerAuth, token=token, public=console_pages.is_public)
     app.add_middleware(PathNormalizer)  # added last = outermost: auth and routing see clean paths
 
     return app

@@ -1,0 +1,34 @@
+"""JSON endpoints the web console reads beyond the resource API: enriched pipelines, runs, findings."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from fastapi import APIRouter, Query, Request
+
+from offset_ledger.console.reads import ConsoleReads
+from offset_ledger.operations import Operations
+
+router = APIRouter(prefix="/api/v1", tags=["console"])
+
+
+def _reads(request: Request) -> ConsoleReads:
+    ops: Operations = request.app.state.operations
+    return ConsoleReads(ops)
+
+
+@router.get("/console/pipelines",
+            summary="Every pipeline with state (running/stopped/stale), lag, findings, app version and generation")
+def console_pipelines(request: Request) -> Any:
+    return {"pipelines": _reads(request).pipelines()}
+
+
+@router.get("/pipelines/{pipeline}/runs", summary="Runs and checkpoint generations, newest first")
+def pipeline_runs(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+    return _reads(request).runs(pipeline, consumerGroup)
+
+
+@router.get("/pipelines/{pipeline}/findings", summary="Findings (gaps, stale batches, data loss, ...), newest first")
+def pipeline_findings(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1),
+                      limit: int = Query(100, ge=1, le=1000)) -> Any:
+    return _reads(request).findings(pipeline, consumerGroup, limit=limit)

@@ -1,0 +1,5 @@
+"""The web console: HTML shells and static files served by ``offset-ledger serve`` at ``/``.
+
+Pages carry no ledger data; their scripts read the JSON API with the bearer token the operator
+typed in (kept in sessionStorage), so the console never widens what a token-less caller can see.
+"""

@@ -1,0 +1,103 @@
+"""What the console shows beyond ``Operations``: state with staleness, findings, runs, generations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.ledger import console_queries as cq
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.operations import Operations, _iso
+
+
+class ConsoleReads:
+    """Thin, read-only views for the console over the same engine ``Operations`` uses."""
+
+    def __init__(self, ops: Operations) -> None:
+        self.ops = ops
+
+    @contextmanager
+    def _db(self) -> Iterator[Connection]:
+        try:
+            with self.ops.engine.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, "reading") from exc
+
+    def pipelines(self) -> list[dict[str, Any]]:
+        """Every pipeline/consumer group: the API's summary plus stale state, findings, version, generation."""
+        summaries = self.ops.list_pipelines(with_lag=True)
+        with self._db() as conn:
+            stale = cq.stale_runs_by_group(conn)
+            counts = cq.finding_counts(conn)
+            gens = cq.latest_generations(conn)
+            last_runs = cq.latest_runs(conn)
+        groups_per_pipeline: dict[str, int] = {}
+        for s in summaries:
+            groups_per_pipeline[s.pipeline] = groups_per_pipeline.get(s.pipeline, 0) + 1
+        out = []
+        for s in summaries:
+            key = (s.pipeline, s.consumer_group)
+            row = s.to_dict()
+            # A run that never reported termination and went silent is neither running nor cleanly
+            # stopped: say so instead of hiding a crashed driver behind "stopped".
+            if s.state != "running" and stale.get(key):
+                row["state"] = "stale"
+            row["staleRunIds"] = stale.get(key, [])
+            row["findings"] = counts.get(key, 0)
+            gen = gens.get(key)
+            run = last_runs.get(key)
+            row["generation"] = gen["generation"] if gen else None
+            # The running code's version is the newest run's; a generation opened but not yet run
+            # still tells which version asked for it.
+            row["appVersion"] = (run or {}).get("app_version") or (gen or {}).get("app_version")
+            row["groupCount"] = groups_per_pipeline[s.pipeline]
+            out.append(row)
+        return out
+
+    def runs(self, pipeline: str, consumer_group: str | None = None) -> dict[str, Any]:
+        """Runs (each matched to its generation by checkpoint location) and generations, newest first."""
+        with self._db() as conn:
+            group = self.ops.resolve_group(conn, pipeline, consumer_group)
+            runs = cq.pipeline_runs(conn, pipeline, group)
+            gens = cq.pipeline_generations(conn, pipeline, group)
+        by_location = {_same_place(g["location"]): g["generation"] for g in gens}
+        return {
+            "pipeline": pipeline, "consumerGroup": group,
+            "runs": [{
+                "runId": r["run_id"], "queryId": r["query_id"], "queryName": r["query_name"],
+                "appVersion": r["app_version"], "checkpointLocation": r["checkpoint_location"],
+                "generation": by_location.get(_same_place(r["checkpoint_location"] or "")),
+                "startedAt": _iso(r["started_at"]), "terminatedAt": _iso(r["terminated_at"]),
+                "lastHeartbeatAt": _iso(r["last_heartbeat_at"]), "lastBatchId": r["last_batch_id"],
+                "exception": (r["exception"] or None) and str(r["exception"])[:2000],
+            } for r in runs],
+            "generations": [{
+                "generation": g["generation"], "location": g["location"], "appVersion": g["app_version"],
+                "reason": g["reason"], "createdAt": _iso(g["created_at"]), "startingOffsets": g["starting_offsets"],
+            } for g in gens],
+        }
+
+    def findings(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 100) -> dict[str, Any]:
+        """The pipeline's findings, newest first."""
+        with self._db() as conn:
+            group = self.ops.resolve_group(conn, pipeline, consumer_group)
+            rows = cq.pipeline_findings(conn, pipeline, group, limit=limit)
+        return {"pipeline": pipeline, "consumerGroup": group, "findings": [{
+            "id": r["id"], "kind": r["kind"], "topic": r["topic"], "partition": r["partition"],
+            "queryId": r["query_id"], "batchId": r["batch_id"], "expectedOffset": r["expected_offset"],
+            "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": _iso(r["created_at"]),
+        } for r in rows]}
+
+
+def _same_place(location: str) -> str:
+    """A checkpoint location compared by place: Spark reports local paths as ``file:/...``, the helper as ``/...``."""
+    if location.startswith("file://"):
+        location = location[len("file://"):]
+    elif location.startswith("file:"):
+        location = location[len("file:"):]
+    return location.rstrip("/")

@@ -1,0 +1,101 @@
+"""Read-only queries the web console needs beyond ``ledger.queries``: runs, generations, findings.
+
+Kept apart from ``queries`` so the console can grow without touching the shared read path.
+Nothing here writes.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+
+from offset_ledger.ledger.queries import RUN_STALENESS
+from offset_ledger.ledger.tables import checkpoint_generations, findings, runs
+
+
+def finding_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    """Findings per (pipeline, consumer group).
+
+    The ledger has no "resolved" flag on findings, so every recorded finding counts.
+    """
+    stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count().label("n")).group_by(
+        findings.c.pipeline, findings.c.consumer_group)
+    return {(r.pipeline, r.consumer_group): int(r.n) for r in conn.execute(stmt)}
+
+
+def latest_generations(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
+    """The newest checkpoint generation of every (pipeline, consumer group)."""
+    newest = select(
+        checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
+        func.max(checkpoint_generations.c.generation).label("generation"),
+    ).group_by(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group).subquery("n")
+    stmt = select(
+        checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
+        checkpoint_generations.c.generation, checkpoint_generations.c.app_version,
+        checkpoint_generations.c.location,
+    ).join(newest, (newest.c.pipeline == checkpoint_generations.c.pipeline)
+           & (newest.c.consumer_group == checkpoint_generations.c.consumer_group)
+           & (newest.c.generation == checkpoint_generations.c.generation))
+    return {(r.pipeline, r.consumer_group): dict(r._mapping) for r in conn.execute(stmt)}
+
+
+def latest_runs(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
+    """The most recently started run of every (pipeline, consumer group)."""
+    newest = select(runs.c.pipeline, runs.c.consumer_group, func.max(runs.c.started_at).label("started_at")).group_by(
+        runs.c.pipeline, runs.c.consumer_group).subquery("n")
+    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.app_version,
+                  runs.c.checkpoint_location, runs.c.started_at).join(
+        newest, (newest.c.pipeline == runs.c.pipeline) & (newest.c.consumer_group == runs.c.consumer_group)
+        & (newest.c.started_at == runs.c.started_at))
+    return {(r.pipeline, r.consumer_group): dict(r._mapping) for r in conn.execute(stmt)}
+
+
+def stale_runs_by_group(
+    conn: Connection, *, stale_after: timedelta = RUN_STALENESS, now: datetime | None = None,
+) -> dict[tuple[str, str], list[str]]:
+    """Runs never reported terminated that have been silent longer than ``stale_after`` (crashed drivers)."""
+    cutoff = (now or datetime.now(timezone.utc)) - stale_after
+    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id).where(
+        runs.c.terminated_at.is_(None),
+        func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at) <= cutoff,
+    )
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in conn.execute(stmt.order_by(runs.c.started_at)):
+        out.setdefault((r.pipeline, r.consumer_group), []).append(r.run_id)
+    return out
+
+
+def pipeline_runs(conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 50) -> list[dict[str, Any]]:
+    """The pipeline's runs, newest first."""
+    stmt = select(
+        runs.c.run_id, runs.c.query_id, runs.c.query_name, runs.c.app_version, runs.c.checkpoint_location,
+        runs.c.started_at, runs.c.terminated_at, runs.c.exception, runs.c.last_heartbeat_at,
+        runs.c.last_batch_id,
+    ).where(runs.c.pipeline == pipeline, runs.c.consumer_group == consumer_group)
+    rows = conn.execute(stmt.order_by(runs.c.started_at.desc(), runs.c.run_id).limit(limit))
+    return [dict(r._mapping) for r in rows]
+
+
+def pipeline_generations(
+    conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 50,
+) -> list[dict[str, Any]]:
+    """The pipeline's checkpoint generations, newest first."""
+    g = checkpoint_generations
+    stmt = select(g.c.generation, g.c.checkpoint_root, g.c.location, g.c.app_version, g.c.reason,
+                  g.c.created_at, g.c.starting_offsets).where(
+        g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)
+    return [dict(r._mapping) for r in conn.execute(stmt.order_by(g.c.generation.desc()).limit(limit))]
+
+
+def pipeline_findings(
+    conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 100,
+) -> list[dict[str, Any]]:
+    """The pipeline's findings, newest first."""
+    f = findings
+    stmt = select(f.c.id, f.c.kind, f.c.topic, f.c.partition, f.c.query_id, f.c.batch_id,
+                  f.c.expected_offset, f.c.actual_offset, f.c.message, f.c.created_at).where(
+        f.c.pipeline == pipeline, f.c.consumer_group == consumer_group)
+    return [dict(r._mapping) for r in conn.execute(stmt.order_by(f.c.created_at.desc(), f.c.id.desc()).limit(limit))]
