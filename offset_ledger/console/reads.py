@@ -60,18 +60,22 @@ class ConsoleReads:
         return out
 
     def runs(self, pipeline: str, consumer_group: str | None = None) -> dict[str, Any]:
-        """Runs (each matched to its generation by checkpoint location) and generations, newest first."""
+        """Runs (with the generation the recorder matched them to) and generations, newest first."""
         with self._db() as conn:
             group = self.ops.resolve_group(conn, pipeline, consumer_group)
             runs = cq.pipeline_runs(conn, pipeline, group)
             gens = cq.pipeline_generations(conn, pipeline, group)
-        by_location = {_same_place(g["location"]): g["generation"] for g in gens}
+        # The recorder decided which generation each run is on (``authority.match_generation``);
+        # only the newest generation's runs move positions, the rest are foreign.
+        number = {g["id"]: g["generation"] for g in gens}
+        current = gens[0]["id"] if gens else None
         return {
             "pipeline": pipeline, "consumerGroup": group,
             "runs": [{
                 "runId": r["run_id"], "queryId": r["query_id"], "queryName": r["query_name"],
                 "appVersion": r["app_version"], "checkpointLocation": r["checkpoint_location"],
-                "generation": by_location.get(_same_place(r["checkpoint_location"] or "")),
+                "generation": number.get(r["generation_id"]),
+                "foreign": current is not None and r["generation_id"] != current,
                 "startedAt": _iso(r["started_at"]), "terminatedAt": _iso(r["terminated_at"]),
                 "lastHeartbeatAt": _iso(r["last_heartbeat_at"]), "lastBatchId": r["last_batch_id"],
                 "exception": (r["exception"] or None) and str(r["exception"])[:2000],
@@ -93,11 +97,3 @@ class ConsoleReads:
             "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": _iso(r["created_at"]),
         } for r in rows]}
 
-
-def _same_place(location: str) -> str:
-    """A checkpoint location compared by place: Spark reports local paths as ``file:/...``, the helper as ``/...``."""
-    if location.startswith("file://"):
-        location = location[len("file://"):]
-    elif location.startswith("file:"):
-        location = location[len("file:"):]
-    return location.rstrip("/")

@@ -73,7 +73,7 @@ def pipeline_runs(conn: Connection, pipeline: str, consumer_group: str, *, limit
     stmt = select(
         runs.c.run_id, runs.c.query_id, runs.c.query_name, runs.c.app_version, runs.c.checkpoint_location,
         runs.c.started_at, runs.c.terminated_at, runs.c.exception, runs.c.last_heartbeat_at,
-        runs.c.last_batch_id,
+        runs.c.last_batch_id, runs.c.generation_id,
     ).where(runs.c.pipeline == pipeline, runs.c.consumer_group == consumer_group)
     rows = conn.execute(stmt.order_by(runs.c.started_at.desc(), runs.c.run_id).limit(limit))
     return [dict(r._mapping) for r in rows]
@@ -84,7 +84,7 @@ def pipeline_generations(
 ) -> list[dict[str, Any]]:
     """The pipeline's checkpoint generations, newest first."""
     g = checkpoint_generations
-    stmt = select(g.c.generation, g.c.checkpoint_root, g.c.location, g.c.app_version, g.c.reason,
+    stmt = select(g.c.id, g.c.generation, g.c.checkpoint_root, g.c.location, g.c.app_version, g.c.reason,
                   g.c.created_at, g.c.starting_offsets).where(
         g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)
     return [dict(r._mapping) for r in conn.execute(stmt.order_by(g.c.generation.desc()).limit(limit))]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import insert, update
+from sqlalchemy import insert, select, update
 
 from offset_ledger.api import create_app
 from offset_ledger.ledger.engine import make_engine, upgrade
@@ -100,6 +100,9 @@ def test_console_reads_state_findings_generation_and_runs(engine) -> None:  # ty
              "location": f"/ck/orders/gen-{g}-{'abc' if g == 2 else 'old'}", "app_version": f"{g}.0",
              "reason": "first" if g == 1 else "app_version", "created_at": now - timedelta(minutes=10 - g)}
             for g in (1, 2)])
+        # What the recorder writes when the run starts on generation 2's checkpoint.
+        gen2 = conn.execute(select(checkpoint_generations.c.id).where(checkpoint_generations.c.generation == 2)).scalar()
+        conn.execute(update(runs).where(runs.c.run_id == ids["run_id"]).values(generation_id=gen2))
         conn.execute(insert(findings), [
             {"pipeline": "orders", "consumer_group": "orders", "kind": "gap", "topic": "orders", "partition": 0,
              "message": f"gap {i}", "created_at": now} for i in range(2)])
@@ -113,7 +116,7 @@ def test_console_reads_state_findings_generation_and_runs(engine) -> None:  # ty
 
     detail = c.get("/api/v1/pipelines/orders/runs").json()
     assert [g["generation"] for g in detail["generations"]] == [2, 1]
-    assert [(r["runId"], r["generation"]) for r in detail["runs"]] == [(ids["run_id"], 2)]
+    assert [(r["runId"], r["generation"], r["foreign"]) for r in detail["runs"]] == [(ids["run_id"], 2, False)]
     found = c.get("/api/v1/pipelines/orders/findings?limit=1").json()["findings"]
     assert len(found) == 1 and found[0]["kind"] == "gap"
 

@@ -110,7 +110,9 @@
     )), "No checkpoint generations: this pipeline does not restart through start_from_ledger.", 5);
     fill(document.querySelector("#runs tbody"), data.runs.map((r) => el("tr", {},
       el("td", { class: "mono", title: `query ${r.queryId}` }, r.runId.slice(0, 8)),
-      el("td", {}, r.appVersion || "—"), el("td", { class: "num" }, num(r.generation)),
+      el("td", {}, r.appVersion || "—"),
+      // A foreign run (not on the current generation's checkpoint) moves no position: say so loudly.
+      el("td", { class: "num" }, num(r.generation), r.foreign ? el("span", { class: "badge finding" }, " foreign") : null),
       el("td", {}, time(r.startedAt)),
       el("td", {}, r.terminatedAt ? ["ended ", time(r.terminatedAt)] : ["running, heard ", time(r.lastHeartbeatAt || r.startedAt, true)],
         r.exception ? el("div", { class: "error small" }, r.exception) : null),
