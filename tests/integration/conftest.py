@@ -8,6 +8,7 @@ an error, never a skip: the suite exists to prove the real parts work together.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -24,6 +25,10 @@ from offset_ledger import devstack
 from tests.integration.kafka_helper import KafkaHelper
 
 pytestmark = pytest.mark.integration
+
+# kafka-python logs an ERROR each time a client's metadata no longer lists a topic another test
+# deleted: thousands of lines of noise in every failure report, and never a failure of ours.
+logging.getLogger("kafka.cluster").setLevel(logging.CRITICAL)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
