@@ -93,7 +93,7 @@ def _maven_copy(project: str, dest: Path, properties: dict[str, str] | None = No
     shutil.rmtree(tmp, ignore_errors=True)
     _log(f"resolving {project} from Maven Central into {dest} (first run only)")
     cmd = [
-        "mvn", "-q", "-B", "-f", str(_MAVEN_DIR / project / "pom.xml"),
+        "mvn", "-q", "-B", "-gs", str(_MAVEN_DIR / "settings.xml"), "-f", str(_MAVEN_DIR / project / "pom.xml"),
         "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
         *(f"-D{k}={v}" for k, v in (properties or {}).items()),
     ]
