@@ -49,6 +49,11 @@ def _end_offsets(progress: Any) -> dict[str, dict[str, int]]:
     return json.loads(end) if isinstance(end, str) else end
 
 
+def _input_rows(progress: Any) -> int:
+    # Summed over the sources: a Connect client's progress objects may leave the total unset.
+    return sum(int(source["numInputRows"] or 0) for source in progress["sources"])
+
+
 def _run(spark: Any, kafka: Any, topic: str, starting: str, checkpoint: str, table: str,
          *, per_trigger: int | None = None) -> tuple[list[str], dict[str, dict[str, int]], int]:
     """Read to the end of what is there into a memory table; (values read, Spark's last endOffset, batches)."""
@@ -66,7 +71,7 @@ def _run(spark: Any, kafka: Any, topic: str, starting: str, checkpoint: str, tab
         assert query.awaitTermination(180), "the query did not finish"
         assert query.exception() is None, query.exception()
         last = query.lastProgress
-        batches = len([p for p in query.recentProgress if p["numInputRows"] > 0])
+        batches = len([p for p in query.recentProgress if _input_rows(p) > 0])
     finally:
         query.stop()
     values = [r.value for r in spark.sql(f"SELECT value FROM {table}").collect()]
