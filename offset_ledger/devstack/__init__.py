@@ -141,8 +141,8 @@ def connector_coordinates(pyspark_version: str) -> tuple[str, str]:
     own version (a ``.devN``/``rcN`` suffix is not on Maven Central).
     """
     parts = pyspark_version.split(".")
-    if len(parts) < 3 or not (parts[0].isdigit() and parts[1].isdigit()):
-        raise StackError(f"cannot tell the connector for PySpark {pyspark_version!r}")
+    if len(parts) != 3 or not all(x.isdigit() for x in parts):
+        raise StackError(f"no released connector for PySpark {pyspark_version!r} (need a release such as 4.2.0)")
     major, minor = int(parts[0]), int(parts[1])
     if (major, minor) < (3, 5) or major >= 5:
         raise StackError(f"PySpark {pyspark_version} is outside the supported range (3.5 to 4.x)")
