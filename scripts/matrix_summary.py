@@ -4,7 +4,8 @@
 reads itself: the venv's PySpark version, the connector jar on ``spark.jars``, pytest's JUnit XML.
 ``report`` writes ``<out>/summary.json`` and ``<out>/compatibility.md`` (the README's table) and
 prints the table and a closing ``matrix: N passed, N failed`` line. Under CI a skipped test fails
-the matrix: a missing piece must never look like a pass.
+the matrix: a missing piece must never look like a pass. ``readme`` pastes the last table into
+README.md between its ``matrix:begin``/``matrix:end`` markers.
 """
 
 from __future__ import annotations
@@ -105,6 +106,22 @@ def report(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+BEGIN, END = "<!-- matrix:begin (scripts/matrix_summary.py readme) -->", "<!-- matrix:end -->"
+
+
+def readme(args: argparse.Namespace) -> int:
+    path = Path(args.readme)
+    text = path.read_text()
+    if BEGIN not in text or END not in text:
+        print(f"{path}: no {BEGIN} ... {END} markers", file=sys.stderr)
+        return 2
+    table = (Path(args.out) / "compatibility.md").read_text()
+    head, rest = text.split(BEGIN, 1)
+    _, tail = rest.split(END, 1)
+    path.write_text(f"{head}{BEGIN}\n{table}{END}{tail}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/matrix_summary.py")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -114,8 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     rep = sub.add_parser("report")
     rep.add_argument("--out", required=True)
     rep.add_argument("--seconds", required=True)
+    pasted = sub.add_parser("readme")
+    pasted.add_argument("--out", default=".matrix")
+    pasted.add_argument("--readme", default="README.md")
     args = parser.parse_args(argv)
-    return record(args) if args.command == "record" else report(args)
+    return {"record": record, "report": report, "readme": readme}[args.command](args)
 
 
 if __name__ == "__main__":
