@@ -739,6 +739,13 @@ class OffsetLedgerListener(StreamingQueryListener):
                 self.bridge = "json"
         return self._jlistenerobj
 
+    def __reduce__(self) -> Any:
+        # PySpark 3.5's Spark Connect pickles listeners and runs them on the server; this one owns
+        # a writer thread and a spool in the client process, so say so instead of a pickling error.
+        raise TypeError("OffsetLedgerListener runs in the driver or Spark Connect client process and "
+                        "cannot be pickled: Spark Connect needs PySpark 4.x (3.5's Connect runs "
+                        "listeners on the server); classic sessions work on 3.5 and 4.x")
+
     # ------------------------------------------------------------------ durability
 
     def health(self) -> ListenerHealth:

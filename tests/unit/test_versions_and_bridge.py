@@ -1,4 +1,4 @@
-"""Which connector and broker the devstack resolves: pure version rules, no Maven, no JVM."""
+"""Version rules without Maven or a JVM: which connector and broker the devstack resolves, and how the listener registers."""
 
 from __future__ import annotations
 
@@ -66,3 +66,20 @@ def test_the_fast_listener_bridge_needs_a_jvm() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
+
+
+def test_the_listener_refuses_to_be_pickled_with_a_clear_message(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # PySpark 3.5's Spark Connect client pickles listeners to run them on the server.
+    import pickle
+
+    from pyspark import cloudpickle
+
+    from offset_ledger import OffsetLedgerListener
+
+    listener = OffsetLedgerListener(dsn=f"sqlite:///{tmp_path / 'l.db'}", pipeline="p", spool_dir=tmp_path / "spool")
+    try:
+        for dumps in (pickle.dumps, cloudpickle.dumps):
+            with pytest.raises(TypeError, match="Spark Connect needs PySpark 4.x"):
+                dumps(listener)
+    finally:
+        listener.close(5)
