@@ -1,5 +1,6 @@
 # The offset-ledger API and CLI (docker-compose.yml's "api" service). The image needs no Java:
 # Spark jobs run elsewhere and only the ledger and Kafka's admin API are reached from here.
+# `pip install .` brings no PySpark: only the listener needs it ([spark] extra).
 FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 \

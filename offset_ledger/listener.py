@@ -31,7 +31,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
-from pyspark.sql.streaming import StreamingQueryListener
+try:
+    from pyspark.sql.streaming import StreamingQueryListener
+except ImportError:  # the CLI, API and start_from_ledger run without PySpark; only this module needs it
+    raise ModuleNotFoundError(
+        "OffsetLedgerListener needs PySpark 3.5 or 4.x: pip install 'offset-ledger[spark]', "
+        "or run it where your platform's PySpark is installed", name="pyspark") from None
 
 from offset_ledger.ledger.recorder import (
     BatchRecord,
@@ -664,7 +669,25 @@ class OffsetLedgerListener(StreamingQueryListener):
     ``kafka_options``), after each ledger commit, on a thread of its own: Kafka being down never
     delays the ledger, and a group someone else consumes with is left alone (see
     ``offset_ledger.mirror``). :meth:`flush_mirror` waits until the group shows the ledger.
+
+    How events arrive (``bridge`` tells which path a classic session took):
+
+    * classic PySpark, ``"json"``: one py4j call per event fetches Spark's own JSON of it. It needs
+      ``PythonStreamingQueryListenerWrapper`` in the JVM and events that serialise themselves
+      (Spark 3.5+); when either is missing, or ``fast_bridge`` is set to False on the listener
+      before ``addListener``, ``"pyspark"``: PySpark's own conversion builds the event objects and
+      calls the ``onQuery*`` methods below.
+    * Spark Connect (``bridge`` stays None): the client registers itself with the server's
+      listener bus and the server streams each event's JSON to the client over gRPC, where PySpark
+      calls the ``onQuery*`` methods on a thread of its own. ``flush()`` works the same way
+      (``streams.get(id).lastProgress`` is asked over Connect), but the run's checkpoint location
+      cannot be looked up from a Connect client, so runs are recorded with an unknown checkpoint.
     """
+
+    #: Use the one-call JSON bridge when the running PySpark offers it (see the class docstring).
+    fast_bridge: bool = True
+    #: Which path delivers events on a classic session: "json", "pyspark", or None (Spark Connect).
+    bridge: str | None = None
 
     def __init__(
         self,
@@ -757,13 +780,27 @@ class OffsetLedgerListener(StreamingQueryListener):
 
     @property
     def _jlistener(self) -> Any:
-        """Py4J bridge that fetches each event's JSON in one call instead of PySpark's field walk."""
-        if not hasattr(self, "_jlistenerobj"):
-            from pyspark import SparkContext
+        """What classic PySpark's ``addListener`` registers with the JVM (Spark Connect never asks).
 
-            self._jlistenerobj = SparkContext._jvm.PythonStreamingQueryListenerWrapper(  # type: ignore[union-attr]
-                _JsonBridge(self))
+        The fast bridge fetches each event's JSON in one py4j call instead of PySpark's field walk;
+        it relies on PySpark internals, so it is only used when the running Spark offers them.
+        """
+        if not hasattr(self, "_jlistenerobj"):
+            wrapper = _fast_bridge_wrapper() if self.fast_bridge else None
+            if wrapper is None:
+                self._jlistenerobj = StreamingQueryListener._jlistener.fget(self)  # type: ignore[attr-defined]
+                self.bridge = "pyspark"
+            else:
+                self._jlistenerobj = wrapper(_JsonBridge(self))
+                self.bridge = "json"
         return self._jlistenerobj
+
+    def __reduce__(self) -> Any:
+        # PySpark 3.5's Spark Connect pickles listeners and runs them on the server; this one owns
+        # a writer thread and a spool in the client process, so say so instead of a pickling error.
+        raise TypeError("OffsetLedgerListener runs in the driver or Spark Connect client process and "
+                        "cannot be pickled: Spark Connect needs PySpark 4.x (3.5's Connect runs "
+                        "listeners on the server); classic sessions work on 3.5 and 4.x")
 
     # ------------------------------------------------------------------ durability
 
@@ -909,6 +946,32 @@ def _mirror_factories(dsn: str | None, bootstrap_servers: str | None,
         return make_engine(dsn, pool_size=1)
 
     return engine, lambda: KafkaAdapter(str(servers), options)
+
+def _fast_bridge_wrapper() -> Any:
+    """Spark's ``PythonStreamingQueryListenerWrapper`` class when the fast bridge can work, else None.
+
+    It can when the session is classic (a JVM behind py4j), the wrapper class is there, and every
+    lifecycle event serialises itself to JSON (``json()`` on the event, Spark 3.5+).
+    """
+    try:
+        from py4j.java_gateway import JavaClass
+        from pyspark import SparkContext
+
+        jvm, gateway = SparkContext._jvm, SparkContext._gateway
+        if jvm is None or gateway is None:
+            return None
+        wrapper = jvm.org.apache.spark.sql.streaming.PythonStreamingQueryListenerWrapper
+        if not isinstance(wrapper, JavaClass):  # py4j answers an unknown class with a JavaPackage
+            return None
+        no_args = gateway.new_array(jvm.java.lang.Class, 0)
+        for event in ("QueryStartedEvent", "QueryIdleEvent", "QueryTerminatedEvent"):
+            # Raises (NoSuchMethodException, ClassNotFoundException) when this Spark lacks it.
+            jvm.java.lang.Class.forName(f"org.apache.spark.sql.streaming.StreamingQueryListener${event}") \
+                .getMethod("json", no_args)
+        return wrapper
+    except Exception:  # noqa: BLE001 - anything missing means: use PySpark's own path
+        log.debug("offset-ledger: the fast listener bridge is not available", exc_info=True)
+        return None
 
 
 def _batch_settled(writer: EventWriter, query_id: str, batch_id: int) -> bool:

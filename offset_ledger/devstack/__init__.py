@@ -1,10 +1,12 @@
 """A real local stack for tests, the demo and trying the tool: PostgreSQL, Apache Kafka, Spark's connector.
 
 Nothing here is a look-alike: the broker is the official ``kafka_2.13`` artifact resolved from
-Maven Central and run as a single-node KRaft broker; Postgres is a throwaway cluster made with the
-installed ``initdb``/``pg_ctl``; the Spark connector is ``spark-sql-kafka-0-10_2.13`` at exactly
-the installed PySpark version. Artifacts are cached (``OFFSET_LEDGER_CACHE``, default
-``~/.cache/offset-ledger``) so a second start takes seconds.
+Maven Central and run as a single-node KRaft broker (``KAFKA_VERSION``, or the version named by
+``OFFSET_LEDGER_KAFKA_VERSION``: 4.x and 3.7+ work); Postgres is a throwaway cluster made with the
+installed ``initdb``/``pg_ctl``; the Spark connector is ``spark-sql-kafka-0-10`` for the installed
+PySpark: the same version, on PySpark's Scala line (2.12 for 3.5, 2.13 for 4.x). Artifacts are
+cached per version (``OFFSET_LEDGER_CACHE``, default ``~/.cache/offset-ledger``) so a second start
+takes seconds.
 
 State of a running stack lives in one directory (``OFFSET_LEDGER_STACK_DIR``, default
 ``.devstack`` under the current directory): pid files, data, logs and ``stack.env``.
@@ -13,6 +15,8 @@ State of a running stack lives in one directory (``OFFSET_LEDGER_STACK_DIR``, de
 from __future__ import annotations
 
 import base64
+import importlib.metadata
+import importlib.util
 import json
 import os
 import pwd
@@ -27,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-KAFKA_VERSION = "4.1.1"
+KAFKA_VERSION = "4.1.1"  # the default broker; OFFSET_LEDGER_KAFKA_VERSION picks another
 _MAVEN_DIR = Path(__file__).resolve().parent / "maven"
 
 
@@ -74,8 +78,12 @@ def _log(msg: str) -> None:
 # --------------------------------------------------------------------------- Maven artifacts
 
 
-def _maven_copy(project: str, dest: Path) -> Path:
-    """Copy a pom's runtime dependency closure into ``dest`` once; later calls reuse it."""
+def _maven_copy(project: str, dest: Path, properties: dict[str, str] | None = None) -> Path:
+    """Copy a pom's runtime dependency closure into ``dest`` once; later calls reuse it.
+
+    ``properties`` override the pom's own (``-Dname=value`` wins over ``<properties>``), which is
+    how one pom serves every Kafka and Spark version.
+    """
     marker = dest / ".complete"
     if marker.exists():
         return dest
@@ -85,8 +93,9 @@ def _maven_copy(project: str, dest: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     _log(f"resolving {project} from Maven Central into {dest} (first run only)")
     cmd = [
-        "mvn", "-q", "-B", "-f", str(_MAVEN_DIR / project / "pom.xml"),
+        "mvn", "-q", "-B", "-gs", str(_MAVEN_DIR / "settings.xml"), "-f", str(_MAVEN_DIR / project / "pom.xml"),
         "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
+        *(f"-D{k}={v}" for k, v in (properties or {}).items()),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -97,8 +106,19 @@ def _maven_copy(project: str, dest: Path) -> Path:
     return dest
 
 
+def kafka_version() -> str:
+    """The broker version the stack runs: ``OFFSET_LEDGER_KAFKA_VERSION``, else ``KAFKA_VERSION``."""
+    version = os.environ.get("OFFSET_LEDGER_KAFKA_VERSION", "").strip() or KAFKA_VERSION
+    parts = version.split(".")
+    # 3.7 is the first broker whose single-node KRaft mode needs nothing the config below lacks.
+    if len(parts) < 3 or not all(x.isdigit() for x in parts[:2]) or (int(parts[0]), int(parts[1])) < (3, 7):
+        raise StackError(f"OFFSET_LEDGER_KAFKA_VERSION={version!r}: need a KRaft broker version, 3.7.0 or later")
+    return version
+
+
 def kafka_broker_jars() -> Path:
-    return _maven_copy("kafka-broker", cache_dir() / f"kafka-broker-{KAFKA_VERSION}")
+    version = kafka_version()
+    return _maven_copy("kafka-broker", cache_dir() / f"kafka-broker-{version}", {"kafka.version": version})
 
 
 def kafka_tools_jars() -> Path:
@@ -119,9 +139,32 @@ def consumer_groups_command(bootstrap_servers: str, *args: str, timeout: float =
 
 
 def _pyspark_version_and_jars() -> tuple[str, Path]:
-    import pyspark
+    """The installed PySpark's version and jars directory, without importing PySpark (or a JVM)."""
+    try:
+        version = importlib.metadata.version("pyspark")
+        spec = importlib.util.find_spec("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        raise StackError("PySpark is not installed; pip install 'offset-ledger[spark]' "
+                         "(the connector is resolved for the installed version)")
+    return version, Path(list(spec.submodule_search_locations)[0]) / "jars"
 
-    return pyspark.__version__, Path(pyspark.__file__).parent / "jars"
+
+def connector_coordinates(pyspark_version: str) -> tuple[str, str]:
+    """(artifactId, version) of Spark's Kafka connector for a PySpark version.
+
+    PySpark 3.5 is built for Scala 2.12 and 4.x for 2.13 only; the connector must equal PySpark's
+    own version (a ``.devN``/``rcN`` suffix is not on Maven Central).
+    """
+    parts = pyspark_version.split(".")
+    if len(parts) != 3 or not all(x.isdigit() for x in parts):
+        raise StackError(f"no released connector for PySpark {pyspark_version!r} (need a release such as 4.2.0)")
+    major, minor = int(parts[0]), int(parts[1])
+    if (major, minor) < (3, 5) or major >= 5:
+        raise StackError(f"PySpark {pyspark_version} is outside the supported range (3.5 to 4.x)")
+    scala = "2.12" if major == 3 else "2.13"
+    return f"spark-sql-kafka-0-10_{scala}", pyspark_version
 
 
 def _artifact_name(jar: str) -> str:
@@ -141,12 +184,9 @@ def spark_kafka_jars() -> list[Path]:
     achieves with its exclusion rules).
     """
     version, pyspark_jars = _pyspark_version_and_jars()
-    pom = (_MAVEN_DIR / "spark-kafka" / "pom.xml").read_text()
-    if f"<spark.version>{version}</spark.version>" not in pom:
-        raise StackError(
-            f"installed PySpark {version} does not match the connector version pinned in {pom!r}"
-        )
-    dest = _maven_copy("spark-kafka", cache_dir() / f"spark-sql-kafka-{version}")
+    artifact, connector_version = connector_coordinates(version)
+    dest = _maven_copy("spark-kafka", cache_dir() / f"spark-sql-kafka-{connector_version}",
+                       {"spark.version": connector_version, "connector.artifact": artifact})
     shipped = {_artifact_name(p.name) for p in pyspark_jars.glob("*.jar")}
     return sorted(p for p in dest.glob("*.jar") if _artifact_name(p.name) not in shipped)
 
@@ -156,7 +196,12 @@ def fetch() -> None:
     kafka_broker_jars()
     kafka_tools_jars()
     jars = spark_kafka_jars()
-    _log("spark.jars = " + ",".join(str(j) for j in jars))
+    _log("spark.jars = " + spark_jars_option(jars))
+
+
+def spark_jars_option(jars: list[Path] | None = None) -> str:
+    """The comma-separated ``spark.jars`` value for the installed PySpark's connector."""
+    return ",".join(str(j) for j in (jars if jars is not None else spark_kafka_jars()))
 
 
 # --------------------------------------------------------------------------- processes
@@ -301,24 +346,20 @@ class _Postgres:
 # --------------------------------------------------------------------------- Kafka
 
 
+# XML, not YAML: log4j2 parses XML with the JDK alone, while YAML needs jackson-dataformat-yaml,
+# which Kafka 4.x brings along and 3.x does not.
 _LOG4J2 = """\
-Configuration:
-  status: warn
-  Appenders:
-    Console:
-      name: STDOUT
-      PatternLayout:
-        pattern: "[%d] %p %m (%c)%n"
-  Loggers:
-    Root:
-      level: INFO
-      AppenderRef:
-        - ref: STDOUT
-    Logger:
-      - name: kafka
-        level: WARN
-      - name: org.apache.kafka
-        level: WARN
+<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="warn">
+  <Appenders>
+    <Console name="STDOUT"><PatternLayout pattern="[%d] %p %m (%c)%n"/></Console>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka" level="WARN"/>
+    <Logger name="org.apache.kafka" level="WARN"/>
+    <Root level="INFO"><AppenderRef ref="STDOUT"/></Root>
+  </Loggers>
+</Configuration>
 """
 
 
@@ -369,9 +410,9 @@ def _start_kafka(root: Path) -> tuple[str, int]:
             "",
         ])
     )
-    (root / "log4j2.yaml").write_text(_LOG4J2)
+    (root / "log4j2.xml").write_text(_LOG4J2)
     java = ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            f"-Dlog4j2.configurationFile={root / 'log4j2.yaml'}", "-cp", f"{jars}/*"]
+            f"-Dlog4j2.configurationFile={root / 'log4j2.xml'}", "-cp", f"{jars}/*"]
     if not (logs / "meta.properties").exists():
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = subprocess.run(
@@ -456,7 +497,7 @@ def up(root: Path | None = None, *, with_postgres: bool | None = None) -> StackI
     else:
         dsn = external_dsn or ""
     try:
-        _log(f"starting Apache Kafka {KAFKA_VERSION} (KRaft, single node)")
+        _log(f"starting Apache Kafka {kafka_version()} (KRaft, single node)")
         bootstrap, kafka_pid = _start_kafka(root / "kafka")
     except Exception:
         if pg_pid:

@@ -1,4 +1,4 @@
-"""``python -m offset_ledger.devstack fetch|up|down|status|env``."""
+"""``python -m offset_ledger.devstack fetch|up|down|status|env|jars``."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m offset_ledger.devstack",
         description="Start and stop the local stack: Apache Kafka (KRaft), PostgreSQL, Spark's Kafka connector.",
     )
-    parser.add_argument("command", choices=["fetch", "up", "down", "status", "env"])
+    parser.add_argument("command", choices=["fetch", "up", "down", "status", "env", "jars"],
+                        help="jars: print the spark.jars value for the installed PySpark's connector")
     args = parser.parse_args(argv)
     try:
         if args.command == "fetch":
             devstack.fetch()
+        elif args.command == "jars":
+            print(devstack.spark_jars_option())
         elif args.command == "up":
             started = devstack.up()
             for key, value in started.env().items():

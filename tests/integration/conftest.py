@@ -101,14 +101,21 @@ def kafka(kafka_session: KafkaHelper, request: pytest.FixtureRequest) -> Iterato
 
 @pytest.fixture(scope="session")
 def spark(stack: devstack.StackInfo):  # type: ignore[no-untyped-def]
-    """One SparkSession for the whole run, with Spark's official Kafka connector on spark.jars."""
+    """One SparkSession for the whole run, with Spark's official Kafka connector on spark.jars.
+
+    With ``OFFSET_LEDGER_TEST_SPARK_CONNECT`` set (``scripts/test --matrix``) it is a Spark Connect
+    session on a local Connect server (``remote("local[2]")``): the same settings, ``spark.jars``
+    included, configure the server's SparkContext.
+    """
     if shutil.which("java") is None:
         pytest.fail("java is not on PATH; Spark needs Java 17+", pytrace=False)
     from pyspark.sql import SparkSession
 
     warehouse = tempfile.mkdtemp(prefix="offset-ledger-spark-")
+    builder = (SparkSession.builder.remote("local[2]") if os.environ.get("OFFSET_LEDGER_TEST_SPARK_CONNECT")
+               else SparkSession.builder.master("local[2]"))
     session = (
-        SparkSession.builder.master("local[2]")
+        builder
         .appName("offset-ledger-tests")
         .config("spark.jars", stack.spark_jars)
         .config("spark.ui.enabled", "false")
@@ -120,7 +127,9 @@ def spark(stack: devstack.StackInfo):  # type: ignore[no-untyped-def]
         .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" + warehouse)
         .getOrCreate()
     )
-    session.sparkContext.setLogLevel("WARN")
+    from pyspark import SparkContext
+
+    SparkContext.getOrCreate().setLogLevel("WARN")  # on Connect: the local server's context
     try:
         yield session
     finally:

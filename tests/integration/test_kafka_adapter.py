@@ -10,6 +10,8 @@ from offset_ledger.errors import KafkaUnavailable, UnknownTopic
 from offset_ledger.kafka import KafkaAdapter
 from offset_ledger.model import TopicPartition, Watermarks
 
+pytestmark = pytest.mark.kafka_broker  # also run against every broker of scripts/test --matrix
+
 
 def test_partitions_watermarks_and_offsets_for_time(kafka) -> None:
     topic = kafka.create_topic(partitions=2)
