@@ -84,6 +84,19 @@ def prune_cmd(
         typer.echo(f"done in {report.seconds:.1f}s")
 
 
+def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
+    """``--kafka-option KEY=VALUE`` values as Spark-style reader options."""
+    from offset_ledger.errors import ConfigError
+
+    options: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
+        options[key.strip()] = value
+    return options
+
+
 @app.command("resolve")
 def resolve_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
@@ -117,12 +130,7 @@ def resolve_cmd(
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.restart import plan_restart
 
-    options: dict[str, str] = {}
-    for item in kafka_option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
-        options[key.strip()] = value
+    options = _kafka_options(kafka_option)
     if window is not None or slide is not None or watermark_delay is not None:
         # Bad durations fail before any connection is made.
         from offset_ledger.stateful import WindowSpec, parse_duration_ms
@@ -423,12 +431,7 @@ def mirror_cmd(
         raise InvalidInput("choose one of --once and --follow")
     if not 0.1 <= interval <= 86_400:
         raise InvalidInput(f"--interval must be between 0.1 and 86400 seconds, not {interval}")
-    options: dict[str, str] = {}
-    for item in kafka_option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
-        options[key.strip()] = value
+    options = _kafka_options(kafka_option)
     servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
     if not servers:
         raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")

@@ -226,8 +226,9 @@ class EventWriter:
 
     def health(self) -> ListenerHealth:
         with self._lock:
+            counts: dict[str, Any] = dict(self._counts)
             return ListenerHealth(pending=self._accepted - self._settled, last_error=self._last_error,
-                                  last_written_at=self._last_written_at, **self._counts)
+                                  last_written_at=self._last_written_at, **counts)
 
     def seen_queries(self) -> set[str]:
         with self._lock:

@@ -29,6 +29,8 @@ FindingKind = Literal[
     "first_run",          # restart: no ledger entries, first_run policy applied
     "foreign_run",        # a run not on the current checkpoint generation reported batches; positions kept
     "shared_position",    # two active queries recorded the same partition of one pipeline; position kept
+    "mirror_refused",     # the Kafka consumer group has active members: positions not mirrored into it
+    "mirror_pending",     # the Kafka consumer group could not be reached yet: the mirror retries
     "state_rewind",       # restart: a windowed pipeline re-reads from before its open windows (event-time floor)
     "other",
 ]

@@ -370,7 +370,7 @@ class Operations:
                                                 marks[p.tp].log_end_offset if p.tp in marks else None))
                  for (pipeline, group), ps in pos.items() for p in ps]
         enriched = self._enrich(parts, open_by_group, kafka=False)
-        by: dict[tuple[str, str], list[str | None]] = {}
+        by: dict[tuple[str, str], list[Any]] = {}
         for pipeline, group, x in enriched:
             by.setdefault((pipeline, group), []).append(x.status)
         return {k: overall_status(v) for k, v in by.items()}
@@ -568,7 +568,7 @@ class Operations:
             from offset_ledger.status import overall_status
 
             parts = self._enrich(parts, open_by_group, kafka=True)
-            by: dict[tuple[str, str], list[str | None]] = {}
+            by: dict[tuple[str, str], list[Any]] = {}
             for pipeline, group, x in parts:
                 by.setdefault((pipeline, group), []).append(x.status)
             summaries = [replace(s, status=overall_status(by.get((s.pipeline, s.consumer_group), [])))

@@ -163,8 +163,8 @@ def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
         input_rows=_int(doc.get("numInputRows")),
         sources=tuple(sources),
         duration_ms=_duration_ms(doc.get("durationMs")),
-        **_event_time(doc.get("eventTime")),
-        **_state_rows(doc.get("stateOperators")),
+        **_event_time(doc.get("eventTime")),  # type: ignore[arg-type]
+        **_state_rows(doc.get("stateOperators")),  # type: ignore[arg-type]
     )
 
 

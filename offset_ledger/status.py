@@ -72,5 +72,8 @@ def partition_status(w: PartitionWindow) -> State | None:
 
 def overall_status(states: Iterable[State | None]) -> State | None:
     """The most severe known partition status; None when none is known."""
-    known = [s for s in states if s is not None]
-    return max(known, key=_SEVERITY.__getitem__) if known else None
+    worst: State | None = None
+    for s in states:
+        if s is not None and (worst is None or _SEVERITY[s] > _SEVERITY[worst]):
+            worst = s
+    return worst

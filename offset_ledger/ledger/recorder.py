@@ -923,7 +923,7 @@ class Recorder:
                 else:
                     assert cur is not None
                     txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
-        rows = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
+        rows: list[dict[str, Any]] = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
                  "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
                  "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
                 for (pipeline, group), pos in current.items()
