@@ -29,6 +29,7 @@ FindingKind = Literal[
     "first_run",          # restart: no ledger entries, first_run policy applied
     "foreign_run",        # a run not on the current checkpoint generation reported batches; positions kept
     "shared_position",    # two active queries recorded the same partition of one pipeline; position kept
+    "checkpoint_adopted", # a Spark checkpoint's last committed batch was imported as the positions
     "other",
 ]
 

@@ -233,6 +233,7 @@ def start_from_ledger(
     new_checkpoint: bool = False,
     kafka_options: Mapping[str, Any] | None = None,
     allow_first_run: bool = False,
+    adopt_checkpoint: str | None = None,
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
@@ -264,6 +265,13 @@ def start_from_ledger(
     positions from then on. ``plan.fresh_checkpoint`` says which: when False, Spark resumes from
     the checkpoint and ignores ``startingOffsets``, which are still reported for inspection.
     Nothing is written when an error is raised.
+
+    ``adopt_checkpoint``: the checkpoint a pipeline ran on before it used the ledger. When the
+    ledger has nothing for the pipeline, that checkpoint's last committed batch is imported first
+    (``offset_ledger.adopt``) as a generation at that very location, recording ``app_version`` and
+    ``checkpoint_root``: the plan then resumes the adopted checkpoint (Spark continues from its own
+    files), or, with a different ``app_version`` later, starts a fresh generation at its positions.
+    Once the ledger knows the pipeline the argument is ignored, so it can stay in the code.
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
@@ -279,6 +287,11 @@ def start_from_ledger(
     try:
         ensure_schema(engine)
         with KafkaAdapter(servers, options) as adapter:
+            if adopt_checkpoint is not None:
+                from offset_ledger.adopt import adopt_if_unknown
+
+                adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
+                                 checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
             plan, ledger, cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
                 topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
