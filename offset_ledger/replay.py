@@ -180,6 +180,15 @@ def _check_request(batch: int | None, since: datetime | None, until: datetime | 
         raise InvalidInput(f"invalid batch id {batch!r}: Spark's batch ids are integers >= 0", batch=batch)
     if query_id is not None and generation is not None:
         raise InvalidInput("give either a query id or a generation, not both")
+    if query_id is not None:
+        from offset_ledger.operations import check_name
+
+        check_name("query id", query_id)
+    # Bounds of the ledger's columns: anything outside matches nothing and must not reach the driver.
+    if batch is not None and batch >= 2**63:
+        raise UnknownBatch(f"no batch {batch}", batch=batch)
+    if generation is not None and not 1 <= generation < 2**31:
+        raise UnknownBatch(f"no checkpoint generation {generation}", generation=generation)
     if since is not None and until is not None and until <= since:
         raise InvalidInput("the time range is empty: --to must be after --from")
 
