@@ -131,3 +131,27 @@ def test_cli_import_checkpoint_dry_run_execute_and_errors(checkpoint: Path, dsn:
     (checkpoint / "metadata").write_text("{corrupt")
     bad = _cli("import-checkpoint", str(checkpoint), "--pipeline", "p2", "--dsn", dsn, "--execute")
     assert bad.returncode == 2 and f"{checkpoint}/metadata" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["import-checkpoint", "/nowhere"], "--pipeline"),
+    (["import-checkpoint", "/nowhere", "--pipeline", "p"], "no such directory"),
+    (["import-checkpoint", "/nowhere", "--pipeline", "p", "--format", "csv"], "--format"),
+    (["replay", "orders"], "--batch N"),
+    (["replay", "orders", "--batch", "1", "--from", "2024-01-01"], "not both"),
+    (["replay", "orders", "--from", "yesterday"], "invalid timestamp"),
+    (["replay", "orders", "--batch", "1"], "unknown pipeline"),
+])
+def test_cli_errors_are_one_line_and_exit_2(args: list[str], fragment: str, dsn: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from offset_ledger.cli import main
+    from offset_ledger.ledger.engine import ensure_schema
+
+    engine = make_engine(dsn)
+    ensure_schema(engine)
+    engine.dispose()
+    with pytest.raises(SystemExit) as info:
+        main([*args, "--dsn", dsn] if args[0] == "replay" or len(args) > 2 else args)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
