@@ -10,6 +10,7 @@ Dry run unless ``execute=True``; nothing is written when anything is wrong.
 from __future__ import annotations
 
 import logging
+import os
 import posixpath
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -163,10 +164,16 @@ def parent_location(location: str) -> str:
 
 
 def clean_location(location: str) -> str:
-    """The checkpoint path as the generation records it: stripped, no trailing slash."""
+    """The checkpoint path as the generation records it: stripped, no trailing slash, local paths absolute.
+
+    Spark qualifies a relative ``checkpointLocation`` against the driver's working directory and
+    reports it absolute; the recorded location must compare equal to what runs report.
+    """
     text = str(location).strip()
     if not text:
         raise ConfigError("the checkpoint path is empty")
+    if "://" not in text and not text.startswith("file:"):
+        text = os.path.abspath(text)
     return text.rstrip("/") or "/"
 
 

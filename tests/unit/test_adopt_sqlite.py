@@ -155,3 +155,11 @@ def test_cli_errors_are_one_line_and_exit_2(args: list[str], fragment: str, dsn:
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and fragment in err and "Traceback" not in err
+
+
+def test_a_relative_checkpoint_path_is_recorded_absolute(checkpoint: Path, dsn: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(checkpoint.parent)
+    result = import_checkpoint("orders", pipeline="orders", dsn=dsn, execute=True)
+    assert result.checkpoint_location == str(checkpoint)
+    assert same_location(f"file:{checkpoint}", _rows(dsn, checkpoint_generations)[0].location)
