@@ -243,6 +243,8 @@ def import_checkpoint(
     checkpoint_root: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
     engine: Engine | None = None,
+    bootstrap_servers: str | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
 ) -> AdoptResult:
     """Import a Spark checkpoint's last committed batch as the pipeline's positions (dry run by default).
 
@@ -251,7 +253,9 @@ def import_checkpoint(
     later fresh generations go) defaults to its parent directory. ``source``: the Kafka source
     index when the query has several, or ``"all"`` (positions then take each partition's lowest
     offset). Refuses (AdoptionRefused) when the consumer group (default: the pipeline's name)
-    already has positions or generations, unless ``force``.
+    already has positions or generations, unless ``force``. With ``bootstrap_servers``, the topics'
+    Kafka ids are recorded too, so a topic re-created later is told apart (as for generations
+    ``start_from_ledger`` opens).
     """
     from offset_ledger.ledger.engine import current_revision, ensure_schema, make_engine
     from offset_ledger.operations import check_name
@@ -261,6 +265,12 @@ def import_checkpoint(
     location = clean_location(checkpoint)
     state, chosen = plan_import(location, source, storage_options)
     root = checkpoint_root or parent_location(location)
+    topic_ids: Mapping[str, str] | None = None
+    if bootstrap_servers and execute:
+        from offset_ledger.kafka import KafkaAdapter
+
+        with KafkaAdapter(bootstrap_servers, kafka_options) as adapter:
+            topic_ids = adapter.topic_ids(sorted(chosen.positions))
     own = engine is None
     engine = engine or make_engine(dsn)
     try:
@@ -273,7 +283,7 @@ def import_checkpoint(
                                executed=False, findings=(_finding(state, chosen),))
         with engine.begin() as conn:
             return adopt(conn, state, chosen, pipeline=pipeline, consumer_group=group, checkpoint_root=root,
-                         app_version=app_version, force=force, execute=execute)
+                         app_version=app_version, force=force, execute=execute, topic_ids=topic_ids)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "importing the checkpoint") from exc
     finally:

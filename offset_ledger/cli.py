@@ -389,6 +389,9 @@ def import_checkpoint_cmd(
                                                        "checkpoint's parent directory)."),
     execute: bool = typer.Option(False, "--execute", help="Write to the ledger (default: dry run)."),
     force: bool = typer.Option(False, "--force", help="Import although the group already has positions."),
+    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers",
+                                                    help="Also record the topics' Kafka ids (tells a re-created "
+                                                         "topic apart later)."),
     dsn: Optional[str] = DsnOption,
     fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json."),
 ) -> None:
@@ -402,7 +405,7 @@ def import_checkpoint_cmd(
         raise InvalidInput(f"unknown --format {fmt!r}; use table or json")
     result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
                                app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
-                               checkpoint_root=checkpoint_root)
+                               checkpoint_root=checkpoint_root, bootstrap_servers=bootstrap_servers)
     if fmt == "json":
         typer.echo(_json.dumps(result.to_dict(), indent=2))
     else:

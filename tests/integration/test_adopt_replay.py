@@ -92,9 +92,11 @@ def test_import_checkpoint_then_upgrade_reads_every_record_once(spark, kafka, pg
     assert dry.returncode == 0, dry.stderr
     assert f"last committed batch {max(first)}" in dry.stdout and not _has_schema(pg_dsn)  # wrote nothing
     done = _cli("import-checkpoint", str(job), "--pipeline", "orders", "--app-version", "1", "--dsn", pg_dsn,
-                "--execute", "--format", "json")
+                "--execute", "--format", "json", "--bootstrap-servers", kafka.bootstrap_servers)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["positions"] == {topic: {"0": 20, "1": 20, "2": 20}}
+    (adopted,) = _rows(pg_dsn, checkpoint_generations)
+    assert adopted.location == str(job) and set(adopted.topic_ids) == {topic}
 
     plan = start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "gens"), dsn=pg_dsn, app_version="2")
