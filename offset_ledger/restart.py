@@ -271,7 +271,9 @@ def start_from_ledger(
     (``offset_ledger.adopt``) as a generation at that very location, recording ``app_version`` and
     ``checkpoint_root``: the plan then resumes the adopted checkpoint (Spark continues from its own
     files), or, with a different ``app_version`` later, starts a fresh generation at its positions.
-    Once the ledger knows the pipeline the argument is ignored, so it can stay in the code.
+    Once the ledger knows the pipeline the argument is ignored, so it can stay in the code. The
+    import is its own transaction: when the plan then fails (say, ``DataLossError``), the adopted
+    positions stay, exactly as ``offset-ledger import-checkpoint --execute`` would have left them.
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
