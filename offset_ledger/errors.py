@@ -11,6 +11,9 @@
     │   ├── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
     │   ├── InvalidOffset             an offset is not an integer >= 0 (or -2 earliest / -1 latest)
     │   ├── OffsetOutOfRange          reset targets outside [log-start, log-end] with outOfRange=refuse
+    │   ├── CheckpointFormatError     a Spark checkpoint file is missing, corrupt or of an unknown version
+    │   ├── AdoptionRefused           importing a checkpoint into a pipeline that already has positions
+    │   ├── UnknownBatch              no such batch (or no batch in the time range) to replay
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
@@ -113,6 +116,34 @@ class OffsetOutOfRange(InvalidInput):
             out_of_range=[dict(x) for x in out_of_range],
         )
         self.out_of_range = [dict(x) for x in out_of_range]
+
+
+class CheckpointFormatError(InvalidInput):
+    """A Spark checkpoint file is missing, corrupt or of a format version this package does not read."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"checkpoint file {path}: {reason}", path=path, reason=reason)
+        self.path = path
+        self.reason = reason
+
+
+class AdoptionRefused(InvalidInput):
+    """A checkpoint import was refused: the pipeline's consumer group already has positions or generations."""
+
+    def __init__(self, pipeline: str, consumer_group: str, footprint: Mapping[str, Any]) -> None:
+        super().__init__(
+            f"pipeline {pipeline!r} (consumer group {consumer_group!r}) already has "
+            f"{len(footprint.get('topics', []))} topic(s) with positions and {footprint.get('generations', 0)} "
+            f"checkpoint generation(s) in the ledger; importing a checkpoint would replace them. Pass --force "
+            f"(force=True) to make the checkpoint the pipeline's authority anyway",
+            pipeline=pipeline, consumer_group=consumer_group, ledger=dict(footprint))
+
+
+class UnknownBatch(InvalidInput):
+    """No recorded batch matches: an unknown batch id, query or generation, or an empty time range."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
 
 
 class InvalidRestartOptions(InvalidInput):

@@ -32,6 +32,7 @@ FindingKind = Literal[
     "mirror_refused",     # the Kafka consumer group has active members: positions not mirrored into it
     "mirror_pending",     # the Kafka consumer group could not be reached yet: the mirror retries
     "state_rewind",       # restart: a windowed pipeline re-reads from before its open windows (event-time floor)
+    "checkpoint_adopted", # a Spark checkpoint's last committed batch was imported as the positions
     "other",
 ]
 

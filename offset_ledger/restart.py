@@ -293,6 +293,8 @@ def start_from_ledger(
     slide: str | None = None,
     watermark_delay: str | None = None,
     event_time_is_kafka_timestamp: bool = False,
+
+    adopt_checkpoint: str | None = None,
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
@@ -337,6 +339,15 @@ def start_from_ledger(
     drop records right after parsing; a ``state_rewind`` finding says what is read again and why.
     With ``event_time_is_kafka_timestamp=True`` the rewind uses the brokers' offsets-for-times at
     the floor (tighter). Refused (StatefulRestartRefused) when the ledger has no watermark.
+
+    ``adopt_checkpoint``: the checkpoint a pipeline ran on before it used the ledger. When the
+    ledger has nothing for the pipeline, that checkpoint's last committed batch is imported first
+    (``offset_ledger.adopt``) as a generation at that very location, recording ``app_version`` and
+    ``checkpoint_root``: the plan then resumes the adopted checkpoint (Spark continues from its own
+    files), or, with a different ``app_version`` later, starts a fresh generation at its positions.
+    Once the ledger knows the pipeline the argument is ignored, so it can stay in the code. The
+    import is its own transaction: when the plan then fails (say, ``DataLossError``), the adopted
+    positions stay, exactly as ``offset-ledger import-checkpoint --execute`` would have left them.
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
@@ -352,6 +363,11 @@ def start_from_ledger(
     try:
         ensure_schema(engine)
         with KafkaAdapter(servers, options) as adapter:
+            if adopt_checkpoint is not None:
+                from offset_ledger.adopt import adopt_if_unknown
+
+                adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
+                                 checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
             plan, ledger, cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
                 topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,

@@ -1,7 +1,7 @@
 """The FastAPI application: middleware (paths, auth, body size), error mapping and the routers.
 
 Error mapping (every error body is JSON ``{"error": <type>, "message": ..., ...details}``):
-UnknownPipeline / UnknownTopic -> 404, other InvalidInput -> 400, ActiveRunConflict -> 409,
+UnknownPipeline / UnknownTopic / UnknownBatch -> 404, other InvalidInput -> 400, ActiveRunConflict -> 409,
 LedgerUnavailable / KafkaUnavailable / other ledger, Kafka or configuration failures -> 503,
 request validation -> 400 on the legacy ``/v1`` endpoints and for malformed JSON, 422 otherwise;
 bodies over the limit -> 413; a missing or wrong bearer token -> 401.
@@ -33,6 +33,7 @@ from offset_ledger.errors import (
     KafkaError,
     LedgerError,
     OffsetLedgerError,
+    UnknownBatch,
     UnknownPipeline,
     UnknownTopic,
 )
@@ -46,7 +47,7 @@ _SLASHES = re.compile(r"/{2,}")
 
 def status_for(exc: OffsetLedgerError) -> int:
     """The HTTP status of one of our errors."""
-    if isinstance(exc, (UnknownPipeline, UnknownTopic)):
+    if isinstance(exc, (UnknownPipeline, UnknownTopic, UnknownBatch)):
         return 404
     if isinstance(exc, InvalidInput):
         return 400

@@ -177,6 +177,21 @@ def list_resets(request: Request, pipeline: str, limit: int = Query(50, ge=1, le
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
 
 
+@resource.get("/pipelines/{pipeline}/batches/{batch}/range",
+              summary="The Kafka range a batch read: startingOffsets, endingOffsets and assign for a replay")
+def batch_range(request: Request, pipeline: str, batch: int,
+                queryId: Optional[str] = Query(None, min_length=1, max_length=64,
+                                               description="default: the current generation's query"),
+                generation: Optional[int] = Query(None, ge=1),
+                consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+    from offset_ledger.replay import replay_for
+
+    ops = _ops(request)
+    result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch,
+                        query_id=queryId, generation=generation, consumer_group=consumerGroup)
+    return {"pipeline": pipeline, "batchId": batch, **result.to_dict()}
+
+
 # -- service --------------------------------------------------------------------------------
 
 

@@ -117,6 +117,8 @@ def create_generation(
     restart_findings: Sequence[Finding] = (),
     consume_reset_ids: Sequence[int] = (),
     now: datetime | None = None,
+    location: str | None = None,
+    query_id: str | None = None,
 ) -> tuple[CheckpointGeneration, list[int]]:
     """Record generation n+1, make it the pipeline's authority, and consume ``consume_reset_ids``.
 
@@ -127,6 +129,10 @@ def create_generation(
     stored with the generation. Returns the generation and the reset ids actually consumed (a reset
     another restart consumed meanwhile is left alone). Only resets the caller read *before* reading
     positions may be passed: their moves are then guaranteed to be in the plan being recorded.
+
+    ``location`` overrides the fresh ``<root>/gen-<n>-<id>`` path, and ``query_id`` binds the
+    generation to a query up front: both for adopting an existing checkpoint (``offset_ledger.adopt``),
+    whose running query's runs must match the generation by that checkpoint's path.
     """
     at = now or datetime.now(timezone.utc)
     # Two restarts of one pipeline at once must not both take generation n+1, and a reset or a
@@ -138,7 +144,8 @@ def create_generation(
                checkpoint_generations.c.consumer_group == consumer_group)
     ).scalar()
     number = (latest or 0) + 1
-    location = generation_location(checkpoint_root, number, uuid.uuid4().hex[:8])
+    if location is None:
+        location = generation_location(checkpoint_root, number, uuid.uuid4().hex[:8])
     offsets = {t: dict(parts) for t, parts in starting_offsets.items()}
     resolved = {t: dict(parts) for t, parts in (resolved_offsets or {}).items()}
     try:
@@ -148,6 +155,7 @@ def create_generation(
             reason=reason, created_at=at, starting_offsets=offsets, resolved_offsets=resolved or None,
             topic_ids=dict(topic_ids) if topic_ids else None,
             watermarks={t: dict(p) for t, p in watermarks.items()} if watermarks else None,
+            query_id=query_id,
         ).returning(checkpoint_generations.c.id)).scalar_one()
     except IntegrityError as exc:  # SQLite has no advisory lock: a concurrent restart won
         raise LedgerError(f"another restart of {pipeline!r} created generation {number} concurrently; retry",
@@ -173,7 +181,7 @@ def create_generation(
              number, pipeline, consumer_group, location, reason, consumed)
     return CheckpointGeneration(gen_id, pipeline, consumer_group, number, checkpoint_root, location,
                                 app_version, reason, at, offsets, resolved or None,
-                                dict(topic_ids) if topic_ids else None, watermarks), consumed
+                                dict(topic_ids) if topic_ids else None, watermarks, query_id), consumed
 
 
 def _int_or_none(value: object) -> int | None:

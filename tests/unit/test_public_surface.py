@@ -10,6 +10,7 @@ def test_all_is_pinned() -> None:
         "OffsetLedgerListener",
         "RestartPlan",
         "__version__",
+        "replay_range",
         "start_from_ledger",
     ]
 
