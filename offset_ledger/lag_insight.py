@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select
+from sqlalchemy import and_, func, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.errors import KafkaError
@@ -49,7 +49,7 @@ class WindowFacts:
     """What the ledger says about one partition within the status window."""
 
     consumed: int = 0
-    highest_end: int | None = None
+    highest_end: int | None = None  # set only when a window batch ended past the position (rewound)
     moved: bool = False
 
 
@@ -64,9 +64,16 @@ def status_window() -> timedelta:
 def window_facts(conn: Connection, since: datetime, pipeline: str | None = None,
                  consumer_group: str | None = None) -> dict[Key, WindowFacts]:
     """Per partition: records the window's batches read, their highest end, whether one moved the position."""
+    # The position is read in the same statement as the batches: read separately, a batch committed
+    # in between would end past an older position and look like a rewind.
     stmt = (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
                    batch_offsets.c.partition, func.min(batch_offsets.c.from_offset).label("lo"),
-                   func.max(batch_offsets.c.until_offset).label("hi"))
+                   func.max(batch_offsets.c.until_offset).label("hi"),
+                   func.max(positions.c.next_offset).label("pos"))
+            .select_from(batch_offsets.outerjoin(positions, and_(
+                positions.c.pipeline == batch_offsets.c.pipeline,
+                positions.c.consumer_group == batch_offsets.c.consumer_group,
+                positions.c.topic == batch_offsets.c.topic, positions.c.partition == batch_offsets.c.partition)))
             .where(batch_offsets.c.batch_time >= since)
             .group_by(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
                       batch_offsets.c.partition))
@@ -80,7 +87,9 @@ def window_facts(conn: Connection, since: datetime, pipeline: str | None = None,
     for r in conn.execute(stmt):
         key = (r.pipeline, r.consumer_group, r.topic, r.partition)
         lo = r.lo if r.lo is not None else r.hi
-        out[key] = WindowFacts(max(0, int(r.hi) - int(lo)), int(r.hi), key in moved_keys)
+        # Only an end beyond the position as of this statement says "rewound" (the rule's REWOUND).
+        rewound_past = int(r.hi) if r.pos is not None and int(r.hi) > int(r.pos) else None
+        out[key] = WindowFacts(max(0, int(r.hi) - int(lo)), rewound_past, key in moved_keys)
     for key in moved_keys:
         out.setdefault(key, WindowFacts(0, None, True))  # type: ignore[arg-type]
     return out
