@@ -170,7 +170,7 @@ def resolve_cmd(
 
 BootstrapOption = typer.Option(None, "--bootstrap-servers", envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS",
                                help="Kafka bootstrap servers.")
-GroupOption = typer.Option(None, "--consumer-group", help="Default: the pipeline's only (or same-named) group.")
+GroupOption = typer.Option(None, "--consumer-group", help="Default: the pipeline's only group (an error when it has several).")
 FormatOption = typer.Option("table", "--format", "-f", help="Output: table | json | csv.")
 
 
@@ -424,7 +424,7 @@ def mirror_cmd(
     from offset_ledger.kafka import KafkaAdapter
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.mirror import sync_group
-    from offset_ledger.operations import Operations
+    from offset_ledger.operations import resolve_group
 
     fmt = _check_format(fmt)
     if once and follow:
@@ -438,7 +438,7 @@ def mirror_cmd(
     engine = make_engine(dsn)
     try:
         with engine.connect() as conn:
-            group = Operations(engine).resolve_group(conn, pipeline, consumer_group)
+            group = resolve_group(conn, pipeline, consumer_group)
         with KafkaAdapter(servers, options) as adapter:
             while True:
                 try:

@@ -187,6 +187,23 @@ def check_topic(value: str) -> str:
     return value
 
 
+def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
+    """The consumer group to use: the one given (it must be in the ledger), else the pipeline's only one."""
+    check_name("pipeline", pipeline)
+    groups = queries.consumer_groups(conn, pipeline)
+    if consumer_group is not None:
+        check_name("consumer group", consumer_group)
+        if consumer_group not in groups:
+            raise UnknownPipeline(pipeline)
+        return consumer_group
+    if not groups:
+        raise UnknownPipeline(pipeline)
+    if len(groups) == 1:
+        return groups[0]
+    # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
+    raise AmbiguousConsumerGroup(pipeline, groups)
+
+
 def parse_timestamp(text: str | int) -> datetime:
     """ISO 8601 (naive means UTC) or epoch milliseconds -> an aware UTC datetime."""
     if isinstance(text, bool):
@@ -313,20 +330,8 @@ class Operations:
             conn.execute(text("SELECT 1"))
 
     def resolve_group(self, conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
-        """The consumer group to use: the one given, the pipeline's own name, or its only group."""
-        check_name("pipeline", pipeline)
-        groups = queries.consumer_groups(conn, pipeline)
-        if consumer_group is not None:
-            check_name("consumer group", consumer_group)
-            if consumer_group not in groups:
-                raise UnknownPipeline(pipeline)
-            return consumer_group
-        if not groups:
-            raise UnknownPipeline(pipeline)
-        if len(groups) == 1:
-            return groups[0]
-        # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
-        raise AmbiguousConsumerGroup(pipeline, groups)
+        """The consumer group to use (``resolve_group``)."""
+        return resolve_group(conn, pipeline, consumer_group)
 
     # -- reads
 
@@ -644,6 +649,6 @@ def scope_from_specs(specs: Sequence[str]) -> dict[str, tuple[int, ...] | None] 
 
 __all__ = [
     "HistoryPage", "MetricsSnapshot", "Operations", "PartitionLag", "PartitionReset", "PipelineSummary",
-    "ResetOutcome", "check_name", "check_topic", "parse_timestamp", "request_from_legacy_body",
+    "ResetOutcome", "check_name", "check_topic", "parse_timestamp", "request_from_legacy_body", "resolve_group",
     "scope_from_specs", "to_epoch_ms", "topic_details",
 ]

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.errors import InvalidInput, KafkaError, UnknownBatch, UnknownPipeline
+from offset_ledger.errors import InvalidInput, KafkaError, UnknownBatch
 from offset_ledger.model import TopicPartition, Watermarks
 
 if TYPE_CHECKING:
@@ -151,25 +151,6 @@ def compute_range(
                        watermarks is not None, records)
 
 
-def _group(conn: Any, pipeline: str, consumer_group: str | None) -> str:
-    from offset_ledger.errors import AmbiguousConsumerGroup
-    from offset_ledger.ledger.queries import consumer_groups
-    from offset_ledger.operations import check_name
-
-    check_name("pipeline", pipeline)
-    groups = consumer_groups(conn, pipeline)
-    if consumer_group is not None:
-        check_name("consumer group", consumer_group)
-        if consumer_group not in groups:
-            raise UnknownPipeline(pipeline)
-        return consumer_group
-    if not groups:
-        raise UnknownPipeline(pipeline)
-    if len(groups) > 1:
-        raise AmbiguousConsumerGroup(pipeline, groups)
-    return groups[0]
-
-
 def _check_request(batch: int | None, since: datetime | None, until: datetime | None,
                    query_id: str | None, generation: int | None) -> None:
     if batch is None and since is None and until is None:
@@ -211,7 +192,9 @@ def replay_for(
     _check_request(batch, since, until, query_id, generation)
     try:
         with engine.connect() as conn:
-            group = _group(conn, pipeline, consumer_group)
+            from offset_ledger.operations import resolve_group
+
+            group = resolve_group(conn, pipeline, consumer_group)
             chosen = query_id
             if generation is not None or (chosen is None and batch is not None):
                 row = q.generation_row(conn, pipeline, group, generation)
