@@ -29,12 +29,11 @@ class ConsoleReads:
             raise translate_db_error(exc, "reading") from exc
 
     def pipelines(self) -> list[dict[str, Any]]:
-        """Every pipeline/consumer group: the API's summary plus stale state, findings, version, generation."""
+        """Every pipeline/consumer group: the API's summary (state with staleness and why, generation,
+        foreign runs) plus findings count and the running code's version."""
         summaries = self.ops.list_pipelines(with_lag=True)
         with self._db() as conn:
-            stale = cq.stale_runs_by_group(conn)
             counts = cq.finding_counts(conn)
-            gens = cq.latest_generations(conn)
             last_runs = cq.latest_runs(conn)
         groups_per_pipeline: dict[str, int] = {}
         for s in summaries:
@@ -43,13 +42,9 @@ class ConsoleReads:
         for s in summaries:
             key = (s.pipeline, s.consumer_group)
             row = s.to_dict()
-            # A run that never reported termination and went silent is neither running nor cleanly
-            # stopped: say so instead of hiding a crashed driver behind "stopped".
-            if s.state != "running" and stale.get(key):
-                row["state"] = "stale"
-            row["staleRunIds"] = stale.get(key, [])
+            row["staleRunIds"] = [r.run_id for r in s.runs if r.state == "stale"]
             row["findings"] = counts.get(key, 0)
-            gen = gens.get(key)
+            gen = s.generation
             run = last_runs.get(key)
             row["generation"] = gen["generation"] if gen else None
             # The running code's version is the newest run's; a generation opened but not yet run

@@ -6,13 +6,11 @@ Nothing here writes.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.queries import RUN_STALENESS
 from offset_ledger.ledger.tables import checkpoint_generations, findings, runs
 
 
@@ -26,22 +24,6 @@ def finding_counts(conn: Connection) -> dict[tuple[str, str], int]:
     return {(r.pipeline, r.consumer_group): int(r.n) for r in conn.execute(stmt)}
 
 
-def latest_generations(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
-    """The newest checkpoint generation of every (pipeline, consumer group)."""
-    newest = select(
-        checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
-        func.max(checkpoint_generations.c.generation).label("generation"),
-    ).group_by(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group).subquery("n")
-    stmt = select(
-        checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
-        checkpoint_generations.c.generation, checkpoint_generations.c.app_version,
-        checkpoint_generations.c.location,
-    ).join(newest, (newest.c.pipeline == checkpoint_generations.c.pipeline)
-           & (newest.c.consumer_group == checkpoint_generations.c.consumer_group)
-           & (newest.c.generation == checkpoint_generations.c.generation))
-    return {(r.pipeline, r.consumer_group): dict(r._mapping) for r in conn.execute(stmt)}
-
-
 def latest_runs(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
     """The most recently started run of every (pipeline, consumer group)."""
     newest = select(runs.c.pipeline, runs.c.consumer_group, func.max(runs.c.started_at).label("started_at")).group_by(
@@ -51,21 +33,6 @@ def latest_runs(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
         newest, (newest.c.pipeline == runs.c.pipeline) & (newest.c.consumer_group == runs.c.consumer_group)
         & (newest.c.started_at == runs.c.started_at))
     return {(r.pipeline, r.consumer_group): dict(r._mapping) for r in conn.execute(stmt)}
-
-
-def stale_runs_by_group(
-    conn: Connection, *, stale_after: timedelta = RUN_STALENESS, now: datetime | None = None,
-) -> dict[tuple[str, str], list[str]]:
-    """Runs never reported terminated that have been silent longer than ``stale_after`` (crashed drivers)."""
-    cutoff = (now or datetime.now(timezone.utc)) - stale_after
-    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id).where(
-        runs.c.terminated_at.is_(None),
-        func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at) <= cutoff,
-    )
-    out: dict[tuple[str, str], list[str]] = {}
-    for r in conn.execute(stmt.order_by(runs.c.started_at)):
-        out.setdefault((r.pipeline, r.consumer_group), []).append(r.run_id)
-    return out
 
 
 def pipeline_runs(conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 50) -> list[dict[str, Any]]:
