@@ -50,7 +50,6 @@ from offset_ledger.resolver import (
     parse_on_data_loss,
     resolve,
 )
-
 from offset_ledger.stateful import StateRewind, WindowSpec, parse_duration_ms, plan_rewind, to_ms
 
 log = logging.getLogger(__name__)
