@@ -15,9 +15,14 @@ class KafkaHelper:
     def __init__(self, bootstrap_servers: str) -> None:
         self.bootstrap_servers = bootstrap_servers
         self.admin = KafkaAdminClient(bootstrap_servers=bootstrap_servers, request_timeout_ms=30000)
-        self.producer = KafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=5, acks="all")
+        self.producer = self._producer()
         self.created: list[str] = []
         self.name_hint = "t"
+
+    def _producer(self) -> KafkaProducer:
+        # A short metadata age: partitions added to a topic show up within half a second.
+        return KafkaProducer(bootstrap_servers=self.bootstrap_servers, linger_ms=5, acks="all",
+                             metadata_max_age_ms=500)
 
     def create_topic(self, partitions: int = 3, name: str | None = None) -> str:
         """Create a unique topic and wait until every partition has a leader."""
@@ -70,6 +75,10 @@ class KafkaHelper:
             self.admin.delete_topics(topics)
         except UnknownTopicOrPartitionError:
             pass
+        # A producer keeps refreshing metadata for every topic it ever sent to; once they are gone its
+        # network thread spins on a full core for the rest of the run. A fresh one knows no topic.
+        self.producer.close()
+        self.producer = self._producer()
 
     def recreate_topic(self, topic: str, partitions: int) -> None:
         self.admin.delete_topics([topic])
