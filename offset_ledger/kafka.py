@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable, UnknownTopic
+from offset_ledger.kafka_snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.model import TopicPartition, Watermarks
 
 log = logging.getLogger(__name__)
@@ -207,17 +208,34 @@ class KafkaAdapter:
 
     def watermarks(self, topics: Sequence[str]) -> dict[TopicPartition, Watermarks]:
         """Log-start (first stored) and log-end (next to be written) offset of every partition."""
+        return self.snapshot(topics).watermarks
+
+    def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
+        """Partitions, topic ids and watermarks of ``topics`` from one metadata request and one
+        ListOffsets request per leader and kind, all in flight together (see ``kafka_snapshot``)."""
+        from kafka import errors as kerr
+
+        with self._lock:
+            consumer = self._client()
+            try:
+                return snapshot(consumer._manager, topics, timeout_ms=self._configs["request_timeout_ms"])
+            except kerr.IncompatibleBrokerVersion:
+                pass  # a broker before Kafka 2.1 (no ListOffsets v4): the consumer's slower calls below
+            except SnapshotError as exc:
+                raise KafkaError(f"Kafka request failed: {exc}", bootstrap_servers=self._bootstrap) from exc
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._snapshot_by_consumer(topics)
+
+    def _snapshot_by_consumer(self, topics: Sequence[str]) -> ClusterSnapshot:
         from kafka import TopicPartition as KTP
 
-        tps = [KTP(t, p) for t, parts in self.partitions(topics).items() for p in parts]
-        if not tps:
-            return {}
-        starts = self._call("beginning_offsets", tps)
-        ends = self._call("end_offsets", tps)
-        return {
-            TopicPartition(tp.topic, tp.partition): Watermarks(int(starts[tp]), int(ends[tp]))
-            for tp in tps
-        }
+        partitions = self.partitions(topics)
+        tps = [KTP(t, p) for t, parts in partitions.items() for p in parts]
+        starts = self._call("beginning_offsets", tps) if tps else {}
+        ends = self._call("end_offsets", tps) if tps else {}
+        marks = {TopicPartition(tp.topic, tp.partition): Watermarks(int(starts[tp]), int(ends[tp])) for tp in tps}
+        return ClusterSnapshot(partitions, self.topic_ids(list(partitions)), marks)
 
     def offsets_for_time(self, tps: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
         """The first offset whose timestamp is >= ``timestamp_ms`` per partition; None when no record is that new."""

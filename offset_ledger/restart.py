@@ -137,11 +137,11 @@ def read_cluster(
     adapter: KafkaAdapter, topics: Sequence[str], *, timestamp_ms: int | None = None,
 ) -> ClusterView:
     """Watermarks of every partition of the topics, and offsets for ``timestamp_ms`` when given."""
-    watermarks = adapter.watermarks(list(topics))
+    seen = adapter.snapshot(list(topics))  # one metadata request: partitions, ids and watermarks agree
     by_time = None
     if timestamp_ms is not None:
-        by_time = adapter.offsets_for_time(sorted(watermarks), timestamp_ms)
-    return ClusterView(tuple(topics), watermarks, by_time, adapter.topic_ids(list(topics)))
+        by_time = adapter.offsets_for_time(sorted(seen.watermarks), timestamp_ms)
+    return ClusterView(tuple(topics), seen.watermarks, by_time, seen.topic_ids)
 
 
 def recreated_topics(generation: gens.CheckpointGeneration | None, cluster: ClusterView) -> list[TopicIncarnation]:

@@ -38,3 +38,37 @@ def test_unreachable_brokers_are_reported_as_unavailable() -> None:
     with KafkaAdapter("127.0.0.1:1", request_timeout_ms=2000) as adapter:
         with pytest.raises(KafkaUnavailable, match="127.0.0.1:1"):
             adapter.partitions(["t"])
+
+
+def test_snapshot_matches_what_the_consumer_and_admin_report(kafka) -> None:
+    """Oracle: kafka-python's own consumer (beginning/end offsets) and admin client (topic ids)."""
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    trimmed = kafka.create_topic(partitions=3)
+    kafka.produce(trimmed, [f"r{i}" for i in range(40)])
+    kafka.delete_records(trimmed, {0: 5, 2: 1})
+    grown = kafka.create_topic(partitions=2)
+    kafka.produce(grown, [f"g{i}" for i in range(7)])
+    kafka.add_partitions(grown, 5)
+    kafka.produce(grown, [f"h{i}" for i in range(11)])
+    empty = kafka.create_topic(partitions=1)
+
+    with KafkaAdapter(kafka.bootstrap_servers) as adapter:
+        seen = adapter.snapshot([trimmed, grown, empty, "no_such_topic_xyz"])
+
+    consumer = KafkaConsumer(bootstrap_servers=kafka.bootstrap_servers)
+    try:
+        expected = {}
+        for topic in (trimmed, grown, empty):
+            tps = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+            starts, ends = consumer.beginning_offsets(tps), consumer.end_offsets(tps)
+            expected.update({TopicPartition(topic, tp.partition): Watermarks(starts[tp], ends[tp]) for tp in tps})
+    finally:
+        consumer.close()
+    described = {d["name"]: str(d["topic_id"]) for d in kafka.admin.describe_topics([trimmed, grown, empty])}
+
+    assert seen.watermarks == expected
+    assert seen.partitions == {trimmed: [0, 1, 2], grown: [0, 1, 2, 3, 4], empty: [0]}
+    assert seen.topic_ids == described
+    assert seen.watermarks[TopicPartition(trimmed, 0)].log_start_offset == 5  # the oracle is not trivially 0
