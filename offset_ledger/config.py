@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from pydantic import Field
@@ -37,5 +38,20 @@ class Settings(BaseSettings):
 
 
 def settings() -> Settings:
-    """Read the environment now (not at import, so tests and CLIs can change it)."""
-    return Settings()
+    """Read the environment now (not at import, so tests and CLIs can change it).
+
+    Building ``Settings`` costs ~1 ms (pydantic-settings inspects every field), and hot read paths
+    (the activity rule on every pipelines-list request) ask for it; the instance is reused while
+    the ``OFFSET_LEDGER_*`` variables and ``HOME`` are unchanged (matched case-insensitively, as
+    pydantic does).
+    """
+    global _cached
+    key = tuple(sorted((k.upper(), v) for k, v in os.environ.items()
+                       if k.upper().startswith("OFFSET_LEDGER_") or k == "HOME"))  # HOME: default_home()
+    cached = _cached
+    if cached is None or cached[0] != key:
+        cached = _cached = (key, Settings())
+    return cached[1]
+
+
+_cached: tuple[tuple[tuple[str, str], ...], Settings] | None = None

@@ -34,7 +34,7 @@ from offset_ledger.errors import (
 )
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.activity import RunActivity, open_runs
-from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.engine import read_engine, translate_db_error
 from offset_ledger.ledger.reset_store import StoredReset, record_reset
 from offset_ledger.model import Position, TopicPartition, Watermarks
 from offset_ledger.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
@@ -264,6 +264,7 @@ class Operations:
         kafka_timeout_ms: int = 10_000, lag_cache_seconds: float = 2.0,
     ) -> None:
         self.engine = engine
+        self._reads = read_engine(engine)
         self._bootstrap = bootstrap_servers
         self._kafka_options = dict(kafka_options or {})
         self._kafka = kafka
@@ -311,11 +312,14 @@ class Operations:
         if self._kafka is not None:
             self._kafka.close()
         self.engine.dispose()
+        if self._reads is not self.engine:
+            self._reads.dispose()
 
     @contextmanager
     def _db(self) -> Iterator[Connection]:
+        """A connection for reads (autocommit on PostgreSQL, see ``read_engine``); writes use ``engine.begin()``."""
         try:
-            with self.engine.connect() as conn:
+            with self._reads.connect() as conn:
                 yield conn
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "reading") from exc

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from functools import cache
 from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import Select, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.tables import runs
@@ -84,6 +85,14 @@ def run_is_active(
                   timeout=timeout).state == "active"
 
 
+@cache
+def _open_runs_stmt() -> Select[Any]:
+    # Built once (the pipelines list asks on every request); .where() on it makes a new statement.
+    return select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.query_id, runs.c.started_at,
+                  runs.c.last_heartbeat_at, runs.c.max_batch_ms, runs.c.generation_id
+                  ).where(runs.c.terminated_at.is_(None)).order_by(runs.c.started_at)
+
+
 def open_runs(
     conn: Connection, pipeline: str | None = None, consumer_group: str | None = None, *,
     now: datetime | None = None, timeout: timedelta | None = None,
@@ -91,13 +100,11 @@ def open_runs(
     """Every unterminated run (of one pipeline and group, or all), assessed, oldest first."""
     at = now or datetime.now(timezone.utc)
     limit = timeout if timeout is not None else run_timeout()
-    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.query_id, runs.c.started_at,
-                  runs.c.last_heartbeat_at, runs.c.max_batch_ms, runs.c.generation_id
-                  ).where(runs.c.terminated_at.is_(None))
+    stmt = _open_runs_stmt()
     if pipeline is not None:
         stmt = stmt.where(runs.c.pipeline == pipeline, runs.c.consumer_group == (consumer_group or pipeline))
     out: dict[tuple[str, str], list[RunActivity]] = {}
-    for r in conn.execute(stmt.order_by(runs.c.started_at)):
+    for r in conn.execute(stmt):
         act = assess(r.run_id, r.query_id, None, r.last_heartbeat_at, r.started_at, r.max_batch_ms,
                      now=at, timeout=limit)
         out.setdefault((r.pipeline, r.consumer_group), []).append(replace(act, generation_id=r.generation_id))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import cache
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from sqlalchemy import and_, exists, func, or_, select, tuple_, union
+from sqlalchemy import Select, and_, exists, func, or_, select, tuple_, union
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.activity import open_runs
@@ -100,6 +101,12 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
     Built from the small tables and index-backed scalar subqueries, so its cost does not grow with
     the batch history.
     """
+    return [dict(r._mapping) for r in conn.execute(_pipeline_summaries_stmt())]
+
+
+@cache
+def _pipeline_summaries_stmt() -> Select[Any]:
+    # Built once: constructing this statement cost as much as running it on every pipelines list.
     groups = union(
         select(positions.c.pipeline, positions.c.consumer_group),
         select(runs.c.pipeline, runs.c.consumer_group),
@@ -113,7 +120,7 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
     latest = select(groups.c.pipeline, groups.c.consumer_group, last_id.label("last_id")).subquery("l")
     counts = select(positions.c.pipeline, positions.c.consumer_group, func.count().label("n")).group_by(
         positions.c.pipeline, positions.c.consumer_group).subquery("c")
-    stmt = select(
+    return select(
         latest.c.pipeline, latest.c.consumer_group,
         func.coalesce(counts.c.n, 0).label("partitions"),
         batches.c.batch_time.label("last_batch_time"),
@@ -122,22 +129,25 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
         latest.outerjoin(batches, batches.c.id == latest.c.last_id).outerjoin(
             counts, and_(counts.c.pipeline == latest.c.pipeline, counts.c.consumer_group == latest.c.consumer_group))
     ).order_by(latest.c.pipeline, latest.c.consumer_group)
-    return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
 def current_generations(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
     """The newest checkpoint generation of every pipeline that has one: id, number, app version, location."""
+    return {(r.pipeline, r.consumer_group): {"id": r.id, "generation": r.generation, "app_version": r.app_version,
+                                             "location": r.location} for r in conn.execute(_current_generations_stmt())}
+
+
+@cache
+def _current_generations_stmt() -> Select[Any]:
     newest = (select(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
                      func.max(checkpoint_generations.c.generation).label("n"))
               .group_by(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group).subquery())
-    stmt = select(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
+    return select(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
                   checkpoint_generations.c.id, checkpoint_generations.c.generation,
                   checkpoint_generations.c.app_version, checkpoint_generations.c.location).join(
         newest, and_(newest.c.pipeline == checkpoint_generations.c.pipeline,
                      newest.c.consumer_group == checkpoint_generations.c.consumer_group,
                      newest.c.n == checkpoint_generations.c.generation))
-    return {(r.pipeline, r.consumer_group): {"id": r.id, "generation": r.generation, "app_version": r.app_version,
-                                             "location": r.location} for r in conn.execute(stmt)}
 
 
 def active_runs_by_group(
