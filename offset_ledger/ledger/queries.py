@@ -251,13 +251,17 @@ def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:
 
 def all_positions(conn: Connection) -> dict[tuple[str, str], list[Position]]:
     """Every pipeline's positions in one round trip, keyed by (pipeline, consumer group)."""
-    stmt = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
-                  positions.c.next_offset).order_by(positions.c.pipeline, positions.c.consumer_group,
-                                                    positions.c.topic, positions.c.partition)
     out: dict[tuple[str, str], list[Position]] = {}
-    for r in conn.execute(stmt):
+    for r in conn.execute(_all_positions_stmt()):
         out.setdefault((r.pipeline, r.consumer_group), []).append(Position(r.topic, r.partition, r.next_offset))
     return out
+
+
+@cache
+def _all_positions_stmt() -> Select[Any]:
+    return select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
+                  positions.c.next_offset).order_by(positions.c.pipeline, positions.c.consumer_group,
+                                                    positions.c.topic, positions.c.partition)
 
 
 def checkpoint_batches(
