@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -94,7 +95,7 @@ def read_ledger(
             # without its positions being in this plan.
             pending = gens.pending_reset_ids(conn, pipeline, group)
             positions = current_positions(conn, pipeline, group, topics)
-            generation = gens.current_generation(conn, pipeline, group)
+            generation = gens.current_generation(conn, pipeline, group, offsets=False)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading positions") from exc
     return LedgerView(tuple(positions), tuple(pending), generation, group, footprint)
@@ -189,30 +190,42 @@ def plan_restart(
     if allow_first_run and first_run is None:
         raise InvalidRestartOptions("allow_first_run needs first_run too: say where the pipeline starts over",
                                     option="allow_first_run")
+    t0 = time.perf_counter()
     if topics is not None and topic_pattern is None:
         requested = select_topics(adapter, topics, None)
         ledger = read_ledger(engine, pipeline, consumer_group, requested)
     else:
         ledger = read_ledger(engine, pipeline, consumer_group, None)
         requested = select_topics(adapter, topics, topic_pattern, sorted({p.topic for p in ledger.positions}))
-    positions = [p for p in ledger.positions if p.topic in set(requested)]
+    wanted = set(requested)
+    positions = [p for p in ledger.positions if p.topic in wanted]
     first = is_first_run(positions, requested)
     if first and ledger.footprint and not allow_first_run:
         raise FirstRunRefused(pipeline, ledger.consumer_group, requested, ledger.footprint)
     timestamp_ms = policy.timestamp_ms if isinstance(policy, FirstRunTimestamp) and first else None
+    t1 = time.perf_counter()
     cluster = read_cluster(adapter, requested, timestamp_ms=timestamp_ms)
+    t2 = time.perf_counter()
     rewind = None
     if spec is not None:
         rewind = _state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
                                event_time_is_kafka_timestamp)
         positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
-                     if o >= 0 and tp.topic in set(requested)]
+                     if o >= 0 and tp.topic in wanted]
+    generation = ledger.generation
+    if generation is not None and any(cluster.topic_ids.get(t) not in (None, old)
+                                      for t, old in (generation.topic_ids or {}).items()):
+        # A re-created topic: what the old incarnation held comes from the watermarks the generation saw.
+        with engine.connect() as conn:
+            generation = replace(generation, watermarks=gens.generation_watermarks(conn, generation.id))
     plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
                    on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
-                   recreated=recreated_topics(ledger.generation, cluster))
+                   recreated=recreated_topics(generation, cluster))
     if rewind is not None:
         plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
                        event_time_floor=rewind[1].event_time_floor)
+    log.debug("plan for %s over %d partitions: ledger %.1f ms, cluster %.1f ms, resolve %.1f ms", pipeline,
+              len(cluster.watermarks), (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
     return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
 
 
@@ -358,9 +371,11 @@ def start_from_ledger(
 
     from offset_ledger.ledger.engine import ensure_schema, make_engine
 
+    started = time.perf_counter()
     engine = make_engine(dsn)
     try:
         ensure_schema(engine)
+        schema_ms = (time.perf_counter() - started) * 1000
         with KafkaAdapter(servers, options) as adapter:
             if adopt_checkpoint is not None:
                 from offset_ledger.adopt import adopt_if_unknown
@@ -372,6 +387,7 @@ def start_from_ledger(
                 topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
                 allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
                 event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+        planned_ms = (time.perf_counter() - started) * 1000
         group = ledger.consumer_group
         current = ledger.generation
         reason = new_generation_reason(
@@ -386,6 +402,8 @@ def start_from_ledger(
             assert current is not None
             log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
                      current.generation, pipeline, current.location)
+            log.debug("start_from_ledger(%s): engine and schema check %.1f ms, plan %.1f ms, total %.1f ms",
+                      pipeline, schema_ms, planned_ms - schema_ms, (time.perf_counter() - started) * 1000)
             resumed = replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
                               generation=current.generation)
             return _mirrored(resumed, engine, servers, options, pipeline, group) if commit_to_kafka else resumed
@@ -406,6 +424,8 @@ def start_from_ledger(
                     consume_reset_ids=ledger.pending_reset_ids)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "recording the checkpoint generation") from exc
+        log.debug("start_from_ledger(%s): engine and schema check %.1f ms, plan %.1f ms, generation %.1f ms",
+                  pipeline, schema_ms, planned_ms - schema_ms, (time.perf_counter() - started) * 1000 - planned_ms)
         findings = list(plan.findings) + [
             Finding("reset_consumed",
                     f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",
