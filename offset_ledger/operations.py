@@ -341,13 +341,16 @@ class Operations:
 
     def list_pipelines(self, *, with_lag: bool = True) -> list[PipelineSummary]:
         """Every pipeline with state (running/stopped), last batch time and total lag."""
+        # Every ledger read in one connection before Kafka is asked (round trips dominate this request).
+        facts: dict[Any, Any] = {}
         with self._db() as conn:
             rows = queries.pipeline_summaries(conn)
             open_by_group = open_runs(conn)
-            generations = queries.current_generations(conn) if rows else {}
             pos = queries.all_positions(conn) if with_lag and rows else {}
+            if pos and self.has_kafka:
+                facts = self._window_facts(conn)
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
-        statuses = self._statuses(rows, open_by_group, pos, marks) if marks is not None else {}
+        statuses = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else {}
         out = []
         for r in rows:
             key = (r["pipeline"], r["consumer_group"])
@@ -358,7 +361,9 @@ class Operations:
                 lag = sum(known) if known else None
             acts = tuple(open_by_group.get(key, []))
             active = tuple(a.run_id for a in acts if a.state == "active")
-            gen = generations.get(key)
+            gen = None if r["generation_id"] is None else {
+                "id": r["generation_id"], "generation": r["generation_number"],
+                "app_version": r["generation_app_version"], "location": r["generation_location"]}
             foreign = tuple(a.run_id for a in acts if a.state == "active" and gen is not None
                             and a.generation_id != gen["id"])
             state = "running" if active else ("stale" if acts else "stopped")
@@ -371,14 +376,15 @@ class Operations:
 
     def _statuses(self, rows: list[dict[str, Any]], open_by_group: Mapping[tuple[str, str], Any],
                   pos: Mapping[tuple[str, str], list[Position]],
-                  marks: Mapping[TopicPartition, Watermarks]) -> dict[tuple[str, str], str | None]:
+                  marks: Mapping[TopicPartition, Watermarks],
+                  facts: Mapping[Any, Any] | None = None) -> dict[tuple[str, str], str | None]:
         """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips)."""
         from offset_ledger.status import overall_status
 
         parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset, None,
                                                 marks[p.tp].log_end_offset if p.tp in marks else None))
                  for (pipeline, group), ps in pos.items() for p in ps]
-        enriched = self._enrich(parts, open_by_group, kafka=False)
+        enriched = self._enrich(parts, open_by_group, kafka=False, facts=facts)
         by: dict[tuple[str, str], list[Any]] = {}
         for pipeline, group, x in enriched:
             by.setdefault((pipeline, group), []).append(x.status)
@@ -386,16 +392,23 @@ class Operations:
 
     def _enrich(self, parts: list[tuple[str, str, PartitionLag]], open_by_group: Mapping[tuple[str, str], Any],
                 *, kafka: bool, pipeline: str | None = None, group: str | None = None,
-                ) -> list[tuple[str, str, PartitionLag]]:
-        """Time lag, drift and status for ``parts`` (``offset_ledger.lag_insight``)."""
-        from offset_ledger.lag_insight import status_window, window_facts
+                facts: Mapping[Any, Any] | None = None) -> list[tuple[str, str, PartitionLag]]:
+        """Time lag, drift and status for ``parts`` (``offset_ledger.lag_insight``); ``facts`` when already read."""
+        from offset_ledger.lag_insight import status_window
 
         window = status_window()
-        with self._db() as conn:
-            facts = window_facts(conn, datetime.now(timezone.utc) - window, pipeline, group)
+        if facts is None:
+            with self._db() as conn:
+                facts = self._window_facts(conn, pipeline, group)
         active = {k: any(a.state == "active" for a in acts) for k, acts in open_by_group.items()}
         return self._insight.enrich(self.kafka if kafka and self.has_kafka else None, parts, facts, active,
                                     window=window)
+
+    @staticmethod
+    def _window_facts(conn: Connection, pipeline: str | None = None, group: str | None = None) -> dict[Any, Any]:
+        from offset_ledger.lag_insight import status_window, window_facts
+
+        return window_facts(conn, datetime.now(timezone.utc) - status_window(), pipeline, group)
 
     def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
         """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""

@@ -96,7 +96,7 @@ def pipeline_footprint(conn: Connection, pipeline: str) -> dict[str, dict[str, A
 
 
 def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
-    """One row per (pipeline, consumer group): partition count, last batch time and id, last reset.
+    """One row per (pipeline, consumer group): partition count, last batch time and id, current generation.
 
     Built from the small tables and index-backed scalar subqueries, so its cost does not grow with
     the batch history.
@@ -120,25 +120,24 @@ def _pipeline_summaries_stmt() -> Select[Any]:
     latest = select(groups.c.pipeline, groups.c.consumer_group, last_id.label("last_id")).subquery("l")
     counts = select(positions.c.pipeline, positions.c.consumer_group, func.count().label("n")).group_by(
         positions.c.pipeline, positions.c.consumer_group).subquery("c")
+    gen = _current_generations_stmt().subquery("gen")  # in the same round trip: one fewer per list
     return select(
         latest.c.pipeline, latest.c.consumer_group,
         func.coalesce(counts.c.n, 0).label("partitions"),
         batches.c.batch_time.label("last_batch_time"),
         batches.c.batch_id.label("last_batch_id"),
+        gen.c.id.label("generation_id"), gen.c.generation.label("generation_number"),
+        gen.c.app_version.label("generation_app_version"), gen.c.location.label("generation_location"),
     ).select_from(
         latest.outerjoin(batches, batches.c.id == latest.c.last_id).outerjoin(
-            counts, and_(counts.c.pipeline == latest.c.pipeline, counts.c.consumer_group == latest.c.consumer_group))
+            counts, and_(counts.c.pipeline == latest.c.pipeline, counts.c.consumer_group == latest.c.consumer_group)
+        ).outerjoin(gen, and_(gen.c.pipeline == latest.c.pipeline, gen.c.consumer_group == latest.c.consumer_group))
     ).order_by(latest.c.pipeline, latest.c.consumer_group)
-
-
-def current_generations(conn: Connection) -> dict[tuple[str, str], dict[str, Any]]:
-    """The newest checkpoint generation of every pipeline that has one: id, number, app version, location."""
-    return {(r.pipeline, r.consumer_group): {"id": r.id, "generation": r.generation, "app_version": r.app_version,
-                                             "location": r.location} for r in conn.execute(_current_generations_stmt())}
 
 
 @cache
 def _current_generations_stmt() -> Select[Any]:
+    """The newest checkpoint generation of every pipeline that has one."""
     newest = (select(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group,
                      func.max(checkpoint_generations.c.generation).label("n"))
               .group_by(checkpoint_generations.c.pipeline, checkpoint_generations.c.consumer_group).subquery())
