@@ -71,6 +71,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--admin-dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"),
                         help="Postgres URL allowed to CREATE DATABASE (default: OFFSET_LEDGER_TEST_DSN)")
     parser.add_argument("--keep", action="store_true", help="keep the topics and database")
+    parser.add_argument("--settle", type=float, default=20.0,
+                        help="seconds to let the broker finish creating the partitions before timing "
+                             "(a restart meets topics that exist since long, not ones created a second ago)")
     parser.add_argument("--max-broker-partitions", type=int, default=12_000,
                         help="refuse to run when existing + new partitions would exceed this")
     parser.add_argument("--cooldown", type=float, default=65.0,
@@ -130,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit("the broker did not report every partition within 300 s")
                 time.sleep(1)
 
+        print(f"setup: every partition answers; settling {args.settle:.0f}s", file=sys.stderr)
+        time.sleep(args.settle)
         root = tempfile.mkdtemp(prefix="bench-resolve-")
         phases = _Phases()
         restart_log = logging.getLogger("offset_ledger.restart")

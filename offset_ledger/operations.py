@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.coalesce import Coalescer
 from offset_ledger.errors import (
     AmbiguousConsumerGroup,
     ConfigError,
@@ -265,6 +266,7 @@ class Operations:
     ) -> None:
         self.engine = engine
         self._reads = read_engine(engine)
+        self._coalesce = Coalescer()
         self._bootstrap = bootstrap_servers
         self._kafka_options = dict(kafka_options or {})
         self._kafka = kafka
@@ -340,15 +342,27 @@ class Operations:
     # -- reads
 
     def list_pipelines(self, *, with_lag: bool = True) -> list[PipelineSummary]:
-        """Every pipeline with state (running/stopped), last batch time and total lag."""
+        """Every pipeline with state (running/stopped), last batch time and total lag.
+
+        Concurrent callers share one computation that started after they all arrived
+        (``offset_ledger.coalesce``): dashboards polling together cost one read, none gets an older answer.
+        """
+        return self._coalesce.run(("pipelines", with_lag), lambda: self._list_pipelines(with_lag))
+
+    def _list_pipelines(self, with_lag: bool) -> list[PipelineSummary]:
         # Every ledger read in one connection before Kafka is asked (round trips dominate this request).
         facts: dict[Any, Any] = {}
         with self._db() as conn:
             rows = queries.pipeline_summaries(conn)
             open_by_group = open_runs(conn)
-            pos = queries.all_positions(conn) if with_lag and rows else {}
-            if pos and self.has_kafka:
-                facts = self._window_facts(conn)
+            pos: dict[tuple[str, str], list[Position]] = {}
+            if with_lag and rows:
+                if self.has_kafka:
+                    from offset_ledger.lag_insight import positions_and_window, status_window
+
+                    pos, facts = positions_and_window(conn, datetime.now(timezone.utc) - status_window())
+                else:
+                    pos = queries.all_positions(conn)
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
         statuses = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else {}
         out = []
