@@ -1,0 +1,674 @@
+"""What OffsetLedgerListener costs a real Spark query reading Kafka, and how soon a batch is durable.
+
+    source .devstack/stack.env   # or pass --dsn / --bootstrap-servers / --jars
+    flock /tmp/offset-ledger-realstack.lock \\
+        .venv/bin/python benchmarks/bench_query.py [--partitions 8,200] [--batches 40,20] [--rounds 4] [--quick]
+
+Per partition count: one topic, the same records produced once (``--per-batch`` records per
+partition per micro-batch, 1 + ``--batches`` micro-batches' worth), then the same query run many
+times on one local SparkSession (``local[2]``)::
+
+    spark.readStream.format("kafka").option("subscribe", topic).option("startingOffsets", "earliest")
+         .option("maxOffsetsPerTrigger", per_batch * partitions)
+         .option("kafka.fetch.max.wait.ms", 50).load()
+         .writeStream.format("noop").trigger(availableNow=True)   # a fresh checkpoint each run
+
+so every run reads the whole topic in small micro-batches and stops.
+
+Batch 0 is reported apart and left out of the figures: it makes a Kafka consumer per partition,
+and each new consumer's first fetch waits up to ``fetch.max.wait.ms`` (Kafka's default 500 ms,
+measured here: batch 0 took 52 s of a 60 s run at 200 partitions, both sides alike). The query
+sets ``kafka.fetch.max.wait.ms=50`` (``--fetch-max-wait-ms``; 0 keeps Kafka's default) only to keep
+the run short: batch 0 still takes ~7 s at 200 partitions; later batches never wait (the data is
+there).
+
+1. Overhead. ``--warmup`` pairs of runs are discarded (JIT, the py4j callback server, imports,
+   the ledger schema), then ``--rounds`` rounds of one run without and one with the listener
+   (``spark.streams.addListener(OffsetLedgerListener(dsn=<scratch Postgres>, pipeline=<own name>))``,
+   ``removeListener`` and ``close()`` after the run). The order alternates per round (AB, BA, AB,
+   ...) so a drift in the machine's speed does not favour one side. Per-batch durations are Spark's
+   own (``recentProgress[*].durationMs.triggerExecution``, with
+   ``spark.sql.streaming.numRecentProgressUpdates`` raised so none are dropped). Records/s is the
+   input rows of batches 1..N over the time from batch 1's trigger start to batch N's end (Spark's
+   progress timestamps plus durations: gaps between triggers count) and, as a second figure, over
+   the sum of those batches' durations. Per run: its batch p50 and p99, its records/s; per side,
+   the median over rounds; the ratio is of those medians (records/s: without / with, so > 1 means
+   slower with the listener), printed with the per-round ratios' range. Target: <= 1.02x for the
+   batch p50 and for records/s. The p99 of a 20-40 batch run is its slowest batch, so its ratio
+   is shown but not held to 2%.
+   This 2-core machine is shared: the CPU other processes use during each run is measured
+   (``CpuMeter``: every process's user + system time from /proc, minus this process tree's and
+   our scratch database's backends) and a round in which either run saw more than
+   ``--max-foreign-load`` cores of other work is discarded and run again (up to ``--retries``
+   times; if rounds are still missing, the least loaded discarded ones are kept and it says so).
+   The same meter splits our own CPU per run: the Spark JVM, this Python process (our callback and
+   writer) and our database's backends, printed per batch without -> with.
+2. Commit -> durable. Separate runs (``--latency-runs``) so that measuring does not touch the
+   overhead runs. The commit time of batch N is the mtime of ``<checkpoint>/commits/N`` (Spark
+   writes that file, then renames it into place, as it commits the batch). The durable time is
+   when the batch's ``batches`` row is visible after COMMIT: an ``AFTER INSERT`` trigger on the
+   scratch ledger's ``batches`` calls ``pg_notify``, which PostgreSQL delivers only once the
+   writing transaction has committed, and a thread on its own connection waits in ``select()``
+   for the notifications and notes the wall time each arrives (no polling; the trigger costs the
+   writer one ``pg_notify`` per batch, off Spark's threads). ``recorded_at`` in the ledger is not
+   used: it is set inside the transaction, before COMMIT (and ``track_commit_timestamp`` is off on
+   the devstack). Both are this machine's wall clock; file mtimes have the kernel's coarse (tick)
+   granularity, a few ms at most. Target: p99 < 1 s while the database is up. The same runs split
+   the time: commit file -> the trigger's end (Spark's progress timestamp + triggerExecution), ->
+   the callback holding the event's JSON (Spark's listener bus + the py4j fetch; noted by wrapping
+   the writer's ``submit`` in these runs only), -> durable (our queue and writer, the COMMIT).
+3. Where the listener's time goes: ``listener.health().callback_p99_ms`` per run (the time the
+   listener-bus thread spends in the callback, the one py4j call that fetches the progress JSON
+   included) and the split above.
+
+Oracle: every listener run must have recorded one ``batches`` row per data batch Spark reported
+(same batch ids), ``positions`` equal to the topic's end offsets, nothing failed, spilled or
+pending, through the ``json`` bridge; every removed listener must receive nothing afterwards (its
+accepted-event count is checked after each later run) and the JVM's listener list must be back to
+its size before the run. A run that recorded nothing fails the benchmark.
+
+The script starts nothing but the SparkSession (local, stopped at the end); it creates a scratch
+database and topics and removes them. Exit 1 when a target is missed or the oracle fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import select
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg2  # noqa: E402
+from sqlalchemy import text  # noqa: E402
+from sqlalchemy.engine import make_url  # noqa: E402
+
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
+
+TARGET_RATIO = 1.02
+TARGET_DURABLE_P99_S = 1.0
+CHANNEL = "bench_query_durable"
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+@dataclass
+class Run:
+    side: str                     # "without" / "with"
+    query_id: str
+    batch_ids: list[int]          # ids of all data batches (the oracle)
+    first_ms: float               # batch 0's triggerExecution (a Kafka consumer per partition is made)
+    batch_ms: list[float]         # triggerExecution of data batches 1..N (steady state)
+    rows: int                     # input rows of batches 1..N
+    span_s: float                 # start of batch 1's trigger to the end of batch N (progress timestamps)
+    wall_s: float                 # start() to awaitTermination() returning, the whole run
+    checkpoint: Path
+    callback_p99_ms: float | None = None
+    foreign_cores: float | None = None  # CPU used by other work on the machine during the run
+    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds of this Python, the JVM, our DB
+    durable_s: dict[int, float] = field(default_factory=dict)  # batch id -> commit -> durable seconds
+    received_s: dict[int, float] = field(default_factory=dict)  # batch id -> commit -> callback has the JSON
+    ended_s: dict[int, float] = field(default_factory=dict)  # batch id -> commit -> trigger end (Spark's figures)
+    trigger_end: dict[int, float] = field(default_factory=dict)  # batch id -> wall time its trigger ended
+
+    @property
+    def p50(self) -> float:
+        return pct(self.batch_ms, 0.5)
+
+    @property
+    def rps_span(self) -> float:
+        return self.rows / self.span_s
+
+    @property
+    def rps_batches(self) -> float:
+        return self.rows / (sum(self.batch_ms) / 1000)
+
+
+# ----------------------------------------------------------------------------- machine load
+
+
+class CpuMeter:
+    """CPU time other work on the machine takes: every process's, minus this process tree's and our DB's backends.
+
+    Summed over the processes alive at the end of the window from /proc/<pid>/stat (user + system):
+    the same accounting for every process (the machine-wide /proc/stat counts ticks and read ~0.3
+    cores more than the processes' sum under load on this VM). Processes that start and exit inside
+    the window are missed (their reaped time lands in the parent's lifetime totals at once, which
+    would be worse). Linux only; elsewhere it reports nothing.
+    The broker counts as other work: it serves other clients too, and this query's fetches cost it
+    little (~0.02 cores).
+    """
+
+    def __init__(self, database: str) -> None:
+        self._database = database.encode()
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.available = Path("/proc/self/stat").exists()
+
+    def _scan(self) -> tuple[dict[int, int], dict[str, int]]:
+        """(CPU ticks per foreign process, ours split: this Python process / the Spark JVM tree / our DB)."""
+        parent: dict[int, int] = {}
+        cpu: dict[int, int] = {}
+        backend: set[int] = set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                rest = stat[stat.rindex(")") + 2:].split()
+                pid = int(entry.name)
+                parent[pid] = int(rest[1])
+                cpu[pid] = int(rest[11]) + int(rest[12])  # utime + stime
+                if stat[stat.index("(") + 1:stat.rindex(")")] == "postgres" and \
+                        self._database in (entry / "cmdline").read_bytes():
+                    backend.add(pid)
+            except (OSError, ValueError, IndexError):
+                continue
+        me, foreign = os.getpid(), {}
+        ours = {"python": cpu.get(me, 0), "jvm": 0, "db": sum(cpu[pid] for pid in backend)}
+        for pid in cpu:
+            walk, hops = pid, 0
+            while walk > 1 and walk != me and hops < 64:
+                walk, hops = parent.get(walk, 0), hops + 1
+            if walk == me and pid != me:
+                ours["jvm"] += cpu[pid]
+            elif walk != me and pid not in backend:
+                foreign[pid] = cpu[pid]
+        return foreign, ours
+
+    def snapshot(self) -> tuple[float, dict[int, int], dict[str, int]] | None:
+        return (time.monotonic(), *self._scan()) if self.available else None
+
+    def since(self, before: tuple[float, dict[int, int], dict[str, int]] | None) -> tuple[float | None, dict[str, float]]:
+        """(CPU cores other work used on average since ``before``; CPU seconds of ours, split)."""
+        if before is None:
+            return None, {}
+        t0, cpu0, ours0 = before
+        cpu1, ours1 = self._scan()
+        used = sum(max(0, v - cpu0.get(pid, 0)) for pid, v in cpu1.items())
+        # Backends that closed inside the window are missed; the listener's closes after it.
+        split = {k: (ours1[k] - ours0.get(k, 0)) / self._tick for k in ours1}
+        return used / self._tick / (time.monotonic() - t0), split
+
+
+# ----------------------------------------------------------------------------- Kafka
+
+
+def make_topic(bootstrap: str, partitions: int, per_partition: int) -> tuple[str, dict[int, int]]:
+    """A topic with ``per_partition`` 100-byte records in each partition; returns (name, end offsets)."""
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+
+    topic = f"bench_query_{partitions}_{uuid.uuid4().hex[:6]}"
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=60000)
+    try:
+        admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=262144, acks=1)
+    try:
+        deadline = time.monotonic() + 60
+        while len(producer.partitions_for(topic) or ()) < partitions and time.monotonic() < deadline:
+            time.sleep(0.2)
+        value = b"x" * 100
+        for i in range(per_partition):
+            for p in range(partitions):
+                producer.send(topic, value=value, key=str(i).encode(), partition=p)
+        producer.flush(120)
+    finally:
+        producer.close(10)  # a lingering producer's network thread spins (see tests/integration)
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    try:
+        ends = consumer.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        consumer.close()
+    end_offsets = {tp.partition: off for tp, off in ends.items()}
+    assert all(off == per_partition for off in end_offsets.values()), end_offsets
+    return topic, end_offsets
+
+
+def delete_topics(bootstrap: str, topics: list[str]) -> None:
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_topics(topics)
+    finally:
+        admin.close()
+
+
+# ----------------------------------------------------------------------------- Spark
+
+
+def spark_session(jars: str, workdir: Path) -> Any:
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    warehouse = workdir / "warehouse"
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("offset-ledger-bench-query")
+        .config("spark.jars", jars)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.driver.memory", "2g")
+        .config("spark.sql.warehouse.dir", str(warehouse))
+        .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={warehouse}")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        .getOrCreate()
+    )
+    SparkContext.getOrCreate().setLogLevel("WARN")
+    return session
+
+
+def jvm_listener_count(spark: Any) -> int:
+    return len(spark.streams._jsqm.listListeners())
+
+
+def run_query(spark: Any, bootstrap: str, topic: str, max_per_trigger: int, checkpoint: Path,
+              name: str, side: str, fetch_max_wait_ms: int, meter: CpuMeter) -> Run:
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", bootstrap)
+              .option("subscribe", topic)
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(max_per_trigger)))
+    if fetch_max_wait_ms:
+        reader = reader.option("kafka.fetch.max.wait.ms", str(fetch_max_wait_ms))
+    df = reader.load()
+    writer = (df.writeStream.format("noop").queryName(name)
+              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True))
+    load = meter.snapshot()
+    t0 = time.perf_counter()
+    query = writer.start()
+    query.awaitTermination()
+    wall = time.perf_counter() - t0
+    foreign, cpu = meter.since(load)
+    if query.exception() is not None:
+        raise RuntimeError(f"query {name} failed: {query.exception()}")
+    docs = [json.loads(p.json) for p in query.recentProgress]
+    data = [d for d in docs if d["numInputRows"] > 0]
+    if len(data) < 2:
+        raise RuntimeError(f"query {name}: {len(data)} data batches; give more --batches")
+    steady = data[1:]
+    start = datetime.fromisoformat(steady[0]["timestamp"]).timestamp()
+    last = steady[-1]
+    end = datetime.fromisoformat(last["timestamp"]).timestamp() + last["durationMs"]["triggerExecution"] / 1000
+    ends = {int(d["batchId"]): datetime.fromisoformat(d["timestamp"]).timestamp()
+            + d["durationMs"]["triggerExecution"] / 1000 for d in data}
+    return Run(side, str(query.id), [int(d["batchId"]) for d in data],
+               float(data[0]["durationMs"]["triggerExecution"]),
+               [float(d["durationMs"]["triggerExecution"]) for d in steady],
+               sum(int(d["numInputRows"]) for d in steady), end - start, wall, checkpoint, trigger_end=ends,
+               foreign_cores=foreign, cpu_s=cpu)
+
+
+# ----------------------------------------------------------------------------- ledger
+
+
+def libpq_params(dsn: str) -> dict[str, Any]:
+    url = make_url(dsn)
+    params = {"host": url.host, "port": url.port, "user": url.username, "password": url.password,
+              "dbname": url.database}
+    return {k: v for k, v in params.items() if v is not None}
+
+
+class DurableWatcher:
+    """Notes when each ``batches`` row becomes visible: pg_notify from an AFTER INSERT trigger, after COMMIT."""
+
+    def __init__(self, dsn: str) -> None:
+        self.seen: dict[tuple[str, int], float] = {}
+        self._conn = psycopg2.connect(**libpq_params(dsn))
+        self._conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
+        with self._conn.cursor() as cur:
+            cur.execute(f"LISTEN {CHANNEL}")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-durable-watcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if select.select([self._conn], [], [], 0.2)[0]:
+                self._conn.poll()
+                now = time.time()
+                while self._conn.notifies:
+                    note = self._conn.notifies.pop(0)
+                    query_id, _, batch_id = note.payload.rpartition(":")
+                    self.seen.setdefault((query_id, int(batch_id)), now)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._conn.close()
+
+
+def install_trigger(engine: Any) -> None:
+    with engine.begin() as conn:
+        conn.execute(text(
+            "CREATE OR REPLACE FUNCTION bench_query_notify() RETURNS trigger LANGUAGE plpgsql AS $$ "
+            f"BEGIN PERFORM pg_notify('{CHANNEL}', NEW.query_id || ':' || NEW.batch_id); RETURN NULL; END $$"))
+        conn.execute(text("CREATE TRIGGER bench_query_notify AFTER INSERT ON batches "
+                          "FOR EACH ROW EXECUTE FUNCTION bench_query_notify()"))
+
+
+def drop_trigger(engine: Any) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("DROP TRIGGER IF EXISTS bench_query_notify ON batches"))
+
+
+def check_ledger(engine: Any, run: Run, pipeline: str, topic: str, end_offsets: dict[int, int]) -> list[str]:
+    """The oracle: one batches row per data batch Spark reported, positions at the topic's end."""
+    problems = []
+    with engine.connect() as conn:
+        recorded = sorted(r[0] for r in conn.execute(
+            text("SELECT batch_id FROM batches WHERE query_id = :q"), {"q": run.query_id}))
+        positions = {r[0]: r[1] for r in conn.execute(
+            text("SELECT partition, next_offset FROM positions WHERE pipeline = :p AND topic = :t"),
+            {"p": pipeline, "t": topic})}
+    if not run.batch_ids:
+        problems.append(f"{pipeline}: Spark reported no data batch")
+    if recorded != sorted(run.batch_ids):
+        problems.append(f"{pipeline}: ledger has {len(recorded)} batch rows, Spark reported "
+                        f"{len(run.batch_ids)} data batches")
+    if positions != end_offsets:
+        wrong = sum(1 for p, off in end_offsets.items() if positions.get(p) != off)
+        problems.append(f"{pipeline}: {wrong} of {len(end_offsets)} positions differ from the topic's end offsets")
+    return problems
+
+
+# ----------------------------------------------------------------------------- the benchmark
+
+
+class Bench:
+    def __init__(self, spark: Any, args: argparse.Namespace, scratch_dsn: str, workdir: Path) -> None:
+        self.meter = CpuMeter(make_url(scratch_dsn).database or "")
+        self.spark = spark
+        self.args = args
+        self.dsn = scratch_dsn
+        self.workdir = workdir
+        self.engine = make_engine(scratch_dsn, pool_size=1)
+        self.problems: list[str] = []
+        self.removed: list[tuple[Any, int]] = []  # (listener, accepted count when removed)
+        self.baseline_listeners = jvm_listener_count(spark)
+
+    def run(self, side: str, topic: str, partitions: int, end_offsets: dict[int, int],
+            watcher: DurableWatcher | None = None) -> Run:
+        from offset_ledger.listener import OffsetLedgerListener
+
+        tag = uuid.uuid4().hex[:8]
+        name = f"bq_{partitions}_{side}_{tag}"
+        checkpoint = self.workdir / "checkpoints" / name
+        max_per_trigger = self.args.per_batch * partitions
+        if side == "without":
+            if jvm_listener_count(self.spark) != self.baseline_listeners:
+                self.problems.append("a listener is still registered in the JVM before a run without one")
+            run = run_query(self.spark, self.args.bootstrap_servers, topic, max_per_trigger, checkpoint, name, side,
+                            self.args.fetch_max_wait_ms, self.meter)
+        else:
+            listener = OffsetLedgerListener(dsn=self.dsn, pipeline=name, spool_dir=self.workdir / "spool",
+                                            health_interval=3600)
+            received: list[tuple[float, str]] = []
+            if watcher is not None:
+                # Latency runs only: note when each progress event reached our code (after the py4j fetch).
+                submit = listener._writer.submit
+
+                def noting(event: Any) -> None:
+                    if event.kind == "progress":
+                        received.append((event.received_at, event.payload))
+                    submit(event)
+
+                listener._writer.submit = noting  # type: ignore[method-assign]
+            self.spark.streams.addListener(listener)
+            try:
+                run = run_query(self.spark, self.args.bootstrap_servers, topic, max_per_trigger,
+                                checkpoint, name, side, self.args.fetch_max_wait_ms, self.meter)
+                if not listener.flush(120):
+                    self.problems.append(f"{name}: flush timed out: {listener.health()}")
+            finally:
+                self.spark.streams.removeListener(listener)
+            closed = listener.close(60)
+            health = listener.health()
+            run.callback_p99_ms = health.callback_p99_ms
+            if not closed or health.failed or health.spilled or health.pending:
+                self.problems.append(f"{name}: listener health {health}")
+            if listener.bridge != "json":
+                self.problems.append(f"{name}: the listener used the {listener.bridge!r} bridge, not 'json'")
+            self.problems += check_ledger(self.engine, run, name, topic, end_offsets)
+            self.removed.append((listener, listener._writer.accepted()))
+            if jvm_listener_count(self.spark) != self.baseline_listeners:
+                self.problems.append(f"{name}: removeListener left the listener registered in the JVM")
+        # A removed listener must not hear about later runs.
+        for old, accepted in self.removed:
+            if old._writer.accepted() != accepted:
+                self.problems.append(f"listener {old.pipeline} kept receiving events after removeListener")
+        if watcher is not None:
+            deadline = time.monotonic() + 10
+            while (time.monotonic() < deadline
+                   and any((run.query_id, b) not in watcher.seen for b in run.batch_ids)):
+                time.sleep(0.05)
+            got = {int(json.loads(payload)["batchId"]): at for at, payload in received}
+            for b in run.batch_ids:
+                seen = watcher.seen.get((run.query_id, b))
+                commit = checkpoint / "commits" / str(b)
+                if seen is None or not commit.exists() or b not in got:
+                    self.problems.append(f"{name}: batch {b}: no durable notification, event or commit file")
+                    continue
+                committed = commit.stat().st_mtime
+                run.durable_s[b] = seen - committed
+                run.received_s[b] = got[b] - committed
+                run.ended_s[b] = run.trigger_end[b] - committed
+        shutil.rmtree(checkpoint, ignore_errors=True)
+        return run
+
+    def partition_count(self, partitions: int, batches: int) -> dict[str, Any]:
+        args = self.args
+        t0 = time.monotonic()
+        topic, ends = make_topic(args.bootstrap_servers, partitions, args.per_batch * batches)
+        print(f"\n[{partitions} partitions] topic {topic}: {sum(ends.values())} records produced in "
+              f"{time.monotonic() - t0:.1f} s", flush=True)
+        try:
+            for _ in range(args.warmup):
+                for side in ("without", "with"):
+                    run = self.run(side, topic, partitions, ends)
+                    self.log("warm-up", run)
+            rounds: list[tuple[Run, Run]] = []
+            discarded: list[tuple[Run, Run]] = []
+            attempt = 0
+            while len(rounds) < args.rounds and attempt < args.rounds + args.retries:
+                order = ("without", "with") if attempt % 2 == 0 else ("with", "without")
+                attempt += 1
+                got = {side: self.run(side, topic, partitions, ends) for side in order}
+                busy = [got[side].foreign_cores or 0.0 for side in order]
+                keep = max(busy) <= args.max_foreign_load
+                for side in order:
+                    self.log(f"round {len(rounds) + 1}" if keep else "discard", got[side])
+                (rounds if keep else discarded).append((got["without"], got["with"]))
+            if len(rounds) < args.rounds:
+                print(f"  only {len(rounds)} rounds below {args.max_foreign_load} foreign cores; "
+                      f"keeping the {args.rounds - len(rounds)} least loaded discarded ones", flush=True)
+                discarded.sort(key=lambda pair: max(r.foreign_cores or 0.0 for r in pair))
+                need = args.rounds - len(rounds)
+                rounds, discarded = rounds + discarded[:need], discarded[need:]
+            latency_runs: list[Run] = []
+            if args.latency_runs:
+                install_trigger(self.engine)
+                watcher = DurableWatcher(self.dsn)
+                try:
+                    for _ in range(args.latency_runs):
+                        run = self.run("with", topic, partitions, ends, watcher)
+                        self.log("latency", run)
+                        latency_runs.append(run)
+                finally:
+                    watcher.close()
+                    drop_trigger(self.engine)
+        finally:
+            delete_topics(args.bootstrap_servers, [topic])
+        return {"partitions": partitions, "rounds": rounds, "latency": latency_runs, "discarded": len(discarded),
+                "max_foreign": args.max_foreign_load}
+
+    @staticmethod
+    def log(label: str, run: Run) -> None:
+        extra = f", other load {run.foreign_cores:.2f} cores" if run.foreign_cores is not None else ""
+        if run.cpu_s:
+            extra += ", cpu s " + "/".join(f"{k} {v:.1f}" for k, v in run.cpu_s.items())
+        extra += f", callback p99 {run.callback_p99_ms:.2f} ms" if run.callback_p99_ms is not None else ""
+        if run.durable_s:
+            extra += f", commit->durable p99 {pct(list(run.durable_s.values()), 0.99) * 1000:.0f} ms"
+        print(f"  {label:>8} {run.side:>7}: batch 0 {run.first_ms / 1000:.1f} s, then {len(run.batch_ms)} batches "
+              f"p50 {run.p50:.0f} ms p99 {pct(run.batch_ms, 0.99):.0f} ms, {run.rps_span:,.0f} rows/s "
+              f"(run {run.wall_s:.1f} s){extra}", flush=True)
+
+
+def report(result: dict[str, Any], failures: list[str]) -> None:
+    partitions, rounds, latency = result["partitions"], result["rounds"], result["latency"]
+    without = [a for a, _ in rounds]
+    with_ = [b for _, b in rounds]
+
+    def p99(run: Run) -> float:
+        return pct(run.batch_ms, 0.99)
+
+    # Per run: its p50, p99, records/s. Per side: the median over rounds. Ratio: of those medians,
+    # with the per-round ratios' range beside it. Records/s ratios are without / with (> 1: slower).
+    figures = [
+        ("batch p50 ms", Run.p50.fget, False, True),
+        ("batch p99 ms", p99, False, False),
+        ("records/s (first to last batch)", Run.rps_span.fget, True, True),
+        ("records/s (sum of batch times)", Run.rps_batches.fget, True, False),
+        ("batch 0 ms (Kafka consumers made)", lambda r: r.first_ms, False, False),
+    ]
+    batches = len(without[0].batch_ms)
+    print(f"\n{partitions} partitions: {len(rounds)} rounds; each run: batch 0, then {batches} micro-batches "
+          f"of {without[0].rows // batches:,} records (figures: those {batches}, median of the rounds)")
+    loads = [r.foreign_cores for pair in rounds for r in pair if r.foreign_cores is not None]
+    if loads:
+        print(f"other work on the machine during these runs: median {statistics.median(loads):.2f}, "
+              f"max {max(loads):.2f} CPU cores; {result['discarded']} round(s) discarded for more than "
+              f"{result['max_foreign']} cores")
+    print(f"{'':>34} {'without':>9} {'with':>9} {'ratio':>7}  {'rounds min-max':<13} {'target':>8}")
+    for label, get, inverse, held in figures:
+        a = statistics.median(get(r) for r in without)
+        b = statistics.median(get(r) for r in with_)
+        ratio = a / b if inverse else b / a
+        per_round = [get(x) / get(y) if inverse else get(y) / get(x) for x, y in rounds]
+        print(f"{label:>34} {a:>9,.0f} {b:>9,.0f} {ratio:>6.3f}x  "
+              f"{f'{min(per_round):.3f}-{max(per_round):.3f}':<13} {f'<= {TARGET_RATIO}x' if held else '-':>8}")
+        if held and ratio > TARGET_RATIO:
+            failures.append(f"{partitions} partitions: {label} ratio {ratio:.3f}x (target <= {TARGET_RATIO}x)")
+    if all(r.cpu_s for pair in rounds for r in pair):
+        n = len(without[0].batch_ids)  # the whole run, batch 0 included
+        split = []
+        for key in ("jvm", "python", "db"):
+            a = statistics.median(r.cpu_s[key] for r in without) / n * 1000
+            b = statistics.median(r.cpu_s[key] for r in with_) / n * 1000
+            split.append(f"{key} {a:.1f} -> {b:.1f}")
+        print(f"{'CPU ms per batch, without -> with':>34}  {', '.join(split)} (whole run / batches, median)")
+    callbacks = [r.callback_p99_ms for r in with_ + latency if r.callback_p99_ms is not None]
+    if callbacks:
+        print(f"{'listener callback p99 ms':>34} {'':>9} {statistics.median(callbacks):>9.2f} {'':>7}  "
+              f"median of runs, max {max(callbacks):.2f} (py4j fetch of the JSON included)")
+    durable = [s for r in latency for s in r.durable_s.values()]
+    segments = [
+        ("commit -> trigger end (Spark)", [r.ended_s[b] for r in latency for b in r.durable_s],
+         "commit file mtime -> progress end"),
+        ("trigger end -> callback has JSON", [r.received_s[b] - r.ended_s[b] for r in latency for b in r.durable_s],
+         "listener bus + py4j fetch"),
+        ("callback -> durable (ours + PG)", [r.durable_s[b] - r.received_s[b] for r in latency for b in r.durable_s],
+         "queue, writer, COMMIT, notify"),
+    ]
+    for label, values, note in segments:
+        if values:
+            print(f"{label:>34} {pct(values, 0.5) * 1000:>9.1f} {pct(values, 0.99) * 1000:>9.1f} {'':>7}  "
+                  f"p50 / p99 ms: {note}")
+    if durable:
+        d50, d99 = pct(durable, 0.5), pct(durable, 0.99)
+        print(f"{'commit -> durable p50 / p99 ms':>34} {d50 * 1000:>9.1f} {d99 * 1000:>9.1f} "
+              f"{d99 / TARGET_DURABLE_P99_S:>6.3f}x  {f'{len(durable)} batches':<13} {'< 1 s':>8}")
+        if d99 >= TARGET_DURABLE_P99_S:
+            failures.append(f"{partitions} partitions: commit -> durable p99 {d99 * 1000:.0f} ms (target < 1 s)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"),
+                        help="Postgres server (default: OFFSET_LEDGER_TEST_DSN); a fresh database is made on it")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--jars", default=os.environ.get("OFFSET_LEDGER_SPARK_JARS"),
+                        help="Spark's Kafka connector jars (default: OFFSET_LEDGER_SPARK_JARS)")
+    parser.add_argument("--partitions", default="8,200")
+    parser.add_argument("--batches", default="40,20",
+                        help="micro-batches per run after batch 0, per partition count (one value: all)")
+    parser.add_argument("--per-batch", type=int, default=10, help="records per partition per micro-batch")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds of one run without and one with")
+    parser.add_argument("--warmup", type=int, default=2, help="discarded pairs of runs first")
+    parser.add_argument("--latency-runs", type=int, default=1, help="runs measuring commit -> durable")
+    parser.add_argument("--fetch-max-wait-ms", type=int, default=50,
+                        help="the query's kafka.fetch.max.wait.ms (0: Kafka's 500 ms default, which makes "
+                             "batch 0 wait ~500 ms per partition)")
+    parser.add_argument("--max-foreign-load", type=float, default=0.3,
+                        help="discard a round when other work used more CPU cores than this during one of its runs")
+    parser.add_argument("--retries", type=int, default=4, help="extra rounds allowed to replace discarded ones")
+    parser.add_argument("--quick", action="store_true", help="8 partitions, 20 batches, 2 rounds")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.partitions, args.batches, args.rounds = "8", "20", 2
+    if not args.dsn or not args.bootstrap_servers or not args.jars:
+        print("bench_query: give --dsn, --bootstrap-servers and --jars (source .devstack/stack.env)", file=sys.stderr)
+        return 2
+    counts = [int(p) for p in args.partitions.split(",")]
+    batches = [int(b) for b in args.batches.split(",")]
+    batches = (batches * len(counts))[:len(counts)] if len(batches) == 1 else batches
+    if len(batches) != len(counts) or min(batches) < 2:
+        print("bench_query: --batches needs one value (>= 2) or one per partition count", file=sys.stderr)
+        return 2
+    failures: list[str] = []
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-query-"))
+    scratch = ScratchDatabase(args.dsn, "bench_query")
+    spark = None
+    try:
+        engine = make_engine(scratch.dsn)
+        upgrade(engine)
+        engine.dispose()
+        spark = spark_session(args.jars, workdir)
+        bench = Bench(spark, args, scratch.dsn, workdir)
+        # +1: batch 0 is reported apart (it makes a Kafka consumer per partition)
+        results = [bench.partition_count(p, b + 1) for p, b in zip(counts, batches)]
+        bench.engine.dispose()
+    finally:
+        if spark is not None:
+            spark.stop()
+        scratch.drop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"\nOffsetLedgerListener on a Kafka -> noop query, local[2], availableNow, Postgres ledger at "
+          f"{make_url(args.dsn).host}:{make_url(args.dsn).port};\nratio = with / without "
+          f"(records/s: without / with): > 1 means slower with the listener")
+    for result in results:
+        report(result, failures)
+    print(f"\ntotal {time.monotonic() - started:.0f} s")
+    problems = [f"ORACLE: {p}" for p in bench.problems]
+    for line in problems + [f"MISSED: {f}" for f in failures]:
+        print(line)
+    print("all targets met, oracle holds" if not problems + failures
+          else f"{len(failures)} target(s) missed, {len(problems)} oracle failure(s)")
+    return 0 if not problems + failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
