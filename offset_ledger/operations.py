@@ -581,8 +581,14 @@ class Operations:
     def metrics(self) -> MetricsSnapshot:
         """Positions, lag and last batch per pipeline, plus listener health, for /metrics."""
         summaries = self.list_pipelines(with_lag=False)
+        facts: dict[Any, Any] | None = None
         with self._db() as conn:
-            pos = queries.all_positions(conn)
+            if self.has_kafka:  # the status needs the window facts: read them with the positions
+                from offset_ledger.lag_insight import positions_and_window, status_window
+
+                pos, facts = positions_and_window(conn, datetime.now(timezone.utc) - status_window())
+            else:
+                pos = queries.all_positions(conn)
             listeners = queries.listener_health_rows(conn)
             open_by_group = open_runs(conn)
         kafka_up: bool | None = None
@@ -603,7 +609,7 @@ class Operations:
 
             from offset_ledger.status import overall_status
 
-            parts = self._enrich(parts, open_by_group, kafka=True)
+            parts = self._enrich(parts, open_by_group, kafka=True, facts=facts)
             by: dict[tuple[str, str], list[Any]] = {}
             for pipeline, group, x in parts:
                 by.setdefault((pipeline, group), []).append(x.status)
