@@ -42,16 +42,16 @@ def settings() -> Settings:
 
     Building ``Settings`` costs ~1 ms (pydantic-settings inspects every field), and hot read paths
     (the activity rule on every pipelines-list request) ask for it; the instance is reused while
-    the ``OFFSET_LEDGER_*`` variables and ``HOME`` are unchanged (matched case-insensitively, as
-    pydantic does).
+    the environment is unchanged. The key is the environment's raw bytes (``os.environ`` decodes
+    every name and value on each iteration, which cost more than the check is worth).
     """
     global _cached
-    key = tuple(sorted((k.upper(), v) for k, v in os.environ.items()
-                       if k.upper().startswith("OFFSET_LEDGER_") or k == "HOME"))  # HOME: default_home()
+    raw = getattr(os.environ, "_data", None)
+    key = tuple(raw.items()) if isinstance(raw, dict) else tuple(os.environ.items())
     cached = _cached
     if cached is None or cached[0] != key:
         cached = _cached = (key, Settings())
     return cached[1]
 
 
-_cached: tuple[tuple[tuple[str, str], ...], Settings] | None = None
+_cached: tuple[tuple[tuple[object, object], ...], Settings] | None = None
