@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -158,13 +158,18 @@ def _window_stmts(one_pipeline: bool) -> tuple[Select[Any], Select[Any]]:
     return stmt, moved
 
 
+_NO_FACTS = WindowFacts()
+
+
 class LagInsight:
     """Adds time lag, drift and status to PartitionLag rows; thread-safe, keeps small caches."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._timestamps: dict[tuple[str, int, int], int] = {}
-        self._samples: dict[Key, collections.deque[tuple[float, int]]] = {}
+        # Per partition: when each recent lag sample was taken, and the samples (kept apart so the
+        # status rule gets a tuple of lags at C speed; this runs for every partition on every list).
+        self._samples: dict[Key, tuple[collections.deque[float], collections.deque[int]]] = {}
 
     def enrich(
         self, kafka: KafkaAdapter | None, rows: Sequence[tuple[str, str, PartitionLag]],
@@ -174,7 +179,8 @@ class LagInsight:
         now_ms = now_ms if now_ms is not None else int(time.time() * 1000)
         stamps = self._timestamps_for(kafka, [x for _, _, x in rows]) if kafka is not None else {}
         committed = self._committed(kafka, sorted({g for _, g, _ in rows})) if kafka and with_drift else {}
-        horizon = time.monotonic() - window.total_seconds()
+        now_mono = time.monotonic()
+        horizon = now_mono - window.total_seconds()
         out = []
         with self._lock:
             for pipeline, group, x in rows:
@@ -186,17 +192,25 @@ class LagInsight:
                 elif lag is not None and x.next_offset is not None:
                     ts = stamps.get((x.topic, x.partition, x.next_offset))
                     seconds = None if ts is None else max(0.0, (now_ms - ts) / 1000)
-                f = facts.get(key, WindowFacts())
-                samples = self._samples.setdefault(key, collections.deque(maxlen=_SAMPLES_PER_PARTITION))
-                while samples and samples[0][0] < horizon:
-                    samples.popleft()
+                f = facts.get(key, _NO_FACTS)
+                held = self._samples.get(key)
+                if held is None:
+                    held = self._samples[key] = (collections.deque(maxlen=_SAMPLES_PER_PARTITION),
+                                                 collections.deque(maxlen=_SAMPLES_PER_PARTITION))
+                taken, lags = held
+                while taken and taken[0] < horizon:
+                    taken.popleft()
+                    lags.popleft()
                 state = partition_status(PartitionWindow(
                     x.next_offset, x.log_end_offset, active.get((pipeline, group), False), f.moved, f.consumed,
-                    f.highest_end, tuple(s for _, s in samples)))
+                    f.highest_end, tuple(lags)))
                 if lag is not None:
-                    samples.append((time.monotonic(), lag))
-                got = committed.get(group, {}).get(TopicPartition(x.topic, x.partition))
-                out.append((pipeline, group, replace(x, lag_seconds=seconds, committed_offset=got, status=state)))
+                    taken.append(now_mono)
+                    lags.append(lag)
+                got = committed.get(group, {}).get(TopicPartition(x.topic, x.partition)) if committed else None
+                # The constructor, not dataclasses.replace (which inspects the fields on every call).
+                out.append((pipeline, group, type(x)(x.topic, x.partition, x.next_offset, x.log_start_offset,
+                                                     x.log_end_offset, seconds, got, state)))
         return out
 
     def _timestamps_for(self, kafka: KafkaAdapter, rows: Sequence[PartitionLag]) -> dict[tuple[str, int, int], int]:
