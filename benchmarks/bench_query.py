@@ -3,6 +3,7 @@
     source .devstack/stack.env   # or pass --dsn / --bootstrap-servers / --jars
     flock /tmp/offset-ledger-realstack.lock \\
         .venv/bin/python benchmarks/bench_query.py [--partitions 8,200] [--batches 40,20] [--rounds 4] [--quick]
+        [--sides without,bridge,with]
 
 Per partition count: one topic, the same records produced once (``--per-batch`` records per
 partition per micro-batch, 1 + ``--batches`` micro-batches' worth), then the same query run many
@@ -57,6 +58,14 @@ there).
    the time: commit file -> the trigger's end (Spark's progress timestamp + triggerExecution), ->
    the callback holding the event's JSON (Spark's listener bus + the py4j fetch; noted by wrapping
    the writer's ``submit`` in these runs only), -> durable (our queue and writer, the COMMIT).
+   ``--sides without,bridge,with`` adds a third side to each round (the order rotates per round:
+   ABC, BCA, CAB, ...): ``bridge`` registers ``BridgeOnlyListener``, an OffsetLedgerListener whose
+   callback still fetches each event's JSON over py4j (Spark's listener bus, PySpark's wrapper,
+   the one py4j call) and then only counts it: no parse, queue, writer thread or database (its
+   writer is stopped at construction). Its runs skip the ledger oracle but must have received one
+   progress event per data batch Spark reported. Its ratio vs ``without`` is shown beside the
+   ``with`` side's and not held to the target: if ``bridge`` is already near ``with``, the cost is
+   PySpark's listener machinery and py4j; if it is ~1.00x, it is our parse, writer and Postgres.
 3. Where the listener's time goes: ``listener.health().callback_p99_ms`` per run (the time the
    listener-bus thread spends in the callback, the one py4j call that fetches the progress JSON
    included) and the split above.
@@ -111,7 +120,7 @@ def pct(values: list[float], q: float) -> float:
 
 @dataclass
 class Run:
-    side: str                     # "without" / "with"
+    side: str                     # "without" / "bridge" / "with"
     query_id: str
     batch_ids: list[int]          # ids of all data batches (the oracle)
     first_ms: float               # batch 0's triggerExecution (a Kafka consumer per partition is made)
@@ -396,6 +405,33 @@ def check_ledger(engine: Any, run: Run, pipeline: str, topic: str, end_offsets: 
 # ----------------------------------------------------------------------------- the benchmark
 
 
+def events_taken(listener: Any) -> int:
+    """Events a listener took in: the bridge-only one counts them, ours accepts them into its writer."""
+    return listener.received if hasattr(listener, "received") else listener._writer.accepted()
+
+
+def bridge_only_listener(pipeline: str, spool_dir: Path) -> Any:
+    """An OffsetLedgerListener that stops once the bridge has delivered the event's JSON text (--sides bridge)."""
+    from offset_ledger.listener import PROGRESS, OffsetLedgerListener
+
+    class BridgeOnlyListener(OffsetLedgerListener):
+        def __init__(self) -> None:
+            super().__init__(pipeline=pipeline, spool_dir=spool_dir, health_interval=3600)
+            self._writer.close(5)  # no writer thread: nothing after the bridge runs
+            self.received = 0
+            self.progress: list[str] = []  # parsed after the run, for the oracle only
+
+        def _accept(self, kind: str, payload: Any) -> None:
+            started = time.perf_counter()
+            text_ = payload()  # the py4j fetch of the JSON, as OffsetLedgerListener does it
+            self.received += 1
+            if kind == PROGRESS:
+                self.progress.append(text_)
+            self._callback_seconds.append(time.perf_counter() - started)
+
+    return BridgeOnlyListener()
+
+
 class Bench:
     def __init__(self, spark: Any, args: argparse.Namespace, scratch_dsn: str, workdir: Path) -> None:
         self.meter = CpuMeter(make_url(scratch_dsn).database or "")
@@ -405,7 +441,7 @@ class Bench:
         self.workdir = workdir
         self.engine = make_engine(scratch_dsn, pool_size=1)
         self.problems: list[str] = []
-        self.removed: list[tuple[Any, int]] = []  # (listener, accepted count when removed)
+        self.removed: list[tuple[Any, int]] = []  # (listener, events received when removed)
         self.baseline_listeners = jvm_listener_count(spark)
 
     def run(self, side: str, topic: str, partitions: int, end_offsets: dict[int, int],
@@ -421,6 +457,30 @@ class Bench:
                 self.problems.append("a listener is still registered in the JVM before a run without one")
             run = run_query(self.spark, self.args.bootstrap_servers, topic, max_per_trigger, checkpoint, name, side,
                             self.args.fetch_max_wait_ms, self.meter)
+        elif side == "bridge":
+            listener = bridge_only_listener(name, self.workdir / "spool")
+            self.spark.streams.addListener(listener)
+            try:
+                run = run_query(self.spark, self.args.bootstrap_servers, topic, max_per_trigger,
+                                checkpoint, name, side, self.args.fetch_max_wait_ms, self.meter)
+                # Events reach Python after the batch: wait for the last ones (outside the measured run).
+                deadline = time.monotonic() + 30
+                while len(listener.progress) < len(run.batch_ids) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                time.sleep(0.2)  # and the terminated event
+            finally:
+                self.spark.streams.removeListener(listener)
+            listener.close(10)
+            run.callback_p99_ms = listener.health().callback_p99_ms
+            got = [int(json.loads(p)["batchId"]) for p in listener.progress]
+            if sorted(got) != sorted(run.batch_ids):
+                self.problems.append(f"{name}: the bridge delivered {len(got)} progress events (batches "
+                                     f"{sorted(got)[:3]}...), Spark reported {len(run.batch_ids)} data batches")
+            if listener.bridge != "json":
+                self.problems.append(f"{name}: the listener used the {listener.bridge!r} bridge, not 'json'")
+            self.removed.append((listener, listener.received))
+            if jvm_listener_count(self.spark) != self.baseline_listeners:
+                self.problems.append(f"{name}: removeListener left the listener registered in the JVM")
         else:
             listener = OffsetLedgerListener(dsn=self.dsn, pipeline=name, spool_dir=self.workdir / "spool",
                                             health_interval=3600)
@@ -451,12 +511,12 @@ class Bench:
             if listener.bridge != "json":
                 self.problems.append(f"{name}: the listener used the {listener.bridge!r} bridge, not 'json'")
             self.problems += check_ledger(self.engine, run, name, topic, end_offsets)
-            self.removed.append((listener, listener._writer.accepted()))
+            self.removed.append((listener, events_taken(listener)))
             if jvm_listener_count(self.spark) != self.baseline_listeners:
                 self.problems.append(f"{name}: removeListener left the listener registered in the JVM")
         # A removed listener must not hear about later runs.
         for old, accepted in self.removed:
-            if old._writer.accepted() != accepted:
+            if events_taken(old) != accepted:
                 self.problems.append(f"listener {old.pipeline} kept receiving events after removeListener")
         if watcher is not None:
             deadline = time.monotonic() + 10
@@ -484,30 +544,33 @@ class Bench:
         print(f"\n[{partitions} partitions] topic {topic}: {sum(ends.values())} records produced in "
               f"{time.monotonic() - t0:.1f} s", flush=True)
         try:
+            sides = args.sides
             for _ in range(args.warmup):
-                for side in ("without", "with"):
+                for side in sides:
                     run = self.run(side, topic, partitions, ends)
                     self.log("warm-up", run)
-            rounds: list[tuple[Run, Run]] = []
-            discarded: list[tuple[Run, Run]] = []
+            rounds: list[dict[str, Run]] = []
+            discarded: list[dict[str, Run]] = []
             attempt = 0
             while len(rounds) < args.rounds and attempt < args.rounds + args.retries:
-                order = ("without", "with") if attempt % 2 == 0 else ("with", "without")
+                # Rotate the order per round (two sides: AB, BA, ...; three: ABC, BCA, CAB, ...).
+                k = attempt % len(sides)
+                order = sides[k:] + sides[:k]
                 attempt += 1
                 got = {side: self.run(side, topic, partitions, ends) for side in order}
                 busy = [got[side].foreign_cores or 0.0 for side in order]
                 keep = max(busy) <= args.max_foreign_load
                 for side in order:
                     self.log(f"round {len(rounds) + 1}" if keep else "discard", got[side])
-                (rounds if keep else discarded).append((got["without"], got["with"]))
+                (rounds if keep else discarded).append(got)
             if len(rounds) < args.rounds:
                 print(f"  only {len(rounds)} rounds below {args.max_foreign_load} foreign cores; "
                       f"keeping the {args.rounds - len(rounds)} least loaded discarded ones", flush=True)
-                discarded.sort(key=lambda pair: max(r.foreign_cores or 0.0 for r in pair))
+                discarded.sort(key=lambda got: max(r.foreign_cores or 0.0 for r in got.values()))
                 need = args.rounds - len(rounds)
                 rounds, discarded = rounds + discarded[:need], discarded[need:]
             latency_runs: list[Run] = []
-            if args.latency_runs:
+            if args.latency_runs and "with" in sides:
                 install_trigger(self.engine)
                 watcher = DurableWatcher(self.dsn)
                 try:
@@ -520,7 +583,7 @@ class Bench:
                     drop_trigger(self.engine)
         finally:
             delete_topics(args.bootstrap_servers, [topic])
-        return {"partitions": partitions, "rounds": rounds, "latency": latency_runs, "discarded": len(discarded),
+        return {"partitions": partitions, "sides": sides, "rounds": rounds, "latency": latency_runs, "discarded": len(discarded),
                 "max_foreign": args.max_foreign_load}
 
     @staticmethod
@@ -538,8 +601,8 @@ class Bench:
 
 def report(result: dict[str, Any], failures: list[str]) -> None:
     partitions, rounds, latency = result["partitions"], result["rounds"], result["latency"]
-    without = [a for a, _ in rounds]
-    with_ = [b for _, b in rounds]
+    others = [side for side in result["sides"] if side != "without"]
+    without = [got["without"] for got in rounds]
 
     def p99(run: Run) -> float:
         return pct(run.batch_ms, 0.99)
@@ -556,33 +619,39 @@ def report(result: dict[str, Any], failures: list[str]) -> None:
     batches = len(without[0].batch_ms)
     print(f"\n{partitions} partitions: {len(rounds)} rounds; each run: batch 0, then {batches} micro-batches "
           f"of {without[0].rows // batches:,} records (figures: those {batches}, median of the rounds)")
-    loads = [r.foreign_cores for pair in rounds for r in pair if r.foreign_cores is not None]
+    loads = [r.foreign_cores for got in rounds for r in got.values() if r.foreign_cores is not None]
     if loads:
         print(f"other work on the machine during these runs: median {statistics.median(loads):.2f}, "
               f"max {max(loads):.2f} CPU cores; {result['discarded']} round(s) discarded for more than "
               f"{result['max_foreign']} cores")
-    print(f"{'':>34} {'without':>9} {'with':>9} {'ratio':>7}  {'rounds min-max':<13} {'target':>8}")
-    for label, get, inverse, held in figures:
-        a = statistics.median(get(r) for r in without)
-        b = statistics.median(get(r) for r in with_)
-        ratio = a / b if inverse else b / a
-        per_round = [get(x) / get(y) if inverse else get(y) / get(x) for x, y in rounds]
-        print(f"{label:>34} {a:>9,.0f} {b:>9,.0f} {ratio:>6.3f}x  "
-              f"{f'{min(per_round):.3f}-{max(per_round):.3f}':<13} {f'<= {TARGET_RATIO}x' if held else '-':>8}")
-        if held and ratio > TARGET_RATIO:
-            failures.append(f"{partitions} partitions: {label} ratio {ratio:.3f}x (target <= {TARGET_RATIO}x)")
-    if all(r.cpu_s for pair in rounds for r in pair):
-        n = len(without[0].batch_ids)  # the whole run, batch 0 included
-        split = []
-        for key in ("jvm", "python", "db"):
-            a = statistics.median(r.cpu_s[key] for r in without) / n * 1000
-            b = statistics.median(r.cpu_s[key] for r in with_) / n * 1000
-            split.append(f"{key} {a:.1f} -> {b:.1f}")
-        print(f"{'CPU ms per batch, without -> with':>34}  {', '.join(split)} (whole run / batches, median)")
-    callbacks = [r.callback_p99_ms for r in with_ + latency if r.callback_p99_ms is not None]
-    if callbacks:
-        print(f"{'listener callback p99 ms':>34} {'':>9} {statistics.median(callbacks):>9.2f} {'':>7}  "
-              f"median of runs, max {max(callbacks):.2f} (py4j fetch of the JSON included)")
+    for side in others:  # "bridge" (PySpark's listener bus + the py4j fetch only) is shown, never held
+        held_side = side == "with"
+        runs = [got[side] for got in rounds]
+        print(f"{'':>34} {'without':>9} {side:>9} {'ratio':>7}  {'rounds min-max':<13} {'target':>8}")
+        for label, get, inverse, held in figures:
+            held = held and held_side
+            a = statistics.median(get(r) for r in without)
+            b = statistics.median(get(r) for r in runs)
+            ratio = a / b if inverse else b / a
+            per_round = [get(got["without"]) / get(got[side]) if inverse else get(got[side]) / get(got["without"])
+                         for got in rounds]
+            print(f"{label:>34} {a:>9,.0f} {b:>9,.0f} {ratio:>6.3f}x  "
+                  f"{f'{min(per_round):.3f}-{max(per_round):.3f}':<13} {f'<= {TARGET_RATIO}x' if held else '-':>8}")
+            if held and ratio > TARGET_RATIO:
+                failures.append(f"{partitions} partitions: {label} ratio {ratio:.3f}x (target <= {TARGET_RATIO}x)")
+        if all(r.cpu_s for got in rounds for r in got.values()):
+            n = len(without[0].batch_ids)  # the whole run, batch 0 included
+            split = []
+            for key in ("jvm", "python", "db"):
+                a = statistics.median(r.cpu_s[key] for r in without) / n * 1000
+                b = statistics.median(r.cpu_s[key] for r in runs) / n * 1000
+                split.append(f"{key} {a:.1f} -> {b:.1f}")
+            print(f"{f'CPU ms per batch, without -> {side}':>34}  {', '.join(split)} (whole run / batches, median)")
+        callbacks = [r.callback_p99_ms for r in runs + (latency if held_side else [])
+                     if r.callback_p99_ms is not None]
+        if callbacks:
+            print(f"{'listener callback p99 ms':>34} {'':>9} {statistics.median(callbacks):>9.2f} {'':>7}  "
+                  f"median of runs, max {max(callbacks):.2f} (py4j fetch of the JSON included)")
     durable = [s for r in latency for s in r.durable_s.values()]
     segments = [
         ("commit -> trigger end (Spark)", [r.ended_s[b] for r in latency for b in r.durable_s],
@@ -625,7 +694,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="discard a round when other work used more CPU cores than this during one of its runs")
     parser.add_argument("--retries", type=int, default=4, help="extra rounds allowed to replace discarded ones")
     parser.add_argument("--quick", action="store_true", help="8 partitions, 20 batches, 2 rounds")
+    parser.add_argument("--sides", default="without,with",
+                        help="sides per round, from without, bridge (the listener's py4j fetch of the JSON "
+                             "only: no parse, queue, writer or database) and with; without is required")
     args = parser.parse_args(argv)
+    args.sides = [side.strip() for side in args.sides.split(",") if side.strip()]
+    if ("without" not in args.sides or len(set(args.sides)) != len(args.sides)
+            or not set(args.sides) <= {"without", "bridge", "with"} or len(args.sides) < 2):
+        print("bench_query: --sides: without plus bridge and/or with, each once", file=sys.stderr)
+        return 2
     if args.quick:
         args.partitions, args.batches, args.rounds = "8", "20", 2
     if not args.dsn or not args.bootstrap_servers or not args.jars:
