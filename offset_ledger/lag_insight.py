@@ -103,24 +103,41 @@ def _facts(lo: int | None, hi: int, position: int | None, moved: bool) -> Window
     return WindowFacts(max(0, int(hi) - int(lo)), rewound_past, moved)
 
 
+def _window(g: Any, since: Any) -> Any:
+    """Per partition of the (pipeline, group, topic) triples ``g``: lowest start and highest end of the
+    window's batches.
+
+    Driven from the triples that have positions, so each is one range scan of the (pipeline, topic,
+    consumer_group, batch_time) index: filtered on batch_time alone, the planner scanned the whole
+    history (80 ms per pipelines list at 1,000,000 rows, window empty). Partitions without a
+    position are never asked about.
+    """
+    return (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
+                   batch_offsets.c.partition, func.min(batch_offsets.c.from_offset).label("lo"),
+                   func.max(batch_offsets.c.until_offset).label("hi"))
+            .select_from(g.join(batch_offsets, and_(
+                batch_offsets.c.pipeline == g.c.pipeline, batch_offsets.c.topic == g.c.topic,
+                batch_offsets.c.consumer_group == g.c.consumer_group, batch_offsets.c.batch_time >= since)))
+            .group_by(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
+                      batch_offsets.c.partition)).subquery("w")
+
+
+def _same_partition(w: Any) -> Any:
+    return and_(w.c.pipeline == positions.c.pipeline, w.c.consumer_group == positions.c.consumer_group,
+                w.c.topic == positions.c.topic, w.c.partition == positions.c.partition)
+
+
+_TRIPLES = (positions.c.pipeline, positions.c.consumer_group, positions.c.topic)
+
+
 @cache
 def _positions_and_window_stmt() -> Select[Any]:
     since = bindparam("since")
-    g = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic).distinct().subquery("g")
-    window = (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
-                     batch_offsets.c.partition, func.min(batch_offsets.c.from_offset).label("lo"),
-                     func.max(batch_offsets.c.until_offset).label("hi"))
-              .select_from(g.join(batch_offsets, and_(
-                  batch_offsets.c.pipeline == g.c.pipeline, batch_offsets.c.topic == g.c.topic,
-                  batch_offsets.c.consumer_group == g.c.consumer_group, batch_offsets.c.batch_time >= since)))
-              .group_by(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
-                        batch_offsets.c.partition)).subquery("w")
+    w = _window(select(*_TRIPLES).distinct().subquery("g"), since)
     moved = case((and_(positions.c.updated_at >= since, positions.c.query_id.is_not(None)), 1), else_=0)
     return (select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
-                   positions.c.next_offset, moved.label("moved"), window.c.lo, window.c.hi)
-            .select_from(positions.outerjoin(window, and_(
-                window.c.pipeline == positions.c.pipeline, window.c.consumer_group == positions.c.consumer_group,
-                window.c.topic == positions.c.topic, window.c.partition == positions.c.partition)))
+                   positions.c.next_offset, moved.label("moved"), w.c.lo, w.c.hi)
+            .select_from(positions.outerjoin(w, _same_partition(w)))
             .order_by(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition))
 
 
@@ -129,32 +146,17 @@ def _window_stmts(one_pipeline: bool) -> tuple[Select[Any], Select[Any]]:
     """(window batches per partition with the position, positions moved by a batch in the window); built once."""
     # The position is read in the same statement as the batches: read separately, a batch committed
     # in between would end past an older position and look like a rewind.
-    # Driven from the (pipeline, group, topic) triples that have positions, so each is one range scan
-    # of the (pipeline, topic, consumer_group, batch_time) index: filtered on batch_time alone, the
-    # planner scanned the whole history (80 ms per pipelines list at 1,000,000 rows, window empty).
-    # Partitions without a position are never asked about.
     since = bindparam("since")
-    triples = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic).distinct()
+    triples = select(*_TRIPLES).distinct()
     moved = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic,
                    positions.c.partition).where(positions.c.updated_at >= since, positions.c.query_id.is_not(None))
     if one_pipeline:
         mine = (positions.c.pipeline == bindparam("pipeline"), positions.c.consumer_group == bindparam("consumer_group"))
         triples = triples.where(*mine)
         moved = moved.where(*mine)
-    g = triples.subquery("g")
-    stmt = (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
-                   batch_offsets.c.partition, func.min(batch_offsets.c.from_offset).label("lo"),
-                   func.max(batch_offsets.c.until_offset).label("hi"),
-                   func.max(positions.c.next_offset).label("pos"))
-            .select_from(g.join(batch_offsets, and_(
-                batch_offsets.c.pipeline == g.c.pipeline, batch_offsets.c.topic == g.c.topic,
-                batch_offsets.c.consumer_group == g.c.consumer_group,
-                batch_offsets.c.batch_time >= since)).outerjoin(positions, and_(
-                    positions.c.pipeline == batch_offsets.c.pipeline,
-                    positions.c.consumer_group == batch_offsets.c.consumer_group,
-                    positions.c.topic == batch_offsets.c.topic, positions.c.partition == batch_offsets.c.partition)))
-            .group_by(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
-                      batch_offsets.c.partition))
+    w = _window(triples.subquery("g"), since)
+    stmt = select(w.c.pipeline, w.c.consumer_group, w.c.topic, w.c.partition, w.c.lo, w.c.hi,
+                  positions.c.next_offset.label("pos")).select_from(w.outerjoin(positions, _same_partition(w)))
     return stmt, moved
 
 
