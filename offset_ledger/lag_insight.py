@@ -35,7 +35,7 @@ from offset_ledger.status import PartitionWindow, partition_status
 
 if TYPE_CHECKING:
     from offset_ledger.kafka import KafkaAdapter
-    from offset_ledger.operations import PartitionLag
+    from offset_ledger.answers import PartitionLag
 
 log = logging.getLogger(__name__)
 

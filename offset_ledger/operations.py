@@ -8,22 +8,25 @@ No HTTP or CLI code here. Reads go to the ledger (``ledger.queries``) and Kafka
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
-import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.answers import (  # noqa: F401 - re-exported: the faces import them from here
+    HistoryPage,
+    MetricsSnapshot,
+    PartitionLag,
+    PipelineSummary,
+    ResetOutcome,
+    _iso,
+)
 from offset_ledger.coalesce import Coalescer
 from offset_ledger.errors import (
     AmbiguousConsumerGroup,
@@ -33,10 +36,20 @@ from offset_ledger.errors import (
     UnknownPipeline,
     UnknownTopic,
 )
+from offset_ledger.inputs import (  # noqa: F401 - re-exported: the faces import them from here
+    check_name,
+    check_topic,
+    decode_cursor,
+    encode_cursor,
+    parse_timestamp,
+    request_from_legacy_body,
+    scope_from_specs,
+    to_epoch_ms,
+)
 from offset_ledger.ledger import queries
-from offset_ledger.ledger.activity import RunActivity, open_runs
+from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.engine import read_engine, translate_db_error
-from offset_ledger.ledger.reset_store import StoredReset, record_reset
+from offset_ledger.ledger.reset_store import record_reset
 from offset_ledger.model import Position, TopicPartition, Watermarks
 from offset_ledger.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
 
@@ -45,147 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_NAME = 255
-# Kafka's own rule for topic names (kafka.common.internals.Topic).
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-# -- values returned to the faces ------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PipelineSummary:
-    """One pipeline (and consumer group) as the pipelines list shows it."""
-
-    pipeline: str
-    consumer_group: str
-    state: str  # running | stale (unterminated runs, none heard from in time) | stopped
-    active_run_ids: tuple[str, ...]
-    partitions: int
-    last_batch_time: datetime | None
-    last_batch_id: int | None
-    lag: int | None  # records behind log-end over all partitions; None when Kafka was not asked/reachable
-    runs: tuple[RunActivity, ...] = ()  # every unterminated run, with why it counts as active or stale
-    generation: dict[str, Any] | None = None  # the current checkpoint generation, if any
-    foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
-    status: str | None = None  # OK | LAGGING | STALLED | STOPPED | REWOUND (offset_ledger.status); None: lag unknown
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "state": self.state,
-            "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
-            "lastBatchTime": _iso(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
-            "runs": [r.to_dict() for r in self.runs],
-            "generation": None if self.generation is None else {
-                "generation": self.generation["generation"], "appVersion": self.generation["app_version"],
-                "checkpointLocation": self.generation["location"]},
-            "foreignRunIds": list(self.foreign_run_ids),
-            "status": self.status,
-        }
-
-
-@dataclass(frozen=True)
-class PartitionLag:
-    """A partition's position against its log: lag = log-end minus the next offset to read."""
-
-    topic: str
-    partition: int
-    next_offset: int | None
-    log_start_offset: int | None
-    log_end_offset: int | None
-    lag_seconds: float | None = None  # age of the record at the position (0 when caught up)
-    committed_offset: int | None = None  # the Kafka consumer group's committed offset, if any
-    status: str | None = None  # offset_ledger.status
-
-    @property
-    def lag(self) -> int | None:
-        if self.next_offset is None or self.log_end_offset is None:
-            return None
-        return max(0, self.log_end_offset - self.next_offset)
-
-    @property
-    def drift(self) -> int | None:
-        """The group's committed offset minus the ledger position (None when the group committed none)."""
-        if self.committed_offset is None or self.next_offset is None:
-            return None
-        return self.committed_offset - self.next_offset
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
-                "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag,
-                "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
-                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status}
-
-
-@dataclass(frozen=True)
-class HistoryPage:
-    """A page of batch history, newest first; ``next_cursor`` is None on the last page."""
-
-    items: tuple[dict[str, Any], ...]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True)
-class ResetOutcome:
-    """A planned (dry run) or executed reset and its audit id."""
-
-    pipeline: str
-    consumer_group: str
-    plan: ResetPlan
-    stored: StoredReset
-    dry_run: bool
-    actor: str
-    reason: str | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "resetId": self.stored.reset_id, "pipeline": self.pipeline, "consumerGroup": self.consumer_group,
-            "mode": self.plan.mode, "dryRun": self.dry_run, "status": self.stored.status,
-            "actor": self.actor, "reason": self.reason, "createdAt": _iso(self.stored.created_at),
-            "outOfRangePolicy": self.plan.out_of_range_policy,
-            "wouldBeRefused": self.plan.refused,
-            "activeRunIds": list(self.stored.active_run_ids),
-            "partitions": [p.to_dict() for p in self.plan.partitions],
-            "newPositions": self.plan.new_positions(),
-        }
-
-
-@dataclass(frozen=True)
-class MetricsSnapshot:
-    """Everything /metrics renders."""
-
-    pipelines: tuple[PipelineSummary, ...]
-    partitions: tuple[tuple[str, str, PartitionLag], ...]  # (pipeline, consumer group, lag)
-    listeners: tuple[dict[str, Any], ...]
-    kafka_up: bool | None  # None: no Kafka configured
-    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
-
-
-# -- helpers --------------------------------------------------------------------------------
-
-
-def _iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:  # SQLite hands back naive datetimes; the ledger writes UTC
-        value = value.replace(tzinfo=timezone.utc)
-    return value.isoformat()
-
-
-def check_name(kind: str, value: str) -> str:
-    """A pipeline or consumer group name from user input: 1-255 characters, no control characters."""
-    if not value or len(value) > MAX_NAME or _CONTROL.search(value):
-        raise InvalidInput(f"invalid {kind} name {value[:80]!r}", **{kind.replace(' ', '_'): value[:80]})
-    return value
-
-
-def check_topic(value: str) -> str:
-    """A topic name from user input, by Kafka's rules (letters, digits, '.', '_', '-'; at most 249)."""
-    if not _TOPIC_NAME.match(value):
-        raise InvalidInput(f"invalid topic name {value[:80]!r}: Kafka topics use letters, digits, '.', '_', '-'",
-                           topic=value[:80])
-    return value
+# The values returned to the faces live in offset_ledger.answers, checked input in offset_ledger.inputs.
 
 
 def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
@@ -203,54 +76,6 @@ def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = 
         return groups[0]
     # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
     raise AmbiguousConsumerGroup(pipeline, groups)
-
-
-def parse_timestamp(text: str | int) -> datetime:
-    """ISO 8601 (naive means UTC) or epoch milliseconds -> an aware UTC datetime."""
-    if isinstance(text, bool):
-        raise InvalidInput(f"invalid timestamp {text!r}")
-    if isinstance(text, int) or (isinstance(text, str) and re.fullmatch(r"-?\d{1,16}", text.strip())):
-        ms = int(text)
-        if ms < 0:
-            raise InvalidInput(f"invalid timestamp {text!r}: epoch milliseconds must be >= 0")
-        try:
-            return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-        except (OverflowError, OSError, ValueError) as exc:
-            raise InvalidInput(f"invalid timestamp {text!r}") from exc
-    try:
-        value = datetime.fromisoformat(str(text).strip().replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise InvalidInput(f"invalid timestamp {text!r}: use ISO 8601 (2024-05-01T12:00:00Z) or epoch ms",
-                           timestamp=str(text)[:80]) from exc
-    try:
-        value = value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
-    except (OverflowError, ValueError) as exc:
-        raise InvalidInput(f"invalid timestamp {text!r}") from exc
-    if value.year < 1970:
-        # Kafka reads timestamps -1 and -2 as "latest"/"earliest": never send a pre-epoch time.
-        raise InvalidInput(f"invalid timestamp {text!r}: before 1970", timestamp=str(text)[:80])
-    return value
-
-
-def to_epoch_ms(value: datetime) -> int:
-    return int(value.timestamp() * 1000)
-
-
-def encode_cursor(batch_time: datetime, row_id: int) -> str:
-    raw = json.dumps([_iso(batch_time), row_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, int]:
-    """The opaque history cursor -> (batch_time, id); InvalidInput when it was not ours."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        t, i = json.loads(raw)
-        if isinstance(i, bool) or not isinstance(i, int):
-            raise ValueError("id")
-        return datetime.fromisoformat(t), i
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"invalid cursor {cursor[:80]!r}", cursor=cursor[:80]) from exc
 
 
 # -- the operations -------------------------------------------------------------------------
@@ -653,35 +478,6 @@ def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
 
 def _lag(p: Position, m: Watermarks | None) -> int | None:
     return None if m is None else max(0, m.log_end_offset - p.next_offset)
-
-
-def request_from_legacy_body(body: Any) -> ResetRequest:
-    """The legacy resetOffsetOfPartitions body -> an ``offsets`` request naming every partition."""
-    from offset_ledger.resets import parse_offsets_body
-
-    offsets = parse_offsets_body(body)
-    return ResetRequest(mode="offsets", offsets=offsets, out_of_range="refuse", require_all_partitions=True)
-
-
-def scope_from_specs(specs: Sequence[str]) -> dict[str, tuple[int, ...] | None] | None:
-    """CLI ``--topic T[:p,...]`` values -> a reset scope."""
-    if not specs:
-        return None
-    scope: dict[str, tuple[int, ...] | None] = {}
-    for spec in specs:
-        topic, _, parts = spec.partition(":")
-        check_topic(topic)
-        if not parts:
-            scope[topic] = None
-            continue
-        try:
-            numbers = tuple(sorted({int(x) for x in parts.split(",") if x.strip() != ""}))
-        except ValueError as exc:
-            raise InvalidInput(f"invalid --topic {spec!r}: use TOPIC or TOPIC:0,1,2", topic=topic) from exc
-        if not numbers or any(n < 0 for n in numbers):
-            raise InvalidInput(f"invalid --topic {spec!r}: use TOPIC or TOPIC:0,1,2", topic=topic)
-        scope[topic] = numbers
-    return scope
 
 
 __all__ = [
