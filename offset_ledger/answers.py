@@ -14,7 +14,8 @@ from offset_ledger.ledger.reset_store import StoredReset
 from offset_ledger.resets import ResetPlan
 
 
-def _iso(value: datetime | None) -> str | None:
+def iso_utc(value: datetime | None) -> str | None:
+    """The API's time format: ISO 8601 with its offset (a naive time, as SQLite returns it, is UTC)."""
     if value is None:
         return None
     if value.tzinfo is None:  # SQLite hands back naive datetimes; the ledger writes UTC
@@ -43,7 +44,7 @@ class PipelineSummary:
         return {
             "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "state": self.state,
             "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
-            "lastBatchTime": _iso(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
+            "lastBatchTime": iso_utc(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
             "runs": [r.to_dict() for r in self.runs],
             "generation": None if self.generation is None else {
                 "generation": self.generation["generation"], "appVersion": self.generation["app_version"],
@@ -110,7 +111,7 @@ class ResetOutcome:
         return {
             "resetId": self.stored.reset_id, "pipeline": self.pipeline, "consumerGroup": self.consumer_group,
             "mode": self.plan.mode, "dryRun": self.dry_run, "status": self.stored.status,
-            "actor": self.actor, "reason": self.reason, "createdAt": _iso(self.stored.created_at),
+            "actor": self.actor, "reason": self.reason, "createdAt": iso_utc(self.stored.created_at),
             "outOfRangePolicy": self.plan.out_of_range_policy,
             "wouldBeRefused": self.plan.refused,
             "activeRunIds": list(self.stored.active_run_ids),

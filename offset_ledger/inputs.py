@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from offset_ledger.answers import _iso
+from offset_ledger.answers import iso_utc
 from offset_ledger.errors import InvalidInput
 from offset_ledger.resets import ResetRequest
 
@@ -71,7 +71,7 @@ def to_epoch_ms(value: datetime) -> int:
 
 
 def encode_cursor(batch_time: datetime, row_id: int) -> str:
-    raw = json.dumps([_iso(batch_time), row_id]).encode()
+    raw = json.dumps([iso_utc(batch_time), row_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

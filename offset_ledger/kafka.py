@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable, UnknownTopic
+from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable
 from offset_ledger.kafka_snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.model import TopicPartition, Watermarks
 
@@ -195,14 +195,6 @@ class KafkaAdapter:
                 if found is not None and str(found) != "00000000-0000-0000-0000-000000000000":
                     out[topic] = str(found)
             return out
-
-    def require_topics(self, topics: Sequence[str]) -> dict[str, list[int]]:
-        """Like ``partitions`` but every topic must exist (UnknownTopic otherwise)."""
-        found = self.partitions(topics)
-        for topic in topics:
-            if topic not in found:
-                raise UnknownTopic(topic)
-        return found
 
     # -- offsets
 

@@ -62,30 +62,21 @@ def status_window() -> timedelta:
     return parse_duration(settings().status_window)
 
 
-def window_facts(conn: Connection, since: datetime, pipeline: str | None = None,
-                 consumer_group: str | None = None) -> dict[Key, WindowFacts]:
-    """Per partition: records the window's batches read, their highest end, whether one moved the position."""
+def positions_and_window(
+    conn: Connection, since: datetime, pipeline: str | None = None, consumer_group: str | None = None,
+) -> tuple[dict[tuple[str, str], list[Position]], dict[Key, WindowFacts]]:
+    """Positions (of every pipeline, or of one pipeline and group), sorted, and per position what the
+    window's batches tell: records read, an end past the position (a rewind), whether one moved it.
+
+    One statement: the position is read with the batches (read apart, a batch committed in between
+    would end past an older position and look like a rewind), and a list costs one round trip.
+    """
     params: dict[str, Any] = {"since": since}
     if pipeline is not None:
         params.update(pipeline=pipeline, consumer_group=consumer_group)
-    stmt, moved = _window_stmts(pipeline is not None)
-    moved_keys = {tuple(r) for r in conn.execute(moved, params)}
-    out: dict[Key, WindowFacts] = {}
-    for r in conn.execute(stmt, params):
-        key = (r.pipeline, r.consumer_group, r.topic, r.partition)
-        out[key] = _facts(r.lo, r.hi, r.pos, key in moved_keys)
-    for key in moved_keys:
-        out.setdefault(key, WindowFacts(0, None, True))  # type: ignore[arg-type]
-    return out
-
-
-def positions_and_window(conn: Connection, since: datetime) -> tuple[dict[tuple[str, str], list[Position]],
-                                                                      dict[Key, WindowFacts]]:
-    """Every pipeline's positions (as ``queries.all_positions``) and their window facts (as
-    ``window_facts``) in one statement: one round trip where the pipelines list made three."""
     positions_by: dict[tuple[str, str], list[Position]] = {}
     out: dict[Key, WindowFacts] = {}
-    for r in conn.execute(_positions_and_window_stmt(), {"since": since}):
+    for r in conn.execute(_positions_and_window_stmt(pipeline is not None), params):
         positions_by.setdefault((r.pipeline, r.consumer_group), []).append(
             Position(r.topic, r.partition, r.next_offset))
         moved = bool(r.moved)
@@ -122,42 +113,23 @@ def _window(g: Any, since: Any) -> Any:
                       batch_offsets.c.partition)).subquery("w")
 
 
-def _same_partition(w: Any) -> Any:
-    return and_(w.c.pipeline == positions.c.pipeline, w.c.consumer_group == positions.c.consumer_group,
-                w.c.topic == positions.c.topic, w.c.partition == positions.c.partition)
-
-
-_TRIPLES = (positions.c.pipeline, positions.c.consumer_group, positions.c.topic)
-
-
 @cache
-def _positions_and_window_stmt() -> Select[Any]:
+def _positions_and_window_stmt(one_pipeline: bool) -> Select[Any]:
     since = bindparam("since")
-    w = _window(select(*_TRIPLES).distinct().subquery("g"), since)
-    moved = case((and_(positions.c.updated_at >= since, positions.c.query_id.is_not(None)), 1), else_=0)
-    return (select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
-                   positions.c.next_offset, moved.label("moved"), w.c.lo, w.c.hi)
-            .select_from(positions.outerjoin(w, _same_partition(w)))
-            .order_by(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition))
-
-
-@cache
-def _window_stmts(one_pipeline: bool) -> tuple[Select[Any], Select[Any]]:
-    """(window batches per partition with the position, positions moved by a batch in the window); built once."""
-    # The position is read in the same statement as the batches: read separately, a batch committed
-    # in between would end past an older position and look like a rewind.
-    since = bindparam("since")
-    triples = select(*_TRIPLES).distinct()
-    moved = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic,
-                   positions.c.partition).where(positions.c.updated_at >= since, positions.c.query_id.is_not(None))
+    triples = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic).distinct()
+    stmt = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
+                  positions.c.next_offset)
     if one_pipeline:
         mine = (positions.c.pipeline == bindparam("pipeline"), positions.c.consumer_group == bindparam("consumer_group"))
         triples = triples.where(*mine)
-        moved = moved.where(*mine)
+        stmt = stmt.where(*mine)
     w = _window(triples.subquery("g"), since)
-    stmt = select(w.c.pipeline, w.c.consumer_group, w.c.topic, w.c.partition, w.c.lo, w.c.hi,
-                  positions.c.next_offset.label("pos")).select_from(w.outerjoin(positions, _same_partition(w)))
-    return stmt, moved
+    moved = case((and_(positions.c.updated_at >= since, positions.c.query_id.is_not(None)), 1), else_=0)
+    return (stmt.add_columns(moved.label("moved"), w.c.lo, w.c.hi)
+            .select_from(positions.outerjoin(w, and_(
+                w.c.pipeline == positions.c.pipeline, w.c.consumer_group == positions.c.consumer_group,
+                w.c.topic == positions.c.topic, w.c.partition == positions.c.partition)))
+            .order_by(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition))
 
 
 _NO_FACTS = WindowFacts()

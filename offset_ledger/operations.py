@@ -25,7 +25,7 @@ from offset_ledger.answers import (  # noqa: F401 - re-exported: the faces impor
     PartitionLag,
     PipelineSummary,
     ResetOutcome,
-    _iso,
+    iso_utc,
 )
 from offset_ledger.coalesce import Coalescer
 from offset_ledger.errors import (
@@ -181,13 +181,8 @@ class Operations:
             rows = queries.pipeline_summaries(conn)
             open_by_group = open_runs(conn)
             pos: dict[tuple[str, str], list[Position]] = {}
-            if with_lag and rows:
-                if self.has_kafka:
-                    from offset_ledger.lag_insight import positions_and_window, status_window
-
-                    pos, facts = positions_and_window(conn, datetime.now(timezone.utc) - status_window())
-                else:
-                    pos = queries.all_positions(conn)
+            if with_lag and rows and self.has_kafka:  # without Kafka there is no lag to compute
+                pos, facts = self._positions_and_window(conn)
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
         statuses = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else {}
         out = []
@@ -216,38 +211,34 @@ class Operations:
     def _statuses(self, rows: list[dict[str, Any]], open_by_group: Mapping[tuple[str, str], Any],
                   pos: Mapping[tuple[str, str], list[Position]],
                   marks: Mapping[TopicPartition, Watermarks],
-                  facts: Mapping[Any, Any] | None = None) -> dict[tuple[str, str], str | None]:
+                  facts: Mapping[Any, Any]) -> dict[tuple[str, str], str | None]:
         """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips)."""
         from offset_ledger.status import overall_status
 
         parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset, None,
                                                 marks[p.tp].log_end_offset if p.tp in marks else None))
                  for (pipeline, group), ps in pos.items() for p in ps]
-        enriched = self._enrich(parts, open_by_group, kafka=False, facts=facts)
+        enriched = self._enrich(parts, open_by_group, facts, kafka=False)
         by: dict[tuple[str, str], list[Any]] = {}
         for pipeline, group, x in enriched:
             by.setdefault((pipeline, group), []).append(x.status)
         return {k: overall_status(v) for k, v in by.items()}
 
     def _enrich(self, parts: list[tuple[str, str, PartitionLag]], open_by_group: Mapping[tuple[str, str], Any],
-                *, kafka: bool, pipeline: str | None = None, group: str | None = None,
-                facts: Mapping[Any, Any] | None = None) -> list[tuple[str, str, PartitionLag]]:
-        """Time lag, drift and status for ``parts`` (``offset_ledger.lag_insight``); ``facts`` when already read."""
+                facts: Mapping[Any, Any], *, kafka: bool) -> list[tuple[str, str, PartitionLag]]:
+        """Time lag, drift and status for ``parts`` (``offset_ledger.lag_insight``), ``facts`` read with the positions."""
         from offset_ledger.lag_insight import status_window
 
-        window = status_window()
-        if facts is None:
-            with self._db() as conn:
-                facts = self._window_facts(conn, pipeline, group)
         active = {k: any(a.state == "active" for a in acts) for k, acts in open_by_group.items()}
         return self._insight.enrich(self.kafka if kafka and self.has_kafka else None, parts, facts, active,
-                                    window=window)
+                                    window=status_window())
 
     @staticmethod
-    def _window_facts(conn: Connection, pipeline: str | None = None, group: str | None = None) -> dict[Any, Any]:
-        from offset_ledger.lag_insight import status_window, window_facts
+    def _positions_and_window(conn: Connection, pipeline: str | None = None, group: str | None = None,
+                              ) -> tuple[dict[tuple[str, str], list[Position]], dict[Any, Any]]:
+        from offset_ledger.lag_insight import positions_and_window, status_window
 
-        return window_facts(conn, datetime.now(timezone.utc) - status_window(), pipeline, group)
+        return positions_and_window(conn, datetime.now(timezone.utc) - status_window(), pipeline, group)
 
     def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
         """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""
@@ -285,10 +276,10 @@ class Operations:
         next_cursor = encode_cursor(rows[-1]["batch_time"], rows[-1]["id"]) if more else None
         items = tuple({
             "queryId": r["query_id"], "runId": r["run_id"], "batchId": r["batch_id"],
-            "batchTime": _iso(r["batch_time"]), "recordedAt": _iso(r["recorded_at"]),
+            "batchTime": iso_utc(r["batch_time"]), "recordedAt": iso_utc(r["recorded_at"]),
             "inputRows": r["input_rows"],
-            "watermark": _iso(r["watermark"]), "eventTimeMin": _iso(r["event_time_min"]),
-            "eventTimeMax": _iso(r["event_time_max"]), "stateRowsTotal": r["state_rows_total"],
+            "watermark": iso_utc(r["watermark"]), "eventTimeMin": iso_utc(r["event_time_min"]),
+            "eventTimeMax": iso_utc(r["event_time_max"]), "stateRowsTotal": r["state_rows_total"],
             "stateRowsUpdated": r["state_rows_updated"],
             "stateRowsDroppedByWatermark": r["state_rows_dropped_by_watermark"],
             "ranges": [{"sourceIndex": x["source_index"], "topic": x["topic"], "partition": x["partition"],
@@ -298,9 +289,11 @@ class Operations:
 
     def lag(self, pipeline: str, consumer_group: str | None = None) -> tuple[str, list[PartitionLag]]:
         """(consumer group, lag per partition): every current partition of the pipeline's topics."""
-        with self._db() as conn:
+        with self._db() as conn:  # every ledger read before Kafka is asked
             group = self.resolve_group(conn, pipeline, consumer_group)
-            positions = queries.current_positions(conn, pipeline, group)
+            by_group, facts = self._positions_and_window(conn, pipeline, group)
+            runs = open_runs(conn, pipeline, group)
+        positions = by_group.get((pipeline, group), [])
         marks = self.kafka.watermarks(sorted({p.topic for p in positions}))
         by_tp = {p.tp: p.next_offset for p in positions}
         out = []
@@ -308,10 +301,7 @@ class Operations:
             m = marks.get(tp)
             out.append(PartitionLag(tp.topic, tp.partition, by_tp.get(tp),
                                     m.log_start_offset if m else None, m.log_end_offset if m else None))
-        with self._db() as conn:
-            runs = open_runs(conn, pipeline, group)
-        enriched = self._enrich([(pipeline, group, x) for x in out], runs, kafka=True, pipeline=pipeline,
-                                group=group)
+        enriched = self._enrich([(pipeline, group, x) for x in out], runs, facts, kafka=True)
         return group, [x for _, _, x in enriched]
 
     def topic_details(self, topic: str) -> dict[str, Any]:
@@ -328,7 +318,7 @@ class Operations:
         return group, [{
             "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
             "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
-            "createdAt": _iso(r["created_at"]), "consumedAt": _iso(r["consumed_at"]),
+            "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
             "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
             "partitions": [{
                 "topic": p["topic"], "partition": p["partition"],
@@ -361,16 +351,17 @@ class Operations:
         topics = request.topics([p.topic for p in positions])
         if not topics:
             raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
+        seen = self.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
+        missing = [t for t in topics if t not in seen.partitions]
         if request.scope or request.mode == "offsets":
-            self.kafka.require_topics(topics)
-        else:
+            if missing:
+                raise UnknownTopic(missing[0])
+        elif missing:
             # Unscoped: a topic deleted since the last batch is left out (the restart drops it too).
-            existing = self.kafka.partitions(topics)
-            if not existing:
+            if len(missing) == len(topics):
                 raise UnknownTopic(topics[0])
-            topics = sorted(existing)
-            positions = [p for p in positions if p.topic in existing]
-        marks = self.kafka.watermarks(topics)
+            positions = [p for p in positions if p.topic in seen.partitions]
+        marks = seen.watermarks
         times = None
         if request.mode == "timestamp" and request.timestamp_ms is not None:
             times = self.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
@@ -406,14 +397,8 @@ class Operations:
     def metrics(self) -> MetricsSnapshot:
         """Positions, lag and last batch per pipeline, plus listener health, for /metrics."""
         summaries = self.list_pipelines(with_lag=False)
-        facts: dict[Any, Any] | None = None
         with self._db() as conn:
-            if self.has_kafka:  # the status needs the window facts: read them with the positions
-                from offset_ledger.lag_insight import positions_and_window, status_window
-
-                pos, facts = positions_and_window(conn, datetime.now(timezone.utc) - status_window())
-            else:
-                pos = queries.all_positions(conn)
+            pos, facts = self._positions_and_window(conn)  # the status needs the facts read with the positions
             listeners = queries.listener_health_rows(conn)
             open_by_group = open_runs(conn)
         kafka_up: bool | None = None
@@ -434,7 +419,7 @@ class Operations:
 
             from offset_ledger.status import overall_status
 
-            parts = self._enrich(parts, open_by_group, kafka=True, facts=facts)
+            parts = self._enrich(parts, open_by_group, facts, kafka=True)
             by: dict[tuple[str, str], list[Any]] = {}
             for pipeline, group, x in parts:
                 by.setdefault((pipeline, group), []).append(x.status)
@@ -465,8 +450,10 @@ class Operations:
 def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
     """The legacy getTopicDetails answer; needs only Kafka (no ledger)."""
     check_topic(topic)
-    kafka.require_topics([topic])
-    marks = kafka.watermarks([topic])
+    seen = kafka.snapshot([topic])
+    if topic not in seen.partitions:
+        raise UnknownTopic(topic)
+    marks = seen.watermarks
     return {
         "name": topic,
         "partitions": {

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -145,17 +145,28 @@ def read_cluster(
     return ClusterView(tuple(topics), seen.watermarks, by_time, seen.topic_ids)
 
 
-def recreated_topics(generation: gens.CheckpointGeneration | None, cluster: ClusterView) -> list[TopicIncarnation]:
-    """Topics whose Kafka topic id differs from the one the current generation recorded."""
+def recreated_topics(
+    generation: gens.CheckpointGeneration | None, cluster: ClusterView,
+    watermarks_of: Callable[[int], Mapping[str, Mapping[str, list[int]]] | None] | None = None,
+) -> list[TopicIncarnation]:
+    """Topics whose Kafka topic id differs from the one the current generation recorded.
+
+    What the old incarnation held comes from the watermarks the generation saw: its own, or
+    ``watermarks_of(generation.id)``, asked only when a topic was re-created (the restart reads
+    generations without their per-partition JSON).
+    """
     if generation is None or not generation.topic_ids:
         return []
-    out = []
-    for topic, old_id in sorted(generation.topic_ids.items()):
-        new_id = cluster.topic_ids.get(topic)
-        if new_id is not None and new_id != old_id:
-            seen = (generation.watermarks or {}).get(topic, {})
-            out.append(TopicIncarnation(topic, old_id, new_id, {int(p): int(w[1]) for p, w in seen.items()}))
-    return out
+    changed = [(topic, old_id, cluster.topic_ids[topic]) for topic, old_id in sorted(generation.topic_ids.items())
+               if cluster.topic_ids.get(topic) not in (None, old_id)]
+    if not changed:
+        return []
+    marks = generation.watermarks
+    if marks is None and watermarks_of is not None:
+        marks = watermarks_of(generation.id)
+    return [TopicIncarnation(topic, old_id, new_id,
+                             {int(p): int(w[1]) for p, w in (marks or {}).get(topic, {}).items()})
+            for topic, old_id, new_id in changed]
 
 
 def plan_restart(
@@ -212,15 +223,13 @@ def plan_restart(
                                event_time_is_kafka_timestamp)
         positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
                      if o >= 0 and tp.topic in wanted]
-    generation = ledger.generation
-    if generation is not None and any(cluster.topic_ids.get(t) not in (None, old)
-                                      for t, old in (generation.topic_ids or {}).items()):
-        # A re-created topic: what the old incarnation held comes from the watermarks the generation saw.
+    def watermarks_of(generation_id: int) -> Any:
         with engine.connect() as conn:
-            generation = replace(generation, watermarks=gens.generation_watermarks(conn, generation.id))
+            return gens.generation_watermarks(conn, generation_id)
+
     plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
                    on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
-                   recreated=recreated_topics(generation, cluster))
+                   recreated=recreated_topics(ledger.generation, cluster, watermarks_of))
     if rewind is not None:
         plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
                        event_time_floor=rewind[1].event_time_floor)

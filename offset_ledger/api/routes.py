@@ -9,6 +9,7 @@ from fastapi import APIRouter, Body, Header, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
+from offset_ledger.answers import iso_utc
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
 from offset_ledger.errors import InvalidInput
@@ -124,7 +125,7 @@ def pipeline_offsets(request: Request, pipeline: str,
         "pipeline": pipeline, "consumerGroup": group,
         "positions": [{
             "topic": r["topic"], "partition": r["partition"], "nextOffset": r["next_offset"],
-            "updatedAt": _iso(r["updated_at"]), "placedBy": "reset" if r["reset_id"] is not None else "batch",
+            "updatedAt": iso_utc(r["updated_at"]), "placedBy": "reset" if r["reset_id"] is not None else "batch",
             "queryId": r["query_id"], "batchId": r["batch_id"], "resetId": r["reset_id"],
         } for r in rows],
     }
@@ -206,9 +207,3 @@ def healthz(request: Request) -> Any:
 def metrics(request: Request) -> PlainTextResponse:
     text = render_metrics(_ops(request).metrics())
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")
-
-
-def _iso(value: Any) -> Any:
-    from offset_ledger.operations import _iso as iso
-
-    return iso(value)

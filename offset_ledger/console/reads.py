@@ -11,7 +11,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger import console_queries as cq
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.operations import Operations, _iso
+from offset_ledger.answers import iso_utc
+from offset_ledger.operations import Operations
 
 
 class ConsoleReads:
@@ -71,13 +72,13 @@ class ConsoleReads:
                 "appVersion": r["app_version"], "checkpointLocation": r["checkpoint_location"],
                 "generation": number.get(r["generation_id"]),
                 "foreign": current is not None and r["generation_id"] != current,
-                "startedAt": _iso(r["started_at"]), "terminatedAt": _iso(r["terminated_at"]),
-                "lastHeartbeatAt": _iso(r["last_heartbeat_at"]), "lastBatchId": r["last_batch_id"],
+                "startedAt": iso_utc(r["started_at"]), "terminatedAt": iso_utc(r["terminated_at"]),
+                "lastHeartbeatAt": iso_utc(r["last_heartbeat_at"]), "lastBatchId": r["last_batch_id"],
                 "exception": (r["exception"] or None) and str(r["exception"])[:2000],
             } for r in runs],
             "generations": [{
                 "generation": g["generation"], "location": g["location"], "appVersion": g["app_version"],
-                "reason": g["reason"], "createdAt": _iso(g["created_at"]), "startingOffsets": g["starting_offsets"],
+                "reason": g["reason"], "createdAt": iso_utc(g["created_at"]), "startingOffsets": g["starting_offsets"],
             } for g in gens],
         }
 
@@ -89,6 +90,6 @@ class ConsoleReads:
         return {"pipeline": pipeline, "consumerGroup": group, "findings": [{
             "id": r["id"], "kind": r["kind"], "topic": r["topic"], "partition": r["partition"],
             "queryId": r["query_id"], "batchId": r["batch_id"], "expectedOffset": r["expected_offset"],
-            "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": _iso(r["created_at"]),
+            "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": iso_utc(r["created_at"]),
         } for r in rows]}
 

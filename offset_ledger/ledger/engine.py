@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import create_engine, event, text
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import (
     ArgumentError,
     DBAPIError,
@@ -48,13 +49,17 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
 
         return engine
     try:
-        return create_engine(
-            url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True,
-            pool_recycle=1800,
-            connect_args={"connect_timeout": 5} if url.get_backend_name() == "postgresql" else {},
-        )
+        return _server_engine(url, pool_size)
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
+
+
+def _server_engine(url: URL, pool_size: int, **options: Any) -> Engine:
+    """A pooled engine on a database server: connections checked before use and recycled."""
+    return create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800,
+        connect_args={"connect_timeout": 5} if url.get_backend_name() == "postgresql" else {}, **options,
+    )
 
 
 def read_engine(engine: Engine, *, pool_size: int = 5) -> Engine:
@@ -67,8 +72,7 @@ def read_engine(engine: Engine, *, pool_size: int = 5) -> Engine:
     """
     if engine.dialect.name != "postgresql":
         return engine
-    return create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=pool_size, max_overflow=pool_size,
-                         pool_pre_ping=True, pool_recycle=1800, connect_args={"connect_timeout": 5})
+    return _server_engine(engine.url, pool_size, isolation_level="AUTOCOMMIT")
 
 
 def translate_db_error(exc: Exception, doing: str) -> LedgerError:

@@ -250,21 +250,6 @@ def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def all_positions(conn: Connection) -> dict[tuple[str, str], list[Position]]:
-    """Every pipeline's positions in one round trip, keyed by (pipeline, consumer group)."""
-    out: dict[tuple[str, str], list[Position]] = {}
-    for r in conn.execute(_all_positions_stmt()):
-        out.setdefault((r.pipeline, r.consumer_group), []).append(Position(r.topic, r.partition, r.next_offset))
-    return out
-
-
-@cache
-def _all_positions_stmt() -> Select[Any]:
-    return select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
-                  positions.c.next_offset).order_by(positions.c.pipeline, positions.c.consumer_group,
-                                                    positions.c.topic, positions.c.partition)
-
-
 def checkpoint_batches(
     conn: Connection, pipeline: str, consumer_group: str, generation_id: int | None,
 ) -> tuple[str | None, list[BatchFigures]]:

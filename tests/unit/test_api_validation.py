@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from offset_ledger.api import create_app
-from offset_ledger.errors import UnknownTopic
+from offset_ledger.kafka_snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import positions, resets
 from offset_ledger.model import TopicPartition, Watermarks
@@ -37,15 +37,11 @@ class StandInKafka:
                 out.setdefault(tp.topic, []).append(tp.partition)
         return out
 
-    def require_topics(self, topics: Sequence[str]) -> dict[str, list[int]]:
-        found = self.partitions(topics)
-        for t in topics:
-            if t not in found:
-                raise UnknownTopic(t)
-        return found
-
     def watermarks(self, topics: Sequence[str]) -> dict[TopicPartition, Watermarks]:
         return {tp: m for tp, m in self.marks.items() if tp.topic in topics}
+
+    def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
+        return ClusterSnapshot(self.partitions(topics), {}, self.watermarks(topics))
 
     def offsets_for_time(self, tps, timestamp_ms):  # type: ignore[no-untyped-def]
         return {tp: None for tp in tps}
