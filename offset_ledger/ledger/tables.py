@@ -90,6 +90,9 @@ batches = Table(
     Column("state_rows_total", BigInteger),
     Column("state_rows_updated", BigInteger),
     Column("state_rows_dropped_by_watermark", BigInteger),
+    # 0005: who recorded the batch: NULL the listener, "checkpoint" read back from Spark's commit
+    # log (reconciliation on restart, or ``offset-ledger watch``).
+    Column("source", String(16)),
     UniqueConstraint("query_id", "batch_id"),
     Index(None, "pipeline", "consumer_group", "batch_time"),
 )
@@ -150,6 +153,10 @@ findings = Table(
     Column("created_at", _tz(), nullable=False),
     Column("generation_id", BigInteger),  # the generation a restart's finding belongs to (0003)
     Column("run_id", String(64)),         # the run a recording finding is about (0003)
+    # 0005: a repeated finding (same pipeline, group, run, kind, topic, partition) is one row: how
+    # often it was seen and when last (NULL: once, at created_at).
+    Column("occurrences", BigInteger),
+    Column("last_seen_at", _tz()),
     Index(None, "pipeline", "consumer_group", "created_at"),
 )
 
@@ -207,6 +214,10 @@ checkpoint_generations = Table(
     Column("topic_ids", JSON),
     Column("watermarks", JSON),
     Column("query_id", String(64)),
+    # 0005: a windowed generation's inputs (window, slide, watermark delay, event-time floor, rewind
+    # basis) so later restarts keep its floor, and whether the helper only defaulted the group.
+    Column("stateful", JSON),
+    Column("group_defaulted", Boolean),
     UniqueConstraint("pipeline", "consumer_group", "generation"),
 )
 

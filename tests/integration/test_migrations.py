@@ -49,7 +49,7 @@ def test_upgrade_from_0002_with_data_keeps_it_and_tells_current_runs_from_foreig
         assert current_revision(engine) == "0002"
 
         upgrade(engine)
-        assert current_revision(engine) == "0004"
+        assert current_revision(engine) == "0005"
         with engine.connect() as conn:
             gens = {r.generation: r.id for r in conn.execute(select(checkpoint_generations))}
             by_run = {r.run_id: r.generation_id for r in conn.execute(select(runs))}

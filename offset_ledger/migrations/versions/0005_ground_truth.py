@@ -1,0 +1,90 @@
+"""Ground truth and quieter findings: stored stateful inputs, defaulted groups, backfilled batches.
+
+Revision ID: 0005
+Revises: 0004
+Create Date: 2026-11-23
+
+- ``checkpoint_generations.stateful`` (JSON): a windowed generation's window spec, watermark delay,
+  event-time floor and rewind basis, so a later restart never lowers the floor or forgets it.
+- ``checkpoint_generations.group_defaulted``: the restart helper chose the consumer group (nobody
+  named one); the group the generation's runs report may then take it over.
+- ``batches.source``: who recorded the batch (NULL: the listener; ``checkpoint``: read back from
+  Spark's commit log by reconciliation or ``offset-ledger watch``).
+- ``findings.occurrences`` and ``findings.last_seen_at``: a repeated finding (same pipeline, run,
+  kind, partition) is one row with a count instead of one row per batch.
+
+All nullable; rows written before this revision read as "listener", "named group", "seen once".
+0001 builds its tables from the live tables module, so each column is added only when missing. The
+audit views are dropped and re-created unchanged around the column changes (SQLite refuses to
+rebuild a table a view names).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0005"
+down_revision = "0004"
+branch_labels = None
+depends_on = None
+
+_COLUMNS: list[tuple[str, sa.Column]] = [
+    ("checkpoint_generations", sa.Column("stateful", sa.JSON(), nullable=True)),
+    ("checkpoint_generations", sa.Column("group_defaulted", sa.Boolean(), nullable=True)),
+    ("batches", sa.Column("source", sa.String(16), nullable=True)),
+    ("findings", sa.Column("occurrences", sa.BigInteger(), nullable=True)),
+    ("findings", sa.Column("last_seen_at", sa.DateTime(timezone=True), nullable=True)),
+]
+
+
+def _load(filename: str, name: str) -> ModuleType:
+    # alembic's versions directory is no package: load a released revision from its file.
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name(filename))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _views() -> list[tuple[str, str]]:
+    """The views as 0004 left them (0003's), in creation order."""
+    return _load("0004_stateful_batches.py", "_offset_ledger_0004")._views_0003()
+
+
+def _tables() -> list[str]:
+    return list(dict.fromkeys(table for table, _ in _COLUMNS))
+
+
+def upgrade() -> None:
+    bind = op.get_bind()
+    views = _views()
+    for name, _ in reversed(views):
+        op.execute(f"DROP VIEW IF EXISTS {name}")
+    inspector = sa.inspect(bind)
+    for table in _tables():
+        existing = {c["name"] for c in inspector.get_columns(table)}
+        missing = [column for t, column in _COLUMNS if t == table and column.name not in existing]
+        if missing:
+            with op.batch_alter_table(table) as batch:
+                for column in missing:
+                    batch.add_column(column)
+    for name, select in views:
+        op.execute(f"CREATE VIEW {name} AS {select.strip()}")
+
+
+def downgrade() -> None:
+    views = _views()
+    for name, _ in reversed(views):
+        op.execute(f"DROP VIEW IF EXISTS {name}")
+    for table in reversed(_tables()):
+        with op.batch_alter_table(table) as batch:
+            for t, column in reversed(_COLUMNS):
+                if t == table:
+                    batch.drop_column(column.name)
+    for name, select in views:
+        op.execute(f"CREATE VIEW {name} AS {select.strip()}")
