@@ -20,7 +20,8 @@
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
-    │   └── LedgerUnavailable         the ledger database cannot be reached (retriable)
+    │   ├── LedgerUnavailable         the ledger database cannot be reached (retriable)
+    │   └── PlanConflict              the ledger kept changing while a restart planned (retriable)
     └── KafkaError                    the Kafka cluster failed
         ├── KafkaUnavailable          the brokers cannot be reached (retriable)
         └── MirrorRefused             the consumer group has active members; the mirror leaves it alone
@@ -243,3 +244,15 @@ class MirrorRefused(KafkaError):
             consumer_group=group, members=members)
         self.group = group
         self.members = members
+
+
+class PlanConflict(LedgerError):
+    """A restart's plan went stale on every attempt: positions, resets or generations changed meanwhile."""
+
+    retriable = True
+
+    def __init__(self, pipeline: str, attempts: int, changed: Sequence[str]) -> None:
+        super().__init__(
+            f"the ledger of pipeline {pipeline!r} changed while the restart was planning, {attempts} times in a row "
+            f"({'; '.join(changed)}); nothing was written. Is the old job still running? Stop it, or retry",
+            pipeline=pipeline, attempts=attempts, changed=list(changed))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.config import settings
@@ -25,12 +25,13 @@ from offset_ledger.errors import (
     ConfigError,
     FirstRunRefused,
     InvalidRestartOptions,
-    StatefulRestartRefused,
+    PlanConflict,
 )
 from offset_ledger.kafka import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.queries import checkpoint_batches, current_positions, pipeline_footprint
+from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.queries import current_positions, pipeline_footprint
 from offset_ledger.model import (
     EARLIEST,
     LATEST,
@@ -51,7 +52,8 @@ from offset_ledger.resolver import (
     parse_on_data_loss,
     resolve,
 )
-from offset_ledger.stateful import StateRewind, WindowSpec, parse_duration_ms, plan_rewind, to_ms
+from offset_ledger.restart_stateful import state_rewind, stateful_record, stored_stateful
+from offset_ledger.stateful import WindowSpec, parse_duration_ms
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,8 @@ class LedgerView:
     consumer_group: str = ""
     #: everything the ledger holds for the pipeline, per consumer group (``queries.pipeline_footprint``)
     footprint: Mapping[str, Mapping[str, Any]] | None = None
+    #: set by ``plan_restart``: the stateful inputs a generation opened from this plan stores
+    next_stateful: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,17 +92,45 @@ def read_ledger(
     """
     try:
         with engine.connect() as conn:
-            footprint = pipeline_footprint(conn, pipeline)
-            group = consumer_group or choose_group(pipeline, footprint)
-            # Resets are read before positions: a reset committed in between then stays pending
-            # (a later restart applies it again, harmlessly) instead of being marked consumed
-            # without its positions being in this plan.
-            pending = gens.pending_reset_ids(conn, pipeline, group)
-            positions = current_positions(conn, pipeline, group, topics)
-            generation = gens.current_generation(conn, pipeline, group, offsets=False)
+            return read_ledger_on(conn, pipeline, consumer_group, topics)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading positions") from exc
+
+
+def read_ledger_on(
+    conn: Connection, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
+) -> LedgerView:
+    """``read_ledger`` on an open connection (the restart reads again under the pipeline lock)."""
+    footprint = pipeline_footprint(conn, pipeline)
+    group = consumer_group or choose_group(pipeline, footprint)
+    # Resets are read before positions: a reset committed in between then stays pending
+    # (a later restart applies it again, harmlessly) instead of being marked consumed
+    # without its positions being in this plan.
+    pending = gens.pending_reset_ids(conn, pipeline, group)
+    positions = current_positions(conn, pipeline, group, topics)
+    generation = gens.current_generation(conn, pipeline, group, offsets=False)
     return LedgerView(tuple(positions), tuple(pending), generation, group, footprint)
+
+
+def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str]) -> list[str]:
+    """What differs between two reads of the ledger that a plan depends on (empty: nothing)."""
+    wanted = set(topics)
+    changed = []
+    if before.consumer_group != after.consumer_group:
+        changed.append(f"consumer group {before.consumer_group!r} -> {after.consumer_group!r}")
+    old_gen = before.generation.id if before.generation else None
+    new_gen = after.generation.id if after.generation else None
+    if old_gen != new_gen:
+        changed.append("another restart opened checkpoint generation "
+                       f"{after.generation.generation if after.generation else '?'}")
+    if before.pending_reset_ids != after.pending_reset_ids:
+        changed.append(f"pending resets {list(before.pending_reset_ids)} -> {list(after.pending_reset_ids)}")
+    mine = [p for p in before.positions if p.topic in wanted]
+    theirs = [p for p in after.positions if p.topic in wanted]
+    if mine != theirs:
+        moved = len(set(theirs) ^ set(mine))
+        changed.append(f"{moved} position row(s) moved (a batch or a reset committed)")
+    return changed
 
 
 def choose_group(pipeline: str, footprint: Mapping[str, Any]) -> str:
@@ -218,9 +250,10 @@ def plan_restart(
     cluster = read_cluster(adapter, requested, timestamp_ms=timestamp_ms)
     t2 = time.perf_counter()
     rewind = None
+    stored = stored_stateful(ledger.generation)
     if spec is not None:
-        rewind = _state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
-                               event_time_is_kafka_timestamp)
+        rewind = state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
+                              event_time_is_kafka_timestamp, stored)
         positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
                      if o >= 0 and tp.topic in wanted]
     def watermarks_of(generation_id: int) -> Any:
@@ -233,42 +266,15 @@ def plan_restart(
     if rewind is not None:
         plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
                        event_time_floor=rewind[1].event_time_floor)
+    elif stored is not None and stored.event_time_floor is not None:
+        # The generation was opened by a stateful restart: its floor holds for every later start,
+        # with or without window= (records before it were emitted in windows already).
+        plan = replace(plan, findings=(*plan.findings, stored.kept_finding()),
+                       event_time_floor=stored.event_time_floor)
     log.debug("plan for %s over %d partitions: ledger %.1f ms, cluster %.1f ms, resolve %.1f ms", pipeline,
               len(cluster.watermarks), (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
+    ledger = replace(ledger, next_stateful=stateful_record(rewind, stored, event_time_is_kafka_timestamp))
     return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
-
-
-def _state_rewind(
-    engine: Engine, adapter: KafkaAdapter, ledger: LedgerView, pipeline: str, positions: Sequence[Position],
-    spec: WindowSpec, delay_ms: int | None, kafka_timestamp: bool,
-) -> tuple[str | None, StateRewind]:
-    """(query id, rewind) of the pipeline's live checkpoint; refused when no watermark was recorded."""
-    if ledger.pending_reset_ids:
-        # A reset says where to read; a rewind says where the state's records are: never guess which wins.
-        raise StatefulRestartRefused(
-            f"pipeline {pipeline!r} has pending reset(s) {', '.join(map(str, ledger.pending_reset_ids))}; "
-            f"a windowed restart rewinds from recorded batches and would overrule them: restart without "
-            f"window= to apply the reset, or cancel it", pipeline, reset_ids=list(ledger.pending_reset_ids))
-    try:
-        with engine.connect() as conn:
-            query_id, figures = checkpoint_batches(conn, pipeline, ledger.consumer_group,
-                                                   ledger.generation.id if ledger.generation else None)
-    except SQLAlchemyError as exc:
-        raise translate_db_error(exc, "reading batch history") from exc
-    current = {p.tp: p.next_offset for p in positions}
-    rewind = plan_rewind(figures, current, spec, delay_ms=delay_ms, pipeline=pipeline)
-    if rewind is None:
-        raise StatefulRestartRefused(
-            f"pipeline {pipeline!r}: the ledger has no watermark for its checkpoint (query {query_id}); a windowed "
-            f"restart needs one (the query must use withWatermark, recorded by this version's listener)",
-            pipeline, query_id=query_id)
-    if kafka_timestamp:
-        floor_ms = to_ms(rewind.event_time_floor)
-        by_time = adapter.offsets_for_time(sorted(current), floor_ms)
-        rewind = plan_rewind(figures, current, spec, delay_ms=rewind.delay_ms, pipeline=pipeline,
-                             offsets_for_floor=by_time)
-        assert rewind is not None
-    return query_id, rewind
 
 
 def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:
@@ -384,69 +390,131 @@ def start_from_ledger(
     engine = make_engine(dsn)
     try:
         ensure_schema(engine)
-        schema_ms = (time.perf_counter() - started) * 1000
         with KafkaAdapter(servers, options) as adapter:
             if adopt_checkpoint is not None:
                 from offset_ledger.adopt import adopt_if_unknown
 
                 adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
                                  checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
-            plan, ledger, cluster = plan_restart(
-                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-                topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
-                allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
-                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
-        planned_ms = (time.perf_counter() - started) * 1000
-        group = ledger.consumer_group
-        current = ledger.generation
-        reason = new_generation_reason(
-            has_current=current is not None,
-            current_app_version=current.app_version if current else None,
-            current_checkpoint_root=current.checkpoint_root if current else None,
-            app_version=app_version, checkpoint_root=root,
-            # A rewind only takes effect on an empty checkpoint (the old one holds the state it replaces).
-            pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint or window is not None,
-            data_loss=any(f.kind == "data_loss" for f in plan.findings))
-        if reason is None:
-            assert current is not None
-            log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
-                     current.generation, pipeline, current.location)
-            log.debug("start_from_ledger(%s): engine and schema check %.1f ms, plan %.1f ms, total %.1f ms",
-                      pipeline, schema_ms, planned_ms - schema_ms, (time.perf_counter() - started) * 1000)
-            resumed = replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
-                              generation=current.generation)
-            return _mirrored(resumed, engine, servers, options, pipeline, group) if commit_to_kafka else resumed
-        dropped = [(f.topic, f.partition) for f in plan.findings
-                   if f.kind == "removed_partition" and f.topic is not None and f.partition is not None]
-        consumed_findings = [
-            Finding("reset_consumed", f"pending reset {rid} applied through a fresh checkpoint generation",
-                    details={"reset_id": rid}) for rid in ledger.pending_reset_ids]
-        try:
-            with engine.begin() as conn:
-                generation, consumed = gens.create_generation(
-                    conn, pipeline=pipeline, consumer_group=group, checkpoint_root=root,
-                    app_version=app_version if app_version is not None else (current.app_version if current else None),
-                    reason=reason, starting_offsets=plan.starting_offsets,
-                    resolved_offsets=resolved_offsets(plan, cluster), topic_ids=cluster.topic_ids,
-                    watermarks=_watermarks_json(cluster), dropped_partitions=dropped,
-                    restart_findings=list(plan.findings) + consumed_findings,
-                    consume_reset_ids=ledger.pending_reset_ids)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, "recording the checkpoint generation") from exc
-        log.debug("start_from_ledger(%s): engine and schema check %.1f ms, plan %.1f ms, generation %.1f ms",
-                  pipeline, schema_ms, planned_ms - schema_ms, (time.perf_counter() - started) * 1000 - planned_ms)
-        findings = list(plan.findings) + [
-            Finding("reset_consumed",
-                    f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",
-                    details={"reset_id": rid, "generation": generation.generation,
-                             "checkpoint_location": generation.location})
-            for rid in consumed
-        ]
-        fresh = replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
-                        findings=tuple(findings), generation=generation.generation)
-        return _mirrored(fresh, engine, servers, options, pipeline, group) if commit_to_kafka else fresh
+            # Ground truth first: what the current generation's checkpoint committed and the
+            # listener never delivered is recorded before anything is planned from the ledger.
+            truth = reconcile_current(engine, pipeline, consumer_group)
+            changes: list[str] = []
+            for attempt in range(1, _PLAN_ATTEMPTS + 1):
+                plan, ledger, cluster = plan_restart(
+                    engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+                    topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
+                    allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
+                    event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+                done = _decide_under_lock(
+                    engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
+                    checkpoint_root=root, app_version=app_version,
+                    new_checkpoint=new_checkpoint or window is not None,
+                    defaulted_group=consumer_group is None and (
+                        not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
+                if isinstance(done, RestartPlan):
+                    if truth:  # stored when reconciled; shown with the plan
+                        done = replace(done, findings=(*truth, *done.findings))
+                    break
+                changes = done
+                log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
+                         pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
+            else:
+                raise PlanConflict(pipeline, _PLAN_ATTEMPTS, changes)
+        log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
+        return _mirrored(done, engine, servers, options, pipeline, ledger.consumer_group) if commit_to_kafka else done
     finally:
         engine.dispose()
+
+
+#: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).
+_PLAN_ATTEMPTS = 3
+
+
+def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None) -> tuple[Finding, ...]:
+    """Reconcile the pipeline's current generation with its checkpoint; the findings say what happened.
+
+    Nothing to do for a pipeline without a generation (no checkpoint location is known) or with
+    several consumer groups and none named (planning raises AmbiguousConsumerGroup next).
+    """
+    from offset_ledger.reconcile import reconcile
+
+    try:
+        with engine.connect() as conn:
+            footprint = pipeline_footprint(conn, pipeline)
+            if consumer_group is None and len(footprint) > 1:
+                return ()
+            group = consumer_group or choose_group(pipeline, footprint)
+            current = gens.current_generation(conn, pipeline, group, offsets=False)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the current generation") from exc
+    if current is None:
+        return ()
+    done = reconcile(engine, current.location, pipeline=pipeline, consumer_group=group,
+                     expected_query_id=current.query_id)
+    return done.findings
+
+
+def _decide_under_lock(
+    engine: Engine, plan: RestartPlan, ledger: LedgerView, cluster: ClusterView, *, pipeline: str,
+    consumer_group: str | None, checkpoint_root: str, app_version: str | None, new_checkpoint: bool,
+    defaulted_group: bool,
+) -> RestartPlan | list[str]:
+    """Under the pipeline lock: the final plan (a new generation written, or the current one reused),
+    or what changed since ``ledger`` was read (nothing written; the caller plans again).
+
+    The lock is the one resets and the recorder take: no batch, reset or other restart can commit
+    between the check that the plan's inputs still hold and the generation written from them. So a
+    reset is consumed only by the generation whose positions carry it.
+    """
+    group = ledger.consumer_group
+    try:
+        with engine.begin() as conn:
+            lock_pipeline(conn, pipeline, group)
+            now = read_ledger_on(conn, pipeline, consumer_group, list(cluster.topics))
+            changes = ledger_changes(ledger, now, cluster.topics)
+            if changes:
+                return changes
+            current = ledger.generation
+            reason = new_generation_reason(
+                has_current=current is not None,
+                current_app_version=current.app_version if current else None,
+                current_checkpoint_root=current.checkpoint_root if current else None,
+                app_version=app_version, checkpoint_root=checkpoint_root,
+                # A rewind only takes effect on an empty checkpoint (the old one holds the state it replaces).
+                pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
+                data_loss=any(f.kind == "data_loss" for f in plan.findings))
+            if reason is None:
+                assert current is not None
+                log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
+                         current.generation, pipeline, current.location)
+                return replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
+                               generation=current.generation)
+            dropped = [(f.topic, f.partition) for f in plan.findings
+                       if f.kind == "removed_partition" and f.topic is not None and f.partition is not None]
+            consumed_findings = [
+                Finding("reset_consumed", f"pending reset {rid} applied through a fresh checkpoint generation",
+                        details={"reset_id": rid}) for rid in ledger.pending_reset_ids]
+            generation, consumed = gens.create_generation(
+                conn, pipeline=pipeline, consumer_group=group, checkpoint_root=checkpoint_root,
+                app_version=app_version if app_version is not None else (current.app_version if current else None),
+                reason=reason, starting_offsets=plan.starting_offsets,
+                resolved_offsets=resolved_offsets(plan, cluster), topic_ids=cluster.topic_ids,
+                watermarks=_watermarks_json(cluster), dropped_partitions=dropped,
+                restart_findings=list(plan.findings) + consumed_findings,
+                consume_reset_ids=ledger.pending_reset_ids, stateful=ledger.next_stateful,
+                group_defaulted=defaulted_group)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "recording the checkpoint generation") from exc
+    findings = list(plan.findings) + [
+        Finding("reset_consumed",
+                f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",
+                details={"reset_id": rid, "generation": generation.generation,
+                         "checkpoint_location": generation.location})
+        for rid in consumed
+    ]
+    return replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
+                   findings=tuple(findings), generation=generation.generation)
 
 
 def _mirrored(plan: RestartPlan, engine: Any, servers: str, options: Mapping[str, Any], pipeline: str,

@@ -33,8 +33,9 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation
+from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation, same_location
 from offset_ledger.errors import LedgerError, LedgerUnavailable
+from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.locks import pipeline_lock_key, share_pipelines
@@ -561,7 +562,7 @@ class Recorder:
             return None
         b = records[0].batch
         latest = self._latest.get(b.query_id)
-        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs:
+        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs or b.recorded_by is not None:
             return None
         if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
             return None
@@ -642,6 +643,8 @@ class Recorder:
                                    checkpoint_generations.c.query_id)
                             .where(checkpoint_generations.c.pipeline == pipeline,
                                    checkpoint_generations.c.consumer_group == group)).all()
+        if not rows and checkpoint_location:
+            rows = self._adopt_defaulted_group(conn, pipeline, group, checkpoint_location)
         if not rows:
             return None
         seen = conn.execute(select(runs.c.run_id).where(runs.c.query_id == query_id, runs.c.run_id != run_id)
@@ -656,6 +659,20 @@ class Recorder:
                          .where(checkpoint_generations.c.id == found.id, checkpoint_generations.c.query_id.is_(None))
                          .values(query_id=query_id))
         return found.id
+
+    def _adopt_defaulted_group(self, conn: Connection, pipeline: str, group: str,
+                               checkpoint_location: str) -> list[Any]:
+        """A run reporting ``group`` on a generation the helper opened under a group it only defaulted:
+        that group yields (``generations.adopt_defaulted_group``); the generations, now ``group``'s."""
+        for g in gens.defaulted_generations(conn, pipeline, group):
+            if same_location(checkpoint_location, g.location):
+                gens.adopt_defaulted_group(conn, pipeline, g.consumer_group, group)
+                self._latest.clear()
+                return conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
+                                           checkpoint_generations.c.query_id)
+                                    .where(checkpoint_generations.c.pipeline == pipeline,
+                                           checkpoint_generations.c.consumer_group == group)).all()
+        return []
 
     def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
                    at: datetime, values: dict[str, Any]) -> None:
@@ -723,7 +740,7 @@ class Recorder:
         batch_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
                        "query_id": rec.batch.query_id, "run_id": rec.batch.run_id, "batch_id": rec.batch.batch_id,
                        "batch_time": utc(rec.batch.batch_time), "recorded_at": txn.now,
-                       "input_rows": rec.batch.input_rows,
+                       "input_rows": rec.batch.input_rows, "source": rec.batch.recorded_by,
                        **dict(zip(_STATEFUL_COLUMNS, _stateful_values(rec.batch)))} for rec in recs]
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
@@ -899,6 +916,9 @@ class Recorder:
             for topic, partition, until_offset in _position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
+                if (b.recorded_by is not None and cur is not None and cur.query_id == b.query_id
+                        and cur.batch_id is not None and cur.batch_id > b.batch_id):
+                    continue  # a hole in history filled from the checkpoint: its successors moved already
                 other = cur.query_id if cur is not None and cur.query_id not in (None, b.query_id) else None
                 if other is not None and current_generation is None and other not in active:
                     active[other] = self._query_active(conn, other, txn.now)
