@@ -396,35 +396,51 @@ def start_from_ledger(
 
                 adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
                                  checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
-            # Ground truth first: what the current generation's checkpoint committed and the
-            # listener never delivered is recorded before anything is planned from the ledger.
-            truth = reconcile_current(engine, pipeline, consumer_group)
-            changes: list[str] = []
-            for attempt in range(1, _PLAN_ATTEMPTS + 1):
-                plan, ledger, cluster = plan_restart(
-                    engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-                    topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
-                    allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
-                    event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
-                done = _decide_under_lock(
-                    engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
-                    checkpoint_root=root, app_version=app_version,
-                    new_checkpoint=new_checkpoint or window is not None,
-                    defaulted_group=consumer_group is None and (
-                        not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
-                if isinstance(done, RestartPlan):
-                    if truth:  # stored when reconciled; shown with the plan
-                        done = replace(done, findings=(*truth, *done.findings))
-                    break
-                changes = done
-                log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
-                         pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
-            else:
-                raise PlanConflict(pipeline, _PLAN_ATTEMPTS, changes)
+            done = restart_with(
+                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+                topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
+                on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
+                window=window, slide=slide, watermark_delay=watermark_delay,
+                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
         log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
-        return _mirrored(done, engine, servers, options, pipeline, ledger.consumer_group) if commit_to_kafka else done
+        return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
+            if commit_to_kafka else done
     finally:
         engine.dispose()
+
+
+def restart_with(
+    engine: Engine, adapter: Any, *, pipeline: str, checkpoint_root: str, consumer_group: str | None = None,
+    topics: Sequence[str] | None = None, topic_pattern: str | None = None, app_version: str | None = None,
+    first_run: object = None, on_data_loss: str = "fail", new_checkpoint: bool = False,
+    allow_first_run: bool = False, window: str | None = None, slide: str | None = None,
+    watermark_delay: str | None = None, event_time_is_kafka_timestamp: bool = False,
+) -> RestartPlan:
+    """``start_from_ledger`` on an open engine and Kafka adapter: reconcile, plan, decide under the lock."""
+    # Ground truth first: what the current generation's checkpoint committed and the
+    # listener never delivered is recorded before anything is planned from the ledger.
+    truth = reconcile_current(engine, pipeline, consumer_group)
+    changes: list[str] = []
+    for attempt in range(1, _PLAN_ATTEMPTS + 1):
+        plan, ledger, cluster = plan_restart(
+            engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+            topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
+            allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
+            event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+        done = _decide_under_lock(
+            engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
+            checkpoint_root=checkpoint_root, app_version=app_version,
+            new_checkpoint=new_checkpoint or window is not None,
+            # Nobody named the group: it stays the helper's guess until a run reports its own.
+            defaulted_group=consumer_group is None and (
+                not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
+        if isinstance(done, RestartPlan):
+            # Reconciliation findings were stored when found; the plan shows them too.
+            return replace(done, findings=(*truth, *done.findings)) if truth else done
+        changes = done
+        log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
+                 pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
+    raise PlanConflict(pipeline, _PLAN_ATTEMPTS, changes)
 
 
 #: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).
