@@ -590,8 +590,14 @@ def serve_cmd(
                 log_level=log_level)
 
 
+def _register_commands() -> None:
+    """Commands that live in their own modules register on ``app`` when imported."""
+    import offset_ledger.cli_watch  # noqa: F401
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: user-facing errors print one line and exit 2; --traceback shows more."""
+    _register_commands()
     try:
         app(args=argv, standalone_mode=False)
     except OffsetLedgerError as exc:
