@@ -26,7 +26,7 @@ from offset_ledger.model import Finding, Position
 from offset_ledger.stateful import StateRewind, WindowSpec, plan_rewind, to_ms
 
 if TYPE_CHECKING:
-    from offset_ledger.restart import LedgerView
+    from offset_ledger.restart_plan import LedgerView
 
 
 @dataclass(frozen=True)

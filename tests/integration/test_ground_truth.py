@@ -61,7 +61,7 @@ def test_batches_the_listener_never_delivered_are_not_read_again(spark, kafka, p
 
 def test_a_reset_landing_while_a_restart_plans_is_applied_exactly_once(
         spark, kafka, pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import offset_ledger.restart as restart_module
+    import offset_ledger.restart_plan as restart_module
     from offset_ledger.kafka import KafkaAdapter
     from offset_ledger.ledger.engine import make_engine
 
