@@ -262,3 +262,81 @@ def test_an_unreadable_checkpoint_is_a_stored_finding_not_silence(tmp_path: Path
         engine.dispose()
 
 
+
+
+def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    from offset_ledger.errors import PlanConflict
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    upgrade(engine)
+    cluster = Cluster()
+    recorder = Recorder(engine)
+    try:
+        cluster.log_end = {0: 5, 1: 5}
+        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                            app_version="1")
+        job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+        recorder.record([job.start_event(), job.batch(cluster.log_end)])
+
+        class Busy(Cluster):
+            def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
+                self.log_end[0] += 1
+                recorder.record([job.batch(self.log_end)])  # the old job commits during every plan
+                return super().snapshot(topics)
+
+        busy = Busy()
+        busy.log_end = dict(cluster.log_end)
+        try:
+            restart_with(engine, busy, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                         app_version="2")
+        except PlanConflict as exc:
+            assert exc.retriable and "3 times" in exc.message and "position" in exc.message
+        else:
+            raise AssertionError("a plan that kept going stale was accepted")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM checkpoint_generations")).scalar() == 1
+    finally:
+        recorder.close()
+        engine.dispose()
+
+
+def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path) -> None:
+    from sqlalchemy import text
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    upgrade(engine)
+    cluster = Cluster()
+    recorder = Recorder(engine)
+    try:
+        cluster.log_end = {0: 5, 1: 7}
+        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                            app_version="1")
+        assert plan.consumer_group == "orders"
+        job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+        start, batch = job.start_event(), job.batch(cluster.log_end)
+        # The listener was created with consumer_group="orders-etl"; the restart never named one.
+        recorder.record([RunStart("orders", "orders-etl", start.query_id, start.run_id, "orders", start.started_at,
+                                  checkpoint_location="file:" + str(job.root)),
+                         BatchRecord("orders", "orders-etl", batch.batch)])
+        plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                             app_version="2")
+        assert plan2.consumer_group == "orders-etl"
+        assert plan2.starting_offsets == {TOPIC: {"0": 5, "1": 7}}
+        with engine.connect() as conn:
+            groups = {r[0] for r in conn.execute(text("SELECT DISTINCT consumer_group FROM checkpoint_generations"))}
+            assert groups == {"orders-etl"}
+        # A group someone named is never taken over.
+        plan3 = restart_with(engine, cluster, pipeline="other", consumer_group="named", topics=[TOPIC],
+                             checkpoint_root=str(tmp_path / "ck2"), app_version="1")
+        job3 = Job(plan3.checkpoint_location or "", {0: 0, 1: 0})
+        s3 = job3.start_event()
+        recorder.record([RunStart("other", "theirs", s3.query_id, s3.run_id, None, s3.started_at,
+                                  checkpoint_location=str(job3.root))])
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT consumer_group FROM checkpoint_generations WHERE pipeline = 'other'"
+                                     )).scalar() == "named"
+    finally:
+        recorder.close()
+        engine.dispose()
