@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -108,6 +108,7 @@ def reconcile(
     engine: Engine, location: str, *, pipeline: str, consumer_group: str, expected_query_id: str | None = None,
     files: CheckpointFiles | None = None, storage_options: Any = None, end_run: bool = True,
     store_findings: bool = True, recorder: Recorder | None = None, now: datetime | None = None,
+    baseline: Callable[[], Mapping[tuple[str, int], int]] | None = None,
 ) -> Reconciliation:
     """Record every batch ``location`` committed that the ledger lacks; the findings say what was done.
 
@@ -115,7 +116,10 @@ def reconcile(
     checkpoint of another query (the directory was replaced) is reported, never recorded. An
     unreadable checkpoint is a ``checkpoint_unreadable`` finding, never an exception: the caller
     plans from the ledger and says so. ``end_run`` closes the synthetic run (a restart's pass: the
-    job is stopped); a watcher keeps it open while the job runs.
+    job is stopped); a watcher keeps it open while the job runs. ``baseline``: the positions the
+    generation on this checkpoint started from (asked only when batches are missing); batches that
+    end at or before them are the checkpoint's history before the ledger adopted it, not batches the
+    listener missed, and are left out.
     """
     at = now or datetime.now(timezone.utc)
     try:
@@ -166,6 +170,11 @@ def reconcile(
     except (CheckpointFormatError, ConfigError, OSError) as exc:
         return _unreadable(engine, location, pipeline, consumer_group, getattr(exc, "message", None) or str(exc),
                            store_findings, at)
+    start = baseline() if baseline is not None and missing else None
+    if start:
+        missing = [b for b in missing if not _before(b, start)]
+        if not missing:
+            return Reconciliation(location, query_id, True, last_committed, last_recorded)
     records = batch_records(pipeline, consumer_group, query_id, missing, fallback_time=at)
     head: list[Any] = []
     if not run_known:
@@ -200,6 +209,13 @@ def reconcile(
     else:
         log.info("offset-ledger watch: recorded %s of %s from %s", _span(ids), pipeline, location)
     return Reconciliation(location, query_id, True, last_committed, last_recorded, ids, (finding,))
+
+
+def _before(batch: CommittedBatch, start: Mapping[tuple[str, int], int]) -> bool:
+    """Whether every partition the batch read ended at or before where the generation started."""
+    ends = [((topic, partition), until) for s in batch.ends if s.kind == "kafka" and s.kafka
+            for topic, parts in s.kafka.items() for partition, until in parts.items()]
+    return bool(ends) and all(key in start and until <= start[key] for key, until in ends)
 
 
 def _span(ids: Sequence[int]) -> str:

@@ -14,6 +14,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -24,6 +25,7 @@ from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.queries import pipeline_footprint
+from offset_ledger.ledger.tables import checkpoint_generations
 from offset_ledger.model import Finding, RestartPlan
 from offset_ledger.resolver import new_generation_reason
 from offset_ledger.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
@@ -210,8 +212,14 @@ def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None)
         raise translate_db_error(exc, "reading the current generation") from exc
     if current is None:
         return ()
+    def baseline() -> dict[tuple[str, int], int]:
+        with engine.connect() as conn:
+            raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
+                               .where(checkpoint_generations.c.id == current.id)).scalar() or {}
+        return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+
     done = reconcile(engine, current.location, pipeline=pipeline, consumer_group=group,
-                     expected_query_id=current.query_id)
+                     expected_query_id=current.query_id, baseline=baseline)
     return done.findings
 
 

@@ -940,6 +940,8 @@ class Recorder:
                     assert current_generation is not None
                     self._foreign_finding(conn, rec, txn, run, current_generation)
                     break  # one finding per run and generation says it all; no partition moves
+                elif verdict == "regression" and b.recorded_by is not None:
+                    continue  # read back from the authoritative checkpoint: history, never a zombie
                 else:
                     assert cur is not None
                     txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
