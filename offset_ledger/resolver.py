@@ -32,6 +32,7 @@ from offset_ledger.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from offset_ledger.locations import same_root
 from offset_ledger.model import (
     EARLIEST,
     LATEST,
@@ -435,7 +436,9 @@ def new_generation_reason(
         return "data_loss"
     if app_version is not None and app_version != current_app_version:
         return "app_version"
-    if checkpoint_root != current_checkpoint_root:
+    if not same_root(checkpoint_root, current_checkpoint_root):
+        # Compared as locations: "/ck/" and "/ck" (or file:///ck) are one root, and a fresh
+        # generation there would throw a stateful job's state away for nothing.
         return "checkpoint_root"
     if requested:
         return "requested"

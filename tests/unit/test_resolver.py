@@ -306,6 +306,16 @@ def test_generation_reasons_in_priority_order() -> None:
     assert _reason(requested=True) == "requested"
 
 
+@pytest.mark.parametrize("root", ["/cp/", "/cp//", "file:/cp", "file:///cp/", "file://localhost/cp", " /cp"])
+def test_the_same_root_spelled_differently_reuses_the_generation(root: str) -> None:
+    assert _reason(checkpoint_root=root) is None
+
+
+@pytest.mark.parametrize("root", ["/cp2", "/cp/sub", "s3a://b/cp", "hdfs://nn/cp"])
+def test_another_root_opens_a_generation(root: str) -> None:
+    assert _reason(checkpoint_root=root) == "checkpoint_root"
+
+
 # --- properties ----------------------------------------------------------------------------------
 
 TOPICS = ["a", "b", "c"]
