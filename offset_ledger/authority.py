@@ -32,8 +32,7 @@ def same_location(recorded: str | None, generation_location: str) -> bool:
     """
     if not recorded or not recorded.strip():
         return False
-    return locations.same_place(locations.parse_location(recorded, reported=True),
-                                locations.parse_location(generation_location))
+    return locations.same_place(locations.parse_location(recorded), locations.parse_location(generation_location))
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,7 @@ def match_generation(
     always starts a new query id, while a restart on an old checkpoint brings back an old one.
     """
     if checkpoint_location:
-        reported = locations.parse_location(checkpoint_location, reported=True)
+        reported = locations.parse_location(checkpoint_location)
         places = [(g, locations.parse_location(g.location)) for g in generations]
         for g, place in places:
             if place == reported:

@@ -1,9 +1,10 @@
 """Checkpoint locations compared as locations, not strings (pure, no I/O).
 
 A checkpoint is named in two spellings. The restart helper hands out what the caller wrote
-(``/ck/gen-1-ab12cd34``, ``s3a://bucket/ck/...``, ``hdfs:///ck/...``: a Hadoop path string, not
-escaped); Spark reports ``resolvedCheckpointRoot``, the path qualified against its file system and
-printed as a URI (``file:/ck/gen-1-ab12cd34``, ``hdfs://nn:8020/ck/...``, a space as ``%20``).
+(``/ck/gen-1-ab12cd34``, ``s3a://bucket/ck/...``, ``hdfs:///ck/...``); Spark reports
+``resolvedCheckpointRoot``, the path qualified against its file system (``file:/ck/gen-1-ab12cd34``,
+``hdfs://nn:8020/ck/...``). Spark 3.0 and later print it unescaped (measured with PySpark 4.2: a
+space stays a space), so a ``%`` is a literal character on both sides and nothing is decoded.
 ``parse_location`` brings either to one form and ``same_place`` says whether two name the same
 directory. A copy of a checkpoint somewhere else is a different place, whatever its last
 directory is called.
@@ -19,14 +20,13 @@ The normal form:
   Other ports are kept: 9000 is only a common setting, not a default, and bucket names
   (``s3a://Bucket``) keep their case;
 - the path has no doubled or trailing slashes, and ``.``/``..`` segments resolved, as Hadoop's
-  ``Path`` normalises the URI it builds; a reported URI is percent-decoded first.
+  ``Path`` normalises the URI it builds.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from urllib.parse import unquote
 
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):(.*)", re.DOTALL)
 # Schemes whose authority is a host[:port] (not a bucket or container name): its case is not significant.
@@ -50,8 +50,8 @@ class Location:
         return f"{self.scheme}://{self.authority}{self.path}"
 
 
-def parse_location(text: str, *, reported: bool = False) -> Location:
-    """The normal form of a checkpoint location; ``reported``: a URI as Spark reports it (percent-encoded)."""
+def parse_location(text: str) -> Location:
+    """The normal form of a checkpoint location, as handed out or as Spark reports it."""
     raw = str(text).strip()
     scheme: str | None = None
     authority: str | None = None
@@ -66,14 +66,12 @@ def parse_location(text: str, *, reported: bool = False) -> Location:
             authority = _normal_authority(scheme, authority)
         if not rest:
             rest = "/"
-    if reported and scheme is not None:
-        rest = unquote(rest)
     return Location(scheme, authority, _normal_path(rest))
 
 
-def normalize_location(text: str, *, reported: bool = False) -> str:
+def normalize_location(text: str) -> str:
     """``parse_location`` as text: the form locations are shown and compared in."""
-    return str(parse_location(text, reported=reported))
+    return str(parse_location(text))
 
 
 def _normal_authority(scheme: str, authority: str) -> str | None:

@@ -211,7 +211,10 @@ def _check_request(batch: int | None, since: datetime | None, until: datetime | 
 def _utc(value: datetime | None) -> datetime | None:
     if value is None:
         return None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    try:
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    except (OverflowError, ValueError) as exc:  # datetime.max in a zone east of UTC
+        raise InvalidInput(f"invalid time bound {value.isoformat()}: outside the range of dates") from exc
 
 
 def replay_for(
