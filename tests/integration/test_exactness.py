@@ -59,18 +59,23 @@ def test_a_respelled_root_reuses_the_generation_and_a_copy_of_it_is_foreign(
     assert not plan2.fresh_checkpoint and plan2.checkpoint_location == plan1.checkpoint_location
     assert len(_rows(pg_dsn, checkpoint_generations)) == 1
 
-    # A copy of the generation elsewhere, under the very same gen-<n>-<id> name: a foreign run.
+    # A copy of the generation elsewhere, under the very same gen-<n>-<id> name.
     copy = tmp_path / "copy" / Path(plan1.checkpoint_location).name
     shutil.copytree(plan1.checkpoint_location, copy)
-    seen_copy, _ = _recorded_run(spark, kafka, pg_dsn, topic, plan2, tmp_path, checkpoint=str(copy))
-    assert seen_copy == Counter(_values("b", 10))  # Spark resumed the copy
-    assert _positions(pg_dsn) == {0: 20, 1: 20}  # which moved nothing
-    foreign = [f for f in _rows(pg_dsn, findings) if f.kind == "foreign_run"]
-    assert len(foreign) == 1 and "copy" in foreign[0].message
-
-    # The generation itself still moves positions.
+    # The generation itself moves positions.
     seen2, _ = _recorded_run(spark, kafka, pg_dsn, topic, plan2, tmp_path)
     assert seen2 == Counter(_values("b", 10)) and _positions(pg_dsn) == {0: 25, 1: 25}
+
+    # A job started on the copy is a foreign run: history, never a position. (Its batch 1 has the
+    # generation's query id and batch id, so the ledger takes it for the batch it already has; its
+    # batch 2 is new.) Before issue 20 the copy matched by its directory name and moved positions to 30.
+    kafka.produce(topic, _values("c", 10))
+    seen_copy, _ = _recorded_run(spark, kafka, pg_dsn, topic, plan2, tmp_path, checkpoint=str(copy),
+                                 max_per_trigger=10)
+    assert seen_copy == Counter(_values("b", 10) + _values("c", 10))  # Spark resumed the copy
+    assert _positions(pg_dsn) == {0: 25, 1: 25}
+    foreign = [f for f in _rows(pg_dsn, findings) if f.kind == "foreign_run"]
+    assert len(foreign) == 1 and "copy" in foreign[0].message
 
 
 def test_replay_refuses_a_partition_without_a_known_start_and_replays_later_batches_exactly(
