@@ -12,40 +12,27 @@ No I/O here: the recorder feeds these functions what it read inside its transact
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from offset_ledger import locations
+
 Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position"]
-
-_GENERATION_NAME = re.compile(r"gen-\d+-[0-9a-f]{8}")
-
-
-def normalize_location(location: str) -> str:
-    """A checkpoint location as comparable text: ``file:`` dropped, no doubled or trailing slashes.
-
-    Spark reports the resolved location (``file:/ckpt/gen-1-ab12cd34``) where the helper handed
-    out ``/ckpt/gen-1-ab12cd34``; remote URIs keep their scheme and authority.
-    """
-    text = re.sub(r"^file:(//)?", "", location.strip()).rstrip("/")
-    return re.sub(r"(?<!:)/{2,}", "/", text)
 
 
 def same_location(recorded: str | None, generation_location: str) -> bool:
-    """Whether a run's recorded checkpoint is the generation's location.
+    """Whether a run's recorded checkpoint (as Spark reports it) can be the generation's location.
 
-    Equal after normalisation, or (for schemes Spark qualifies differently, e.g. an ``hdfs://``
-    path reported with the name node's authority) the same unique ``gen-<n>-<id>`` directory name.
+    Compared as locations (``offset_ledger.locations``): the whole normalised path must match, so a
+    copy elsewhere with the same ``gen-<n>-<id>`` name is not the generation. A generation handed
+    out without an authority (``hdfs:///ck/gen-1-x``) or scheme (``/ck/gen-1-x``) is on the default
+    file system, which Spark names when it reports the location (``hdfs://namenode:8020/ck/gen-1-x``).
     """
-    if not recorded:
+    if not recorded or not recorded.strip():
         return False
-    a, b = normalize_location(recorded), normalize_location(generation_location)
-    if a == b:
-        return True
-    tail_a, tail_b = a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]
-    return tail_a == tail_b and bool(_GENERATION_NAME.fullmatch(tail_b))
+    return locations.same_place(locations.parse_location(recorded), locations.parse_location(generation_location))
 
 
 @dataclass(frozen=True)
@@ -69,10 +56,15 @@ def match_generation(
     always starts a new query id, while a restart on an old checkpoint brings back an old one.
     """
     if checkpoint_location:
-        for g in generations:
-            if same_location(checkpoint_location, g.location):
+        reported = locations.parse_location(checkpoint_location)
+        places = [(g, locations.parse_location(g.location)) for g in generations]
+        for g, place in places:
+            if place == reported:
                 return g
-        return None
+        # Loose matches (a plain path or a missing authority) are only trusted when unambiguous: two
+        # candidates mean we cannot tell, and a run on no generation is history, never a position.
+        loose = [g for g, place in places if locations.same_place(reported, place)]
+        return loose[0] if len(loose) == 1 else None
     for g in generations:
         if g.query_id == query_id:
             return g

@@ -14,6 +14,7 @@
     │   ├── CheckpointFormatError     a Spark checkpoint file is missing, corrupt or of an unknown version
     │   ├── AdoptionRefused           importing a checkpoint into a pipeline that already has positions
     │   ├── UnknownBatch              no such batch (or no batch in the time range) to replay
+    │   ├── ReplayNotExact            a replayed range has a start the ledger neither recorded nor can recover
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
@@ -145,6 +146,14 @@ class UnknownBatch(InvalidInput):
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message, **details)
+
+
+class ReplayNotExact(InvalidInput):
+    """A replay would not be exact: a range's start was never recorded and the ledger cannot recover it."""
+
+    def __init__(self, message: str, *, unknown_starts: Sequence[Mapping[str, Any]], **details: Any) -> None:
+        super().__init__(message, unknown_starts=[dict(x) for x in unknown_starts], **details)
+        self.unknown_starts = [dict(x) for x in unknown_starts]
 
 
 class InvalidRestartOptions(InvalidInput):

@@ -280,16 +280,20 @@ def test_first_run_from_a_timestamp_and_from_latest(spark, kafka, pg_dsn: str, t
 
     plan = start_from_ledger("p_time", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "t"), dsn=pg_dsn, first_run=cut)
-    assert plan.starting_offsets == {topic: {"0": 10, "1": 10, "2": -1}}
+    # No record that new in partition 2: its log-end seen when planning (what the baseline records).
+    assert plan.starting_offsets == {topic: {"0": 10, "1": 10, "2": 10}}
     assert plan.findings[0].details["latest_partitions"] == [f"{topic}/2"]
+    # Produced after planning, before Spark starts: read, since the plan and the ledger say 10.
+    between = _values("between", 3)
+    kafka.produce(topic, between, partition=2)
     seen, _ = _run(spark, kafka.bootstrap_servers, topic, plan.starting_offsets_json, plan.checkpoint_location)
-    assert seen == Counter(newer)
+    assert seen == Counter(newer + between)
 
     plan = start_from_ledger("p_latest", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "l"), dsn=pg_dsn, first_run="latest")
-    assert plan.starting_offsets == {topic: {"0": -1, "1": -1, "2": -1}}
+    assert plan.starting_offsets == {topic: {"0": 15, "1": 15, "2": 13}}  # the log-end offsets seen now
     seen, _ = _run(spark, kafka.bootstrap_servers, topic, plan.starting_offsets_json, plan.checkpoint_location)
-    assert seen == Counter()  # the checkpoint now holds "latest" as of the first start
+    assert seen == Counter()  # the checkpoint now holds "latest" as of planning
     after = _values("after", 6)
     kafka.produce(topic, after)
     again = start_from_ledger("p_latest", [topic], bootstrap_servers=kafka.bootstrap_servers,
