@@ -38,6 +38,7 @@ from offset_ledger.errors import (
 )
 from offset_ledger.inputs import (  # noqa: F401 - re-exported: the faces import them from here
     check_name,
+    check_reason,
     check_topic,
     decode_cursor,
     encode_cursor,
@@ -378,8 +379,7 @@ class Operations:
         with the position it actually replaced.
         """
         check_name("actor", actor)
-        if reason is not None and len(reason) > 10_000:
-            raise InvalidInput("reason is longer than 10000 characters")
+        check_reason(reason, dry_run=dry_run)
         self._check_reset_names(request)
         with self._db() as conn:
             group = self.resolve_group(conn, pipeline, consumer_group)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from offset_ledger.answers import iso_utc
+from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
+from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.operations import Operations, check_name, parse_timestamp, request_from_legacy_body
+from offset_ledger.inputs import MAX_BIGINT, audit_actor
+from offset_ledger.operations import Operations, parse_timestamp, request_from_legacy_body
 from offset_ledger.resets import ResetRequest
 
 legacy = APIRouter(tags=["legacy"])
@@ -36,8 +39,10 @@ def _ops(request: Request) -> Operations:
     return ops
 
 
-def _actor(x_actor: str | None, default: str) -> str:
-    return check_name("actor", x_actor) if x_actor else default
+def _actor(request: Request, claimed: str | None, default: str) -> str:
+    """The audit actor: the authenticated token's name; what the caller says only adds detail."""
+    token = request.scope.get(PRINCIPAL)
+    return audit_actor(token.name if token is not None else None, claimed, default)
 
 
 # -- legacy ---------------------------------------------------------------------------------
@@ -55,7 +60,7 @@ def get_topic_details(request: Request, topicName: str = Query(min_length=1)) ->
 
 
 def _legacy_reset(request: Request, pipeline: str, reset: ResetRequest, x_actor: str | None, label: str) -> Any:
-    outcome = _ops(request).reset(pipeline, reset, actor=_actor(x_actor, "legacy-api"),
+    outcome = _ops(request).reset(pipeline, reset, actor=_actor(request, x_actor, "legacy-api"),
                                   reason=f"legacy {label}", dry_run=False)
     return outcome.plan.new_positions()
 
@@ -117,7 +122,7 @@ def list_pipelines(request: Request, lag: bool = Query(True, description="ask Ka
     return JSONResponse({"pipelines": [p.to_dict() for p in _ops(request).list_pipelines(with_lag=lag)]})
 
 
-@resource.get("/pipelines/{pipeline}/offsets", summary="Current positions with what placed them")
+@resource.get("/pipelines/{pipeline:name}/offsets", summary="Current positions with what placed them")
 def pipeline_offsets(request: Request, pipeline: str,
                      consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
     group, rows = _ops(request).positions(pipeline, consumerGroup)
@@ -131,7 +136,7 @@ def pipeline_offsets(request: Request, pipeline: str,
     }
 
 
-@resource.get("/pipelines/{pipeline}/history", summary="Committed batches, newest first, paged")
+@resource.get("/pipelines/{pipeline:name}/history", summary="Committed batches, newest first, paged")
 def pipeline_history(
     request: Request, pipeline: str,
     topic: Optional[str] = Query(None, min_length=1),
@@ -149,7 +154,7 @@ def pipeline_history(
     return {"pipeline": pipeline, "batches": list(page.items), "nextCursor": page.next_cursor}
 
 
-@resource.get("/pipelines/{pipeline}/lag", summary="Lag per partition: log-end minus next offset")
+@resource.get("/pipelines/{pipeline:name}/lag", summary="Lag per partition: log-end minus next offset")
 def pipeline_lag(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
     group, rows = _ops(request).lag(pipeline, consumerGroup)
     known = [r.lag for r in rows if r.lag is not None]
@@ -157,34 +162,34 @@ def pipeline_lag(request: Request, pipeline: str, consumerGroup: Optional[str] =
             "partitions": [r.to_dict() for r in rows]}
 
 
-@resource.get("/topics/{topic}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
+@resource.get("/topics/{topic:name}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
 def topic_details(request: Request, topic: str) -> Any:
     return _ops(request).topic_details(topic)
 
 
-@resource.post("/pipelines/{pipeline}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
+@resource.post("/pipelines/{pipeline:name}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
 def create_reset(request: Request, pipeline: str, body: ResetBody = Body(...),
                  x_actor: Optional[str] = Header(default=None)) -> Any:
     reset = body.to_request()
-    actor = check_name("actor", body.actor) if body.actor else _actor(x_actor, "api")
+    actor = _actor(request, body.actor or x_actor, "api")
     outcome = _ops(request).reset(pipeline, reset, actor=actor, reason=body.reason, dry_run=body.dryRun,
                                   force=body.force, consumer_group=body.consumerGroup)
     return outcome.to_dict()
 
 
-@resource.get("/pipelines/{pipeline}/resets", summary="The audit list of resets, dry runs included")
+@resource.get("/pipelines/{pipeline:name}/resets", summary="The audit list of resets, dry runs included")
 def list_resets(request: Request, pipeline: str, limit: int = Query(50, ge=1, le=1000),
                 consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
     group, rows = _ops(request).resets(pipeline, consumerGroup, limit=limit)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
 
 
-@resource.get("/pipelines/{pipeline}/batches/{batch}/range",
+@resource.get("/pipelines/{pipeline:name}/batches/{batch}/range",
               summary="The Kafka range a batch read: startingOffsets, endingOffsets and assign for a replay")
-def batch_range(request: Request, pipeline: str, batch: int,
+def batch_range(request: Request, pipeline: str, batch: int = Path(ge=0, le=MAX_BIGINT),
                 queryId: Optional[str] = Query(None, min_length=1, max_length=64,
                                                description="default: the current generation's query"),
-                generation: Optional[int] = Query(None, ge=1),
+                generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
                 consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
     from offset_ledger.replay import replay_for
 

@@ -96,8 +96,12 @@ def test_legacy_endpoints_exact_shapes(ledger, pg_dsn: str, kafka) -> None:  # t
         # GET with a JSON body, as the original tool's curl lines send it.
         assert srv.raw("GET", "/v1/resetOffsetOfPartitions/?pipelineName=orders", body, CURL) == (
             200, {topic: {"0": 10, "1": 35, "2": 0}})
-        # curl -d without -H sends a form content type; still JSON to us.
-        status, _ = srv.raw("POST", "/v1/resetOffsetOfPartitions?pipelineName=orders",
+        # A POST body must be JSON (an HTML form can send the others cross-site); GET takes any.
+        status, err = srv.raw("POST", "/v1/resetOffsetOfPartitions?pipelineName=orders",
+                              json.dumps({topic: {"0": 11, "1": 36, "2": 1}}).encode(),
+                              {"Content-Type": "application/x-www-form-urlencoded", "Accept": "*/*"})
+        assert status == 415 and err["error"] == "UnsupportedMediaType"
+        status, _ = srv.raw("GET", "/v1/resetOffsetOfPartitions?pipelineName=orders",
                             json.dumps({topic: {"0": 11, "1": 36, "2": 1}}).encode(),
                             {"Content-Type": "application/x-www-form-urlencoded", "Accept": "*/*"})
         assert status == 200
@@ -129,7 +133,7 @@ def test_active_run_conflict_and_force(ledger, pg_dsn: str, kafka) -> None:  # t
     with serving(pg_dsn, kafka.bootstrap_servers) as srv, httpx.Client(base_url=srv.url) as c:
         r = c.post("/v1/resetOffsetOfAllPartitionsToEarliest?pipelineName=live")
         assert r.status_code == 409 and r.json()["error"] == "ActiveRunConflict"
-        r = c.post("/api/v1/pipelines/live/resets", json={"mode": "latest", "dryRun": False})
+        r = c.post("/api/v1/pipelines/live/resets", json={"mode": "latest", "dryRun": False, "reason": "r"})
         assert r.status_code == 409
         dry = c.post("/api/v1/pipelines/live/resets", json={"mode": "latest"})
         assert dry.status_code == 200 and dry.json()["activeRunIds"]  # a dry run reports, never blocks
@@ -187,11 +191,12 @@ def test_resource_api_reads_and_reset_modes(ledger, pg_dsn: str, kafka) -> None:
         assert (only["partition"], only["requestedNextOffset"], only["outOfRange"]) == (1, 32, "above_log_end")
         assert shift["wouldBeRefused"] is True
         r = c.post("/api/v1/pipelines/etl/resets", json={
-            "mode": "shift", "shiftBy": 5, "topics": [{"topic": topic, "partitions": [1]}], "dryRun": False})
+            "mode": "shift", "shiftBy": 5, "topics": [{"topic": topic, "partitions": [1]}], "dryRun": False,
+            "reason": "r"})
         assert r.status_code == 400 and r.json()["error"] == "OffsetOutOfRange"
         r = c.post("/api/v1/pipelines/etl/resets", json={
             "mode": "shift", "shiftBy": 5, "topics": [{"topic": topic, "partitions": [1]}], "dryRun": False,
-            "outOfRange": "clamp"})
+            "outOfRange": "clamp", "reason": "r"})
         assert r.status_code == 200 and r.json()["newPositions"] == {topic: {"1": 30}}
         assert c.get("/v1/getCurrentOffsets", params={"pipelineName": "etl"}).json() == {topic: {"0": 24, "1": 30}}
         statuses = [x["status"] for x in c.get("/api/v1/pipelines/etl/resets").json()["resets"]]
