@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any, NamedTuple, Union
 
-from sqlalchemy import Table, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
     SQLAlchemyError,
@@ -304,6 +304,17 @@ def _gaps(batch: BatchOffsets, prev_ends: _Ends) -> Iterator[tuple[SourceProgres
                 yield s, r, r.from_offset, expected
 
 
+def _position_starts(batch: BatchOffsets) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> where the batch started reading it (the lower start of a self-union)."""
+    out: dict[tuple[str, int], int] = {}
+    for s in batch.sources:
+        for r in s.ranges:
+            if r.from_offset is not None:
+                key = (r.topic, r.partition)
+                out[key] = min(out.get(key, r.from_offset), r.from_offset)
+    return out
+
+
 def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
     """(topic, partition, until_offset) per partition the batch read, in lock order (sorted)."""
     if len(batch.sources) == 1:
@@ -316,6 +327,19 @@ def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
             key = (r.topic, r.partition)
             merged[key] = min(merged.get(key, r.until_offset), r.until_offset)
     return sorted((t, p, u) for (t, p), u in merged.items())
+
+
+#: Findings that repeat while their cause lasts (a zombie, a pending reset, a shared partition): one
+#: row each with a count. Gaps stay one row per occurrence: each is a different range of records.
+_REPEATING_KINDS = frozenset({"pending_reset", "regression", "shared_position", "reset_overtaken", "other"})
+_LATEST_COLUMNS = ("message", "query_id", "batch_id", "expected_offset", "actual_offset", "details")
+
+
+def _repeat_key(row: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """(pipeline, group, run, kind, topic, partition) of a finding that repeats, else None."""
+    if row["kind"] not in _REPEATING_KINDS or row.get("run_id") is None:
+        return None
+    return (row["pipeline"], row["consumer_group"], row["run_id"], row["kind"], row["topic"], row["partition"])
 
 
 def translate(exc: Exception) -> LedgerError:
@@ -542,7 +566,7 @@ class Recorder:
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""
         if txn.findings:
-            conn.execute(self._insert(findings), txn.findings)
+            self._store_findings(conn, txn)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
         return RecordOutcome(written, duplicates, found, tuple(txn.moved))
@@ -896,6 +920,7 @@ class Recorder:
             pos, moved = current[group_key], changed[group_key]
             run = self._run_of(b.run_id, txn)
             current_generation = generation[group_key]
+            starts = _position_starts(b)
             for topic, partition, until_offset in _position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
@@ -907,8 +932,11 @@ class Recorder:
                                                            cur.reset_pending),
                     until_offset, query_id=b.query_id, run_started_at=run.started_at,
                     run_generation_id=run.generation_id, current_generation_id=current_generation,
-                    other_query_active=bool(other and active.get(other)))
-                if verdict == "move":
+                    other_query_active=bool(other and active.get(other)), from_offset=starts.get(key))
+                if verdict == "reset_overtaken":
+                    assert cur is not None
+                    txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
+                if verdict in ("move", "reset_overtaken"):
                     if cur is None:
                         pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
                     else:
@@ -985,8 +1013,17 @@ class Recorder:
 
     def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
                       until_offset: int) -> dict[str, Any]:
-        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not move."""
+        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not
+        move, or the ``reset_overtaken`` finding of one it moved past a pending reset."""
         b = rec.batch
+        if kind == "reset_overtaken":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} moved {topic}-{partition} from {cur.next_offset}, "
+                f"where pending reset {cur.reset_id} put it, to {until_offset} without starting there (a run "
+                f"on the old checkpoint?); the reset stays pending until start_from_ledger applies it",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_reset_id": cur.reset_id, "run_id": b.run_id})
         if kind == "pending_reset":
             return self._finding(
                 rec, txn, kind,
@@ -1009,6 +1046,51 @@ class Recorder:
             topic, partition, cur.next_offset, until_offset,
             {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
              "position_reset_id": cur.reset_id, "run_id": b.run_id})
+
+    def _store_findings(self, conn: Connection, txn: _Txn) -> None:
+        """Insert new findings; a repeated one (``_repeat_key``) updates its row's count and last-seen time.
+
+        A zombie or a run held by a pending reset reports the same thing every batch, on every
+        partition: one row per (pipeline, group, run, kind, topic, partition) says it with a count,
+        its first sighting (``created_at``) and its latest (``last_seen_at``, message and offsets).
+        """
+        fresh: dict[tuple[Any, ...], dict[str, Any]] = {}
+        counts: dict[tuple[Any, ...], int] = {}
+        inserts: list[dict[str, Any]] = []
+        for row in txn.findings:
+            key = _repeat_key(row)
+            if key is None:
+                inserts.append({**row, "occurrences": 1, "last_seen_at": row["created_at"]})
+                continue
+            fresh[key] = row  # the latest sighting's content
+            counts[key] = counts.get(key, 0) + 1
+        existing: dict[tuple[Any, ...], int] = {}
+        if fresh:
+            f = findings
+            rows = conn.execute(
+                select(f.c.id, f.c.pipeline, f.c.consumer_group, f.c.run_id, f.c.kind, f.c.topic, f.c.partition)
+                .where(f.c.pipeline.in_(sorted({k[0] for k in fresh})),
+                       f.c.consumer_group.in_(sorted({k[1] for k in fresh})),
+                       f.c.run_id.in_(sorted({k[2] for k in fresh})),
+                       f.c.kind.in_(sorted({k[3] for k in fresh})))
+                .order_by(f.c.id))
+            for r in rows:
+                existing[(r.pipeline, r.consumer_group, r.run_id, r.kind, r.topic, r.partition)] = r.id  # newest wins
+        updates = []
+        for key, row in fresh.items():
+            if key in existing:
+                updates.append({"_id": existing[key], "_n": counts[key], "_now": row["created_at"],
+                                **{c: row[c] for c in _LATEST_COLUMNS}})
+            else:
+                inserts.append({**row, "occurrences": counts[key], "last_seen_at": row["created_at"]})
+        if updates:
+            conn.execute(
+                update(findings).where(findings.c.id == bindparam("_id")).values(
+                    occurrences=func.coalesce(findings.c.occurrences, 1) + bindparam("_n"),
+                    last_seen_at=bindparam("_now"), **{c: bindparam(c) for c in _LATEST_COLUMNS}),
+                updates)
+        if inserts:
+            conn.execute(self._insert(findings), inserts)
 
     def _finding(self, rec: BatchRecord, txn: _Txn, kind: str, message: str, topic: str | None,
                  partition: int | None, expected: int | None, actual: int | None,

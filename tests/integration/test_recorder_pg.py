@@ -9,6 +9,7 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import Recorder
+from tests.unit.test_findings_sqlite import FINDING_SCENARIOS
 from tests.unit.test_recorder_sqlite import SCENARIOS, batch, position_map, rec, start
 
 
@@ -20,7 +21,7 @@ def pg_engine(pg_dsn: str) -> Iterator[Engine]:
     engine.dispose()
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda f: f.__name__.removeprefix("check_"))
+@pytest.mark.parametrize("scenario", SCENARIOS + FINDING_SCENARIOS, ids=lambda f: f.__name__.removeprefix("check_"))
 def test_recorder_on_postgres(scenario, pg_engine: Engine) -> None:  # type: ignore[no-untyped-def]
     scenario(pg_engine)
 
