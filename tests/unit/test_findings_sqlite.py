@@ -142,3 +142,20 @@ def test_prune_keeps_every_finding_and_the_batches_they_name(sqlite_engine: Engi
         named = {r.batch_id for r in conn.execute(select(findings.c.batch_id))}
     assert len(finding_rows(sqlite_engine)) == 5
     assert named <= kept and 40 in kept and 5 not in kept
+
+
+def test_findings_api_shows_the_count_and_last_sighting(sqlite_engine: Engine) -> None:
+    from fastapi.testclient import TestClient
+
+    from offset_ledger.api import create_app
+    from offset_ledger.operations import Operations
+    from tests.unit.test_api_validation import StandInKafka
+
+    check_a_held_pipeline_leaves_one_row_per_partition(sqlite_engine)
+    ops = Operations(sqlite_engine, kafka=StandInKafka())  # type: ignore[arg-type]
+    client = TestClient(create_app(operations=ops, tokens=[]), base_url="http://localhost")
+    got = client.get("/api/v1/pipelines/orders/findings").json()["findings"]
+    assert [(f["kind"], f["partition"], f["occurrences"]) for f in got][:1] == [("pending_reset", 0, 1)]  # r2: newest
+    assert sorted(f["occurrences"] for f in got) == [1, 32, 32, 32, 32]
+    held = [f for f in got if f["occurrences"] == 32]
+    assert all(f["lastSeenAt"] == _clock(32).isoformat() and f["createdAt"] == _clock(1).isoformat() for f in held)
