@@ -293,3 +293,26 @@ def test_serve_refuses_weak_tokens_off_loopback(tmp_path: Path) -> None:
         assert len(lines) == 1 and "weak API token" in lines[0] and "secrets.token_urlsafe" in lines[0], lines
         # --insecure does not lift it.
         assert _serve({**env, "OFFSET_LEDGER_DSN": dsn}, "--host", "0.0.0.0", "--insecure").returncode == 2
+
+
+class OneBadTopicKafka(StandInKafka):
+    """The cluster refuses any request that names the topic ``bad/topic`` (Kafka rejects the name)."""
+
+    def watermarks(self, topics):  # type: ignore[no-untyped-def, override]
+        from offset_ledger.errors import KafkaError
+
+        if "bad/topic" in topics:
+            raise KafkaError("InvalidTopicError: bad/topic")
+        return super().watermarks(topics)
+
+
+def test_one_bad_topic_degrades_only_its_own_row(engine) -> None:  # type: ignore[no-untyped-def]
+    seed_pipeline(engine, "mixed", {"orders": {0: 900}, "bad/topic": {0: 5}})
+    ops = Operations(engine, kafka=OneBadTopicKafka())  # type: ignore[arg-type]
+    client = TestClient(create_app(operations=ops, tokens=[]), base_url="http://localhost")
+    lags = {p["pipeline"]: p["lag"] for p in client.get("/api/v1/pipelines").json()["pipelines"]}
+    assert lags == {"orders-etl": (1000 - 500) + (1000 - 600) + (1000 - 700), "mixed": 100}
+    doc = client.get("/api/v1/pipelines/mixed/lag").json()
+    rows = {(p["topic"], p["partition"]): p for p in doc["partitions"]}
+    assert rows[("orders", 0)]["lag"] == 100 and rows[("bad/topic", 0)]["lag"] is None
+    assert rows[("bad/topic", 0)]["nextOffset"] == 5 and doc["totalLag"] == 100
