@@ -23,6 +23,9 @@ MAX_NAME = 255
 MAX_BIGINT = 2**63 - 1
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+#: The same rules as JSON-schema patterns, for the API's parameters (documented, and checked there first).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,255}$"
+TOPIC_PATTERN = _TOPIC_NAME.pattern
 # Control characters, and lone surrogates (valid in JSON, not storable as UTF-8).
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 

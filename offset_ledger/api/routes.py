@@ -15,7 +15,7 @@ from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.inputs import MAX_BIGINT, audit_actor
+from offset_ledger.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operations import Operations, parse_timestamp, request_from_legacy_body
 from offset_ledger.resets import ResetRequest
 
@@ -50,12 +50,12 @@ def _actor(request: Request, claimed: str | None, default: str) -> str:
 
 @legacy.get("/v1/getCurrentOffsets", summary="Current positions of a pipeline (legacy)",
             responses=_OFFSETS_RESPONSE)
-def get_current_offsets(request: Request, pipelineName: str = Query(min_length=1)) -> Any:
+def get_current_offsets(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN)) -> Any:
     return _ops(request).current_offsets(pipelineName)
 
 
 @legacy.get("/v1/getTopicDetails", summary="Log-start (firstOffset) and log-end (lastOffset) per partition (legacy)")
-def get_topic_details(request: Request, topicName: str = Query(min_length=1)) -> Any:
+def get_topic_details(request: Request, topicName: str = Query(pattern=TOPIC_PATTERN)) -> Any:
     return _ops(request).topic_details(topicName)
 
 
@@ -65,20 +65,20 @@ def _legacy_reset(request: Request, pipeline: str, reset: ResetRequest, x_actor:
     return outcome.plan.new_positions()
 
 
-def reset_to_earliest(request: Request, pipelineName: str = Query(min_length=1),
-                      x_actor: Optional[str] = Header(default=None)) -> Any:
+def reset_to_earliest(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN),
+                      x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     return _legacy_reset(request, pipelineName, ResetRequest(mode="earliest"), x_actor,
                          "resetOffsetOfAllPartitionsToEarliest")
 
 
-def reset_to_latest(request: Request, pipelineName: str = Query(min_length=1),
-                    x_actor: Optional[str] = Header(default=None)) -> Any:
+def reset_to_latest(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN),
+                    x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     return _legacy_reset(request, pipelineName, ResetRequest(mode="latest"), x_actor,
                          "resetOffsetOfAllPartitionsToLatest")
 
 
-async def reset_partitions(request: Request, pipelineName: str = Query(min_length=1),
-                           x_actor: Optional[str] = Header(default=None)) -> Any:
+async def reset_partitions(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN),
+                           x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     # Read the body ourselves: curl -d sends form content types and GET carries a body here.
     raw = await request.body()
     if not raw.strip():
@@ -95,7 +95,12 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid offset")
 
 
-_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _OFFSETS_SCHEMA}}}}
+_BODY_SCHEMA = {
+    **_OFFSETS_SCHEMA, "minProperties": 1, "propertyNames": {"pattern": TOPIC_PATTERN},
+    "additionalProperties": {**_OFFSETS_SCHEMA["additionalProperties"], "minProperties": 1,
+                             "propertyNames": {"pattern": "^(0|[1-9][0-9]{0,9})$"}},
+}
+_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}}}
 for _method in ("GET", "POST"):
     # One route per method so each has its own OpenAPI operation id.
     legacy.add_api_route("/v1/resetOffsetOfAllPartitionsToEarliest", reset_to_earliest, methods=[_method],
@@ -123,8 +128,8 @@ def list_pipelines(request: Request, lag: bool = Query(True, description="ask Ka
 
 
 @resource.get("/pipelines/{pipeline:name}/offsets", summary="Current positions with what placed them")
-def pipeline_offsets(request: Request, pipeline: str,
-                     consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+def pipeline_offsets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
+                     consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = _ops(request).positions(pipeline, consumerGroup)
     return {
         "pipeline": pipeline, "consumerGroup": group,
@@ -138,13 +143,13 @@ def pipeline_offsets(request: Request, pipeline: str,
 
 @resource.get("/pipelines/{pipeline:name}/history", summary="Committed batches, newest first, paged")
 def pipeline_history(
-    request: Request, pipeline: str,
-    topic: Optional[str] = Query(None, min_length=1),
+    request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
+    topic: Optional[str] = Query(None, pattern=TOPIC_PATTERN),
     since: Optional[str] = Query(None, description="inclusive; ISO 8601 or epoch ms"),
     until: Optional[str] = Query(None, description="exclusive; ISO 8601 or epoch ms"),
     limit: int = Query(100, ge=1, le=1000),
     cursor: Optional[str] = Query(None, max_length=512, description="nextCursor of the previous page"),
-    consumerGroup: Optional[str] = Query(None, min_length=1),
+    consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
 ) -> Any:
     page = _ops(request).history(
         pipeline, consumerGroup, topic=topic,
@@ -155,7 +160,7 @@ def pipeline_history(
 
 
 @resource.get("/pipelines/{pipeline:name}/lag", summary="Lag per partition: log-end minus next offset")
-def pipeline_lag(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+def pipeline_lag(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = _ops(request).lag(pipeline, consumerGroup)
     known = [r.lag for r in rows if r.lag is not None]
     return {"pipeline": pipeline, "consumerGroup": group, "totalLag": sum(known) if known else None,
@@ -163,13 +168,13 @@ def pipeline_lag(request: Request, pipeline: str, consumerGroup: Optional[str] =
 
 
 @resource.get("/topics/{topic:name}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
-def topic_details(request: Request, topic: str) -> Any:
+def topic_details(request: Request, topic: str = Path(pattern=TOPIC_PATTERN)) -> Any:
     return _ops(request).topic_details(topic)
 
 
 @resource.post("/pipelines/{pipeline:name}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
-def create_reset(request: Request, pipeline: str, body: ResetBody = Body(...),
-                 x_actor: Optional[str] = Header(default=None)) -> Any:
+def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), body: ResetBody = Body(...),
+                 x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     reset = body.to_request()
     actor = _actor(request, body.actor or x_actor, "api")
     outcome = _ops(request).reset(pipeline, reset, actor=actor, reason=body.reason, dry_run=body.dryRun,
@@ -178,19 +183,19 @@ def create_reset(request: Request, pipeline: str, body: ResetBody = Body(...),
 
 
 @resource.get("/pipelines/{pipeline:name}/resets", summary="The audit list of resets, dry runs included")
-def list_resets(request: Request, pipeline: str, limit: int = Query(50, ge=1, le=1000),
-                consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=1000),
+                consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = _ops(request).resets(pipeline, consumerGroup, limit=limit)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
 
 
 @resource.get("/pipelines/{pipeline:name}/batches/{batch}/range",
               summary="The Kafka range a batch read: startingOffsets, endingOffsets and assign for a replay")
-def batch_range(request: Request, pipeline: str, batch: int = Path(ge=0, le=MAX_BIGINT),
+def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), batch: int = Path(ge=0, le=MAX_BIGINT),
                 queryId: Optional[str] = Query(None, min_length=1, max_length=64,
                                                description="default: the current generation's query"),
                 generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
-                consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+                consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     from offset_ledger.replay import replay_for
 
     ops = _ops(request)

@@ -142,7 +142,7 @@ def test_missing_parameters_and_unknown_routes(client: TestClient) -> None:
     r = client.get("/v1/nothingHere")
     assert r.status_code == 404 and r.json()["error"] == "NotFound"
     r = client.get("/api/v1/topics/bad%20name")
-    assert r.status_code == 400
+    assert r.status_code == 422 and "topic" in r.json()["message"]  # the documented pattern refuses it
     r = client.get("/v1/getTopicDetails?topicName=missing")
     assert r.status_code == 404 and r.json()["error"] == "UnknownTopic"
 
