@@ -56,18 +56,34 @@ def allowed_hosts(extra: Iterable[str] = ()) -> frozenset[str]:
     return LOOPBACK_HOSTS | {host_name(h) if h.strip() != "*" else "*" for h in extra if h.strip()}
 
 
-def _netloc(value: str, default_scheme: str) -> str | None:
-    """``scheme://host[:port]`` -> ``host:port`` with the scheme's default port spelled out; None if unparsable."""
+def _origin(value: str) -> tuple[str, int] | None:
+    """``scheme://host[:port]`` -> (host, port with the scheme's default spelled out); None if unparsable."""
     try:
         parts = urlsplit(value.strip())
         host, port = parts.hostname, parts.port
     except ValueError:
         return None
-    if not host:
+    if not host or parts.scheme not in ("http", "https"):
         return None
-    scheme = parts.scheme or default_scheme
-    port = port or (443 if scheme == "https" else 80)
-    return f"{host}:{port}"
+    return host, port or (443 if parts.scheme == "https" else 80)
+
+
+def same_origin(value: str, host: str) -> bool:
+    """Whether an ``Origin``/``Referer`` names the server the request reached (its ``Host`` header).
+
+    A ``Host`` without a port (as a TLS proxy forwards it) matches the name on any port: the
+    browser's origin then carries the proxy's scheme and port, which the server cannot know.
+    """
+    origin = _origin(value)
+    if origin is None:
+        return False
+    name = host_name(host)
+    text = host.strip().lower()
+    port_text = text.rsplit("]", 1)[-1] if text.startswith("[") else (text if text.count(":") == 1 else "")
+    port = port_text.rsplit(":", 1)[1] if ":" in port_text else ""
+    if origin[0].strip("[]") != name:
+        return False
+    return not port or (port.isdigit() and int(port) == origin[1])
 
 
 @dataclass(frozen=True)
@@ -79,8 +95,7 @@ class Refusal:
     message: str
 
 
-def check_request(method: str, path: str, headers: Mapping[str, str], hosts: frozenset[str],
-                  scheme: str = "http") -> Refusal | None:
+def check_request(method: str, path: str, headers: Mapping[str, str], hosts: frozenset[str]) -> Refusal | None:
     """The guard's rule over one request's method, clean path and (lower-case) headers; None: let it pass."""
     host = headers.get("host")
     if path != "/healthz" and host is not None and "*" not in hosts and host_name(host) not in hosts:
@@ -92,12 +107,11 @@ def check_request(method: str, path: str, headers: Mapping[str, str], hosts: fro
     if site is not None and site.strip().lower() not in _TRUSTED_FETCH_SITES:
         return Refusal(403, "CrossSiteRequest",
                        f"refused: the browser marked this request as {site[:20]!r} (not from this server's pages)")
-    own = _netloc(f"{scheme}://{host}", scheme) if host else None
     for header in ("origin", "referer"):
         value = headers.get(header)
         if value is None:
             continue
-        if value.strip().lower() == "null" or own is None or _netloc(value, scheme) != own:
+        if host is None or not same_origin(value, host):
             return Refusal(403, "CrossSiteRequest",
                            f"refused: {header} {value[:100]!r} is not this server's origin")
     if method.upper() not in _SAFE_METHODS:
@@ -127,8 +141,7 @@ class SiteGuard:
             for name, value in scope.get("headers", []):
                 # Repeated headers: the first wins; latin-1 never fails on bytes.
                 headers.setdefault(name.decode("latin-1").lower(), value.decode("latin-1"))
-            refusal = check_request(scope["method"], scope["path"], headers, self.hosts,
-                                    scope.get("scheme", "http"))
+            refusal = check_request(scope["method"], scope["path"], headers, self.hosts)
             if refusal is not None:
                 raw = json.dumps({"error": refusal.error, "message": refusal.message}).encode()
                 await send({"type": "http.response.start", "status": refusal.status,

@@ -154,6 +154,20 @@ def test_guard_rule_directly() -> None:
     assert check_request("POST", "/x", {"host": "localhost", "content-length": "3"}, hosts).status == 415  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize("origin,host,same", [
+    ("http://localhost:9090", "localhost:9090", True), ("http://localhost:9091", "localhost:9090", False),
+    ("http://127.0.0.1:9090/pipelines/x", "127.0.0.1:9090", True), ("http://[::1]:9090", "[::1]:9090", True),
+    ("https://ledger.example.com", "ledger.example.com", True),  # behind a TLS proxy that keeps Host
+    ("https://evil.example", "ledger.example.com", False), ("null", "localhost", False),
+    ("http://localhost", "localhost:80", True), ("javascript:alert(1)", "localhost", False),
+    ("http://localhost.evil.example:9090", "localhost:9090", False),
+])
+def test_same_origin(origin: str, host: str, same: bool) -> None:
+    from offset_ledger.api.guard import same_origin
+
+    assert same_origin(origin, host) is same
+
+
 def test_read_token_sees_but_cannot_reset(engine) -> None:  # type: ignore[no-untyped-def]
     client = _client(engine, [OPERATE, READ])
     read = {"Authorization": f"Bearer {READ.secret.decode()}"}
