@@ -23,7 +23,7 @@ legacy = APIRouter(tags=["legacy"])
 resource = APIRouter(prefix="/api/v1", tags=["resources"])
 service = APIRouter(tags=["service"])
 
-_OFFSETS_SCHEMA = {
+_OFFSETS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer", "minimum": -2}},
     "example": {"orders": {"0": 873340, "1": 873120}},

@@ -330,3 +330,18 @@ def test_one_bad_topic_degrades_only_its_own_row(engine) -> None:  # type: ignor
     rows = {(p["topic"], p["partition"]): p for p in doc["partitions"]}
     assert rows[("orders", 0)]["lag"] == 100 and rows[("bad/topic", 0)]["lag"] is None
     assert rows[("bad/topic", 0)]["nextOffset"] == 5 and doc["totalLag"] == 100
+
+
+def test_cli_history_cursor_beyond_bigint_and_reset_without_reason_are_usage_errors(engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from datetime import datetime, timezone
+
+    dsn = str(engine.url)
+    cursor = encode_cursor(datetime(2024, 1, 1, tzinfo=timezone.utc), 2**63)
+    code = "import sys; from offset_ledger.cli import main; main(sys.argv[1:])"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
+    for args in (["history", "orders-etl", "--cursor", cursor, "--dsn", dsn],
+                 ["reset", "orders-etl", "--to-earliest", "--execute", "--dsn", dsn, "--bootstrap-servers", "x:1"]):
+        r = subprocess.run([sys.executable, "-c", code, *args], env=base, capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr
+    assert _state(engine) == (0, SEEDED)
