@@ -5,6 +5,10 @@ reset, every finding, every run and checkpoint generation, and these batches wit
 partition rows: the latest batch of each (pipeline, consumer group, topic, partition), the batch
 that placed each current position, and every batch a finding refers to. Only ``batches`` and
 ``batch_offsets`` rows lose history.
+
+Findings in particular are never deleted, whatever their age: they are the audit's evidence, and
+a repeated finding is one counted row (``ledger.finding_store``), so their number grows with
+distinct problems, not with batches. The batch a finding names (its latest sighting) keeps its rows.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any, NamedTuple, Union
 
-from sqlalchemy import Table, bindparam, func, select, update
+from sqlalchemy import Table, func, select, update
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import (
     SQLAlchemyError,
@@ -37,6 +37,7 @@ from offset_ledger.authority import GenerationRef, PositionState, decide, match_
 from offset_ledger.errors import LedgerError, LedgerUnavailable
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.locks import pipeline_lock_key, share_pipelines
 from offset_ledger.ledger.tables import (
     batch_offsets,
@@ -329,19 +330,6 @@ def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
     return sorted((t, p, u) for (t, p), u in merged.items())
 
 
-#: Findings that repeat while their cause lasts (a zombie, a pending reset, a shared partition): one
-#: row each with a count. Gaps stay one row per occurrence: each is a different range of records.
-_REPEATING_KINDS = frozenset({"pending_reset", "regression", "shared_position", "reset_overtaken", "other"})
-_LATEST_COLUMNS = ("message", "query_id", "batch_id", "expected_offset", "actual_offset", "details")
-
-
-def _repeat_key(row: Mapping[str, Any]) -> tuple[Any, ...] | None:
-    """(pipeline, group, run, kind, topic, partition) of a finding that repeats, else None."""
-    if row["kind"] not in _REPEATING_KINDS or row.get("run_id") is None:
-        return None
-    return (row["pipeline"], row["consumer_group"], row["run_id"], row["kind"], row["topic"], row["partition"])
-
-
 def translate(exc: Exception) -> LedgerError:
     """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
     return translate_db_error(exc, "writing")
@@ -566,7 +554,7 @@ class Recorder:
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""
         if txn.findings:
-            self._store_findings(conn, txn)
+            store_findings(conn, self._insert, txn.findings)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
         return RecordOutcome(written, duplicates, found, tuple(txn.moved))
@@ -1046,51 +1034,6 @@ class Recorder:
             topic, partition, cur.next_offset, until_offset,
             {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
              "position_reset_id": cur.reset_id, "run_id": b.run_id})
-
-    def _store_findings(self, conn: Connection, txn: _Txn) -> None:
-        """Insert new findings; a repeated one (``_repeat_key``) updates its row's count and last-seen time.
-
-        A zombie or a run held by a pending reset reports the same thing every batch, on every
-        partition: one row per (pipeline, group, run, kind, topic, partition) says it with a count,
-        its first sighting (``created_at``) and its latest (``last_seen_at``, message and offsets).
-        """
-        fresh: dict[tuple[Any, ...], dict[str, Any]] = {}
-        counts: dict[tuple[Any, ...], int] = {}
-        inserts: list[dict[str, Any]] = []
-        for row in txn.findings:
-            key = _repeat_key(row)
-            if key is None:
-                inserts.append({**row, "occurrences": 1, "last_seen_at": row["created_at"]})
-                continue
-            fresh[key] = row  # the latest sighting's content
-            counts[key] = counts.get(key, 0) + 1
-        existing: dict[tuple[Any, ...], int] = {}
-        if fresh:
-            f = findings
-            rows = conn.execute(
-                select(f.c.id, f.c.pipeline, f.c.consumer_group, f.c.run_id, f.c.kind, f.c.topic, f.c.partition)
-                .where(f.c.pipeline.in_(sorted({k[0] for k in fresh})),
-                       f.c.consumer_group.in_(sorted({k[1] for k in fresh})),
-                       f.c.run_id.in_(sorted({k[2] for k in fresh})),
-                       f.c.kind.in_(sorted({k[3] for k in fresh})))
-                .order_by(f.c.id))
-            for r in rows:
-                existing[(r.pipeline, r.consumer_group, r.run_id, r.kind, r.topic, r.partition)] = r.id  # newest wins
-        updates = []
-        for key, row in fresh.items():
-            if key in existing:
-                updates.append({"_id": existing[key], "_n": counts[key], "_now": row["created_at"],
-                                **{c: row[c] for c in _LATEST_COLUMNS}})
-            else:
-                inserts.append({**row, "occurrences": counts[key], "last_seen_at": row["created_at"]})
-        if updates:
-            conn.execute(
-                update(findings).where(findings.c.id == bindparam("_id")).values(
-                    occurrences=func.coalesce(findings.c.occurrences, 1) + bindparam("_n"),
-                    last_seen_at=bindparam("_now"), **{c: bindparam(c) for c in _LATEST_COLUMNS}),
-                updates)
-        if inserts:
-            conn.execute(self._insert(findings), inserts)
 
     def _finding(self, rec: BatchRecord, txn: _Txn, kind: str, message: str, topic: str | None,
                  partition: int | None, expected: int | None, actual: int | None,
