@@ -5,10 +5,6 @@ reset, every finding, every run and checkpoint generation, and these batches wit
 partition rows: the latest batch of each (pipeline, consumer group, topic, partition), the batch
 that placed each current position, and every batch a finding refers to. Only ``batches`` and
 ``batch_offsets`` rows lose history.
-
-Findings in particular are never deleted, whatever their age: they are the audit's evidence, and
-a repeated finding is one counted row (``ledger.finding_store``), so their number grows with
-distinct problems, not with batches. The batch a finding names (its latest sighting) keeps its rows.
 """
 
 from __future__ import annotations
@@ -162,7 +158,12 @@ def _delete_in_chunks(engine: Engine, table: Table, cutoff: datetime, pipeline: 
 def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
           execute: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE, now: datetime | None = None,
           progress: ProgressCallback | None = None) -> PruneReport:
-    """Remove batch history older than ``older_than`` (dry run unless ``execute``)."""
+    """Remove batch history older than ``older_than`` (dry run unless ``execute``).
+
+    Findings are never deleted, whatever their age: they are the audit's evidence, and a repeated
+    finding is one counted row (``ledger.finding_store``), so their number grows with distinct
+    problems, not with batches. The batch a finding names (its latest sighting) keeps its rows.
+    """
     if older_than <= timedelta(0):
         raise InvalidDuration(str(older_than))
     started = time.perf_counter()
