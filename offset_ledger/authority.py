@@ -19,7 +19,8 @@ from typing import Literal
 
 from offset_ledger import locations
 
-Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position"]
+# "reset_overtaken": the position moves, and a finding says that a pending reset was passed over.
+Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position", "reset_overtaken"]
 
 
 def same_location(recorded: str | None, generation_location: str) -> bool:
@@ -88,12 +89,13 @@ class PositionState:
 def decide(
     current: PositionState | None, until_offset: int, *, query_id: str, run_started_at: datetime,
     run_generation_id: int | None, current_generation_id: int | None,
-    other_query_active: bool = False,
+    other_query_active: bool = False, from_offset: int | None = None,
 ) -> Decision:
     """Whether a batch ending at ``until_offset`` moves the position, and if not, which finding says why.
 
     ``other_query_active``: the query that last moved the position is not this one and still has
-    an active run (only asked for pipelines without generations).
+    an active run (only asked for pipelines without generations). ``from_offset``: where the batch
+    started on this partition (None: Spark did not say, as on a fresh checkpoint's first batch).
     """
     if current_generation_id is not None and run_generation_id != current_generation_id:
         return "foreign_run"
@@ -104,6 +106,9 @@ def decide(
         if current.updated_at > run_started_at:
             # Without the helper, a run started after the reset may have started from it.
             return "pending_reset"
+        if from_offset is not None and from_offset != current.next_offset and until_offset >= current.next_offset:
+            # It did not (an old checkpoint): it moves on, but never silently over the reset.
+            return "reset_overtaken"
     if current is None:
         return "move"
     if (current_generation_id is None and other_query_active and current.query_id is not None

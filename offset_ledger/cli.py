@@ -577,17 +577,28 @@ def serve_cmd(
     from offset_ledger.config import settings
     from offset_ledger.errors import ConfigError
 
+    from offset_ledger.api.tokens import load_tokens, weak_token_names
+
     s = settings()
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback and not s.api_token and not insecure:
+    tokens = load_tokens(s)
+    if not loopback and not tokens and not insecure:
         raise ConfigError(f"refusing to bind {host} without OFFSET_LEDGER_API_TOKEN; set a token or pass --insecure")
+    weak = weak_token_names(tokens)
+    if weak and not loopback:
+        # --insecure does not cover this: a known or short token is no protection off loopback.
+        raise ConfigError(f"refusing to bind {host} with a weak API token ({', '.join(weak)}: a known default or "
+                          "shorter than 16 characters); make one with: python3 -c 'import secrets; "
+                          "print(secrets.token_urlsafe(32))'")
     if not 0 < port < 65536:
         raise ConfigError(f"invalid --port {port}")
-    uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=bootstrap_servers), host=host, port=port,
-                log_level=log_level)
+    # The bound address is a name clients use; a wildcard bind names no host.
+    hosts = [] if host in ("0.0.0.0", "::", "") else [host]
+    uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=bootstrap_servers, tokens=tokens, hosts=hosts),
+                host=host, port=port, log_level=log_level)
 
 
 def _register_commands() -> None:

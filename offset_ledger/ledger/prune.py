@@ -192,7 +192,12 @@ def _delete_in_chunks(engine: Engine, table: Table, cutoff: datetime, pipeline: 
 def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
           execute: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE, now: datetime | None = None,
           progress: ProgressCallback | None = None) -> PruneReport:
-    """Remove batch history older than ``older_than`` (dry run unless ``execute``)."""
+    """Remove batch history older than ``older_than`` (dry run unless ``execute``).
+
+    Findings are never deleted, whatever their age: they are the audit's evidence, and a repeated
+    finding is one counted row (``ledger.finding_store``), so their number grows with distinct
+    problems, not with batches. The batch a finding names (its latest sighting) keeps its rows.
+    """
     if older_than <= timedelta(0):
         raise InvalidDuration(str(older_than))
     started = time.perf_counter()

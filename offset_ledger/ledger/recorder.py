@@ -38,6 +38,7 @@ from offset_ledger.errors import LedgerError, LedgerUnavailable
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.locks import pipeline_lock_key, share_pipelines
 from offset_ledger.ledger.tables import (
     batch_offsets,
@@ -305,6 +306,17 @@ def _gaps(batch: BatchOffsets, prev_ends: _Ends) -> Iterator[tuple[SourceProgres
                 yield s, r, r.from_offset, expected
 
 
+def _position_starts(batch: BatchOffsets) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> where the batch started reading it (the lower start of a self-union)."""
+    out: dict[tuple[str, int], int] = {}
+    for s in batch.sources:
+        for r in s.ranges:
+            if r.from_offset is not None:
+                key = (r.topic, r.partition)
+                out[key] = min(out.get(key, r.from_offset), r.from_offset)
+    return out
+
+
 def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
     """(topic, partition, until_offset) per partition the batch read, in lock order (sorted)."""
     if len(batch.sources) == 1:
@@ -543,7 +555,7 @@ class Recorder:
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""
         if txn.findings:
-            conn.execute(self._insert(findings), txn.findings)
+            store_findings(conn, self._insert, txn.findings)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
         return RecordOutcome(written, duplicates, found, tuple(txn.moved))
@@ -913,6 +925,7 @@ class Recorder:
             pos, moved = current[group_key], changed[group_key]
             run = self._run_of(b.run_id, txn)
             current_generation = generation[group_key]
+            starts = _position_starts(b)
             for topic, partition, until_offset in _position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
@@ -927,8 +940,11 @@ class Recorder:
                                                            cur.reset_pending),
                     until_offset, query_id=b.query_id, run_started_at=run.started_at,
                     run_generation_id=run.generation_id, current_generation_id=current_generation,
-                    other_query_active=bool(other and active.get(other)))
-                if verdict == "move":
+                    other_query_active=bool(other and active.get(other)), from_offset=starts.get(key))
+                if verdict == "reset_overtaken":
+                    assert cur is not None
+                    txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
+                if verdict in ("move", "reset_overtaken"):
                     if cur is None:
                         pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
                     else:
@@ -1007,8 +1023,17 @@ class Recorder:
 
     def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
                       until_offset: int) -> dict[str, Any]:
-        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not move."""
+        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not
+        move, or the ``reset_overtaken`` finding of one it moved past a pending reset."""
         b = rec.batch
+        if kind == "reset_overtaken":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} moved {topic}-{partition} from {cur.next_offset}, "
+                f"where pending reset {cur.reset_id} put it, to {until_offset} without starting there (a run "
+                f"on the old checkpoint?); the reset stays pending until start_from_ledger applies it",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_reset_id": cur.reset_id, "run_id": b.run_id})
         if kind == "pending_reset":
             return self._finding(
                 rec, txn, kind,

@@ -109,20 +109,23 @@ def test_reset_dry_run_execute_and_refusals(pg_dsn: str, kafka, tmp_path: Path) 
     assert offsets("etl") == {topic: {"0": 3, "1": 0}}
 
     r = run(env, "reset", "etl", "--shift-by", "4", "--topic", f"{topic}:1", "--execute")
+    assert r.returncode == 2 and "needs a reason" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert offsets("etl") == {topic: {"0": 3, "1": 0}}
+    r = run(env, "reset", "etl", "--shift-by", "4", "--topic", f"{topic}:1", "--execute", "--reason", "r")
     assert r.returncode == 0, r.stderr
     assert offsets("etl") == {topic: {"0": 3, "1": 4}}
 
-    r = run(env, "reset", "etl", "--to-datetime", "2999-01-01T00:00:00Z", "--execute")  # nothing that new
+    r = run(env, "reset", "etl", "--to-datetime", "2999-01-01T00:00:00Z", "--execute", "--reason", "r")  # nothing that new
     assert r.returncode == 0, r.stderr
     assert offsets("etl") == {topic: {"0": 20, "1": 20}}
 
-    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", stdin=json.dumps({topic: {"0": 99}}))
+    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", "--reason", "r", stdin=json.dumps({topic: {"0": 99}}))
     assert r.returncode == 2 and "outside the log" in r.stderr
-    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", "--out-of-range", "clamp",
+    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", "--reason", "r", "--out-of-range", "clamp",
             stdin=json.dumps({topic: {"0": 99}}))
     assert r.returncode == 0 and offsets("etl") == {topic: {"0": 20, "1": 20}}
 
-    r = run(env, "reset", "live", "--to-earliest", "--execute")
+    r = run(env, "reset", "live", "--to-earliest", "--execute", "--reason", "r")
     assert r.returncode == 2 and "active run" in r.stderr
     assert offsets("live") == {topic: {"0": 5, "1": 5}}
     r = run(env, "reset", "live", "--to-earliest", "--execute", "--force", "--reason", "incident")
