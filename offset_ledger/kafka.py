@@ -98,7 +98,12 @@ def _translate(exc: Exception, bootstrap: Any) -> Exception:
     unreachable = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError",
                                                     "KafkaConnectionError") if hasattr(kerr, n))
     if isinstance(exc, unreachable):
-        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc}", bootstrap_servers=str(bootstrap))
+        # A broker that wants SASL or TLS looks exactly like one that is down to kafka-python: it
+        # retries until the bootstrap timeout. Say what to check for both.
+        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc} (is the cluster up, and do "
+                                f"security.protocol and the SASL/SSL settings match its listener? "
+                                f"--command-config, --kafka-option, OFFSET_LEDGER_KAFKA_*)",
+                                bootstrap_servers=str(bootstrap))
     if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.AuthorizationError)):
         return KafkaAuthenticationFailed(f"Kafka refused the credentials or access: {exc}",
                                          bootstrap_servers=str(bootstrap))
@@ -340,14 +345,22 @@ class KafkaAdapter:
         return self._admin
 
     def _admin_call(self, fn_name: str, *args: Any) -> Any:
-        with self._lock:
-            admin = self._admin_client()
-            try:
-                return getattr(admin, fn_name)(*args)
-            except Exception as exc:
-                if _is_connection_error(exc):
-                    self._close_admin()
-                raise _translate(exc, self._bootstrap) from exc
+        # A group's first request on a fresh cluster meets COORDINATOR_NOT_AVAILABLE while the broker
+        # creates __consumer_offsets: such retriable answers are retried within the request timeout.
+        deadline = time.monotonic() + self._configs["request_timeout_ms"] / 1000
+        while True:
+            with self._lock:
+                admin = self._admin_client()
+                try:
+                    return getattr(admin, fn_name)(*args)
+                except Exception as exc:
+                    if _is_connection_error(exc):
+                        self._close_admin()
+                        raise _translate(exc, self._bootstrap) from exc
+                    if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                        raise _translate(exc, self._bootstrap) from exc
+                    log.debug("retrying %s: %s", fn_name, exc)
+            time.sleep(0.2)
 
     def _close_admin(self) -> None:
         admin, self._admin = self._admin, None
