@@ -563,7 +563,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
 
     try:
-        app(args=argv, standalone_mode=False)
+        app(args=argv, prog_name="offset-ledger", standalone_mode=False)
     except OffsetLedgerError as exc:
         if _state["traceback"]:
             raise
