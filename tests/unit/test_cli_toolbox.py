@@ -225,3 +225,23 @@ def test_help_is_plain_wide_and_has_no_placeholders() -> None:
         assert placeholder not in text, placeholder
     assert "--from-file FILE" in text and "--topic TOPIC[:P,...]" in text
     assert max(len(line) for line in text.splitlines()) > 100  # the terminal's width, not 80 columns
+
+
+def test_docs_name_only_commands_and_options_that_exist() -> None:
+    """Every ``offset-ledger CMD --option`` in docs/cli.md's shell examples is in that command's help."""
+    import re
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "cli.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", docs, flags=re.S)
+    lines = [line.split("#")[0].split(">")[0] for block in blocks for line in block.splitlines()
+             if line.startswith("offset-ledger ")]
+    assert len(lines) >= 6
+    env = dict(os.environ, COLUMNS="200")
+    for line in lines:
+        words = line.split()
+        command = words[1]
+        shown = subprocess.run([sys.executable, "-c", "from offset_ledger.cli import main; main()", command, "-h"],
+                               env=env, capture_output=True, text=True, timeout=60)
+        assert shown.returncode == 0, line
+        for option in (w for w in words[2:] if w.startswith("-")):
+            assert re.search(rf"(^|[\s,]){re.escape(option)}([\s,/]|$)", shown.stdout, flags=re.M), (line, option)
