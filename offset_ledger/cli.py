@@ -469,8 +469,8 @@ def replay_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
                                                                "unless --query-id / --generation)."),
-    since: Optional[str] = typer.Option(None, "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),
-    until: Optional[str] = typer.Option(None, "--to", help="Batches before this time (exclusive)."),
+    since: Optional[str] = typer.Option(None, "--since", "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),
+    until: Optional[str] = typer.Option(None, "--until", "--to", help="Batches before this time (exclusive)."),
     query_id: Optional[str] = typer.Option(None, "--query-id", help="The query whose batch id --batch means."),
     generation: Optional[int] = typer.Option(None, "--generation", help="The checkpoint generation whose query."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,

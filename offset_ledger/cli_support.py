@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -43,11 +44,18 @@ _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def safe_text(value: object) -> str:
-    """``value`` as text with control characters escaped (``\\n``, ``\\x1b``)."""
-    text = str(value)
+    """``value`` as text with control characters escaped (``\\n``, ``\\x1b``); times as ISO 8601 UTC."""
+    text = _iso(value) if isinstance(value, datetime) else str(value)
     if not _UNSAFE.search(text):
         return text
     return _UNSAFE.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def _iso(value: datetime) -> str:
+    # One time format in every command: what the JSON answers already use.
+    from offset_ledger.answers import iso_utc
+
+    return iso_utc(value) or ""
 
 
 def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
@@ -66,7 +74,8 @@ def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, do
     rows = list(rows)
     if fmt == "json":
         # JSON escapes control characters itself.
-        typer.echo(json.dumps(document if document is not None else rows, indent=2, default=str))
+        typer.echo(json.dumps(document if document is not None else rows, indent=2,
+                              default=lambda v: _iso(v) if isinstance(v, datetime) else str(v)))
         return
     if fmt == "csv":
         writer = csv.writer(sys.stdout, lineterminator="\n")
