@@ -541,6 +541,9 @@ def serve_cmd(
                 log_level=log_level)
 
 
+_SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
+
+
 def _register_commands() -> None:
     # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
     from offset_ledger import cli_audit, cli_reset
@@ -582,6 +585,13 @@ def main(argv: Optional[list[str]] = None) -> None:
         if _state["traceback"]:
             raise
         print(f"offset-ledger: error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except ModuleNotFoundError as exc:
+        if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
+            raise
+        # A listener-only install (no [server] extra) asked for the REST API or the console.
+        print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
+              "pip install 'offset-ledger[server]'", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - a bug: one line and code 1, the traceback on request
         if _state["traceback"]:
