@@ -109,7 +109,7 @@ def prune_cmd(
     from offset_ledger.ledger.prune import parse_duration, prune
 
     age = parse_duration(older_than)  # bad input fails before any connection is made
-    engine = make_engine(dsn)
+    engine = make_engine(dsn, create=False)
     check_connection(engine)
 
     def _progress(table: str, done: int, total: int) -> None:
@@ -155,7 +155,14 @@ def resolve_cmd(
         False, "--event-time-is-kafka-timestamp", help="The event time is the Kafka record timestamp (tighter rewind)."),
     dsn: Optional[str] = DsnOption,
 ) -> None:
-    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing."""
+    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing.
+
+    Examples:
+
+      offset-ledger resolve orders --topic orders --bootstrap-server broker:9093 --command-config client.properties
+
+      offset-ledger resolve orders --pattern 'orders-.*' --on-data-loss earliest
+    """
     from offset_ledger.errors import ConfigError
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.restart import plan_restart
@@ -284,6 +291,8 @@ def history_cmd(
     """Committed batches, newest first, one row per batch and partition.
 
     A cut-short answer says so in every format: "more: --cursor C" on stderr (and nextCursor in JSON).
+
+    Example: offset-ledger history orders --since 2024-05-01T00:00:00Z --all --format csv > batches.csv
     """
     from offset_ledger.cli_support import more_signal
     from offset_ledger.operations import parse_timestamp
@@ -337,7 +346,10 @@ def lag_cmd(
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
 ) -> None:
-    """Lag per partition in records and seconds, drift against the Kafka group, and status."""
+    """Lag per partition in records and seconds, drift against the Kafka group, and status.
+
+    Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
+    """
     fmt = _check_format(fmt)
     ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
@@ -360,7 +372,14 @@ def mirror_cmd(
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
 ) -> None:
-    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members)."""
+    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members).
+
+    Examples:
+
+      offset-ledger mirror orders --command-config client.properties
+
+      offset-ledger mirror orders --follow --interval 30
+    """
     import time as _time
 
     from offset_ledger.errors import InvalidInput, KafkaError

@@ -131,3 +131,35 @@ def test_commands_and_restart_on_a_sasl_listener(pg_dsn: str, kafka, sasl: str, 
     with pytest.raises(KafkaUnavailable):
         start_from_ledger("etl", [topic], bootstrap_servers=sasl, checkpoint_root=str(tmp_path / "ckpt"),
                           dsn=pg_dsn)
+
+
+def test_serve_reaches_the_sasl_listener_with_a_command_config(pg_dsn: str, kafka, sasl: str,  # type: ignore[no-untyped-def]
+                                                               tmp_path: Path) -> None:
+    import httpx
+
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, [f"v{i}" for i in range(10)])
+    upgrade(make_engine(pg_dsn))
+    config = tmp_path / "client.properties"
+    config.write_text("".join(f"{k}={v}\n" for k, v in devstack.sasl_client_properties().items()))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
+    env.update(OFFSET_LEDGER_DSN=pg_dsn, OFFSET_LEDGER_BOOTSTRAP_SERVERS=sasl)
+    port = devstack.free_port()
+    proc = subprocess.Popen([*CLI, "serve", "--port", str(port), "--log-level", "warning", "--command-config",
+                             str(config)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None and time.monotonic() < deadline, "serve did not come up"
+                time.sleep(0.2)
+        answer = httpx.get(f"http://127.0.0.1:{port}/v1/getTopicDetails/", params={"topicName": topic}, timeout=30)
+        assert answer.status_code == 200, answer.text
+        ends = kafka.end_offsets(topic)
+        assert answer.json()["partitions"] == {str(p): {"firstOffset": 0, "lastOffset": e} for p, e in ends.items()}
+    finally:
+        proc.terminate()
+        proc.wait(15)
