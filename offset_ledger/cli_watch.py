@@ -13,10 +13,9 @@ from typing import Optional
 
 import typer
 
-from offset_ledger.cli import DsnOption, app
+from offset_ledger.cli_support import DsnOption
 
 
-@app.command("watch")
 def watch_cmd(
     checkpoint: str = typer.Argument(..., metavar="CHECKPOINT",
                                      help="The query's checkpoint location (a path, file: or fsspec URI)."),
@@ -59,4 +58,11 @@ def watch_cmd(
         signal.signal(signal.SIGTERM, previous)
         engine.dispose()
     if once and not last.readable:
-        raise typer.Exit(1)
+        from offset_ledger.errors import EXIT_UNAVAILABLE
+
+        raise typer.Exit(EXIT_UNAVAILABLE)  # the checkpoint could not be read (the line above says why)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``watch`` to the command line."""
+    app.command("watch")(watch_cmd)

@@ -25,7 +25,10 @@
     │   └── PlanConflict              the ledger kept changing while a restart planned (retriable)
     └── KafkaError                    the Kafka cluster failed
         ├── KafkaUnavailable          the brokers cannot be reached (retriable)
+        ├── KafkaAuthenticationFailed the brokers refused the login or the access (SASL, ACLs)
         └── MirrorRefused             the consumer group has active members; the mirror leaves it alone
+
+``exit_code`` maps the tree onto the command line's exit codes (one table, docs/cli.md).
 
 Driver errors (SQLAlchemy, kafka-python) are translated at the adapter edge with ``raise ... from``.
 Exceptions carry the data they talk about, so the API and CLI can render them without parsing text.
@@ -243,6 +246,10 @@ class KafkaUnavailable(KafkaError):
     retriable = True
 
 
+class KafkaAuthenticationFailed(KafkaError):
+    """The brokers refused the client's credentials (SASL) or its access (ACLs)."""
+
+
 class MirrorRefused(KafkaError):
     """The consumer group has active members (someone consumes with it); the mirror does not touch it."""
 
@@ -265,3 +272,38 @@ class PlanConflict(LedgerError):
             f"the ledger of pipeline {pipeline!r} changed while the restart was planning, {attempts} times in a row "
             f"({'; '.join(changed)}); nothing was written. Is the old job still running? Stop it, or retry",
             pipeline=pipeline, attempts=attempts, changed=list(changed))
+
+
+# -- exit codes ----------------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1     # a bug, or a failure nothing more specific describes
+EXIT_USAGE = 2        # bad arguments or input; nothing was written
+EXIT_REFUSED = 3      # understood, but refused: active run, targets out of range, group in use, ...
+EXIT_DATA_LOSS = 4    # offsets fall outside the broker's log and the policy is fail
+EXIT_UNAVAILABLE = 5  # the ledger database or Kafka cannot be reached, or refused the login
+
+_EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
+    # Most specific first: refusals are InvalidInput subclasses, so they come before it.
+    (OffsetOutOfRange, EXIT_REFUSED),
+    (AdoptionRefused, EXIT_REFUSED),
+    (FirstRunRefused, EXIT_REFUSED),
+    (StatefulRestartRefused, EXIT_REFUSED),
+    (ActiveRunConflict, EXIT_REFUSED),
+    (PlanConflict, EXIT_REFUSED),
+    (MirrorRefused, EXIT_REFUSED),
+    (DataLossError, EXIT_DATA_LOSS),
+    (LedgerUnavailable, EXIT_UNAVAILABLE),
+    (KafkaUnavailable, EXIT_UNAVAILABLE),
+    (KafkaAuthenticationFailed, EXIT_UNAVAILABLE),
+    (InvalidInput, EXIT_USAGE),
+    (ConfigError, EXIT_USAGE),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The command line's exit code for ``exc`` (docs/cli.md has the table)."""
+    for kind, code in _EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_INTERNAL

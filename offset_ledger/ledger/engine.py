@@ -28,8 +28,12 @@ _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _UPGRADE_LOCK_KEY = 0x0FF5E7
 
 
-def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
-    """An engine for ``dsn`` (default: OFFSET_LEDGER_DSN, else the embedded SQLite file)."""
+def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = True) -> Engine:
+    """An engine for ``dsn`` (default: OFFSET_LEDGER_DSN, else the embedded SQLite file).
+
+    ``create=False`` (reads): a SQLite file that does not exist is a ConfigError instead of a new,
+    empty ledger at a mistyped path.
+    """
     url_text = settings().resolved_dsn(dsn)
     try:
         url = make_url(url_text)
@@ -37,6 +41,9 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
         raise ConfigError(f"not a database URL: {url_text!r}", dsn=url_text) from exc
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
+            if not create and not Path(url.database).exists():
+                raise ConfigError(f"no ledger database at {url.database} (a mistyped --dsn?); "
+                                  "'offset-ledger db upgrade' creates one", dsn=url_text)
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
 

@@ -139,7 +139,7 @@ def test_reset_and_restart_through_start_from_ledger_are_mirrored(
 def second_broker() -> Iterator[tuple[str, int]]:
     """A second real broker, started (and stopped) here, that only the mirror talks to."""
     root = Path(tempfile.mkdtemp(prefix="offset-ledger-broker2-"))
-    bootstrap, pid = devstack._start_kafka(root)
+    bootstrap, _sasl, pid = devstack._start_kafka(root)
     try:
         yield bootstrap, pid
     finally:

@@ -375,7 +375,7 @@ def test_cli_resolve_prints_offsets_and_findings_and_writes_nothing(kafka, pg_ds
 
     kafka.delete_records(topic, {0: 7})
     out = _cli("resolve", "orders", "--topic", topic, "--dsn", pg_dsn, env=env)
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == 4 and out.stdout == ""  # data loss
     assert len(out.stderr.strip().splitlines()) == 1
     assert out.stderr.startswith("offset-ledger: error:") and f"{topic}/0" in out.stderr and "3 records lost" in out.stderr
 
