@@ -61,7 +61,7 @@ def test_export_from_file_round_trip_and_kcg_parity(pg_dsn: str, kafka, tmp_path
     assert {(t, int(p)): int(o) for t, p, o in csv.reader(io.StringIO(r.stdout))} == saved
 
     # Move them, then --from-file --execute restores them exactly.
-    r = run(env, "reset", "etl", "--to-earliest", "--all-topics", "--execute")
+    r = run(env, "reset", "etl", "--to-earliest", "--all-topics", "--execute", "--reason", "test")
     assert r.returncode == 0, r.stderr
     assert set(positions(pg_dsn, "etl").values()) == {0}
     r = run(env, "reset", "etl", "--from-file", str(exported), "--execute", "--reason", "restore")
@@ -77,7 +77,7 @@ def test_export_from_file_round_trip_and_kcg_parity(pg_dsn: str, kafka, tmp_path
     assert csv_lines(r.stdout) == csv_lines(kcg) == [f"{a},0,7", f"{a},1,7"]
     kcg_file = tmp_path / "kcg.csv"
     kcg_file.write_text(kcg)  # as KCG wrote it, quotes and all
-    r = run(env, "reset", "etl", "--from-file", str(kcg_file), "--execute", "--bootstrap-server",
+    r = run(env, "reset", "etl", "--from-file", str(kcg_file), "--execute", "--reason", "test", "--bootstrap-server",
             kafka.bootstrap_servers)
     assert r.returncode == 0, r.stderr
     assert positions(pg_dsn, "etl") == {**saved, (a, 0): 7, (a, 1): 7}
@@ -124,9 +124,9 @@ def test_exit_codes_refused_data_loss_unreachable(pg_dsn: str, kafka) -> None:  
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
     env.update(OFFSET_LEDGER_DSN=pg_dsn, OFFSET_LEDGER_BOOTSTRAP_SERVERS=kafka.bootstrap_servers)
 
-    r = run(env, "reset", "live", "--to-earliest", "--execute")
+    r = run(env, "reset", "live", "--to-earliest", "--execute", "--reason", "test")
     assert r.returncode == 3 and "active run" in r.stderr  # refused: stop it or --force
-    r = run(env, "reset", "old", "--to-offset", "99", "--execute")
+    r = run(env, "reset", "old", "--to-offset", "99", "--execute", "--reason", "test")
     assert r.returncode == 3 and "outside the log" in r.stderr  # refused: --out-of-range clamp
     kafka.delete_records(topic, {0: 10})  # retention took what "old" had not read
     r = run(env, "resolve", "old", "--topic", topic)

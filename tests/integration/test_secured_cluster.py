@@ -107,7 +107,7 @@ def test_commands_and_restart_on_a_sasl_listener(pg_dsn: str, kafka, sasl: str, 
     assert {tp.partition: om.offset for tp, om in committed.items() if tp.topic == topic} == {0: 12, 1: 18}
 
     # reset through the file, then a restart through the Python API with Spark-style options.
-    r = run(env, "reset", "etl", "--to-latest", "--execute", "--command-config", str(config))
+    r = run(env, "reset", "etl", "--to-latest", "--execute", "--reason", "test", "--command-config", str(config))
     assert r.returncode == 0, r.stderr
     assert positions(pg_dsn, "etl") == {0: 20, 1: 20}
     plan = start_from_ledger("etl", [topic], bootstrap_servers=sasl, checkpoint_root=str(tmp_path / "ckpt"),

@@ -176,15 +176,15 @@ def test_kcg_modes_export_and_from_file(dsn: str, tmp_path: Path, capsys: pytest
     assert [(r["target"], r["outOfRange"]) for r in rows] == [("5", "clamped:below_log_start")] * 2
     code, out, _ = cli(["reset", "etl", "--shift-by", "-50", "--out-of-range", "refuse", "--dsn", dsn], capsys)
     assert code == 0 and "-38" not in out and "refused:below_log_start" in out  # no negative target shown
-    code, _, err = cli(["reset", "etl", "--shift-by", "-50", "--out-of-range", "refuse", "--execute", "--dsn", dsn],
+    code, _, err = cli(["reset", "etl", "--shift-by", "-50", "--out-of-range", "refuse", "--execute", "--reason", "test", "--dsn", dsn],
                        capsys)
     assert code == 3 and "outside the log" in err
 
-    assert cli(["reset", "etl", "--to-offset", "9", "--execute", "--dsn", dsn], capsys)[0] == 0
+    assert cli(["reset", "etl", "--to-offset", "9", "--execute", "--reason", "test", "--dsn", dsn], capsys)[0] == 0
     assert positions(dsn) == {0: 9, 1: 9}
-    assert cli(["reset", "etl", "--by-duration", "PT10M", "--execute", "--dsn", dsn], capsys)[0] == 0
+    assert cli(["reset", "etl", "--by-duration", "PT10M", "--execute", "--reason", "test", "--dsn", dsn], capsys)[0] == 0
     assert positions(dsn) == {0: 20, 1: 20}
-    code, _, err = cli(["reset", "etl", "--from-file", str(saved), "--execute", "--dsn", dsn], capsys)
+    code, _, err = cli(["reset", "etl", "--from-file", str(saved), "--execute", "--reason", "test", "--dsn", dsn], capsys)
     assert code == 0, err
     assert positions(dsn) == {0: 12, 1: 17}
 
