@@ -258,3 +258,18 @@ def test_the_cli_refuses_an_inexact_replay_in_one_line(gaps, tmp_path: Path,  # 
     assert err.err.count("\n") == 1 and "t-0 in batch 0 of query h" in err.err
     main(["replay", "p", "--batch", "0", "--query-id", "g", "--dsn", dsn])
     assert '"startingOffsets": {"t": {"0": 100, "1": 7}}' in capsys.readouterr().out
+
+
+def test_the_api_refuses_an_inexact_replay_with_a_400_naming_the_partition(gaps) -> None:  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from offset_ledger.api import create_app
+    from offset_ledger.operations import Operations
+
+    client = TestClient(create_app(operations=Operations(gaps), api_token=""), raise_server_exceptions=False)
+    refused = client.get("/api/v1/pipelines/p/batches/0/range?queryId=h")
+    assert refused.status_code == 400 and refused.json()["error"] == "ReplayNotExact"
+    assert refused.json()["unknown_starts"] == [{"queryId": "h", "batchId": 0, "topic": "t", "partition": 0,
+                                                 "untilOffset": 10}]
+    ok = client.get("/api/v1/pipelines/p/batches/0/range?queryId=g")
+    assert ok.status_code == 200 and ok.json()["startingOffsets"] == {"t": {"0": 100, "1": 7}}
