@@ -6,6 +6,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import insert
 
 from offset_ledger.errors import InvalidInput, ReplayNotExact, UnknownBatch, UnknownPipeline
@@ -91,6 +93,32 @@ def test_only_the_previous_batch_says_where_a_batch_started() -> None:
 def test_an_empty_batch_says_so() -> None:
     r = compute_range([_r(7, 0, 5, 5)])
     assert r.starting_offsets == {} and r.warnings == ("these batches read no records",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=12), st.integers(0, 1000), st.data())
+def test_a_recovered_start_is_the_true_start_or_none(sizes: list[int], first_start: int, data) -> None:  # type: ignore[no-untyped-def]
+    # The truth: batch b of one query read [starts[b], starts[b + 1]) of one partition.
+    starts = [first_start]
+    for n in sizes:
+        starts.append(starts[-1] + n)
+    recorded = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))  # the rest were lost
+    start_known = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))
+    ranges = [_r(b, 0, starts[b] if start_known[b] else None, starts[b + 1])
+              for b in range(len(sizes)) if recorded[b]]
+    generation_known = data.draw(st.booleans())
+    filled = recover_starts(ranges, {}, {("q", "orders", 0): first_start} if generation_known else {})
+    for r in filled:
+        assert r.from_offset in (None, starts[r.batch_id])
+        if r.batch_id > 0 and recorded[r.batch_id - 1] or r.batch_id == 0 and generation_known:
+            assert r.from_offset == starts[r.batch_id]
+    if all(r.from_offset is not None for r in filled):
+        replay = compute_range(filled)
+        if replay.starting_offsets:
+            assert replay.starting_offsets["orders"]["0"] == min(starts[r.batch_id] for r in filled)
+    else:
+        with pytest.raises(ReplayNotExact):
+            compute_range(filled)
 
 
 # -- selecting batches in the ledger ---------------------------------------------------------
