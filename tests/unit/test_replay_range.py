@@ -6,6 +6,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import insert
 
 from offset_ledger.errors import InvalidInput, ReplayNotExact, UnknownBatch, UnknownPipeline
@@ -91,6 +93,32 @@ def test_only_the_previous_batch_says_where_a_batch_started() -> None:
 def test_an_empty_batch_says_so() -> None:
     r = compute_range([_r(7, 0, 5, 5)])
     assert r.starting_offsets == {} and r.warnings == ("these batches read no records",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=12), st.integers(0, 1000), st.data())
+def test_a_recovered_start_is_the_true_start_or_none(sizes: list[int], first_start: int, data) -> None:  # type: ignore[no-untyped-def]
+    # The truth: batch b of one query read [starts[b], starts[b + 1]) of one partition.
+    starts = [first_start]
+    for n in sizes:
+        starts.append(starts[-1] + n)
+    recorded = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))  # the rest were lost
+    start_known = data.draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes)))
+    ranges = [_r(b, 0, starts[b] if start_known[b] else None, starts[b + 1])
+              for b in range(len(sizes)) if recorded[b]]
+    generation_known = data.draw(st.booleans())
+    filled = recover_starts(ranges, {}, {("q", "orders", 0): first_start} if generation_known else {})
+    for r in filled:
+        assert r.from_offset in (None, starts[r.batch_id])
+        if r.batch_id > 0 and recorded[r.batch_id - 1] or r.batch_id == 0 and generation_known:
+            assert r.from_offset == starts[r.batch_id]
+    if all(r.from_offset is not None for r in filled):
+        replay = compute_range(filled)
+        if replay.starting_offsets:
+            assert replay.starting_offsets["orders"]["0"] == min(starts[r.batch_id] for r in filled)
+    else:
+        with pytest.raises(ReplayNotExact):
+            compute_range(filled)
 
 
 # -- selecting batches in the ledger ---------------------------------------------------------
@@ -258,3 +286,18 @@ def test_the_cli_refuses_an_inexact_replay_in_one_line(gaps, tmp_path: Path,  # 
     assert err.err.count("\n") == 1 and "t-0 in batch 0 of query h" in err.err
     main(["replay", "p", "--batch", "0", "--query-id", "g", "--dsn", dsn])
     assert '"startingOffsets": {"t": {"0": 100, "1": 7}}' in capsys.readouterr().out
+
+
+def test_the_api_refuses_an_inexact_replay_with_a_400_naming_the_partition(gaps) -> None:  # type: ignore[no-untyped-def]
+    from fastapi.testclient import TestClient
+
+    from offset_ledger.api import create_app
+    from offset_ledger.operations import Operations
+
+    client = TestClient(create_app(operations=Operations(gaps), api_token=""), raise_server_exceptions=False)
+    refused = client.get("/api/v1/pipelines/p/batches/0/range?queryId=h")
+    assert refused.status_code == 400 and refused.json()["error"] == "ReplayNotExact"
+    assert refused.json()["unknown_starts"] == [{"queryId": "h", "batchId": 0, "topic": "t", "partition": 0,
+                                                 "untilOffset": 10}]
+    ok = client.get("/api/v1/pipelines/p/batches/0/range?queryId=g")
+    assert ok.status_code == 200 and ok.json()["startingOffsets"] == {"t": {"0": 100, "1": 7}}
