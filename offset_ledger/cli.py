@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -17,37 +17,11 @@ from offset_ledger.cli_support import (
     KafkaOptionOption,
     TimeoutOption,
     kafka_client,
+    plain_help,
 )
 from offset_ledger.errors import OffsetLedgerError
 
-def _plain_argument_help() -> None:
-    """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
-    from typer import core
-
-    argument = getattr(core, "TyperArgument", None)
-    if argument is None or not hasattr(argument, "_usage_display_name"):
-        return  # another Typer: its own (click's) rendering is already plain
-
-    def usage(self: Any) -> str:
-        name = str(self.display_name_raw).upper()
-        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
-
-    argument._usage_display_name = usage
-    argument.display_type_rich = lambda self, ctx: None
-    option = getattr(core, "TyperOption", None)
-    if option is not None and hasattr(option, "display_type_rich"):
-        shown = option.display_type_rich
-
-        def metavar(self: Any, ctx: Any) -> Optional[str]:
-            # An option without its own metavar is named after itself (--since SINCE), never <str>.
-            if self.metavar is None and not self.is_flag and self.opts:
-                return max(self.opts, key=len).lstrip("-").replace("-", "_").upper()
-            return shown(self, ctx)
-
-        option.display_type_rich = metavar
-
-
-_plain_argument_help()
+plain_help()
 
 # Plain click help: Rich markup would eat "[log-start, log-end]" and print "<bool>" placeholders;
 # the help follows the terminal's width instead of stopping at 80 columns.
