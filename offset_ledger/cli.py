@@ -18,6 +18,7 @@ from offset_ledger.cli_support import (
     TimeoutOption,
     kafka_client,
     plain_help,
+    safe_text,
 )
 from offset_ledger.errors import OffsetLedgerError
 
@@ -168,7 +169,7 @@ def resolve_cmd(
                    "start_from_ledger opens a fresh checkpoint for this plan)", err=True)
     for finding in plan.findings:
         where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
-        typer.echo(f"{finding.kind}{where}: {finding.message}", err=True)
+        typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
     if ledger.pending_reset_ids:
         ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
         typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
