@@ -179,9 +179,17 @@ def resolve_cmd(
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
 
 def _ops(dsn: Optional[str], kafka=None):  # type: ignore[no-untyped-def]
+    """Operations over an existing ledger; ``kafka`` is a ``kafka_client(...)`` or bootstrap servers."""
     from offset_ledger.cli_support import operations
 
-    return operations(dsn, kafka)
+    return operations(dsn, kafka_client(kafka) if isinstance(kafka, str) else kafka)
+
+
+def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
+    """``--kafka-option KEY=VALUE`` values as Spark-style options (``kafka_config.parse_option_items``)."""
+    from offset_ledger.kafka_config import parse_option_items
+
+    return parse_option_items(items)
 
 
 def _check_format(fmt: str) -> str:
