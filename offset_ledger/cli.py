@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 
@@ -17,37 +17,12 @@ from offset_ledger.cli_support import (
     KafkaOptionOption,
     TimeoutOption,
     kafka_client,
+    plain_help,
+    safe_text,
 )
 from offset_ledger.errors import OffsetLedgerError
 
-def _plain_argument_help() -> None:
-    """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
-    from typer import core
-
-    argument = getattr(core, "TyperArgument", None)
-    if argument is None or not hasattr(argument, "_usage_display_name"):
-        return  # another Typer: its own (click's) rendering is already plain
-
-    def usage(self: Any) -> str:
-        name = str(self.display_name_raw).upper()
-        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
-
-    argument._usage_display_name = usage
-    argument.display_type_rich = lambda self, ctx: None
-    option = getattr(core, "TyperOption", None)
-    if option is not None and hasattr(option, "display_type_rich"):
-        shown = option.display_type_rich
-
-        def metavar(self: Any, ctx: Any) -> Optional[str]:
-            # An option without its own metavar is named after itself (--since SINCE), never <str>.
-            if self.metavar is None and not self.is_flag and self.opts:
-                return max(self.opts, key=len).lstrip("-").replace("-", "_").upper()
-            return shown(self, ctx)
-
-        option.display_type_rich = metavar
-
-
-_plain_argument_help()
+plain_help()
 
 # Plain click help: Rich markup would eat "[log-start, log-end]" and print "<bool>" placeholders;
 # the help follows the terminal's width instead of stopping at 80 columns.
@@ -194,7 +169,7 @@ def resolve_cmd(
                    "start_from_ledger opens a fresh checkpoint for this plan)", err=True)
     for finding in plan.findings:
         where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
-        typer.echo(f"{finding.kind}{where}: {finding.message}", err=True)
+        typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
     if ledger.pending_reset_ids:
         ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
         typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
@@ -204,9 +179,17 @@ def resolve_cmd(
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
 
 def _ops(dsn: Optional[str], kafka=None):  # type: ignore[no-untyped-def]
+    """Operations over an existing ledger; ``kafka`` is a ``kafka_client(...)`` or bootstrap servers."""
     from offset_ledger.cli_support import operations
 
-    return operations(dsn, kafka)
+    return operations(dsn, kafka_client(kafka) if isinstance(kafka, str) else kafka)
+
+
+def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
+    """``--kafka-option KEY=VALUE`` values as Spark-style options (``kafka_config.parse_option_items``)."""
+    from offset_ledger.kafka_config import parse_option_items
+
+    return parse_option_items(items)
 
 
 def _check_format(fmt: str) -> str:

@@ -19,6 +19,33 @@ import typer
 if TYPE_CHECKING:
     from offset_ledger.operations import Operations
 
+def plain_help() -> None:
+    """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
+    from typer import core
+
+    argument = getattr(core, "TyperArgument", None)
+    if argument is None or not hasattr(argument, "_usage_display_name"):
+        return  # another Typer: its own (click's) rendering is already plain
+
+    def usage(self: Any) -> str:
+        name = str(self.display_name_raw).upper()
+        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+    argument._usage_display_name = usage
+    argument.display_type_rich = lambda self, ctx: None
+    option = getattr(core, "TyperOption", None)
+    if option is not None and hasattr(option, "display_type_rich"):
+        shown = option.display_type_rich
+
+        def metavar(self: Any, ctx: Any) -> str | None:
+            # An option without its own metavar is named after itself (--since SINCE), never <str>.
+            if self.metavar is None and not self.is_flag and self.opts:
+                return max(self.opts, key=len).lstrip("-").replace("-", "_").upper()
+            return shown(self, ctx)
+
+        option.display_type_rich = metavar
+
+
 FORMATS = ("table", "json", "csv")
 
 DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL",
