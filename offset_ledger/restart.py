@@ -8,6 +8,7 @@ consumes in one transaction, under the lock, only when what the plan read still 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -84,7 +85,7 @@ def start_from_ledger(
     ``"earliest"`` resumes at the log-start offset and records a finding. With no ledger position
     at all, ``first_run`` applies (default ``"earliest"``): ``"earliest"``, ``"latest"``, a
     timestamp (``datetime``, naive = UTC, or epoch ms; each partition starts at its first record at
-    or after it, and at latest (-1) when no record is that new), or explicit offsets (dict or JSON;
+    or after it, and at the log-end offset seen at planning when no record is that new), or explicit offsets (dict or JSON;
     unnamed partitions start at earliest). A pipeline the ledger already knows (under another
     consumer group, or on other topics) is never silently started as a first run: that raises
     ``FirstRunRefused`` unless ``first_run`` is given and ``allow_first_run=True``.
@@ -125,6 +126,9 @@ def start_from_ledger(
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
     root = str(checkpoint_root)
+    if "://" not in root and not root.startswith(("/", "file:")):
+        # A relative local root is where this process runs; Spark reports the absolute location.
+        root = os.path.abspath(root)
     options = dict(kafka_options or {})
     servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
     if not servers:

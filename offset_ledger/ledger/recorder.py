@@ -240,6 +240,8 @@ class _Txn:
     runs: dict[str, _Run] = field(default_factory=dict)
     foreign_reported: set[tuple[str, int]] = field(default_factory=set)
     moved: list[MovedPosition] = field(default_factory=list)
+    #: batches another run recorded first: not history again, but heard by the position rules
+    other_runs: list[BatchRecord] = field(default_factory=list)
 
 
 def utc(value: datetime) -> datetime:
@@ -550,6 +552,8 @@ class Recorder:
             written = self._write_batches(conn, new, txn)
             duplicates += len(new) - len(written)
             new = written
+        if txn.other_runs:
+            self._move_positions(conn, txn.other_runs, txn)
         return self._outcome(conn, txn, len(new), duplicates)
 
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
@@ -728,9 +732,11 @@ class Recorder:
         for r in rows:
             existing.setdefault((r.query_id, r.batch_id), []).append(
                 (r.source_index, r.topic, r.partition, r.from_offset, r.until_offset))
-        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id).where(
+        recorded_by_run: dict[tuple[str, int], str] = {}
+        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id).where(
                 batches.c.query_id.in_(query_ids), batches.c.batch_id.in_(batch_ids))):
             existing.setdefault((r.query_id, r.batch_id), [])
+            recorded_by_run[(r.query_id, r.batch_id)] = r.run_id
         fresh: list[BatchRecord] = []
         for rec in candidates:
             key = (rec.batch.query_id, rec.batch.batch_id)
@@ -740,6 +746,11 @@ class Recorder:
             duplicates += 1
             if sorted(existing[key]) != _offset_rows(rec.batch):
                 self._conflict(rec, txn, "a recorded batch was reported again with different offsets")
+            if recorded_by_run.get(key) not in (None, rec.batch.run_id):
+                # Another run recorded this (query, batch) first: a copy of the checkpoint (same
+                # query id), or a watcher beside the listener. History keeps the first row; the
+                # position rules still hear this run, or a copy would hold the real run's positions back.
+                txn.other_runs.append(rec)
         return fresh, duplicates
 
     def _conflict(self, rec: BatchRecord, txn: _Txn, message: str) -> None:

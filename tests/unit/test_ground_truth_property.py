@@ -340,3 +340,34 @@ def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path) -
     finally:
         recorder.close()
         engine.dispose()
+
+
+def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_path: Path) -> None:
+    """A copied checkpoint keeps the query id: its batch N and the real run's batch N share a key."""
+    import shutil
+
+    from sqlalchemy import text
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    upgrade(engine)
+    cluster = Cluster()
+    recorder = Recorder(engine)
+    try:
+        cluster.log_end = {0: 5, 1: 5}
+        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                            app_version="1")
+        real = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+        recorder.record([real.start_event(), real.batch(cluster.log_end)])
+        shutil.copytree(real.root, tmp_path / "copy")
+        copy = Job(str(tmp_path / "copy"), None)
+        cluster.log_end = {0: 9, 1: 9}
+        recorder.record([copy.start_event(), copy.batch(cluster.log_end)])  # foreign, and first
+        recorder.record([real.batch(cluster.log_end)])                        # the same (query, batch 1)
+        with engine.connect() as conn:
+            moved = {r[0]: r[1] for r in conn.execute(text('SELECT "partition", next_offset FROM positions'))}
+            kinds = [r[0] for r in conn.execute(text("SELECT kind FROM findings"))]
+        assert moved == {0: 9, 1: 9}
+        assert kinds.count("foreign_run") == 1
+    finally:
+        recorder.close()
+        engine.dispose()
