@@ -22,7 +22,8 @@
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
     │   ├── LedgerUnavailable         the ledger database cannot be reached (retriable)
-    │   └── PlanConflict              the ledger kept changing while a restart planned (retriable)
+    │   ├── PlanConflict              the ledger kept changing while a restart planned (retriable)
+    │   └── LedgerWithoutSchema       the database has no offset-ledger schema (run db upgrade)
     └── KafkaError                    the Kafka cluster failed
         ├── KafkaUnavailable          the brokers cannot be reached (retriable)
         ├── KafkaAuthenticationFailed the brokers refused the login or the access (SASL, ACLs)
@@ -236,6 +237,10 @@ class LedgerUnavailable(LedgerError):
     retriable = True
 
 
+class LedgerWithoutSchema(LedgerError):
+    """The database is reachable but has no offset-ledger schema: ``offset-ledger db upgrade`` creates it."""
+
+
 class KafkaError(OffsetLedgerError):
     """The Kafka cluster failed or refused a request."""
 
@@ -298,6 +303,7 @@ _EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
     (KafkaAuthenticationFailed, EXIT_UNAVAILABLE),
     (InvalidInput, EXIT_USAGE),
     (ConfigError, EXIT_USAGE),
+    (LedgerWithoutSchema, EXIT_USAGE),
 )
 
 

@@ -19,7 +19,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from offset_ledger.config import settings
-from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable
+from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable, LedgerWithoutSchema
 
 log = logging.getLogger(__name__)
 
@@ -91,8 +91,8 @@ def translate_db_error(exc: Exception, doing: str) -> LedgerError:
     detail = " ".join(str(orig).split())
     # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
     if getattr(orig, "pgcode", None) == "42P01" or "no such table" in detail:
-        return LedgerError(f"the ledger database has no offset-ledger schema; run 'offset-ledger db upgrade' "
-                           f"({detail})")
+        return LedgerWithoutSchema(f"the ledger database has no offset-ledger schema; run 'offset-ledger db "
+                                   f"upgrade' ({detail})")
     if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
             or (isinstance(exc, DBAPIError) and exc.connection_invalidated)):
         return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}")

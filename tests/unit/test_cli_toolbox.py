@@ -94,7 +94,7 @@ def positions(dsn: str) -> dict[int, int]:
     (errors.AdoptionRefused("p", "g", {}), 3), (errors.FirstRunRefused("p", "g", ["t"], {}), 3),
     (errors.DataLossError("lost", []), 4),
     (errors.LedgerUnavailable("x"), 5), (errors.KafkaUnavailable("x"), 5), (errors.KafkaAuthenticationFailed("x"), 5),
-    (errors.LedgerError("x"), 1), (errors.KafkaError("x"), 1), (RuntimeError("bug"), 1),
+    (errors.LedgerWithoutSchema("x"), 2), (errors.LedgerError("x"), 1), (errors.KafkaError("x"), 1), (RuntimeError("bug"), 1),
 ])
 def test_exit_code_per_error(exc: BaseException, code: int) -> None:
     assert errors.exit_code(exc) == code
@@ -122,6 +122,10 @@ def test_each_exit_code_from_the_command_line(dsn: str, capsys: pytest.CaptureFi
 
 
 def test_reads_never_create_a_ledger_at_a_mistyped_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "empty.db"
+    empty.touch()  # a file that is no ledger: usage (2), with what to run
+    code, _, err = cli(["offsets", "etl", "--dsn", f"sqlite:///{empty}"], capsys)
+    assert code == 2 and "offset-ledger db upgrade" in err
     typo = tmp_path / "typo" / "ledgr.db"
     for argv in (["pipelines"], ["offsets", "etl"], ["history", "etl"], ["findings", "etl"], ["resets", "etl"]):
         code, _, err = cli([*argv, "--dsn", f"sqlite:///{typo}"], capsys)
