@@ -294,7 +294,8 @@ def test_the_api_refuses_an_inexact_replay_with_a_400_naming_the_partition(gaps)
     from offset_ledger.api import create_app
     from offset_ledger.operations import Operations
 
-    client = TestClient(create_app(operations=Operations(gaps), api_token=""), raise_server_exceptions=False)
+    client = TestClient(create_app(operations=Operations(gaps), api_token=""), raise_server_exceptions=False,
+                        base_url="http://localhost")
     refused = client.get("/api/v1/pipelines/p/batches/0/range?queryId=h")
     assert refused.status_code == 400 and refused.json()["error"] == "ReplayNotExact"
     assert refused.json()["unknown_starts"] == [{"queryId": "h", "batchId": 0, "topic": "t", "partition": 0,
