@@ -115,7 +115,7 @@ def test_no_data_progress_is_a_heartbeat(tmp_path: Path) -> None:
 def test_unnamed_query_is_logged_once_and_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = FakeStore()
     w = writer(store, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="offset_ledger.listener"):
+    with caplog.at_level(logging.WARNING, logger="offset_ledger"):
         w.submit(ev("started", started(name=None)))
         for i in range(3):
             w.submit(ev("progress", progress(i, name=None)))
