@@ -29,7 +29,7 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
 
 from offset_ledger.event_records import IDLE, PROGRESS, STARTED, TERMINATED
 from offset_ledger.ledger.recorder import RecordOutcome
-from offset_ledger.spool import Event
+from offset_ledger.spool import Event, ledger_id
 from offset_ledger.writer import EventWriter, ListenerHealth, Store, _open_recorder
 
 # Re-exported: these names were importable from here before the writer and spool moved out.
@@ -98,9 +98,9 @@ class OffsetLedgerListener(StreamingQueryListener):
         kafka_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if spool_dir is None:
-            from offset_ledger.config import settings
+        from offset_ledger.config import settings
 
+        if spool_dir is None:
             spool_dir = settings().home / "spool"
         self.dsn = dsn
         pipeline_of: Callable[[str], str | None] | None = None
@@ -124,8 +124,8 @@ class OffsetLedgerListener(StreamingQueryListener):
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         self._writer = EventWriter(
             store_factory or (lambda: _open_recorder(dsn)),
-            spool_dir=Path(spool_dir), queue_size=queue_size, max_batch_events=max_batch_events,
-            max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
+            spool_dir=Path(spool_dir), ledger=ledger_id(settings().resolved_dsn(dsn)), queue_size=queue_size,
+            max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
             on_recorded=self._mirror_moved if self._mirror is not None else None,
         )

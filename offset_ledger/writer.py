@@ -23,10 +23,9 @@ from typing import Any, Protocol
 
 from offset_ledger.event_records import STARTED, TERMINATED, EventConverter
 from offset_ledger.ledger.recorder import Record, RecordOutcome
-from offset_ledger.spool import _LIVE, Event, Spool
+from offset_ledger.spool import _LIVE, Event, LedgerId, Spool, is_header, spool_ledger
 
 log = logging.getLogger(__name__)
-
 
 
 class Store(Protocol):
@@ -46,17 +45,22 @@ class ListenerHealth:
     written: int         # events durably recorded
     retried: int         # write attempts repeated after a retriable database error
     spilled: int         # events appended to the spool file because the queue was full
-    failed: int          # events that could not be recorded (malformed, rejected by the database)
+    failed: int          # events dead-lettered: malformed, or rejected by the ledger for good (never dropped)
     skipped: int         # events of queries with neither a pipeline nor a name
     pending: int         # events accepted but not yet settled
     last_error: str | None
     last_written_at: datetime | None
     callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
     mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
+    ledger: str | None = None             # the ledger this writer records to (no user, no password)
+    dead_letter_path: str | None = None   # where the failed events are, with their errors
+    foreign_spool_files: int = 0          # orphaned spool files of other ledgers (or none named), left alone
+    foreign_spool_paths: tuple[str, ...] = ()
 
     def counters(self) -> dict[str, int]:
         return {"queued": self.queued, "written": self.written, "retried": self.retried,
                 "spilled": self.spilled, "failed": self.failed}
+
 
 class EventWriter:
     """Bounded queue + spool file + one writer thread that records events through a ``Store``."""
@@ -66,6 +70,7 @@ class EventWriter:
         store_factory: Callable[[], Store],
         *,
         spool_dir: Path,
+        ledger: LedgerId,
         listener_id: str | None = None,
         queue_size: int = 10_000,
         max_batch_events: int = 500,
@@ -87,11 +92,13 @@ class EventWriter:
         self._max_backoff = max_backoff
         self._health_interval = health_interval
         self._health_pipeline = health_pipeline
-        self._converter = EventConverter(on_query_seen, pipeline_of, self._count_failure)
+        self._converter = EventConverter(on_query_seen, pipeline_of, self.note_error)
         self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
         self._host = socket.gethostname()
         # Spool: while ``_spooling`` every new event goes to the file, so replay keeps event order.
-        self._spool = Spool(Path(spool_dir), self.listener_id)
+        self._spool = Spool(Path(spool_dir), self.listener_id, ledger)
+        self._dead_letter_path: str | None = None
+        self._foreign: tuple[str, ...] = ()
         self._spooling = False
         self._lock = threading.Lock()  # guards counters and the spool switch; held for microseconds
         self._cond = threading.Condition(threading.Lock())  # wakes flush() waiters on progress
@@ -132,18 +139,25 @@ class EventWriter:
                 self._spill_locked(event)
                 self._accepted += 1
         except Exception as exc:  # noqa: BLE001 - a callback must never fail the query
-            self._count_failure(f"could not accept a {event.kind} event: {exc!r}")
+            self._count_failure(f"could not accept a {event.kind} event: {exc!r}", event)
 
     def _spill_locked(self, event: Event) -> None:
         self._spool.append(event)
         self._counts["spilled"] += 1
         self._spooling = True
 
-    def _count_failure(self, message: str) -> None:
+    def _count_failure(self, message: str, event: Event | None = None, line: str | None = None) -> None:
+        """An accepted event the ledger will never take: into the dead-letter file, counted as failed."""
+        try:
+            path: str | None = str(self._spool.dead_letter(message, event, line))
+        except Exception as exc:  # noqa: BLE001 - a full or read-only disk: say so, still never raise
+            path, message = None, f"{message}; the dead-letter file could not be written: {exc!r}"
         with self._lock:
             self._counts["failed"] += 1
             self._last_error = message
-        log.warning("offset-ledger: %s", message)
+            if path is not None:
+                self._dead_letter_path = path
+        log.error("offset-ledger: %s (dead-lettered to %s)", message, path)
 
     # ------------------------------------------------------------------ observers
 
@@ -151,7 +165,9 @@ class EventWriter:
         with self._lock:
             counts: dict[str, Any] = dict(self._counts)
             return ListenerHealth(pending=self._accepted - self._settled, last_error=self._last_error,
-                                  last_written_at=self._last_written_at, **counts)
+                                  last_written_at=self._last_written_at, ledger=self._spool.ledger.identity,
+                                  dead_letter_path=self._dead_letter_path, foreign_spool_files=len(self._foreign),
+                                  foreign_spool_paths=self._foreign, **counts)
 
     def seen_queries(self) -> set[str]:
         with self._lock:
@@ -180,7 +196,7 @@ class EventWriter:
         return True
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every event accepted so far is settled (written or counted as failed)."""
+        """Wait until every event accepted so far is settled (written or dead-lettered)."""
         target = self.accepted()
         return self.wait_for(lambda: self._settled_count() >= target, time.monotonic() + timeout)
 
@@ -264,8 +280,9 @@ class EventWriter:
 
     def _read_replay(self) -> list[Event]:
         events, bad, ended = self._spool.read(self._max_batch)
-        for _line, exc in bad:
-            self._settle(1, failed=f"unreadable spool line: {exc!r}")
+        for line, exc in bad:
+            self._count_failure(f"unreadable spool line: {exc!r}", line=line)
+            self._settle(1)
         if not ended:
             return events
         # End of file: it is deleted once these last events are written (see _write).
@@ -276,26 +293,42 @@ class EventWriter:
         return events
 
     def _adopt_orphans(self) -> None:
-        """Spool files left by a process that died or closed with the database down get replayed."""
+        """Orphaned spool files of this writer's ledger get replayed; those of other ledgers stay put."""
+        mine = self._spool.ledger.fingerprint
+        foreign: list[str] = []
         for path in self._spool.orphans():
             try:
+                owner = spool_ledger(path)
+                if owner is None and path.stat().st_size == 0:
+                    path.unlink()
+                    continue
+                if owner is None or owner[0] != mine:
+                    foreign.append(str(path))
+                    continue
                 lines = path.read_text(encoding="utf-8").splitlines()
                 path.unlink()
-            except OSError:
+            except (OSError, ValueError, KeyError):
                 continue
+            bad: list[tuple[str, Exception]] = []
             with self._lock:
                 for line in lines:
-                    if not line.strip():
+                    if not line.strip() or is_header(line):
                         continue
                     try:
                         event = Event.from_line(line)
-                    except (ValueError, TypeError):
-                        self._counts["failed"] += 1
-                        self._last_error = f"unreadable spool line in {path.name}"
+                    except (ValueError, TypeError) as exc:
+                        bad.append((line, exc))
                         continue
                     self._spill_locked(event)
                     self._accepted += 1
+            for line, exc in bad:
+                self._count_failure(f"unreadable spool line in {path.name}: {exc!r}", line=line)
             log.info("offset-ledger: adopted %d spooled events from %s", len(lines), path.name)
+        self._foreign = tuple(foreign)
+        if foreign:
+            log.warning("offset-ledger: %d spool file(s) in %s belong to another ledger than %s, or name none "
+                        "(an older format); left for their own ledger's listener: %s", len(foreign),
+                        self._spool.directory, self._spool.ledger.identity, ", ".join(foreign))
 
     def _spool_everything(self, held: list[Event]) -> None:
         """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
@@ -324,31 +357,33 @@ class EventWriter:
         end_of_replay = bool(events) and events[-1].kind == "_end_of_replay"
         if end_of_replay:
             events = events[:-1]
-        records: list[Record] = []
+        items: list[tuple[Record, Event]] = []
         marks: list[tuple[str, str, int | None]] = []  # (kind, query id, batch id) settled on success
-        skipped = failed = 0
+        dead: list[tuple[Event, str]] = []
+        skipped = 0
         for event in events:
             try:
                 recs, mark = self._converter.convert(event)
             except Exception as exc:  # noqa: BLE001 - ProgressParseError, or anything odd in a payload
-                failed += 1
-                with self._lock:
-                    self._last_error = f"unparsable {event.kind} event: {exc}"
-                log.warning("offset-ledger: unparsable %s event: %s", event.kind, exc)
+                dead.append((event, f"unparsable {event.kind} event: {exc}"))
                 continue
             if mark is not None:
                 marks.append(mark)
             if recs:
-                records.extend(recs)
+                items.extend((rec, event) for rec in recs)
             else:
                 skipped += 1
-        written = len(events) - skipped - failed
-        if records and not self._persist(records, events):
-            return  # abandoned during close: everything held went to the spool
+        if items:
+            rejected = self._persist(items, events)
+            if rejected is None:
+                return  # abandoned during close: everything held went to the spool
+            dead.extend(rejected)
+        for event, error in dead:
+            self._count_failure(error, event)
+        written = len(events) - skipped - len(dead)
         with self._lock:
             self._counts["written"] += written
             self._counts["skipped"] += skipped
-            self._counts["failed"] += failed
             if written:
                 self._last_written_at = datetime.now(timezone.utc)
             for kind, query_id, batch_id in marks:
@@ -364,16 +399,19 @@ class EventWriter:
             self._spool.finish_replay()
         self._settle(len(events))
 
-    def _persist(self, records: list[Record], events: list[Event]) -> bool:
-        """Record with retries; False when close() gave up while the database was still down."""
+    def _persist(self, items: list[tuple[Record, Event]], events: list[Event]) -> list[tuple[Event, str]] | None:
+        """Record with retries while the error is retriable; the events rejected for good, with why.
+
+        None when close() gave up while the database was still down (``events`` went to the spool).
+        """
         backoff = self._initial_backoff
         while True:
             try:
                 if self._store is None:
                     self._store = self._store_factory()
-                outcome = self._store.record(records)
+                outcome = self._store.record([record for record, _ in items])
                 self._recorded(outcome)
-                return True
+                return []
             except Exception as exc:  # noqa: BLE001 - classified by the ``retriable`` flag
                 if getattr(exc, "retriable", False):
                     with self._lock:
@@ -382,20 +420,19 @@ class EventWriter:
                     log.warning("offset-ledger: ledger unavailable, retrying in %.2fs: %s", backoff, exc)
                     if self._abandon.wait(backoff):
                         self._spool_everything(events)
-                        return False
+                        return None
                     backoff = min(backoff * 2, self._max_backoff)
                     continue
-                if len(records) > 1:
+                if len(items) > 1:
                     # Find the record the database rejects; keep the others.
-                    for record in records:
-                        self._persist([record], events)
-                    return True
-                with self._lock:
-                    self._counts["failed"] += 1
-                    self._counts["written"] -= 1  # _write counts it as written; it is not
-                    self._last_error = f"ledger rejected an event: {exc}"
-                log.error("offset-ledger: ledger rejected an event: %s", exc)
-                return True
+                    rejected: list[tuple[Event, str]] = []
+                    for item in items:
+                        one = self._persist([item], events)
+                        if one is None:
+                            return None
+                        rejected.extend(one)
+                    return rejected
+                return [(items[0][1], f"ledger rejected an event: {exc}")]
 
     def _recorded(self, outcome: RecordOutcome) -> None:
         if self._on_recorded is None or outcome is None:
@@ -410,12 +447,9 @@ class EventWriter:
         with self._lock:
             self._last_error = message
 
-    def _settle(self, n: int, failed: str | None = None) -> None:
+    def _settle(self, n: int) -> None:
         with self._lock:
             self._settled += n
-            if failed:
-                self._counts["failed"] += n
-                self._last_error = failed
         with self._cond:
             self._cond.notify_all()
 
