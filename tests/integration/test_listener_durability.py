@@ -102,3 +102,58 @@ def test_a_read_only_window_loses_nothing(spark, kafka, stack, ledger, pg_dsn, l
 def count_batches(engine: Engine) -> int:
     with engine.connect() as conn:
         return int(conn.execute(select(func.count()).select_from(batch_offsets)).scalar() or 0)
+
+
+def test_spooled_events_reach_their_own_ledger_only(spark, kafka, ledger, pg_dsn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A listener closes while its (dedicated) Postgres is down; one of another ledger on the same host and
+    spool directory leaves the spool alone; one of the original ledger adopts it once that is back."""
+    from offset_ledger import OffsetLedgerListener
+    from offset_ledger.devstack import _Postgres
+
+    spool = tmp_path / "spool"
+    pg = _Postgres(tmp_path / "pg")
+    dsn, _pid = pg.start()
+    port = int(dsn.rsplit(":", 1)[1].split("/")[0])
+    try:
+        own = make_engine(dsn)
+        ensure_schema(own)
+        first = OffsetLedgerListener(dsn=dsn, pipeline="spooled", spool_dir=spool, queue_size=2, max_backoff=0.5)
+        spark.streams.addListener(first)
+        topic = kafka.create_topic(partitions=2)
+        query = start(kafka_stream(spark, kafka, topic, max_per_trigger=10), tmp_path / "cp",
+                      "spooled_" + uuid.uuid4().hex[:6])
+        try:
+            produce_rounds(kafka, query, topic, rounds=1, per_round=10)
+            assert first.flush(60)
+            own.dispose()
+            pg.stop()
+            produce_rounds(kafka, query, topic, rounds=3, per_round=20)
+            expected = spark_rows(query)
+        finally:
+            query.stop()
+        spark.streams.removeListener(first)
+        assert not first.close(3)  # its ledger is down: what it holds goes to the spool
+        assert first.health().spilled > 0 and first.health().failed == 0
+        files = sorted(p for p in spool.iterdir() if p.is_file())
+        assert files
+
+        other = OffsetLedgerListener(dsn=pg_dsn, pipeline="spooled", spool_dir=spool)
+        health = other.health()
+        assert other.close(10)
+        assert count_batches(ledger) == 0  # another ledger gets nothing
+        assert health.foreign_spool_files == len(files) and sorted(health.foreign_spool_paths) == [str(p) for p in files]
+        assert sorted(p for p in spool.iterdir() if p.is_file()) == files  # left untouched
+
+        pg.start(port=port)
+        again = OffsetLedgerListener(dsn=dsn, pipeline="spooled", spool_dir=spool)
+        assert again.health().foreign_spool_files == 0
+        assert again.close(60)
+        own = create_engine(dsn)
+        assert ledger_rows(own, str(query.id)) == expected
+        assert finding_kinds(own) == []
+        assert position_map(own, "spooled") == {(topic, p): o for p, o in kafka.end_offsets(topic).items()}
+        own.dispose()
+        assert [p for p in spool.iterdir() if p.is_file()] == []
+        assert again.health().failed == 0
+    finally:
+        pg.stop()
