@@ -265,3 +265,33 @@ class Spool:
             if pid.isdigit() and int(pid) == os.getpid() and owner in _LIVE:
                 continue  # a live listener of this process (ourselves included)
             yield path
+
+    def adopt_orphans(self) -> tuple[list[tuple[Path, list[Event], list[tuple[str, Exception]]]], list[str]]:
+        """Take the orphans of this ledger off disk: (path, events, unreadable lines) each; and the
+        paths of the others (another ledger's, or naming none), which stay where they are."""
+        adopted: list[tuple[Path, list[Event], list[tuple[str, Exception]]]] = []
+        foreign: list[str] = []
+        for path in self.orphans():
+            try:
+                owner = spool_ledger(path)
+                if owner is None and path.stat().st_size == 0:
+                    path.unlink()
+                    continue
+                if owner is None or owner[0] != self.ledger.fingerprint:
+                    foreign.append(str(path))
+                    continue
+                lines = path.read_text(encoding="utf-8").splitlines()
+                path.unlink()
+            except (OSError, ValueError, KeyError):
+                continue
+            events: list[Event] = []
+            bad: list[tuple[str, Exception]] = []
+            for line in lines:
+                if not line.strip() or is_header(line):
+                    continue
+                try:
+                    events.append(Event.from_line(line))
+                except (ValueError, TypeError) as exc:
+                    bad.append((line, exc))
+            adopted.append((path, events, bad))
+        return adopted, foreign

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from offset_ledger.event_records import STARTED, TERMINATED, EventConverter
 from offset_ledger.ledger.recorder import Record, RecordOutcome
-from offset_ledger.spool import _LIVE, Event, LedgerId, Spool, is_header, spool_ledger
+from offset_ledger.spool import _LIVE, Event, LedgerId, Spool
 
 log = logging.getLogger(__name__)
 
@@ -294,36 +294,15 @@ class EventWriter:
 
     def _adopt_orphans(self) -> None:
         """Orphaned spool files of this writer's ledger get replayed; those of other ledgers stay put."""
-        mine = self._spool.ledger.fingerprint
-        foreign: list[str] = []
-        for path in self._spool.orphans():
-            try:
-                owner = spool_ledger(path)
-                if owner is None and path.stat().st_size == 0:
-                    path.unlink()
-                    continue
-                if owner is None or owner[0] != mine:
-                    foreign.append(str(path))
-                    continue
-                lines = path.read_text(encoding="utf-8").splitlines()
-                path.unlink()
-            except (OSError, ValueError, KeyError):
-                continue
-            bad: list[tuple[str, Exception]] = []
+        adopted, foreign = self._spool.adopt_orphans()
+        for path, events, bad in adopted:
             with self._lock:
-                for line in lines:
-                    if not line.strip() or is_header(line):
-                        continue
-                    try:
-                        event = Event.from_line(line)
-                    except (ValueError, TypeError) as exc:
-                        bad.append((line, exc))
-                        continue
+                for event in events:
                     self._spill_locked(event)
                     self._accepted += 1
             for line, exc in bad:
                 self._count_failure(f"unreadable spool line in {path.name}: {exc!r}", line=line)
-            log.info("offset-ledger: adopted %d spooled events from %s", len(lines), path.name)
+            log.info("offset-ledger: adopted %d spooled events from %s", len(events), path.name)
         self._foreign = tuple(foreign)
         if foreign:
             log.warning("offset-ledger: %d spool file(s) in %s belong to another ledger than %s, or name none "
