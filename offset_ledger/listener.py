@@ -196,7 +196,8 @@ class OffsetLedgerListener(StreamingQueryListener):
     # ------------------------------------------------------------------ durability
 
     def health(self) -> ListenerHealth:
-        """Counters: queued, written, retried, spilled, failed, skipped, pending, last error."""
+        """Counters (queued, written, retried, spilled, failed = dead-lettered, skipped, pending), the last
+        error, the dead-letter file, and spool files of other ledgers left in the spool directory."""
         health = self._writer.health()
         if self._mirror is not None:
             health = dataclasses.replace(health, mirror=self._mirror.stats.to_dict())
