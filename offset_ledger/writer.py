@@ -54,7 +54,7 @@ class ListenerHealth:
     mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
     ledger: str | None = None             # the ledger this writer records to (no user, no password)
     dead_letter_path: str | None = None   # where the failed events are, with their errors
-    foreign_spool_files: int = 0          # orphaned spool files of other ledgers (or none named), left alone
+    foreign_spool_files: int = 0          # orphans of other ledgers (or naming none) left alone, seen at start
     foreign_spool_paths: tuple[str, ...] = ()
 
     def counters(self) -> dict[str, int]:

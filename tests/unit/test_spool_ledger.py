@@ -165,3 +165,25 @@ def test_an_unreadable_spool_line_is_dead_lettered_too(tmp_path: Path) -> None:
     assert store.batch_ids() == [0, 1, 2]
     (dead,) = _dead_letters(tmp_path)
     assert dead["line"] == "{torn line" and dead["event"] is None and w.health().failed == 1
+
+
+class _Broken:
+    @property
+    def progress(self):  # type: ignore[no-untyped-def]
+        raise RuntimeError("py4j gone")
+
+
+def test_a_callback_that_cannot_read_its_event_leaves_a_dead_letter(tmp_path: Path) -> None:
+    from offset_ledger.listener import OffsetLedgerListener
+
+    store = FakeStore()
+    listener = OffsetLedgerListener(dsn=PG, pipeline="orders", spool_dir=tmp_path / "spool",
+                                    store_factory=lambda: store)
+    listener.onQueryProgress(_Broken())
+    listener.accept_json("progress", progress(0))
+    assert listener.close(5)
+    health = listener.health()
+    assert store.batch_ids() == [0] and health.failed == 1 and health.ledger == ledger_id(PG).identity
+    (dead,) = _dead_letters(tmp_path)
+    assert "progress callback failed" in dead["error"] and "py4j gone" in dead["error"]
+    assert health.dead_letter_path and Path(health.dead_letter_path).exists()
