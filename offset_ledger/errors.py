@@ -21,7 +21,7 @@
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
-    │   ├── LedgerUnavailable         the ledger database cannot be reached (retriable)
+    │   ├── LedgerUnavailable         the ledger cannot be reached or is failing over (retriable)
     │   ├── PlanConflict              the ledger kept changing while a restart planned (retriable)
     │   └── LedgerWithoutSchema       the database has no offset-ledger schema (run db upgrade)
     └── KafkaError                    the Kafka cluster failed
@@ -232,7 +232,7 @@ class LedgerError(OffsetLedgerError):
 
 
 class LedgerUnavailable(LedgerError):
-    """The ledger database cannot be reached."""
+    """The ledger database cannot be reached, or cannot take the write right now (failover, shutdown, busy)."""
 
     retriable = True
 

@@ -82,21 +82,61 @@ def read_engine(engine: Engine, *, pool_size: int = 5) -> Engine:
     return _server_engine(engine.url, pool_size, isolation_level="AUTOCOMMIT")
 
 
+# SQLSTATEs after which the same write succeeds later: the server is failing over, restarting or
+# busy, or the transaction lost a race. Everything else a server reports is about the statement or
+# the data, and retrying it would only stall the writer behind it.
+_TRANSIENT_SQLSTATES = {
+    "25006": "is read-only (a failover in progress, or a standby)",   # read_only_sql_transaction
+    "57P01": "was shut down by an administrator",                     # admin_shutdown
+    "57P02": "crashed and is restarting",                             # crash_shutdown
+    "57P03": "is starting up or shutting down",                       # cannot_connect_now
+    "40001": "aborted the transaction on a serialization failure",    # serialization_failure
+    "40P01": "aborted the transaction on a deadlock",                 # deadlock_detected
+    "53300": "has too many connections",                              # too_many_connections
+    "53200": "is out of memory",                                      # out_of_memory
+    "55P03": "could not take a lock in time",                         # lock_not_available
+    "57014": "cancelled the statement (statement timeout)",           # query_canceled
+}
+
+
+def transient_reason(sqlstate: str | None) -> str | None:
+    """Why a database error with this SQLSTATE is worth retrying (None: it is not)."""
+    if not sqlstate:
+        return None
+    if sqlstate.startswith("08"):  # connection_exception and all of its class
+        return "lost the connection"
+    return _TRANSIENT_SQLSTATES.get(sqlstate)
+
+
 def translate_db_error(exc: Exception, doing: str) -> LedgerError:
-    """A driver error as our own: LedgerUnavailable (retriable) when the database cannot be reached,
-    a LedgerError that says what to run when the schema is missing, else a LedgerError."""
+    """A driver error as our own: LedgerUnavailable (retriable) when the database cannot be reached or
+    reports a transient SQLSTATE, a LedgerError that says what to run when the schema is missing,
+    else a LedgerError. Wrapped (SQLAlchemy) and raw DB-API errors alike: the one classification."""
     if isinstance(exc, LedgerError):
         return exc
     orig = getattr(exc, "orig", None) or exc
     detail = " ".join(str(orig).split())
+    sqlstate = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
-    if getattr(orig, "pgcode", None) == "42P01" or "no such table" in detail:
+    if sqlstate == "42P01" or "no such table" in detail:
         return LedgerWithoutSchema(f"the ledger database has no offset-ledger schema; run 'offset-ledger db "
                                    f"upgrade' ({detail})")
+    reason = transient_reason(sqlstate)
+    if reason is not None:
+        return LedgerUnavailable(f"the ledger database {reason} while {doing}: {detail}", sqlstate=sqlstate)
     if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
-            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)):
-        return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}")
-    return LedgerError(f"ledger database error while {doing}: {detail}")
+            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+            or _is_raw(exc, "OperationalError", "InterfaceError")):
+        return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}",
+                                 **({"sqlstate": sqlstate} if sqlstate else {}))
+    return LedgerError(f"ledger database error while {doing}: {detail}",
+                       **({"sqlstate": sqlstate} if sqlstate else {}))
+
+
+def _is_raw(exc: Exception, *names: str) -> bool:
+    """Whether ``exc`` is a raw DB-API error (raised on a driver cursor) of one of these PEP 249 classes."""
+    return any(cls.__name__ in names and cls.__module__.split(".")[0] in {"psycopg2", "sqlite3", "psycopg"}
+               for cls in type(exc).__mro__)
 
 
 def check_connection(engine: Engine) -> None:

@@ -34,7 +34,7 @@ from sqlalchemy.exc import (
 )
 
 from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation, same_location
-from offset_ledger.errors import LedgerError, LedgerUnavailable
+from offset_ledger.errors import LedgerError
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
@@ -393,8 +393,10 @@ class Recorder:
                             outcome = self._record(conn, records, txn)
                         except dbapi.Error as exc:  # type: ignore[union-attr]
                             raise self._raw_error(conn, exc) from exc
-            except BaseException:
-                self._drop_connection()
+            except BaseException as exc:
+                # After a transient error the session itself may be the problem (a read-only one
+                # after a failover keeps its setting): never hand it back to the pool.
+                self._drop_connection(invalidate=isinstance(exc, Exception) and translate(exc).retriable)
                 raise
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
@@ -405,11 +407,10 @@ class Recorder:
 
     def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
         """A driver error raised on the raw cursor (SQLAlchemy did not wrap it), translated."""
-        dbapi = self.engine.dialect.dbapi
-        if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
+        error = translate(exc)
+        if error.retriable:
             conn.invalidate()
-            return LedgerUnavailable(f"ledger database unavailable: {exc}")
-        return LedgerError(f"ledger write failed: {exc}")
+        return error
 
     def close(self) -> None:
         """Return the held connection to the pool (and dispose of the engine if this recorder made it)."""
@@ -417,10 +418,12 @@ class Recorder:
         if self._owns_engine:
             self.engine.dispose()
 
-    def _drop_connection(self) -> None:
+    def _drop_connection(self, *, invalidate: bool = False) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
+                if invalidate and not conn.invalidated:
+                    conn.invalidate()
                 conn.close()
             except SQLAlchemyError:
                 log.debug("closing a broken ledger connection failed", exc_info=True)
