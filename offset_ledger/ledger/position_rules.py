@@ -1,0 +1,255 @@
+"""The position rules on the general path: gaps, who may move a position, and the findings that say why not.
+
+A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``); the rules themselves are pure
+(``offset_ledger.authority.decide``), this applies them to the rows read under the pipeline lock.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.engine import Connection
+
+from offset_ledger.authority import PositionState, decide
+from offset_ledger.ledger.activity import run_is_active
+from offset_ledger.ledger.locks import share_pipelines
+from offset_ledger.ledger.tables import (
+    checkpoint_generations,
+    findings,
+    positions,
+    resets,
+    runs,
+)
+from offset_ledger.ledger.records import (
+    BatchRecord,
+    MovedPosition,
+    _Ends,
+    _ends,
+    _gaps,
+    _Pos,
+    _position_ends,
+    _position_starts,
+    _Run,
+    _Txn,
+    utc,
+)
+
+log = logging.getLogger("offset_ledger.ledger.recorder")
+
+
+class PositionRules:
+    """``Recorder``'s position moves and findings (the attributes it uses are ``Recorder``'s)."""
+
+    _foreign_reported: set[tuple[str, int]]
+    _latest: dict[str, Any]
+
+    def _find_gaps(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+        for rec in recs:
+            b = rec.batch
+            latest = self._latest_of(conn, b.query_id, txn)
+            if latest is None or latest[0] < b.batch_id:
+                previous = latest
+            else:
+                # Out of order: this batch arrived after a later one of its query.
+                previous = self._batch_before(conn, b.query_id, b.batch_id)
+            if previous is not None:
+                self._gap_findings(rec, txn, previous)
+            if latest is None or latest[0] < b.batch_id:
+                txn.latest[b.query_id] = (b.batch_id, _ends(b))
+
+    def _gap_findings(self, rec: BatchRecord, txn: _Txn, previous: tuple[int, _Ends]) -> None:
+        """``gap`` findings of ``rec`` against the ends of the batch before it."""
+        b = rec.batch
+        prev_id, prev_ends = previous
+        for s, r, since, expected in _gaps(b, prev_ends):
+            lost = since - expected
+            txn.findings.append(self._finding(
+                rec, txn, "gap",
+                f"batch {b.batch_id} of {r.topic}-{r.partition} starts at {r.from_offset} "
+                f"but batch {prev_id} ended at {expected}",
+                r.topic, r.partition, expected, r.from_offset,
+                {"previous_batch_id": prev_id, "source_index": s.source_index,
+                 "skipped_records" if lost > 0 else "reread_records": abs(lost)}))
+
+    def _move_positions(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+        groups: dict[tuple[str, str], set[str]] = {}
+        for rec in recs:
+            groups.setdefault((rec.pipeline, rec.consumer_group), set()).update(
+                r.topic for s in rec.batch.sources for r in s.ranges)
+        # Shared pipeline lock first: a reset or a restart (new generation) of these pipelines is
+        # either committed before we read the generation and positions, or waits for us.
+        share_pipelines(conn, groups)
+        current: dict[tuple[str, str], dict[tuple[str, int], _Pos]] = {}
+        generation: dict[tuple[str, str], int | None] = {}
+        # One lock order for every writer: byte-wise, like Python's sorted() in the reset writer,
+        # whatever the database's collation (SQLite has no "C" collation, nor row locks).
+        topic_order = positions.c.topic.collate("C") if conn.dialect.name == "postgresql" else positions.c.topic
+        for (pipeline, group), topics in sorted(groups.items()):
+            # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
+            stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
+                           positions.c.updated_at, positions.c.reset_id, positions.c.query_id,
+                           positions.c.batch_id, resets.c.status.label("reset_status"))
+                    .select_from(positions.outerjoin(resets, resets.c.id == positions.c.reset_id))
+                    .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
+                           positions.c.topic.in_(sorted(topics)))
+                    .order_by(topic_order, positions.c.partition)
+                    .with_for_update(of=positions))
+            current[(pipeline, group)] = {
+                (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
+                                             r.batch_id, r.reset_status == "pending")
+                for r in conn.execute(stmt)}
+            generation[(pipeline, group)] = conn.execute(
+                select(func.max(checkpoint_generations.c.id))
+                .where(checkpoint_generations.c.pipeline == pipeline,
+                       checkpoint_generations.c.consumer_group == group)).scalar()
+        changed: dict[tuple[str, str], set[tuple[str, int]]] = {key: set() for key in current}
+        active: dict[str, bool] = {}
+        for rec in recs:
+            b = rec.batch
+            group_key = (rec.pipeline, rec.consumer_group)
+            pos, moved = current[group_key], changed[group_key]
+            run = self._run_of(b.run_id, txn)
+            current_generation = generation[group_key]
+            starts = _position_starts(b)
+            for topic, partition, until_offset in _position_ends(b):
+                key = (topic, partition)
+                cur = pos.get(key)
+                if (b.recorded_by is not None and cur is not None and cur.query_id == b.query_id
+                        and cur.batch_id is not None and cur.batch_id > b.batch_id):
+                    continue  # a hole in history filled from the checkpoint: its successors moved already
+                other = cur.query_id if cur is not None and cur.query_id not in (None, b.query_id) else None
+                if other is not None and current_generation is None and other not in active:
+                    active[other] = self._query_active(conn, other, txn.now)
+                verdict = decide(
+                    None if cur is None else PositionState(cur.next_offset, cur.query_id, cur.updated_at,
+                                                           cur.reset_pending),
+                    until_offset, query_id=b.query_id, run_started_at=run.started_at,
+                    run_generation_id=run.generation_id, current_generation_id=current_generation,
+                    other_query_active=bool(other and active.get(other)), from_offset=starts.get(key))
+                if verdict == "reset_overtaken":
+                    assert cur is not None
+                    txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
+                if verdict in ("move", "reset_overtaken"):
+                    if cur is None:
+                        pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
+                    else:
+                        cur.next_offset, cur.updated_at, cur.reset_id, cur.query_id, cur.batch_id = (
+                            until_offset, txn.now, None, b.query_id, b.batch_id)
+                        cur.reset_pending = False
+                    moved.add(key)
+                elif verdict == "foreign_run":
+                    assert current_generation is not None
+                    self._foreign_finding(conn, rec, txn, run, current_generation)
+                    break  # one finding per run and generation says it all; no partition moves
+                elif verdict == "regression" and b.recorded_by is not None:
+                    continue  # read back from the authoritative checkpoint: history, never a zombie
+                else:
+                    assert cur is not None
+                    txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
+        rows: list[dict[str, Any]] = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
+                 "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
+                 "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
+                for (pipeline, group), pos in current.items()
+                for key in sorted(changed[(pipeline, group)])]
+        if rows:
+            self._bulk(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
+                       update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
+            txn.moved.extend(MovedPosition(r["pipeline"], r["consumer_group"], r["topic"], r["partition"],
+                                           r["next_offset"]) for r in rows)
+
+    def _query_active(self, conn: Connection, query_id: str, now: datetime) -> bool:
+        """Whether ``query_id`` has a run that counts as active (``ledger.activity``)."""
+        rows = conn.execute(select(runs.c.started_at, runs.c.last_heartbeat_at, runs.c.terminated_at,
+                                   runs.c.max_batch_ms).where(runs.c.query_id == query_id))
+        return any(run_is_active(r.terminated_at, r.last_heartbeat_at, r.started_at, r.max_batch_ms, now=now)
+                   for r in rows)
+
+    def _foreign_finding(self, conn: Connection, rec: BatchRecord, txn: _Txn, run: _Run, generation_id: int) -> None:
+        """One ``foreign_run`` finding per run and current generation, however many batches it reports."""
+        b = rec.batch
+        key = (b.run_id, generation_id)
+        if key in self._foreign_reported or key in txn.foreign_reported:
+            return
+        txn.foreign_reported.add(key)
+        if conn.execute(select(findings.c.id).where(findings.c.kind == "foreign_run", findings.c.run_id == b.run_id,
+                                                    findings.c.generation_id == generation_id).limit(1)).first():
+            return
+        location = conn.execute(select(runs.c.checkpoint_location).where(runs.c.run_id == b.run_id)).scalar()
+        current = conn.execute(select(checkpoint_generations.c.generation, checkpoint_generations.c.location)
+                               .where(checkpoint_generations.c.id == generation_id)).first()
+        where = f"checkpoint {location}" if location else "an unknown checkpoint"
+        row = self._finding(
+            rec, txn, "foreign_run",
+            f"run {b.run_id} of query {b.query_id} reports batches from {where}, not from the current "
+            f"checkpoint generation {current.generation if current else '?'} "
+            f"({current.location if current else '?'}); its batches are history, positions are kept",
+            None, None, None, None,
+            {"run_id": b.run_id, "checkpoint_location": location, "run_generation_id": run.generation_id,
+             "current_generation": current.generation if current else None,
+             "current_location": current.location if current else None})
+        row["generation_id"] = generation_id
+        txn.findings.append(row)
+
+    def _update_runs(self, conn: Connection, recs: list[BatchRecord]) -> None:
+        last: dict[str, tuple[int, datetime, int | None]] = {}
+        for rec in recs:
+            b = rec.batch
+            prev = last.get(b.run_id)
+            longest = b.duration_ms if prev is None or prev[2] is None else max(prev[2], b.duration_ms or 0)
+            last[b.run_id] = (max(prev[0], b.batch_id) if prev else b.batch_id,
+                              max(prev[1], utc(b.batch_time)) if prev else utc(b.batch_time), longest)
+        for run_id, (batch_id, at, longest) in last.items():
+            values: dict[str, Any] = {"last_batch_id": batch_id, "last_heartbeat_at": at}
+            if longest is not None:
+                values["max_batch_ms"] = func.coalesce(
+                    func.max(runs.c.max_batch_ms, longest) if conn.dialect.name == "sqlite"
+                    else func.greatest(runs.c.max_batch_ms, longest), longest)
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
+
+    def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
+                      until_offset: int) -> dict[str, Any]:
+        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not
+        move, or the ``reset_overtaken`` finding of one it moved past a pending reset."""
+        b = rec.batch
+        if kind == "reset_overtaken":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} moved {topic}-{partition} from {cur.next_offset}, "
+                f"where pending reset {cur.reset_id} put it, to {until_offset} without starting there (a run "
+                f"on the old checkpoint?); the reset stays pending until start_from_ledger applies it",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_reset_id": cur.reset_id, "run_id": b.run_id})
+        if kind == "pending_reset":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
+                f"but reset {cur.reset_id} is pending at {cur.next_offset}; position kept",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_reset_id": cur.reset_id, "run_id": b.run_id})
+        if kind == "shared_position":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, but "
+                f"query {cur.query_id}, still active, records the same partition of this pipeline; position "
+                f"kept at {cur.next_offset} (give each query its own pipeline: pipeline= may map query names)",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id, "run_id": b.run_id})
+        return self._finding(
+            rec, txn, kind,
+            f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
+            f"behind the current position {cur.next_offset}; position kept",
+            topic, partition, cur.next_offset, until_offset,
+            {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
+             "position_reset_id": cur.reset_id, "run_id": b.run_id})
+
+    def _finding(self, rec: BatchRecord, txn: _Txn, kind: str, message: str, topic: str | None,
+                 partition: int | None, expected: int | None, actual: int | None,
+                 details: dict[str, Any]) -> dict[str, Any]:
+        return {"pipeline": rec.pipeline, "consumer_group": rec.consumer_group, "kind": kind,
+                "topic": topic, "partition": partition, "query_id": rec.batch.query_id,
+                "batch_id": rec.batch.batch_id, "expected_offset": expected, "actual_offset": actual,
+                "message": message, "details": details, "created_at": txn.now, "run_id": rec.batch.run_id,
+                "generation_id": None}

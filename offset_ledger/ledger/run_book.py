@@ -1,0 +1,154 @@
+"""Runs and generations as the recorder sees them: a run's start, its checkpoint generation, its rows.
+
+A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``): which generation a run is on
+(``authority.match_generation``), the defaulted consumer group a run's own group takes over, and the
+start a fresh run's first batch gets from its generation.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from offset_ledger.authority import GenerationRef, match_generation, same_location
+from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.tables import (
+    checkpoint_generations,
+    runs,
+)
+from offset_ledger.ledger.records import BatchRecord, RunStart, _Run, _Txn, utc
+
+log = logging.getLogger("offset_ledger.ledger.recorder")
+
+
+class RunBook:
+    """``Recorder``'s bookkeeping of runs (the attributes it uses are ``Recorder``'s)."""
+
+    _runs: dict[str, _Run]
+    _latest: dict[str, Any]
+    _generation_offsets: dict[int, dict[tuple[str, int], int]]
+    _insert: Any
+
+    def _run_start(self, conn: Connection, rec: RunStart, txn: _Txn) -> None:
+        generation_id = self._assign_generation(conn, rec.pipeline, rec.consumer_group, rec.query_id,
+                                                rec.run_id, rec.checkpoint_location)
+        row = {"run_id": rec.run_id, "query_id": rec.query_id, "pipeline": rec.pipeline,
+               "consumer_group": rec.consumer_group, "query_name": rec.query_name,
+               "app_version": rec.app_version, "checkpoint_location": rec.checkpoint_location,
+               "started_at": utc(rec.started_at), "generation_id": generation_id}
+        stmt = self._insert(runs)
+        # The start event is authoritative; a row made earlier from a batch only guessed these.
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[runs.c.run_id],
+            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "checkpoint_location", "started_at",
+                                                 "generation_id")})
+        conn.execute(stmt, [row])
+        txn.runs[rec.run_id] = _Run(utc(rec.started_at), generation_id)
+
+    def _assign_generation(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
+                           checkpoint_location: str | None) -> int | None:
+        """The generation a new run is on (see ``authority.match_generation``); claims it for the query."""
+        rows = conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
+                                   checkpoint_generations.c.query_id)
+                            .where(checkpoint_generations.c.pipeline == pipeline,
+                                   checkpoint_generations.c.consumer_group == group)).all()
+        if not rows and checkpoint_location:
+            rows = self._adopt_defaulted_group(conn, pipeline, group, checkpoint_location)
+        if not rows:
+            return None
+        seen = conn.execute(select(runs.c.run_id).where(runs.c.query_id == query_id, runs.c.run_id != run_id)
+                            .limit(1)).first() is not None
+        found = match_generation([GenerationRef(r.id, r.location, r.query_id) for r in rows],
+                                 checkpoint_location=checkpoint_location, query_id=query_id,
+                                 query_seen_before=seen)
+        if found is None:
+            return None
+        if found.query_id is None:
+            conn.execute(update(checkpoint_generations)
+                         .where(checkpoint_generations.c.id == found.id, checkpoint_generations.c.query_id.is_(None))
+                         .values(query_id=query_id))
+        return found.id
+
+    def _adopt_defaulted_group(self, conn: Connection, pipeline: str, group: str,
+                               checkpoint_location: str) -> list[Any]:
+        """A run reporting ``group`` on a generation the helper opened under a group it only defaulted:
+        that group yields (``generations.adopt_defaulted_group``); the generations, now ``group``'s."""
+        for g in gens.defaulted_generations(conn, pipeline, group):
+            if same_location(checkpoint_location, g.location):
+                gens.adopt_defaulted_group(conn, pipeline, g.consumer_group, group)
+                self._latest.clear()
+                return conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
+                                           checkpoint_generations.c.query_id)
+                                    .where(checkpoint_generations.c.pipeline == pipeline,
+                                           checkpoint_generations.c.consumer_group == group)).all()
+        return []
+
+    def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
+                   at: datetime, values: dict[str, Any]) -> None:
+        done = conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
+        if done.rowcount == 0:
+            # The listener was added after the query started: make the run row from what we know.
+            stmt = self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id])
+            conn.execute(stmt, [{"run_id": run_id, "query_id": query_id, "pipeline": pipeline,
+                                 "consumer_group": group, "started_at": utc(at), **values}])
+
+    def _ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+        """Know every run's start and generation (the position rules need them); make rows for unseen runs."""
+        unknown = sorted({r.batch.run_id for r in recs} - set(self._runs) - set(txn.runs))
+        if not unknown:
+            return
+        for r in conn.execute(select(runs.c.run_id, runs.c.started_at, runs.c.generation_id)
+                              .where(runs.c.run_id.in_(unknown))):
+            txn.runs[r.run_id] = _Run(utc(r.started_at), r.generation_id)
+        missing: dict[str, dict[str, Any]] = {}
+        for rec in recs:
+            b = rec.batch
+            if b.run_id in txn.runs or b.run_id in missing:
+                continue
+            # No start event (the listener came later, or lost it): no checkpoint location either.
+            missing[b.run_id] = {"run_id": b.run_id, "query_id": b.query_id, "pipeline": rec.pipeline,
+                                 "consumer_group": rec.consumer_group, "query_name": b.query_name,
+                                 "started_at": utc(b.batch_time),
+                                 "generation_id": self._assign_generation(conn, rec.pipeline, rec.consumer_group,
+                                                                          b.query_id, b.run_id, None)}
+        if missing:
+            conn.execute(self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id]),
+                         list(missing.values()))
+            for run_id, row in missing.items():
+                txn.runs[run_id] = _Run(row["started_at"], row["generation_id"])
+
+    def _run_of(self, run_id: str, txn: _Txn) -> _Run:
+        return txn.runs.get(run_id) or self._runs[run_id]
+
+    def _with_first_starts(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
+        """Give ranges Spark reported without a start (a fresh checkpoint's first batch) the start
+        the run's generation resolved, so every recorded range is a real ``[from, until)``."""
+        out = []
+        for rec in recs:
+            b = rec.batch
+            gen_id = self._run_of(b.run_id, txn).generation_id
+            if gen_id is None or all(r.from_offset is not None for s in b.sources for r in s.ranges):
+                out.append(rec)
+                continue
+            starts = self._resolved_offsets(conn, gen_id)
+            sources = tuple(
+                replace(s, ranges=tuple(
+                    replace(r, from_offset=starts.get((r.topic, r.partition))) if r.from_offset is None else r
+                    for r in s.ranges))
+                for s in b.sources)
+            out.append(replace(rec, batch=replace(b, sources=sources)))
+        return out
+
+    def _resolved_offsets(self, conn: Connection, generation_id: int) -> dict[tuple[str, int], int]:
+        cached = self._generation_offsets.get(generation_id)
+        if cached is None:
+            raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
+                               .where(checkpoint_generations.c.id == generation_id)).scalar() or {}
+            cached = {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+            self._generation_offsets[generation_id] = cached
+        return cached
