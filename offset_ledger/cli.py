@@ -518,6 +518,10 @@ def serve_cmd(
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption,
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    watch: Optional[list[str]] = typer.Option(
+        None, "--watch", metavar="PIPELINE=CHECKPOINT",
+        help="Also record this pipeline's batches from its checkpoint's commit log (as offset-ledger watch); "
+             "repeatable."),
 ) -> None:
     """Run the REST API (legacy /v1 endpoints, /api/v1 resources, /docs, /metrics, /healthz)."""
     import ipaddress
@@ -547,11 +551,18 @@ def serve_cmd(
     if not 0 < port < 65536:
         raise ConfigError(f"invalid --port {port}")
     kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
+    from offset_ledger.cli_watch import parse_watch_specs, start_watchers
+
+    specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
     # The bound address is a name clients use; a wildcard bind names no host.
     hosts = [] if host in ("0.0.0.0", "::", "") else [host]
-    uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
-                           tokens=tokens, hosts=hosts),
-                host=host, port=port, log_level=log_level)
+    stop_watchers = start_watchers(specs, dsn)
+    try:
+        uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
+                               tokens=tokens, hosts=hosts),
+                    host=host, port=port, log_level=log_level)
+    finally:
+        stop_watchers()
 
 
 _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})

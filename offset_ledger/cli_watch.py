@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from typing import Optional
 
 import typer
@@ -61,6 +62,46 @@ def watch_cmd(
         from offset_ledger.errors import EXIT_UNAVAILABLE
 
         raise typer.Exit(EXIT_UNAVAILABLE)  # the checkpoint could not be read (the line above says why)
+
+
+def parse_watch_specs(items: list[str]) -> list[tuple[str, str]]:
+    """``serve --watch PIPELINE=CHECKPOINT`` values as (pipeline, checkpoint); bad ones are usage errors."""
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.inputs import check_name
+
+    out = []
+    for item in items:
+        pipeline, sep, checkpoint = item.partition("=")
+        if not sep or not pipeline.strip() or not checkpoint.strip():
+            raise ConfigError(f"--watch must be PIPELINE=CHECKPOINT, not {item!r}")
+        out.append((check_name("pipeline", pipeline.strip()), checkpoint.strip()))
+    return out
+
+
+def start_watchers(specs: list[tuple[str, str]], dsn: str | None) -> Callable[[], None]:
+    """One watcher thread per (pipeline, checkpoint), every 5 s; returns the function that stops them all."""
+    if not specs:
+        return lambda: None
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.reconcile import watch
+
+    engine = make_engine(dsn)
+    ensure_schema(engine)
+    stop = threading.Event()
+    threads = [threading.Thread(target=watch, args=(engine, checkpoint), name=f"offset-ledger-watch-{pipeline}",
+                                kwargs={"pipeline": pipeline, "consumer_group": pipeline, "stop": stop},
+                                daemon=True)
+               for pipeline, checkpoint in specs]
+    for t in threads:
+        t.start()
+
+    def stop_all() -> None:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        engine.dispose()
+
+    return stop_all
 
 
 def register(app: typer.Typer) -> None:

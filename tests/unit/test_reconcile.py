@@ -51,3 +51,33 @@ def test_every_committed_batch_reads_back_as_the_files_say(location: Path) -> No
 
 def test_a_checkpoint_spark_never_wrote_is_empty_not_an_error(tmp_path: Path) -> None:
     assert read_committed_batches(str(tmp_path), LocalFiles(str(tmp_path))) == (None, [])
+
+
+def test_serve_watchers_record_a_checkpoint_and_stop(tmp_path: Path) -> None:
+    import time
+
+    from sqlalchemy import text
+
+    from offset_ledger.cli_watch import parse_watch_specs, start_watchers
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.ledger.engine import make_engine
+
+    location = CASES[-1]
+    with pytest.raises(ConfigError, match="PIPELINE=CHECKPOINT"):
+        parse_watch_specs(["orders"])
+    dsn = f"sqlite:///{tmp_path / 'ledger.db'}"
+    stop = start_watchers(parse_watch_specs([f"orders={location}"]), dsn)
+    engine = make_engine(dsn)
+    try:
+        deadline = time.monotonic() + 20
+        count = 0
+        while time.monotonic() < deadline:
+            with engine.connect() as conn:
+                count = conn.execute(text("SELECT count(*) FROM batches WHERE source = 'checkpoint'")).scalar() or 0
+            if count == len(committed_batch_ids(LocalFiles(str(location)))):
+                break
+            time.sleep(0.1)
+        assert count == len(committed_batch_ids(LocalFiles(str(location)))) > 0
+    finally:
+        stop()
+        engine.dispose()
