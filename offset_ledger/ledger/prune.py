@@ -24,7 +24,8 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from offset_ledger.errors import InvalidDuration
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, findings, positions, runs
+from offset_ledger.ledger.queries import live_query_id
+from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, findings, positions
 
 log = logging.getLogger(__name__)
 
@@ -123,15 +124,7 @@ def live_stateful_queries(conn: Connection, pipeline: str | None = None) -> set[
     for p, g in groups:
         generation_id = conn.execute(select(func.max(checkpoint_generations.c.id)).where(
             checkpoint_generations.c.pipeline == p, checkpoint_generations.c.consumer_group == g)).scalar()
-        newest = select(batches.c.query_id).where(batches.c.pipeline == p, batches.c.consumer_group == g)
-        query_id = None
-        if generation_id is not None:
-            query_id = conn.execute(
-                newest.join(runs, runs.c.run_id == batches.c.run_id).where(runs.c.generation_id == generation_id)
-                .order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc()).limit(1)).scalar()
-        if query_id is None:
-            query_id = conn.execute(newest.order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc())
-                                    .limit(1)).scalar()
+        query_id = live_query_id(conn, p, g, generation_id)
         if query_id is not None and conn.execute(select(batches.c.id).where(
                 batches.c.query_id == query_id, batches.c.watermark.is_not(None)).limit(1)).first() is not None:
             live.add(query_id)

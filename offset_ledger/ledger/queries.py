@@ -250,15 +250,9 @@ def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:
     return [dict(r._mapping) for r in conn.execute(stmt)]
 
 
-def checkpoint_batches(
-    conn: Connection, pipeline: str, consumer_group: str, generation_id: int | None,
-) -> tuple[str | None, list[BatchFigures]]:
-    """(query id, its batches with event-time figures and ranges) of the pipeline's live checkpoint.
-
-    One checkpoint is one Spark query id. It is the query of the newest batch recorded by a run on
-    the current generation; when that generation has no batch yet (planned, never started), the
-    query of the pipeline's newest batch, so planning again gives the same answer.
-    """
+def live_query_id(conn: Connection, pipeline: str, consumer_group: str, generation_id: int | None) -> str | None:
+    """The query of the pipeline's live checkpoint: of the newest batch a run on the current generation
+    recorded, else (that generation never ran) of the pipeline's newest batch; None without batches."""
     newest = select(batches.c.query_id).where(batches.c.pipeline == pipeline,
                                               batches.c.consumer_group == consumer_group)
     query_id = None
@@ -269,6 +263,19 @@ def checkpoint_batches(
     if query_id is None:
         query_id = conn.execute(newest.order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc())
                                 .limit(1)).scalar()
+    return query_id
+
+
+def checkpoint_batches(
+    conn: Connection, pipeline: str, consumer_group: str, generation_id: int | None,
+) -> tuple[str | None, list[BatchFigures]]:
+    """(query id, its batches with event-time figures and ranges) of the pipeline's live checkpoint.
+
+    One checkpoint is one Spark query id. It is the query of the newest batch recorded by a run on
+    the current generation; when that generation has no batch yet (planned, never started), the
+    query of the pipeline's newest batch, so planning again gives the same answer.
+    """
+    query_id = live_query_id(conn, pipeline, consumer_group, generation_id)
     if query_id is None:
         return None, []
     ranges: dict[int, dict[TopicPartition, tuple[int | None, int]]] = {}

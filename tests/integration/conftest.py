@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Engine
 from sqlalchemy.engine import make_url
 
 from offset_ledger import devstack
@@ -79,6 +80,17 @@ def pg_dsn(stack: devstack.StackInfo, request: pytest.FixtureRequest) -> Iterato
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def ledger(pg_dsn: str) -> Iterator[Engine]:
+    """An engine on this test's fresh Postgres database, at the newest schema."""
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+
+    engine = make_engine(pg_dsn)
+    ensure_schema(engine)
+    yield engine
+    engine.dispose()
 
 
 @pytest.fixture(scope="session")

@@ -13,12 +13,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import httpx
-import pytest
 import uvicorn
 
 from offset_ledger.api import create_app
 from offset_ledger.devstack import free_port
-from offset_ledger.ledger.engine import make_engine, upgrade
 from tests.ops_seed import seed_pipeline
 
 
@@ -61,14 +59,6 @@ class Server:
 def serving(dsn: str, bootstrap: str, **kwargs) -> Iterator[Server]:  # type: ignore[no-untyped-def]
     with Server(create_app(dsn=dsn, bootstrap_servers=bootstrap, **kwargs)) as server:
         yield server
-
-
-@pytest.fixture
-def ledger(pg_dsn: str):  # type: ignore[no-untyped-def]
-    engine = make_engine(pg_dsn)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 CURL = {"Accept": "application/json", "Content-Type": "application/json"}

@@ -12,7 +12,6 @@ import json
 import os
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from offset_ledger import OffsetLedgerListener, start_from_ledger
-from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, positions, runs
 
 pytestmark = pytest.mark.compat
@@ -31,14 +29,6 @@ BRIDGES = [True] if os.environ.get("OFFSET_LEDGER_TEST_SPARK_CONNECT") else [Tru
 
 def _is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
-@pytest.fixture
-def ledger(pg_dsn: str) -> Iterator[Engine]:
-    engine = make_engine(pg_dsn)
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
 
 
 def _end_offsets(progress: Any) -> dict[str, dict[str, int]]:

@@ -24,14 +24,6 @@ Rows = list[tuple[int, int, str, int, int | None, int]]
 
 
 @pytest.fixture
-def ledger(pg_dsn: str) -> Iterator[Engine]:
-    engine = make_engine(pg_dsn)
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
 def listeners(spark, tmp_path: Path) -> Iterator[list[OffsetLedgerListener]]:  # type: ignore[no-untyped-def]
     """Listeners a test registers; removed from the session and closed afterwards."""
     made: list[OffsetLedgerListener] = []

@@ -29,14 +29,6 @@ from tests.integration.test_listener import (
 
 
 @pytest.fixture
-def ledger(pg_dsn: str) -> Iterator[Engine]:
-    engine = make_engine(pg_dsn)
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
-
-
-@pytest.fixture
 def listeners(spark) -> Iterator[list]:  # type: ignore[no-untyped-def]
     made: list = []
     yield made

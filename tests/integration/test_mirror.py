@@ -25,7 +25,6 @@ from offset_ledger.operations import Operations
 from offset_ledger.resets import ResetRequest
 from tests.integration.test_listener import (  # noqa: F401 - fixtures
     kafka_stream,
-    ledger,
     listeners,
     position_map,
     register,

@@ -7,14 +7,13 @@ import json
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import select
 
 from offset_ledger import OffsetLedgerListener
 from offset_ledger.api import create_app
 from offset_ledger.api.tokens import ApiToken
-from offset_ledger.ledger.engine import make_engine, upgrade
+from offset_ledger.ledger.engine import make_engine
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operations import Operations
 from offset_ledger.resets import ResetRequest
@@ -23,14 +22,6 @@ from tests.ops_seed import seed_pipeline
 
 OPERATE = ApiToken("release-bot", "operate", b"operate-" + b"x" * 24)
 READ = ApiToken("grafana", "read", b"read-" + b"y" * 24)
-
-
-@pytest.fixture
-def ledger(pg_dsn: str):  # type: ignore[no-untyped-def]
-    engine = make_engine(pg_dsn)
-    upgrade(engine)
-    yield engine
-    engine.dispose()
 
 
 def _curl(url: str, *args: str) -> tuple[int, dict]:

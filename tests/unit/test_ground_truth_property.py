@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,17 @@ class Job:
         return BatchRecord("orders", "orders", BatchOffsets(
             self.query_id, self.run_id, "orders", n, at, sum(r.until_offset - r.from_offset for r in ranges),
             (SourceProgress(0, f"KafkaV2[Subscribe[{TOPIC}]]", ranges, 0),)))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Any, Cluster, Recorder]]:
+    """An SQLite ledger at the newest schema, a stand-in cluster, and the real recorder."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    upgrade(engine)
+    recorder = Recorder(engine)
+    yield engine, Cluster(), recorder
+    recorder.close()
+    engine.dispose()
 
 
 OPS = st.lists(st.one_of(
@@ -198,176 +210,141 @@ def test_a_restart_starts_exactly_at_the_checkpoint_or_the_reset(tmp_path_factor
         engine.dispose()
 
 
-def test_reconciliation_backfills_what_the_listener_dropped_once(tmp_path: Path) -> None:
+def test_reconciliation_backfills_what_the_listener_dropped_once(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
     """Two batches committed without the listener: the upgrade starts after them, history has them once."""
-    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    upgrade(engine)
-    cluster = Cluster()
-    recorder = Recorder(engine)
-    try:
-        cluster.log_end = {0: 10, 1: 10}
-        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                            app_version="1")
-        job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-        recorder.record([job.start_event(), job.batch(cluster.log_end)])
-        cluster.log_end = {0: 20, 1: 30}
-        job.batch(cluster.log_end)  # dropped
-        cluster.log_end = {0: 25, 1: 31}
-        job.batch(cluster.log_end)  # dropped
-        plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                             app_version="2")
-        assert plan2.fresh_checkpoint and plan2.starting_offsets == {TOPIC: {"0": 25, "1": 31}}
-        backfilled = [f for f in plan2.findings if f.kind == "backfilled"]
-        assert len(backfilled) == 1 and backfilled[0].details["batch_ids"] == [1, 2]
-        from sqlalchemy import text
+    engine, cluster, recorder = world
+    cluster.log_end = {0: 10, 1: 10}
+    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                        app_version="1")
+    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+    cluster.log_end = {0: 20, 1: 30}
+    job.batch(cluster.log_end)  # dropped
+    cluster.log_end = {0: 25, 1: 31}
+    job.batch(cluster.log_end)  # dropped
+    plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                         app_version="2")
+    assert plan2.fresh_checkpoint and plan2.starting_offsets == {TOPIC: {"0": 25, "1": 31}}
+    backfilled = [f for f in plan2.findings if f.kind == "backfilled"]
+    assert len(backfilled) == 1 and backfilled[0].details["batch_ids"] == [1, 2]
+    from sqlalchemy import text
 
-        with engine.connect() as conn:
-            rows = conn.execute(text("SELECT batch_id, source FROM batches ORDER BY batch_id")).all()
-            assert [tuple(r) for r in rows] == [(0, None), (1, "checkpoint"), (2, "checkpoint")]
-            spans = conn.execute(text("SELECT batch_id, \"partition\", from_offset, until_offset FROM batch_offsets "
-                                      "ORDER BY batch_id, \"partition\"")).all()
-            assert [tuple(r) for r in spans] == [(0, 0, 0, 10), (0, 1, 0, 10), (1, 0, 10, 20), (1, 1, 10, 30),
-                                                 (2, 0, 20, 25), (2, 1, 30, 31)]
-        # A third restart on the same version reuses generation 2 and backfills nothing twice.
-        plan3 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                             app_version="2")
-        assert not plan3.fresh_checkpoint and not [f for f in plan3.findings if f.kind == "backfilled"]
-    finally:
-        recorder.close()
-        engine.dispose()
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT batch_id, source FROM batches ORDER BY batch_id")).all()
+        assert [tuple(r) for r in rows] == [(0, None), (1, "checkpoint"), (2, "checkpoint")]
+        spans = conn.execute(text("SELECT batch_id, \"partition\", from_offset, until_offset FROM batch_offsets "
+                                  "ORDER BY batch_id, \"partition\"")).all()
+        assert [tuple(r) for r in spans] == [(0, 0, 0, 10), (0, 1, 0, 10), (1, 0, 10, 20), (1, 1, 10, 30),
+                                             (2, 0, 20, 25), (2, 1, 30, 31)]
+    # A third restart on the same version reuses generation 2 and backfills nothing twice.
+    plan3 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                         app_version="2")
+    assert not plan3.fresh_checkpoint and not [f for f in plan3.findings if f.kind == "backfilled"]
 
 
-def test_an_unreadable_checkpoint_is_a_stored_finding_not_silence(tmp_path: Path) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    upgrade(engine)
-    cluster = Cluster()
-    recorder = Recorder(engine)
-    try:
-        cluster.log_end = {0: 5, 1: 5}
-        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                            app_version="1")
-        job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-        recorder.record([job.start_event(), job.batch(cluster.log_end)])
-        (job.root / "metadata").write_text("not json")
-        plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                             app_version="2")
-        found = [f for f in plan2.findings if f.kind == "checkpoint_unreadable"]
-        assert len(found) == 1 and str(job.root) in found[0].message
-        from sqlalchemy import text
+def test_an_unreadable_checkpoint_is_a_stored_finding_not_silence(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
+    engine, cluster, recorder = world
+    cluster.log_end = {0: 5, 1: 5}
+    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                        app_version="1")
+    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+    (job.root / "metadata").write_text("not json")
+    plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                         app_version="2")
+    found = [f for f in plan2.findings if f.kind == "checkpoint_unreadable"]
+    assert len(found) == 1 and str(job.root) in found[0].message
+    from sqlalchemy import text
 
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM findings WHERE kind = 'checkpoint_unreadable'")).scalar() == 1
-    finally:
-        recorder.close()
-        engine.dispose()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM findings WHERE kind = 'checkpoint_unreadable'")).scalar() == 1
 
 
 
 
-def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tmp_path: Path) -> None:
+def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
     from sqlalchemy import text
 
     from offset_ledger.errors import PlanConflict
 
-    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    upgrade(engine)
-    cluster = Cluster()
-    recorder = Recorder(engine)
+    engine, cluster, recorder = world
+    cluster.log_end = {0: 5, 1: 5}
+    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                        app_version="1")
+    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+
+    class Busy(Cluster):
+        def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
+            self.log_end[0] += 1
+            recorder.record([job.batch(self.log_end)])  # the old job commits during every plan
+            return super().snapshot(topics)
+
+    busy = Busy()
+    busy.log_end = dict(cluster.log_end)
     try:
-        cluster.log_end = {0: 5, 1: 5}
-        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                            app_version="1")
-        job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-        recorder.record([job.start_event(), job.batch(cluster.log_end)])
-
-        class Busy(Cluster):
-            def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
-                self.log_end[0] += 1
-                recorder.record([job.batch(self.log_end)])  # the old job commits during every plan
-                return super().snapshot(topics)
-
-        busy = Busy()
-        busy.log_end = dict(cluster.log_end)
-        try:
-            restart_with(engine, busy, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                         app_version="2")
-        except PlanConflict as exc:
-            assert exc.retriable and "3 times" in exc.message and "position" in exc.message
-        else:
-            raise AssertionError("a plan that kept going stale was accepted")
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT count(*) FROM checkpoint_generations")).scalar() == 1
-    finally:
-        recorder.close()
-        engine.dispose()
+        restart_with(engine, busy, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                     app_version="2")
+    except PlanConflict as exc:
+        assert exc.retriable and "3 times" in exc.message and "position" in exc.message
+    else:
+        raise AssertionError("a plan that kept going stale was accepted")
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM checkpoint_generations")).scalar() == 1
 
 
-def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path) -> None:
+def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
     from sqlalchemy import text
 
-    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    upgrade(engine)
-    cluster = Cluster()
-    recorder = Recorder(engine)
-    try:
-        cluster.log_end = {0: 5, 1: 7}
-        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                            app_version="1")
-        assert plan.consumer_group == "orders"
-        job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-        start, batch = job.start_event(), job.batch(cluster.log_end)
-        # The listener was created with consumer_group="orders-etl"; the restart never named one.
-        recorder.record([RunStart("orders", "orders-etl", start.query_id, start.run_id, "orders", start.started_at,
-                                  checkpoint_location="file:" + str(job.root)),
-                         BatchRecord("orders", "orders-etl", batch.batch)])
-        plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                             app_version="2")
-        assert plan2.consumer_group == "orders-etl"
-        assert plan2.starting_offsets == {TOPIC: {"0": 5, "1": 7}}
-        with engine.connect() as conn:
-            groups = {r[0] for r in conn.execute(text("SELECT DISTINCT consumer_group FROM checkpoint_generations"))}
-            assert groups == {"orders-etl"}
-        # A group someone named is never taken over.
-        plan3 = restart_with(engine, cluster, pipeline="other", consumer_group="named", topics=[TOPIC],
-                             checkpoint_root=str(tmp_path / "ck2"), app_version="1")
-        job3 = Job(plan3.checkpoint_location or "", {0: 0, 1: 0})
-        s3 = job3.start_event()
-        recorder.record([RunStart("other", "theirs", s3.query_id, s3.run_id, None, s3.started_at,
-                                  checkpoint_location=str(job3.root))])
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT consumer_group FROM checkpoint_generations WHERE pipeline = 'other'"
-                                     )).scalar() == "named"
-    finally:
-        recorder.close()
-        engine.dispose()
+    engine, cluster, recorder = world
+    cluster.log_end = {0: 5, 1: 7}
+    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                        app_version="1")
+    assert plan.consumer_group == "orders"
+    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+    start, batch = job.start_event(), job.batch(cluster.log_end)
+    # The listener was created with consumer_group="orders-etl"; the restart never named one.
+    recorder.record([RunStart("orders", "orders-etl", start.query_id, start.run_id, "orders", start.started_at,
+                              checkpoint_location="file:" + str(job.root)),
+                     BatchRecord("orders", "orders-etl", batch.batch)])
+    plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                         app_version="2")
+    assert plan2.consumer_group == "orders-etl"
+    assert plan2.starting_offsets == {TOPIC: {"0": 5, "1": 7}}
+    with engine.connect() as conn:
+        groups = {r[0] for r in conn.execute(text("SELECT DISTINCT consumer_group FROM checkpoint_generations"))}
+        assert groups == {"orders-etl"}
+    # A group someone named is never taken over.
+    plan3 = restart_with(engine, cluster, pipeline="other", consumer_group="named", topics=[TOPIC],
+                         checkpoint_root=str(tmp_path / "ck2"), app_version="1")
+    job3 = Job(plan3.checkpoint_location or "", {0: 0, 1: 0})
+    s3 = job3.start_event()
+    recorder.record([RunStart("other", "theirs", s3.query_id, s3.run_id, None, s3.started_at,
+                              checkpoint_location=str(job3.root))])
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT consumer_group FROM checkpoint_generations WHERE pipeline = 'other'"
+                                 )).scalar() == "named"
 
 
-def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_path: Path) -> None:
+def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
     """A copied checkpoint keeps the query id: its batch N and the real run's batch N share a key."""
     import shutil
 
     from sqlalchemy import text
 
-    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
-    upgrade(engine)
-    cluster = Cluster()
-    recorder = Recorder(engine)
-    try:
-        cluster.log_end = {0: 5, 1: 5}
-        plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                            app_version="1")
-        real = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-        recorder.record([real.start_event(), real.batch(cluster.log_end)])
-        shutil.copytree(real.root, tmp_path / "copy")
-        copy = Job(str(tmp_path / "copy"), None)
-        cluster.log_end = {0: 9, 1: 9}
-        recorder.record([copy.start_event(), copy.batch(cluster.log_end)])  # foreign, and first
-        recorder.record([real.batch(cluster.log_end)])                        # the same (query, batch 1)
-        with engine.connect() as conn:
-            moved = {r[0]: r[1] for r in conn.execute(text('SELECT "partition", next_offset FROM positions'))}
-            kinds = [r[0] for r in conn.execute(text("SELECT kind FROM findings"))]
-        assert moved == {0: 9, 1: 9}
-        assert kinds.count("foreign_run") == 1
-    finally:
-        recorder.close()
-        engine.dispose()
+    engine, cluster, recorder = world
+    cluster.log_end = {0: 5, 1: 5}
+    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                        app_version="1")
+    real = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
+    recorder.record([real.start_event(), real.batch(cluster.log_end)])
+    shutil.copytree(real.root, tmp_path / "copy")
+    copy = Job(str(tmp_path / "copy"), None)
+    cluster.log_end = {0: 9, 1: 9}
+    recorder.record([copy.start_event(), copy.batch(cluster.log_end)])  # foreign, and first
+    recorder.record([real.batch(cluster.log_end)])                        # the same (query, batch 1)
+    with engine.connect() as conn:
+        moved = {r[0]: r[1] for r in conn.execute(text('SELECT "partition", next_offset FROM positions'))}
+        kinds = [r[0] for r in conn.execute(text("SELECT kind FROM findings"))]
+    assert moved == {0: 9, 1: 9}
+    assert kinds.count("foreign_run") == 1
