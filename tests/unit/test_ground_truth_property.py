@@ -106,8 +106,27 @@ class Job:
             (SourceProgress(0, f"KafkaV2[Subscribe[{TOPIC}]]", ranges, 0),)))
 
 
+World = tuple[Any, Cluster, Recorder]
+
+
+def _restart(world: World, tmp_path: Path, version: str) -> Any:
+    engine, cluster, _ = world
+    return restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
+                        app_version=version)
+
+
+def _first_run(world: World, tmp_path: Path, log_end: dict[int, int]) -> tuple[Any, Job]:
+    """Generation 1 from earliest, its job started and its first batch recorded by the listener."""
+    engine, cluster, recorder = world
+    cluster.log_end = dict(log_end)
+    plan = _restart(world, tmp_path, "1")
+    job = Job(plan.checkpoint_location or "", {p: 0 for p in PARTS})
+    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+    return plan, job
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Any, Cluster, Recorder]]:
+def world(tmp_path: Path) -> Iterator[World]:
     """An SQLite ledger at the newest schema, a stand-in cluster, and the real recorder."""
     engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
     upgrade(engine)
@@ -210,20 +229,15 @@ def test_a_restart_starts_exactly_at_the_checkpoint_or_the_reset(tmp_path_factor
         engine.dispose()
 
 
-def test_reconciliation_backfills_what_the_listener_dropped_once(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
+def test_reconciliation_backfills_what_the_listener_dropped_once(tmp_path: Path, world: World) -> None:
     """Two batches committed without the listener: the upgrade starts after them, history has them once."""
     engine, cluster, recorder = world
-    cluster.log_end = {0: 10, 1: 10}
-    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                        app_version="1")
-    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+    plan, job = _first_run(world, tmp_path, {0: 10, 1: 10})
     cluster.log_end = {0: 20, 1: 30}
     job.batch(cluster.log_end)  # dropped
     cluster.log_end = {0: 25, 1: 31}
     job.batch(cluster.log_end)  # dropped
-    plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                         app_version="2")
+    plan2 = _restart(world, tmp_path, "2")
     assert plan2.fresh_checkpoint and plan2.starting_offsets == {TOPIC: {"0": 25, "1": 31}}
     backfilled = [f for f in plan2.findings if f.kind == "backfilled"]
     assert len(backfilled) == 1 and backfilled[0].details["batch_ids"] == [1, 2]
@@ -237,21 +251,15 @@ def test_reconciliation_backfills_what_the_listener_dropped_once(tmp_path: Path,
         assert [tuple(r) for r in spans] == [(0, 0, 0, 10), (0, 1, 0, 10), (1, 0, 10, 20), (1, 1, 10, 30),
                                              (2, 0, 20, 25), (2, 1, 30, 31)]
     # A third restart on the same version reuses generation 2 and backfills nothing twice.
-    plan3 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                         app_version="2")
+    plan3 = _restart(world, tmp_path, "2")
     assert not plan3.fresh_checkpoint and not [f for f in plan3.findings if f.kind == "backfilled"]
 
 
-def test_an_unreadable_checkpoint_is_a_stored_finding_not_silence(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
+def test_an_unreadable_checkpoint_is_a_stored_finding_not_silence(tmp_path: Path, world: World) -> None:
     engine, cluster, recorder = world
-    cluster.log_end = {0: 5, 1: 5}
-    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                        app_version="1")
-    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+    plan, job = _first_run(world, tmp_path, {0: 5, 1: 5})
     (job.root / "metadata").write_text("not json")
-    plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                         app_version="2")
+    plan2 = _restart(world, tmp_path, "2")
     found = [f for f in plan2.findings if f.kind == "checkpoint_unreadable"]
     assert len(found) == 1 and str(job.root) in found[0].message
     from sqlalchemy import text
@@ -260,19 +268,13 @@ def test_an_unreadable_checkpoint_is_a_stored_finding_not_silence(tmp_path: Path
         assert conn.execute(text("SELECT count(*) FROM findings WHERE kind = 'checkpoint_unreadable'")).scalar() == 1
 
 
-
-
-def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
+def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tmp_path: Path, world: World) -> None:
     from sqlalchemy import text
 
     from offset_ledger.errors import PlanConflict
 
     engine, cluster, recorder = world
-    cluster.log_end = {0: 5, 1: 5}
-    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                        app_version="1")
-    job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-    recorder.record([job.start_event(), job.batch(cluster.log_end)])
+    plan, job = _first_run(world, tmp_path, {0: 5, 1: 5})
 
     class Busy(Cluster):
         def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
@@ -293,13 +295,12 @@ def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tm
         assert conn.execute(text("SELECT count(*) FROM checkpoint_generations")).scalar() == 1
 
 
-def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
+def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, world: World) -> None:
     from sqlalchemy import text
 
     engine, cluster, recorder = world
     cluster.log_end = {0: 5, 1: 7}
-    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                        app_version="1")
+    plan = _restart(world, tmp_path, "1")
     assert plan.consumer_group == "orders"
     job = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
     start, batch = job.start_event(), job.batch(cluster.log_end)
@@ -307,8 +308,7 @@ def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, w
     recorder.record([RunStart("orders", "orders-etl", start.query_id, start.run_id, "orders", start.started_at,
                               checkpoint_location="file:" + str(job.root)),
                      BatchRecord("orders", "orders-etl", batch.batch)])
-    plan2 = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                         app_version="2")
+    plan2 = _restart(world, tmp_path, "2")
     assert plan2.consumer_group == "orders-etl"
     assert plan2.starting_offsets == {TOPIC: {"0": 5, "1": 7}}
     with engine.connect() as conn:
@@ -326,18 +326,14 @@ def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, w
                                  )).scalar() == "named"
 
 
-def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_path: Path, world: tuple[Any, Cluster, Recorder]) -> None:
+def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_path: Path, world: World) -> None:
     """A copied checkpoint keeps the query id: its batch N and the real run's batch N share a key."""
     import shutil
 
     from sqlalchemy import text
 
     engine, cluster, recorder = world
-    cluster.log_end = {0: 5, 1: 5}
-    plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                        app_version="1")
-    real = Job(plan.checkpoint_location or "", {0: 0, 1: 0})
-    recorder.record([real.start_event(), real.batch(cluster.log_end)])
+    plan, real = _first_run(world, tmp_path, {0: 5, 1: 5})
     shutil.copytree(real.root, tmp_path / "copy")
     copy = Job(str(tmp_path / "copy"), None)
     cluster.log_end = {0: 9, 1: 9}
