@@ -570,9 +570,10 @@ _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 def _register_commands() -> None:
     # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
-    from offset_ledger import cli_audit, cli_reset, cli_watch
+    from offset_ledger import cli_audit, cli_policy, cli_reset, cli_watch
 
     cli_audit.register(app)
+    cli_policy.register(app)
     cli_reset.register(app)
     cli_watch.register(app)
 

@@ -159,6 +159,9 @@ class RestartPlan:
     #: Stateful restart: drop records with event time before this (aware UTC) right after parsing;
     #: None when no rewind applies.
     event_time_floor: datetime | None = None
+    #: The restart policies this plan applied: stored with the pipeline, overridden by the call's
+    #: arguments, else the defaults (``offset_ledger.policies``).
+    policies: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def starting_offsets_json(self) -> str:

@@ -20,14 +20,16 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.config import settings
-from offset_ledger.errors import ConfigError, PlanConflict
+from offset_ledger.errors import ConfigError, InvalidRestartOptions, PlanConflict
 from offset_ledger.kafka import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations
 from offset_ledger.model import Finding, RestartPlan
+from offset_ledger.policies import effective
 from offset_ledger.resolver import new_generation_reason
 from offset_ledger.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
     ClusterView,
@@ -56,18 +58,17 @@ def start_from_ledger(
     checkpoint_root: str,
     app_version: str | None = None,
     first_run: str | int | datetime | Mapping[str, Any] | None = None,
-    on_data_loss: str = "fail",
+    on_data_loss: str | None = None,
     dsn: str | None = None,
     consumer_group: str | None = None,
     new_checkpoint: bool = False,
     kafka_options: Mapping[str, Any] | None = None,
     allow_first_run: bool = False,
-    commit_to_kafka: bool = False,
+    commit_to_kafka: bool | None = None,
     window: str | None = None,
     slide: str | None = None,
     watermark_delay: str | None = None,
-    event_time_is_kafka_timestamp: bool = False,
-
+    event_time_is_kafka_timestamp: bool | None = None,
     adopt_checkpoint: str | None = None,
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
@@ -151,10 +152,11 @@ def start_from_ledger(
                 topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
                 on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
                 window=window, slide=slide, watermark_delay=watermark_delay,
-                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
         log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
+        mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
         return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
-            if commit_to_kafka else done
+            if mirror else done
     finally:
         engine.dispose()
 
@@ -162,35 +164,84 @@ def start_from_ledger(
 def restart_with(
     engine: Engine, adapter: Any, *, pipeline: str, checkpoint_root: str, consumer_group: str | None = None,
     topics: Sequence[str] | None = None, topic_pattern: str | None = None, app_version: str | None = None,
-    first_run: object = None, on_data_loss: str = "fail", new_checkpoint: bool = False,
+    first_run: object = None, on_data_loss: str | None = None, new_checkpoint: bool = False,
     allow_first_run: bool = False, window: str | None = None, slide: str | None = None,
-    watermark_delay: str | None = None, event_time_is_kafka_timestamp: bool = False,
+    watermark_delay: str | None = None, event_time_is_kafka_timestamp: bool | None = None,
+    commit_to_kafka: bool | None = None,
 ) -> RestartPlan:
-    """``start_from_ledger`` on an open engine and Kafka adapter: reconcile, plan, decide under the lock."""
+    """``start_from_ledger`` on an open engine and Kafka adapter: reconcile, plan, decide under the lock.
+
+    Arguments left None take the pipeline's stored policies (``offset_ledger.policies``), then the
+    defaults; one given where a stored policy differs is used for this call and reported
+    (``policy_override``). A stored window applies when a fresh generation is opened anyway (an
+    upgrade); ``window=`` given in the call asks for one, as before.
+    """
+    stored = _stored_policies(engine, pipeline)
+    use, overrides = effective(stored, {
+        "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
+        "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": event_time_is_kafka_timestamp,
+        "commit_to_kafka": commit_to_kafka})
+    stored_window = window is None and use["window"] is not None
+    if use["window"] is None and (slide is not None or watermark_delay is not None or event_time_is_kafka_timestamp):
+        raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
+                                    option="window")
     # Ground truth first: what the current generation's checkpoint committed and the
     # listener never delivered is recorded before anything is planned from the ledger.
     truth = reconcile_current(engine, pipeline, consumer_group)
     changes: list[str] = []
     for attempt in range(1, _PLAN_ATTEMPTS + 1):
-        plan, ledger, cluster = plan_restart(
-            engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-            topic_pattern=topic_pattern, first_run=first_run, on_data_loss=on_data_loss,
-            allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
-            event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+        rewind = window is not None
+        plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
+                                      allow_first_run, rewind)
+        if stored_window and not ledger.pending_reset_ids and _needs_fresh_generation(
+                plan, ledger, app_version, checkpoint_root, new_checkpoint):
+            # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
+            rewind = True
+            plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
+                                          allow_first_run, rewind)
         done = _decide_under_lock(
             engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
             checkpoint_root=checkpoint_root, app_version=app_version,
-            new_checkpoint=new_checkpoint or window is not None,
+            new_checkpoint=new_checkpoint or rewind,
             # Nobody named the group: it stays the helper's guess until a run reports its own.
             defaulted_group=consumer_group is None and (
                 not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
         if isinstance(done, RestartPlan):
             # Reconciliation findings were stored when found; the plan shows them too.
-            return replace(done, findings=(*truth, *done.findings)) if truth else done
+            return replace(done, findings=(*truth, *overrides, *done.findings), policies=use)
         changes = done
         log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
                  pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
     raise PlanConflict(pipeline, _PLAN_ATTEMPTS, changes)
+
+
+def _stored_policies(engine: Engine, pipeline: str) -> dict[str, Any]:
+    try:
+        with engine.connect() as conn:
+            return current_policies(conn, pipeline)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the pipeline's policies") from exc
+
+
+def _plan(engine: Engine, adapter: Any, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
+          topic_pattern: str | None, use: Mapping[str, Any], allow_first_run: bool,
+          rewind: bool) -> tuple[RestartPlan, LedgerView, ClusterView]:
+    return plan_restart(
+        engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+        topic_pattern=topic_pattern, first_run=use["first_run"], on_data_loss=use["on_data_loss"],
+        allow_first_run=allow_first_run, window=use["window"] if rewind else None,
+        slide=use["slide"] if rewind else None, watermark_delay=use["watermark_delay"] if rewind else None,
+        event_time_is_kafka_timestamp=bool(use["event_time_is_kafka_timestamp"]) if rewind else False)
+
+
+def _needs_fresh_generation(plan: RestartPlan, ledger: LedgerView, app_version: str | None, checkpoint_root: str,
+                            new_checkpoint: bool) -> bool:
+    current = ledger.generation
+    return new_generation_reason(
+        has_current=current is not None, current_app_version=current.app_version if current else None,
+        current_checkpoint_root=current.checkpoint_root if current else None, app_version=app_version,
+        checkpoint_root=checkpoint_root, pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
+        data_loss=any(f.kind == "data_loss" for f in plan.findings)) not in (None, "first")
 
 
 #: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).

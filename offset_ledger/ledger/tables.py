@@ -236,3 +236,18 @@ listener_health = Table(
     Column("failed", BigInteger, nullable=False, default=0),
     Column("last_error", Text),
 )
+
+
+#: 0005: a pipeline's restart policies (``offset_ledger.policies``); every change is a row with the
+#: whole set after it, who made it and why; the newest row is in force.
+pipeline_policies = Table(
+    "pipeline_policies",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("policies", JSON, nullable=False),
+    Column("actor", String(_NAME), nullable=False),
+    Column("reason", Text),
+    Column("created_at", _tz(), nullable=False),
+    Index(None, "pipeline", "id"),
+)

@@ -12,6 +12,7 @@ Create Date: 2026-11-23
   Spark's commit log by reconciliation or ``offset-ledger watch``).
 - ``findings.occurrences`` and ``findings.last_seen_at``: a repeated finding (same pipeline, run,
   kind, partition) is one row with a count instead of one row per batch.
+- ``pipeline_policies``: a pipeline's stored restart policies, one row per change (who, why, what).
 
 All nullable; rows written before this revision read as "listener", "named group", "seen once".
 ``v_batch_history`` gains ``recorded_by`` and ``v_findings`` ``occurrences`` and ``last_seen_at``.
@@ -103,6 +104,20 @@ def upgrade() -> None:
             with op.batch_alter_table(table) as batch:
                 for column in missing:
                     batch.add_column(column)
+    if not inspector.has_table("pipeline_policies"):
+        # Spelled out here (not read from the tables module), so this revision never changes.
+        op.create_table(
+            "pipeline_policies",
+            sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
+                      autoincrement=True),
+            sa.Column("pipeline", sa.String(255), nullable=False),
+            sa.Column("policies", sa.JSON(), nullable=False),
+            sa.Column("actor", sa.String(255), nullable=False),
+            sa.Column("reason", sa.Text()),
+            sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+            sa.PrimaryKeyConstraint("id", name="pk_pipeline_policies"),
+        )
+        op.create_index("ix_pipeline_policies_pipeline_id", "pipeline_policies", ["pipeline", "id"])
     for name, select in views:
         op.execute(f"CREATE VIEW {name} AS {select.strip()}")
 
@@ -111,6 +126,7 @@ def downgrade() -> None:
     views = _views_before()
     for name, _ in reversed(_views()):
         op.execute(f"DROP VIEW IF EXISTS {name}")
+    op.drop_table("pipeline_policies")
     for table in reversed(_tables()):
         with op.batch_alter_table(table) as batch:
             for t, column in reversed(_COLUMNS):
