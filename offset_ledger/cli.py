@@ -116,7 +116,9 @@ def resolve_cmd(
     allow_first_run: bool = typer.Option(
         False, "--allow-first-run",
         help="Start over with --first-run although the ledger knows the pipeline (another group or other topics)."),
-    on_data_loss: str = typer.Option("fail", "--on-data-loss", help="Offsets outside the log: fail | earliest."),
+    on_data_loss: Optional[str] = typer.Option(
+        None, "--on-data-loss", metavar="fail|earliest",
+        help="Offsets outside the log: fail | earliest (default: the stored policy, else fail)."),
     consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
                                                  help="Default: the pipeline's only group in the ledger."),
     kafka_option: Optional[list[str]] = KafkaOptionOption,
@@ -155,6 +157,18 @@ def resolve_cmd(
     kafka.require()
     engine = make_engine(dsn, create=False)
     try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from offset_ledger.ledger.engine import translate_db_error
+        from offset_ledger.ledger.policy_store import current_policies
+
+        try:
+            with engine.connect() as conn:  # the stored policies, as start_from_ledger applies them
+                stored = current_policies(conn, pipeline)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, "reading the pipeline's policies") from exc
+        on_data_loss = on_data_loss or stored.get("on_data_loss") or "fail"
+        first_run = first_run if first_run is not None else stored.get("first_run")
         with kafka.adapter() as adapter:
             plan, ledger, _cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
