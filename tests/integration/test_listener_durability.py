@@ -5,6 +5,8 @@ Real Spark reading real Kafka, writing to real Postgres; the oracle is what Spar
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -103,7 +105,10 @@ def test_spooled_events_reach_their_own_ledger_only(spark, kafka, ledger, pg_dsn
     from offset_ledger.devstack import _Postgres
 
     spool = tmp_path / "spool"
-    pg = _Postgres(tmp_path / "pg")
+    # Outside pytest's private temp root: another pytest session on the machine resets that root to
+    # 0700, and the postgres user (the server refuses to run as root) could no longer reach its data.
+    pg_root = Path(tempfile.mkdtemp(prefix="offset-ledger-spool-pg-"))
+    pg = _Postgres(pg_root)
     dsn, _pid = pg.start()
     port = int(dsn.rsplit(":", 1)[1].split("/")[0])
     try:
@@ -149,3 +154,4 @@ def test_spooled_events_reach_their_own_ledger_only(spark, kafka, ledger, pg_dsn
         assert again.health().failed == 0
     finally:
         pg.stop()
+        shutil.rmtree(pg_root, ignore_errors=True)
