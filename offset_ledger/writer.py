@@ -1,0 +1,537 @@
+"""The listener's durable writer: a bounded queue, one writer thread, retries, health counters.
+
+Callbacks hand events to :meth:`EventWriter.submit`, which never blocks on the database: the event
+goes to a bounded in-memory queue or, when that is full, to the spool (``offset_ledger.spool``).
+A single writer thread parses events (``offset_ledger.progress``) and writes them in batches, one
+transaction per batch of events, through ``offset_ledger.ledger.recorder``. While the database is
+down it retries with exponential backoff; callbacks keep filling the queue, then the spool, and the
+writer replays the spool, in order, once the database answers again.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Protocol
+
+from offset_ledger.ledger.recorder import (
+    BatchRecord,
+    Record,
+    RecordOutcome,
+    RunEnd,
+    RunHeartbeat,
+    RunStart,
+)
+from offset_ledger.progress import (
+    ProgressParseError,
+    is_no_data,
+    parse_idle,
+    parse_progress,
+    parse_started,
+    parse_terminated,
+)
+from offset_ledger.spool import END_OF_REPLAY, Event, Spool, take_lines
+
+# The writer's messages keep the listener's logger name (they were logged there before the split,
+# and users' logging configuration names it).
+log = logging.getLogger("offset_ledger.listener")
+
+STARTED, PROGRESS, IDLE, TERMINATED = "started", "progress", "idle", "terminated"
+
+
+class Store(Protocol):
+    """What the writer needs from the ledger (``Recorder`` in production, fakes in unit tests)."""
+
+    def record(self, records: list[Record]) -> RecordOutcome: ...
+
+    def report_health(self, listener_id: str, pipeline: str | None, host: str,
+                      counters: dict[str, int], last_error: str | None) -> None: ...
+
+
+@dataclass(frozen=True)
+class ListenerHealth:
+    """Cumulative counters of one listener (events, not rows)."""
+
+    queued: int          # events handed to the in-memory queue
+    written: int         # events durably recorded
+    retried: int         # write attempts repeated after a retriable database error
+    spilled: int         # events appended to the spool file because the queue was full
+    failed: int          # events that could not be recorded (malformed, rejected by the database)
+    skipped: int         # events of queries with neither a pipeline nor a name
+    pending: int         # events accepted but not yet settled
+    last_error: str | None
+    last_written_at: datetime | None
+    callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
+    mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
+
+    def counters(self) -> dict[str, int]:
+        return {"queued": self.queued, "written": self.written, "retried": self.retried,
+                "spilled": self.spilled, "failed": self.failed}
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+class EventWriter:
+    """Bounded queue + spool file + one writer thread that records events through a ``Store``."""
+
+    def __init__(
+        self,
+        store_factory: Callable[[], Store],
+        *,
+        spool_dir: Path,
+        listener_id: str | None = None,
+        queue_size: int = 10_000,
+        max_batch_events: int = 500,
+        initial_backoff: float = 0.05,
+        max_backoff: float = 2.0,
+        health_interval: float = 30.0,
+        health_pipeline: str | None = None,
+        on_query_seen: Callable[[str], str | None] | None = None,
+        pipeline_of: Callable[[str], str | None] | None = None,
+        autostart: bool = True,
+        on_recorded: Callable[[RecordOutcome], None] | None = None,
+    ) -> None:
+        self.listener_id = listener_id or uuid.uuid4().hex
+        self._store_factory = store_factory
+        self._store: Store | None = None
+        self._queue: queue.Queue[Event] = queue.Queue(maxsize=queue_size)
+        self._max_batch = max_batch_events
+        self._initial_backoff = initial_backoff
+        self._max_backoff = max_backoff
+        self._health_interval = health_interval
+        self._health_pipeline = health_pipeline
+        self._on_query_seen = on_query_seen
+        self._pipeline_of = pipeline_of
+        self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
+        self._host = socket.gethostname()
+        self._spool = Spool(Path(spool_dir), self.listener_id)
+        self._lock = threading.Lock()  # guards counters and the spool switch; held for microseconds
+        self._cond = threading.Condition(threading.Lock())  # wakes flush() waiters on progress
+        self._counts = {"queued": 0, "written": 0, "retried": 0, "spilled": 0, "failed": 0, "skipped": 0}
+        self._accepted = 0
+        self._settled = 0
+        self._last_error: str | None = None
+        self._last_written_at: datetime | None = None
+        # Per query, what has settled: the highest batch id and whether its run(s) terminated.
+        self._done_batch: dict[str, int] = {}
+        self._terminated: set[str] = set()
+        self._query_pipeline: dict[str, tuple[str, str, str | None]] = {}
+        self._warned_unnamed: set[str] = set()
+        self._closing = threading.Event()
+        self._abandon = threading.Event()
+        self._last_health = 0.0
+        self._adopt_orphans()
+        self._thread = threading.Thread(target=self._run, name=f"offset-ledger-writer-{self.listener_id[:8]}",
+                                        daemon=True)
+        if autostart:
+            self._thread.start()
+
+    # ------------------------------------------------------------------ callback side (never raises)
+
+    def submit(self, event: Event) -> None:
+        """Hand one event over: to the queue, else to the spool file. Never blocks on the database."""
+        try:
+            with self._lock:
+                if not self._spool.active and not self._closing.is_set():
+                    try:
+                        self._queue.put_nowait(event)
+                        self._counts["queued"] += 1
+                        self._accepted += 1
+                        return
+                    except queue.Full:
+                        self._spool.active = True
+                        log.warning("offset-ledger listener queue is full; spilling events to %s",
+                                    self._spool.path)
+                self._spill_locked(event)
+                self._accepted += 1
+        except Exception as exc:  # noqa: BLE001 - a callback must never fail the query
+            self._count_failure(f"could not accept a {event.kind} event: {exc!r}")
+
+    def _spill_locked(self, event: Event) -> None:
+        self._spool.append(event)
+        self._counts["spilled"] += 1
+
+    def _count_failure(self, message: str) -> None:
+        with self._lock:
+            self._counts["failed"] += 1
+            self._last_error = message
+        log.warning("offset-ledger: %s", message)
+
+    # ------------------------------------------------------------------ observers
+
+    def health(self) -> ListenerHealth:
+        with self._lock:
+            counts: dict[str, Any] = dict(self._counts)
+            return ListenerHealth(pending=self._accepted - self._settled, last_error=self._last_error,
+                                  last_written_at=self._last_written_at, **counts)
+
+    def seen_queries(self) -> set[str]:
+        with self._lock:
+            return set(self._done_batch) | set(self._terminated)
+
+    def settled_batch(self, query_id: str) -> int | None:
+        with self._lock:
+            return self._done_batch.get(query_id)
+
+    def is_terminated(self, query_id: str) -> bool:
+        with self._lock:
+            return query_id in self._terminated
+
+    def accepted(self) -> int:
+        with self._lock:
+            return self._accepted
+
+    def wait_for(self, predicate: Callable[[], bool], deadline: float) -> bool:
+        """Block until ``predicate()`` holds (re-checked whenever events settle) or the deadline passes."""
+        with self._cond:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._thread.is_alive():
+                    return predicate()
+                self._cond.wait(min(remaining, 0.1))
+        return True
+
+    def flush(self, timeout: float = 30.0) -> bool:
+        """Wait until every event accepted so far is settled (written or counted as failed)."""
+        target = self.accepted()
+        return self.wait_for(lambda: self._settled_count() >= target, time.monotonic() + timeout)
+
+    def _settled_count(self) -> int:
+        with self._lock:
+            return self._settled
+
+    def close(self, timeout: float = 30.0) -> bool:
+        """Write what is pending (up to ``timeout``), keep the rest in the spool, stop the thread."""
+        deadline = time.monotonic() + timeout
+        flushed = self.flush(timeout)
+        self._closing.set()
+        if not flushed:
+            self._abandon.set()  # the writer spools what it holds instead of retrying forever
+        if self._thread.is_alive():
+            self._thread.join(max(0.5, deadline - time.monotonic()))
+        elif self._thread.ident is None:
+            self._spool_everything([])  # never started: keep what was queued
+        self._spool.release()
+        with self._lock:
+            self._spool.close_file()
+        return flushed
+
+    # ------------------------------------------------------------------ writer thread
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                events = self._next_events()
+                if events:
+                    self._write(events)
+                elif self._closing.is_set() and self._queue.empty() and not self._spool.active:
+                    break
+                if self._abandon.is_set():
+                    self._spool_everything([])
+                    break
+                self._maybe_report_health()
+            except Exception as exc:  # noqa: BLE001 - the writer thread must survive anything
+                log.exception("offset-ledger writer loop error")
+                with self._lock:
+                    self._last_error = f"writer error: {exc!r}"
+                time.sleep(0.1)
+        self._maybe_report_health(force=True)
+        close = getattr(self._store, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - shutting down anyway
+                log.debug("offset-ledger: closing the store failed", exc_info=True)
+
+    def _next_events(self) -> list[Event]:
+        events: list[Event] = []
+        try:
+            events.append(self._queue.get(timeout=0.05))
+        except queue.Empty:
+            pass
+        while events and len(events) < self._max_batch:
+            try:
+                events.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        if events:
+            return events
+        return self._next_spooled()
+
+    def _next_spooled(self) -> list[Event]:
+        """The next events from the spool, oldest file first; only called when the queue is empty."""
+        if not self._spool.replay_open:
+            with self._lock:
+                if not self._spool.active:
+                    return []
+                replay = self._spool.detach()
+                if replay is None:
+                    return []
+            self._spool.open_replay(replay)
+        return self._spool.read_replay(
+            self._max_batch, lambda exc: self._settle(1, failed=f"unreadable spool line: {exc!r}"))
+
+    def _adopt_orphans(self) -> None:
+        """Spool files left by a process that died or closed with the database down get replayed."""
+        for path in self._spool.orphans():
+            lines = take_lines(path)
+            if lines is None:
+                continue
+            with self._lock:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    try:
+                        event = Event.from_line(line)
+                    except (ValueError, TypeError):
+                        self._counts["failed"] += 1
+                        self._last_error = f"unreadable spool line in {path.name}"
+                        continue
+                    self._spill_locked(event)
+                    self._accepted += 1
+            log.info("offset-ledger: adopted %d spooled events from %s", len(lines), path.name)
+
+    def _spool_everything(self, held: list[Event]) -> None:
+        """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
+
+        Held events read from a replay file are still in that file (it is deleted only after they
+        are written), so only events held from the queue, and the queue itself, need a file: one
+        that sorts before this listener's spool, whose events are newer.
+        """
+        if self._spool.abandon_replay():
+            held = []
+        with self._lock:
+            rest = [e for e in held if e.kind != END_OF_REPLAY]
+            while True:
+                try:
+                    rest.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if rest:
+                self._spool.hold(rest)
+                self._counts["spilled"] += len(rest)
+            self._spool.close_file()
+
+    # ------------------------------------------------------------------ writing
+
+    def _write(self, events: list[Event]) -> None:
+        end_of_replay = bool(events) and events[-1].kind == END_OF_REPLAY
+        if end_of_replay:
+            events = events[:-1]
+        records: list[Record] = []
+        marks: list[tuple[str, str, int | None]] = []  # (kind, query id, batch id) settled on success
+        skipped = failed = 0
+        for event in events:
+            try:
+                recs, mark = self._convert(event)
+            except Exception as exc:  # noqa: BLE001 - ProgressParseError, or anything odd in a payload
+                failed += 1
+                with self._lock:
+                    self._last_error = f"unparsable {event.kind} event: {exc}"
+                log.warning("offset-ledger: unparsable %s event: %s", event.kind, exc)
+                continue
+            if mark is not None:
+                marks.append(mark)
+            if recs:
+                records.extend(recs)
+            else:
+                skipped += 1
+        written = len(events) - skipped - failed
+        if records and not self._persist(records, events):
+            return  # abandoned during close: everything held went to the spool
+        with self._lock:
+            self._counts["written"] += written
+            self._counts["skipped"] += skipped
+            self._counts["failed"] += failed
+            if written:
+                self._last_written_at = datetime.now(timezone.utc)
+            for kind, query_id, batch_id in marks:
+                if batch_id is not None:
+                    self._done_batch[query_id] = max(self._done_batch.get(query_id, -1), batch_id)
+                else:
+                    self._done_batch.setdefault(query_id, -1)
+                if kind == TERMINATED:
+                    self._terminated.add(query_id)
+                elif kind == STARTED:
+                    self._terminated.discard(query_id)
+        if end_of_replay:
+            self._spool.finish_replay()
+        self._settle(len(events))
+
+    def _persist(self, records: list[Record], events: list[Event]) -> bool:
+        """Record with retries; False when close() gave up while the database was still down."""
+        backoff = self._initial_backoff
+        while True:
+            try:
+                if self._store is None:
+                    self._store = self._store_factory()
+                outcome = self._store.record(records)
+                self._recorded(outcome)
+                return True
+            except Exception as exc:  # noqa: BLE001 - classified by the ``retriable`` flag
+                if getattr(exc, "retriable", False):
+                    with self._lock:
+                        self._counts["retried"] += 1
+                        self._last_error = str(exc)
+                    log.warning("offset-ledger: ledger unavailable, retrying in %.2fs: %s", backoff, exc)
+                    if self._abandon.wait(backoff):
+                        self._spool_everything(events)
+                        return False
+                    backoff = min(backoff * 2, self._max_backoff)
+                    continue
+                if len(records) > 1:
+                    # Find the record the database rejects; keep the others.
+                    for record in records:
+                        self._persist([record], events)
+                    return True
+                with self._lock:
+                    self._counts["failed"] += 1
+                    self._counts["written"] -= 1  # _write counts it as written; it is not
+                    self._last_error = f"ledger rejected an event: {exc}"
+                log.error("offset-ledger: ledger rejected an event: %s", exc)
+                return True
+
+    def _recorded(self, outcome: RecordOutcome) -> None:
+        if self._on_recorded is None or outcome is None:
+            return
+        try:
+            self._on_recorded(outcome)
+        except Exception as exc:  # noqa: BLE001 - the ledger write succeeded; nothing else may undo it
+            self.note_error(f"after-record hook failed: {exc!r}")
+
+    def note_error(self, message: str) -> None:
+        """Show ``message`` as the health's last error (a mirror refusal, say) without counting events."""
+        with self._lock:
+            self._last_error = message
+
+    def _settle(self, n: int, failed: str | None = None) -> None:
+        with self._lock:
+            self._settled += n
+            if failed:
+                self._counts["failed"] += n
+                self._last_error = failed
+        with self._cond:
+            self._cond.notify_all()
+
+    def _convert(self, event: Event) -> tuple[list[Record], tuple[str, str, int | None] | None]:
+        """One event -> ledger records (none for unnamed queries) and what it settles."""
+        if event.kind == STARTED:
+            started = parse_started(event.payload)
+            checkpoint = self._first_sight(started.query_id, started=True)
+            target = self._pipeline_for(event, started.query_id, started.query_name)
+            mark: tuple[str, str, int | None] = (STARTED, started.query_id, None)
+            if target is None:
+                return [], mark
+            pipeline, group, app_version = target
+            return [RunStart(pipeline, group, started.query_id, started.run_id, started.query_name,
+                             started.started_at, app_version=app_version, checkpoint_location=checkpoint)], mark
+        if event.kind == PROGRESS:
+            batch = parse_progress(event.payload)
+            self._first_sight(batch.query_id)
+            target = self._pipeline_for(event, batch.query_id, batch.query_name)
+            mark = (PROGRESS, batch.query_id, batch.batch_id)
+            if target is None:
+                return [], mark
+            pipeline, group, _ = target
+            if is_no_data(batch):
+                return [RunHeartbeat(pipeline, group, batch.query_id, batch.run_id, batch.batch_time)], mark
+            return [BatchRecord(pipeline, group, batch)], mark
+        if event.kind == IDLE:
+            idle = parse_idle(event.payload)
+            self._first_sight(idle.query_id)
+            target = self._pipeline_for(event, idle.query_id, None)
+            mark = (IDLE, idle.query_id, None)
+            if target is None:
+                return [], mark
+            return [RunHeartbeat(target[0], target[1], idle.query_id, idle.run_id, idle.at)], mark
+        if event.kind == TERMINATED:
+            ended = parse_terminated(event.payload)
+            target = self._pipeline_for(event, ended.query_id, None)
+            mark = (TERMINATED, ended.query_id, None)
+            if target is None:
+                return [], mark
+            return [RunEnd(target[0], target[1], ended.query_id, ended.run_id, _utc(event.received_at),
+                           ended.exception)], mark
+        raise ProgressParseError(f"unknown event kind {event.kind!r}")
+
+    def _first_sight(self, query_id: str, *, started: bool = False) -> str | None:
+        """Tell the listener about a query (each run's start, else its first event): the checkpoint."""
+        if self._on_query_seen is None:
+            return None
+        if not started and (query_id in self._query_pipeline or query_id in self._warned_unnamed):
+            return None
+        try:
+            return self._on_query_seen(query_id)
+        except Exception:  # noqa: BLE001 - only an optimisation for flush() and a detail of the run
+            log.debug("on_query_seen failed", exc_info=True)
+            return None
+
+    def _pipeline_for(self, event: Event, query_id: str, name: str | None) -> tuple[str, str, str | None] | None:
+        """(pipeline, consumer group, app version) of a query; idle/terminated events carry no name."""
+        if event.pipeline or name:
+            pipeline = event.pipeline or self._mapped(name) or name
+            assert pipeline is not None
+            target = (pipeline, event.consumer_group or pipeline, event.app_version)
+        elif query_id in self._query_pipeline:
+            target = self._query_pipeline[query_id]
+        else:
+            if query_id not in self._warned_unnamed:
+                self._warned_unnamed.add(query_id)
+                log.warning("offset-ledger: query %s has no name and the listener no pipeline; "
+                            "its offsets are not recorded (set queryName or pipeline=)", query_id)
+            return None
+        self._query_pipeline[query_id] = target
+        return target
+
+    def _mapped(self, name: str | None) -> str | None:
+        """The pipeline ``pipeline=`` maps a query name to (None: use the name itself)."""
+        if self._pipeline_of is None or name is None:
+            return None
+        try:
+            mapped = self._pipeline_of(name)
+        except Exception as exc:  # noqa: BLE001 - a user's mapping must not stop recording
+            self._count_failure(f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name")
+            return None
+        return str(mapped) if mapped else None
+
+    def _maybe_report_health(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_health < self._health_interval:
+            return
+        self._last_health = now
+        if self._store is None:
+            return
+        health = self.health()
+        try:
+            self._store.report_health(self.listener_id, self._health_pipeline, self._host,
+                                      health.counters(), health.last_error)
+        except Exception as exc:  # noqa: BLE001 - health is best effort
+            log.debug("offset-ledger: health report failed: %s", exc)
+
+
+def _open_recorder(dsn: str | None) -> Store:
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.ledger.recorder import Recorder
+
+    engine = make_engine(dsn, pool_size=1)
+    try:
+        ensure_schema(engine)
+    except Exception:
+        engine.dispose()
+        raise
+    return Recorder(engine, owns_engine=True)
+
+
