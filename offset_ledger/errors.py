@@ -20,7 +20,7 @@
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
-    │   └── LedgerUnavailable         the ledger database cannot be reached (retriable)
+    │   └── LedgerUnavailable         the ledger cannot be reached or take writes for now (retriable)
     └── KafkaError                    the Kafka cluster failed
         ├── KafkaUnavailable          the brokers cannot be reached (retriable)
         └── MirrorRefused             the consumer group has active members; the mirror leaves it alone
@@ -218,7 +218,7 @@ class LedgerError(OffsetLedgerError):
 
 
 class LedgerUnavailable(LedgerError):
-    """The ledger database cannot be reached."""
+    """The ledger database cannot be reached, or cannot take writes for now (failover, restart, overload)."""
 
     retriable = True
 

@@ -75,21 +75,76 @@ def read_engine(engine: Engine, *, pool_size: int = 5) -> Engine:
     return _server_engine(engine.url, pool_size, isolation_level="AUTOCOMMIT")
 
 
+# SQLSTATEs after which the same write can succeed later, so a writer retries (and spools) instead
+# of giving up: what a failover, a restart or an overloaded server answers, and lost races.
+_RETRIABLE_SQLSTATE_CLASSES = frozenset({
+    "08",     # connection exception (connection lost, refused, failed)
+    "53",     # insufficient resources: too many connections 53300, out of memory, disk full
+})
+_RETRIABLE_SQLSTATES = frozenset({
+    "25006",  # read_only_sql_transaction: a demoted primary or a standby during failover
+    "25P03",  # idle_in_transaction_session_timeout: the session is gone, a new one works
+    "40001",  # serialization_failure (also recovery conflicts on a standby)
+    "40003",  # statement_completion_unknown (the ledger's writes are idempotent)
+    "40P01",  # deadlock_detected
+    "55P03",  # lock_not_available (lock_timeout)
+    "57014",  # query_canceled (statement_timeout, pg_cancel_backend)
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now (starting up, in recovery)
+    "57P05",  # idle_session_timeout
+    "58030",  # io_error
+    "72000",  # snapshot_too_old
+})
+
+
+def sqlstate_retriable(sqlstate: str | None) -> bool:
+    """Whether a database error with this SQLSTATE may succeed when retried (None: unknown, so no)."""
+    if not sqlstate:
+        return False
+    return sqlstate in _RETRIABLE_SQLSTATES or sqlstate[:2] in _RETRIABLE_SQLSTATE_CLASSES
+
+
+def _sqlstate(orig: BaseException) -> str | None:
+    code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)  # psycopg2 / psycopg 3
+    return str(code) if code else None
+
+
+def _connection_level(exc: BaseException, orig: BaseException) -> bool:
+    """An error about the connection rather than the statement (also for a raw DBAPI error)."""
+    if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)):
+        return True
+    # A DBAPI error raised on a raw cursor, unwrapped: PEP 249 names these classes alike in every driver.
+    return any(k.__name__ in ("OperationalError", "InterfaceError") for k in type(orig).__mro__)
+
+
 def translate_db_error(exc: Exception, doing: str) -> LedgerError:
-    """A driver error as our own: LedgerUnavailable (retriable) when the database cannot be reached,
-    a LedgerError that says what to run when the schema is missing, else a LedgerError."""
+    """A driver error as our own, classified in this one place.
+
+    LedgerUnavailable (retriable) when the database cannot be reached or cannot take the write for
+    now (the SQLSTATEs above; without a SQLSTATE, a connection-level error: refused, lost, SQLite busy);
+    a LedgerError that says what to run when the schema is missing; else a LedgerError (permanent).
+    Works on SQLAlchemy's wrapped errors and on raw DBAPI errors alike.
+    """
     if isinstance(exc, LedgerError):
         return exc
     orig = getattr(exc, "orig", None) or exc
     detail = " ".join(str(orig).split())
+    sqlstate = _sqlstate(orig)
     # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
-    if getattr(orig, "pgcode", None) == "42P01" or "no such table" in detail:
+    if sqlstate == "42P01" or "no such table" in detail:
         return LedgerError(f"the ledger database has no offset-ledger schema; run 'offset-ledger db upgrade' "
                            f"({detail})")
-    if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
-            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)):
+    if sqlstate_retriable(sqlstate):
+        return LedgerUnavailable(f"the ledger database cannot take this for now while {doing} "
+                                 f"(SQLSTATE {sqlstate}, retriable): {detail}", sqlstate=sqlstate)
+    invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
+    # Without a SQLSTATE (refused or lost connections, pool timeouts, SQLite busy) the error's kind
+    # decides; with one, the SQLSTATE does: a statement the server rejects for good is not retried.
+    if invalidated or (sqlstate is None and _connection_level(exc, orig)):
         return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}")
-    return LedgerError(f"ledger database error while {doing}: {detail}")
+    return LedgerError(f"ledger database error while {doing}: {detail}",
+                       **({"sqlstate": sqlstate} if sqlstate else {}))
 
 
 def check_connection(engine: Engine) -> None:

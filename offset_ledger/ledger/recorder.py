@@ -34,7 +34,7 @@ from sqlalchemy.exc import (
 )
 
 from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation
-from offset_ledger.errors import LedgerError, LedgerUnavailable
+from offset_ledger.errors import LedgerError
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.locks import pipeline_lock_key, share_pipelines
@@ -319,7 +319,7 @@ def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
 
 
 def translate(exc: Exception) -> LedgerError:
-    """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
+    """A driver error as LedgerUnavailable (retriable: see ``translate_db_error``) or LedgerError."""
     return translate_db_error(exc, "writing")
 
 
@@ -390,11 +390,10 @@ class Recorder:
 
     def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
         """A driver error raised on the raw cursor (SQLAlchemy did not wrap it), translated."""
-        dbapi = self.engine.dialect.dbapi
-        if isinstance(exc, (dbapi.OperationalError, dbapi.InterfaceError)):  # type: ignore[union-attr]
-            conn.invalidate()
-            return LedgerUnavailable(f"ledger database unavailable: {exc}")
-        return LedgerError(f"ledger write failed: {exc}")
+        error = translate(exc)
+        if error.retriable:
+            conn.invalidate()  # after a failover the next connection may reach the new primary
+        return error
 
     def close(self) -> None:
         """Return the held connection to the pool (and dispose of the engine if this recorder made it)."""
