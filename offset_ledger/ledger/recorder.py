@@ -323,6 +323,12 @@ def translate(exc: Exception) -> LedgerError:
     return translate_db_error(exc, "writing")
 
 
+def _retriable(exc: BaseException) -> bool:
+    if isinstance(exc, SQLAlchemyError):
+        return translate(exc).retriable
+    return bool(getattr(exc, "retriable", False))
+
+
 class Recorder:
     """Writes listener events to the ledger; not thread-safe (one writer thread owns it)."""
 
@@ -378,8 +384,8 @@ class Recorder:
                             outcome = self._record(conn, records, txn)
                         except dbapi.Error as exc:  # type: ignore[union-attr]
                             raise self._raw_error(conn, exc) from exc
-            except BaseException:
-                self._drop_connection()
+            except BaseException as exc:
+                self._drop_connection(invalidate=_retriable(exc))
                 raise
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
@@ -401,10 +407,13 @@ class Recorder:
         if self._owns_engine:
             self.engine.dispose()
 
-    def _drop_connection(self) -> None:
+    def _drop_connection(self, *, invalidate: bool = False) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
+                if invalidate:
+                    # Not back into the pool: a session that went read-only (failover) stays so.
+                    conn.invalidate()
                 conn.close()
             except SQLAlchemyError:
                 log.debug("closing a broken ledger connection failed", exc_info=True)

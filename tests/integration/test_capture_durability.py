@@ -1,0 +1,98 @@
+"""Nothing the listener accepted is lost (issue 20, cases 5 and 6), on real Spark, Kafka and Postgres.
+
+Every event is in the ledger, in the spool of *that* ledger, or in a dead-letter file with its reason.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+from sqlalchemy import create_engine, func, select, text
+from sqlalchemy.engine import make_url
+
+from offset_ledger.ledger.engine import ensure_schema, make_engine
+from offset_ledger.ledger.tables import batch_offsets
+from tests.integration.test_listener import (  # noqa: F401 - fixtures
+    finding_kinds,
+    kafka_stream,
+    ledger_rows,
+    listeners,
+    position_map,
+    produce_rounds,
+    register,
+    spark_rows,
+    start,
+)
+
+
+def _set_read_only(pg_dsn: str, on: bool) -> None:
+    """Make the database read-only for new sessions, as a demoted primary is, and end the current ones."""
+    url = make_url(pg_dsn)
+    admin = create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{url.database}" SET default_transaction_read_only = '
+                              f'{"on" if on else "off"}'))
+            if on:
+                conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = :db AND pid <> pg_backend_pid()"), {"db": url.database})
+    finally:
+        admin.dispose()
+
+
+def _count_rows(dsn: str) -> int:
+    engine = create_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(batch_offsets)).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def test_a_read_only_ledger_loses_nothing(spark, kafka, pg_dsn, listeners, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A failover window: the ledger refuses writes (SQLSTATE 25006) for a while, then takes them again."""
+    engine = make_engine(pg_dsn)
+    ensure_schema(engine)
+    engine.dispose()
+    listener = register(spark, listeners, tmp_path, dsn=pg_dsn, pipeline="failover", max_backoff=0.5)
+    topic = kafka.create_topic(partitions=2)
+    query = start(kafka_stream(spark, kafka, topic, max_per_trigger=10), tmp_path / "cp",
+                  "failover_" + uuid.uuid4().hex[:6], trigger="100 milliseconds")
+    try:
+        produce_rounds(kafka, query, topic, rounds=2, per_round=10)
+        assert listener.flush(60)
+        before = listener.health()
+        assert before.written > 0 and before.failed == 0
+        rows_before = _count_rows(pg_dsn)
+
+        _set_read_only(pg_dsn, True)
+        produce_rounds(kafka, query, topic, rounds=3, per_round=20)  # several batches while read-only
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and listener.health().retried < 3 and listener.health().failed == 0:
+            time.sleep(0.1)
+        during = listener.health()
+        # The window was real: the ledger took none of those batches while it was read-only.
+        assert _count_rows(pg_dsn) == rows_before
+        assert query.isActive and query.exception() is None
+        assert during.failed == 0, during.last_error
+        assert during.retried > 0 and during.pending > 0 and "25006" in (during.last_error or "")
+
+        _set_read_only(pg_dsn, False)  # writable again; the writer's sessions must not stay read-only
+        produce_rounds(kafka, query, topic, rounds=1, per_round=10)
+        assert listener.flush(120)
+        expected = spark_rows(query)
+    finally:
+        query.stop()
+    assert listener.flush(60)
+    health = listener.health()
+    assert health.failed == 0 and health.pending == 0, health.last_error
+    engine = create_engine(pg_dsn)
+    try:
+        got = ledger_rows(engine, str(query.id))
+        assert got == expected  # the oracle: every batch Spark reported, exactly as it reported it
+        assert finding_kinds(engine) == []  # no gap: each batch starts where the previous one ended
+        assert position_map(engine, "failover") == {(topic, p): o for p, o in kafka.end_offsets(topic).items()}
+    finally:
+        engine.dispose()
