@@ -28,6 +28,7 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
         "OffsetLedgerListener needs PySpark 3.5 or 4.x: pip install 'offset-ledger[spark]', "
         "or run it where your platform's PySpark is installed", name="pyspark") from None
 
+from offset_ledger.ledger.engine import ledger_fingerprint
 from offset_ledger.ledger.recorder import RecordOutcome
 from offset_ledger.spool import Event
 from offset_ledger.writer import (  # noqa: F401 - re-exported: these were importable from here
@@ -129,7 +130,7 @@ class OffsetLedgerListener(StreamingQueryListener):
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         self._writer = EventWriter(
             store_factory or (lambda: _open_recorder(dsn)),
-            spool_dir=Path(spool_dir), queue_size=queue_size, max_batch_events=max_batch_events,
+            spool_dir=Path(spool_dir), ledger=ledger_fingerprint(dsn), queue_size=queue_size, max_batch_events=max_batch_events,
             max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
             on_recorded=self._mirror_moved if self._mirror is not None else None,
@@ -171,7 +172,7 @@ class OffsetLedgerListener(StreamingQueryListener):
                                       self.app_version))
         except Exception as exc:  # noqa: BLE001 - no exception may reach Spark's listener bus
             self._callback_errors += 1
-            self._writer._count_failure(f"{kind} callback failed: {exc!r}")
+            self._writer.dead_letter(f"{kind} callback failed: {exc!r}", kind=kind)
         self._callback_seconds.append(time.perf_counter() - started)
 
     @property

@@ -64,13 +64,18 @@ class ListenerHealth:
     written: int         # events durably recorded
     retried: int         # write attempts repeated after a retriable database error
     spilled: int         # events appended to the spool file because the queue was full
-    failed: int          # events that could not be recorded (malformed, rejected by the database)
+    failed: int          # events dead-lettered: never writable (malformed, rejected by the database for
+                         # good), kept with the reason in ``dead_letter_path``; never silently dropped
     skipped: int         # events of queries with neither a pipeline nor a name
     pending: int         # events accepted but not yet settled
     last_error: str | None
     last_written_at: datetime | None
     callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
     mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
+    ledger: str | None = None             # the ledger this listener writes to (``ledger_fingerprint``)
+    dead_letter_path: str | None = None   # where the ``failed`` events are, once there are any
+    foreign_spool_files: int = 0          # orphaned spool files left alone: another ledger's, or unmarked
+    foreign_spool_paths: tuple[str, ...] = ()
 
     def counters(self) -> dict[str, int]:
         return {"queued": self.queued, "written": self.written, "retried": self.retried,
@@ -89,6 +94,7 @@ class EventWriter:
         store_factory: Callable[[], Store],
         *,
         spool_dir: Path,
+        ledger: str,
         listener_id: str | None = None,
         queue_size: int = 10_000,
         max_batch_events: int = 500,
@@ -114,7 +120,7 @@ class EventWriter:
         self._pipeline_of = pipeline_of
         self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
         self._host = socket.gethostname()
-        self._spool = Spool(Path(spool_dir), self.listener_id)
+        self._spool = Spool(Path(spool_dir), self.listener_id, ledger)
         self._lock = threading.Lock()  # guards counters and the spool switch; held for microseconds
         self._cond = threading.Condition(threading.Lock())  # wakes flush() waiters on progress
         self._counts = {"queued": 0, "written": 0, "retried": 0, "spilled": 0, "failed": 0, "skipped": 0}
@@ -122,6 +128,8 @@ class EventWriter:
         self._settled = 0
         self._last_error: str | None = None
         self._last_written_at: datetime | None = None
+        self._dead_letters = False
+        self._foreign_spool: tuple[str, ...] = ()
         # Per query, what has settled: the highest batch id and whether its run(s) terminated.
         self._done_batch: dict[str, int] = {}
         self._terminated: set[str] = set()
@@ -155,25 +163,38 @@ class EventWriter:
                 self._spill_locked(event)
                 self._accepted += 1
         except Exception as exc:  # noqa: BLE001 - a callback must never fail the query
-            self._count_failure(f"could not accept a {event.kind} event: {exc!r}")
+            self.dead_letter(f"could not accept a {event.kind} event: {exc!r}", event=event)
 
     def _spill_locked(self, event: Event) -> None:
         self._spool.append(event)
         self._counts["spilled"] += 1
 
-    def _count_failure(self, message: str) -> None:
+    def dead_letter(self, error: str, *, event: Event | None = None, line: str | None = None,
+                    kind: str | None = None) -> None:
+        """Count an event that can never be written as ``failed`` and keep it, with ``error``, in the dead-letter file."""
+        try:
+            self._spool.dead_letter(error, event=event, line=line, kind=kind)
+            kept = True
+        except Exception as exc:  # noqa: BLE001 - the disk itself failed: the log is all that is left
+            kept = False
+            log.error("offset-ledger: could not dead-letter an event (%r); it was: %s (%s)", exc,
+                      event.to_line().strip() if event is not None else line, error)
         with self._lock:
             self._counts["failed"] += 1
-            self._last_error = message
-        log.warning("offset-ledger: %s", message)
+            self._last_error = error
+            self._dead_letters = self._dead_letters or kept
+        log.warning("offset-ledger: %s (kept in %s)", error, self._spool.dead_letter_path)
 
     # ------------------------------------------------------------------ observers
 
     def health(self) -> ListenerHealth:
         with self._lock:
             counts: dict[str, Any] = dict(self._counts)
-            return ListenerHealth(pending=self._accepted - self._settled, last_error=self._last_error,
-                                  last_written_at=self._last_written_at, **counts)
+            return ListenerHealth(
+                pending=self._accepted - self._settled, last_error=self._last_error,
+                last_written_at=self._last_written_at, ledger=self._spool.ledger,
+                dead_letter_path=str(self._spool.dead_letter_path) if self._dead_letters else None,
+                foreign_spool_files=len(self._foreign_spool), foreign_spool_paths=self._foreign_spool, **counts)
 
     def seen_queries(self) -> set[str]:
         with self._lock:
@@ -281,28 +302,39 @@ class EventWriter:
                 if replay is None:
                     return []
             self._spool.open_replay(replay)
-        return self._spool.read_replay(
-            self._max_batch, lambda exc: self._settle(1, failed=f"unreadable spool line: {exc!r}"))
+        return self._spool.read_replay(self._max_batch, self._unreadable_replay_line)
+
+    def _unreadable_replay_line(self, line: str, exc: Exception) -> None:
+        self.dead_letter(f"unreadable spool line: {exc!r}", line=line)
+        self._settle(1)
 
     def _adopt_orphans(self) -> None:
-        """Spool files left by a process that died or closed with the database down get replayed."""
-        for path in self._spool.orphans():
+        """Spool files of this ledger left by a process that died or closed with the database down get replayed.
+
+        Orphans of another ledger, and unmarked ones, are left where they are and reported in health().
+        """
+        orphans = self._spool.orphans()
+        for path in orphans.mine:
             lines = take_lines(path)
             if lines is None:
                 continue
+            unreadable: list[tuple[str, Exception]] = []
             with self._lock:
                 for line in lines:
-                    if not line.strip():
-                        continue
                     try:
                         event = Event.from_line(line)
-                    except (ValueError, TypeError):
-                        self._counts["failed"] += 1
-                        self._last_error = f"unreadable spool line in {path.name}"
+                    except (ValueError, TypeError) as exc:
+                        unreadable.append((line, exc))
                         continue
                     self._spill_locked(event)
                     self._accepted += 1
+            for line, exc in unreadable:
+                self.dead_letter(f"unreadable spool line in {path.name}: {exc!r}", line=line)
             log.info("offset-ledger: adopted %d spooled events from %s", len(lines), path.name)
+        self._foreign_spool = tuple(str(p) for p in orphans.foreign)
+        if orphans.foreign:
+            log.warning("offset-ledger: left %d spool file(s) of another (or an unnamed) ledger alone: %s",
+                        len(orphans.foreign), ", ".join(self._foreign_spool))
 
     def _spool_everything(self, held: list[Event]) -> None:
         """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
@@ -332,6 +364,7 @@ class EventWriter:
         if end_of_replay:
             events = events[:-1]
         records: list[Record] = []
+        origins: list[Event] = []  # the event each record came from, to dead-letter it if rejected
         marks: list[tuple[str, str, int | None]] = []  # (kind, query id, batch id) settled on success
         skipped = failed = 0
         for event in events:
@@ -339,23 +372,21 @@ class EventWriter:
                 recs, mark = self._convert(event)
             except Exception as exc:  # noqa: BLE001 - ProgressParseError, or anything odd in a payload
                 failed += 1
-                with self._lock:
-                    self._last_error = f"unparsable {event.kind} event: {exc}"
-                log.warning("offset-ledger: unparsable %s event: %s", event.kind, exc)
+                self.dead_letter(f"unparsable {event.kind} event: {exc}", event=event)
                 continue
             if mark is not None:
                 marks.append(mark)
             if recs:
                 records.extend(recs)
+                origins.extend([event] * len(recs))
             else:
                 skipped += 1
         written = len(events) - skipped - failed
-        if records and not self._persist(records, events):
+        if records and not self._persist(records, origins, events):
             return  # abandoned during close: everything held went to the spool
         with self._lock:
             self._counts["written"] += written
             self._counts["skipped"] += skipped
-            self._counts["failed"] += failed
             if written:
                 self._last_written_at = datetime.now(timezone.utc)
             for kind, query_id, batch_id in marks:
@@ -371,8 +402,12 @@ class EventWriter:
             self._spool.finish_replay()
         self._settle(len(events))
 
-    def _persist(self, records: list[Record], events: list[Event]) -> bool:
-        """Record with retries; False when close() gave up while the database was still down."""
+    def _persist(self, records: list[Record], origins: list[Event], events: list[Event]) -> bool:
+        """Record with retries; False when close() gave up while the database was still down.
+
+        A retriable error is retried (with backoff) for as long as it lasts; a permanent one is
+        narrowed down to the record the database rejects, whose event is dead-lettered.
+        """
         backoff = self._initial_backoff
         while True:
             try:
@@ -394,14 +429,13 @@ class EventWriter:
                     continue
                 if len(records) > 1:
                     # Find the record the database rejects; keep the others.
-                    for record in records:
-                        self._persist([record], events)
+                    for record, origin in zip(records, origins):
+                        if not self._persist([record], [origin], events):
+                            return False  # abandoned: the rest went to the spool with everything held
                     return True
                 with self._lock:
-                    self._counts["failed"] += 1
                     self._counts["written"] -= 1  # _write counts it as written; it is not
-                    self._last_error = f"ledger rejected an event: {exc}"
-                log.error("offset-ledger: ledger rejected an event: %s", exc)
+                self.dead_letter(f"ledger rejected an event: {exc}", event=origins[0])
                 return True
 
     def _recorded(self, outcome: RecordOutcome) -> None:
@@ -417,12 +451,9 @@ class EventWriter:
         with self._lock:
             self._last_error = message
 
-    def _settle(self, n: int, failed: str | None = None) -> None:
+    def _settle(self, n: int) -> None:
         with self._lock:
             self._settled += n
-            if failed:
-                self._counts["failed"] += n
-                self._last_error = failed
         with self._cond:
             self._cond.notify_all()
 
@@ -503,7 +534,10 @@ class EventWriter:
         try:
             mapped = self._pipeline_of(name)
         except Exception as exc:  # noqa: BLE001 - a user's mapping must not stop recording
-            self._count_failure(f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name")
+            # Not a lost event (it is recorded under the query name), so not counted as failed.
+            message = f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name"
+            self.note_error(message)
+            log.warning("offset-ledger: %s", message)
             return None
         return str(mapped) if mapped else None
 

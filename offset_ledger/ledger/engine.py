@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,33 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
         return _server_engine(url, pool_size)
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
+
+
+_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433, "oracle": 1521}
+
+
+def ledger_fingerprint(dsn: str | None = None) -> str:
+    """Which ledger database ``dsn`` names, without secrets: ``postgresql://host:5432/db``, ``sqlite:/abs/path``.
+
+    The driver, user, password and connection options are left out (they do not change which
+    database it is); the host is lower-cased and the default port filled in. Two spellings of one
+    server (``localhost`` and ``127.0.0.1``) stay different: telling them apart safely would need
+    name resolution, and the cost of a false "different" is a spool file left for an operator,
+    while a false "same" writes one ledger's batches into another.
+    """
+    url_text = settings().resolved_dsn(dsn)
+    try:
+        url = make_url(url_text)
+    except ArgumentError as exc:
+        raise ConfigError(f"not a database URL: {url_text!r}", dsn=url_text) from exc
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        if not url.database or url.database == ":memory:":
+            return f"sqlite::memory:{os.getpid()}"  # gone with its process: no other process's ledger
+        return f"sqlite:{Path(url.database).expanduser().resolve()}"
+    host = url.host or str(url.query.get("host") or "")  # libpq takes a socket directory as ?host=
+    port = url.port or _DEFAULT_PORTS.get(backend, "")
+    return f"{backend}://{host.lower()}:{port}/{url.database or ''}"
 
 
 def _server_engine(url: URL, pool_size: int, **options: Any) -> Engine:
@@ -179,7 +207,9 @@ def _migrate(engine: Engine, direction: str, revision: str) -> None:
             cfg.attributes["connection"] = conn
             getattr(command, direction)(cfg, revision)
     except SQLAlchemyError as exc:
-        raise LedgerError(f"schema {direction} failed: {exc}") from exc
+        # Classified like every other database error: a read-only or restarting server is retriable.
+        error = translate_db_error(exc, f"the schema {direction}")
+        raise type(error)(f"schema {direction} failed: {exc}") from exc
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

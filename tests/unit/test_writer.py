@@ -66,9 +66,14 @@ class FakeStore:
         return [r.batch.batch_id for r in self.records if isinstance(r, BatchRecord)]
 
 
+def _header(path: Path) -> dict:
+    return json.loads(path.read_text().splitlines()[0])
+
+
 def writer(store: FakeStore, tmp_path: Path, **kw) -> EventWriter:  # type: ignore[no-untyped-def]
     kw.setdefault("initial_backoff", 0.01)
     kw.setdefault("max_backoff", 0.05)
+    kw.setdefault("ledger", "fake://ledger")
     return EventWriter(lambda: store, spool_dir=tmp_path / "spool", **kw)
 
 
@@ -194,8 +199,10 @@ def test_close_while_down_keeps_events_for_the_next_listener(tmp_path: Path) -> 
         w.submit(ev("progress", progress(i)))
     assert not w.close(0.5)
     assert store.batch_ids() == []
-    spooled = sum(len(p.read_text().splitlines()) for p in (tmp_path / "spool").iterdir())
+    files = list((tmp_path / "spool").iterdir())
+    spooled = sum(len(p.read_text().splitlines()) - 1 for p in files)  # each file opens with a header
     assert spooled == 10
+    assert all(_header(p) == {"offset_ledger_spool": 1, "ledger": "fake://ledger"} for p in files)
     store.down.clear()
     again = writer(store, tmp_path)  # same spool directory: adopts the orphaned file
     assert again.close(5)
