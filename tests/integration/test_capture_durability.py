@@ -96,3 +96,66 @@ def test_a_read_only_ledger_loses_nothing(spark, kafka, pg_dsn, listeners, tmp_p
         assert position_map(engine, "failover") == {(topic, p): o for p, o in kafka.end_offsets(topic).items()}
     finally:
         engine.dispose()
+
+
+def test_spooled_events_reach_their_own_ledger_only(spark, kafka, pg_dsn, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A listener closes while its Postgres is down and spills; a listener of another ledger on the
+    same host and spool directory leaves the spool alone; one of the original ledger adopts it."""
+    from offset_ledger import OffsetLedgerListener
+    from offset_ledger.devstack import _Postgres
+
+    spool = tmp_path / "spool"  # the one spool directory of this "host"
+    pg = _Postgres(tmp_path / "pg")  # ledger A: a dedicated server that can be stopped
+    dsn_a, _pid = pg.start()
+    port = int(dsn_a.rsplit(":", 1)[1].split("/")[0])
+    made: list[OffsetLedgerListener] = []
+    try:
+        for dsn in (dsn_a, pg_dsn):
+            engine = make_engine(dsn)
+            ensure_schema(engine)
+            engine.dispose()
+        first = OffsetLedgerListener(dsn=dsn_a, pipeline="spooled", spool_dir=spool, max_backoff=0.5)
+        made.append(first)
+        spark.streams.addListener(first)
+        topic = kafka.create_topic(partitions=2)
+        query = start(kafka_stream(spark, kafka, topic, max_per_trigger=10), tmp_path / "cp",
+                      "spooled_" + uuid.uuid4().hex[:6], trigger="100 milliseconds")
+        try:
+            produce_rounds(kafka, query, topic, rounds=1, per_round=10)
+            assert first.flush(60)
+            pg.stop()
+            produce_rounds(kafka, query, topic, rounds=3, per_round=20)  # batches the ledger never got
+            expected = spark_rows(query)
+        finally:
+            query.stop()
+        spark.streams.removeListener(first)
+        assert not first.close(5)  # its Postgres is down: what it holds stays in the spool
+        spilled = sorted(p for p in spool.iterdir() if p.is_file())
+        assert spilled and first.health().failed == 0
+
+        # Another ledger (the shared Postgres, another database) on the same host and spool directory.
+        other = OffsetLedgerListener(dsn=pg_dsn, pipeline="spooled", spool_dir=spool)
+        made.append(other)
+        assert other.close(30)
+        health = other.health()
+        assert sorted(health.foreign_spool_paths) == [str(p) for p in spilled]
+        assert health.foreign_spool_files == len(spilled) and health.written == 0
+        assert sorted(p for p in spool.iterdir() if p.is_file()) == spilled  # left where they were
+        assert _count_rows(pg_dsn) == 0  # its ledger got nothing
+
+        pg.start(port=port)  # ledger A is back: a listener of it adopts the spool
+        again = OffsetLedgerListener(dsn=dsn_a, pipeline="spooled", spool_dir=spool)
+        made.append(again)
+        assert again.close(60)
+        assert again.health().failed == 0 and again.health().foreign_spool_files == 0
+        assert not [p for p in spool.iterdir() if p.is_file()]
+        engine = create_engine(dsn_a)
+        try:
+            assert ledger_rows(engine, str(query.id)) == expected  # the oracle: what Spark reported
+            assert position_map(engine, "spooled") == {(topic, p): o for p, o in kafka.end_offsets(topic).items()}
+        finally:
+            engine.dispose()
+    finally:
+        for listener in made:
+            listener.close(5)
+        pg.stop()
