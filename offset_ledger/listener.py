@@ -59,7 +59,9 @@ class OffsetLedgerListener(StreamingQueryListener):
     pipeline, ``dsn`` to ``OFFSET_LEDGER_DSN`` and then the embedded
     SQLite ledger. Callbacks never block on the database and never raise; call :meth:`flush`
     after ``query.processAllAvailable()`` or ``query.stop()`` to wait until the batches Spark
-    reported are durable, and :meth:`close` at shutdown.
+    reported are durable, and :meth:`close` at shutdown. An accepted event ends in the ledger, in
+    the spool of that same ledger (adopted by its next listener), or in a dead-letter file with its
+    reason; errors of a failover (read-only, shutdown, lost connections) are retried.
 
     ``commit_to_kafka=True`` also mirrors the ledger's positions into the Kafka consumer group of
     the same name (``bootstrap_servers`` default ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``; Spark-style
@@ -130,8 +132,9 @@ class OffsetLedgerListener(StreamingQueryListener):
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         self._writer = EventWriter(
             store_factory or (lambda: _open_recorder(dsn)),
-            spool_dir=Path(spool_dir), ledger=ledger_fingerprint(dsn), queue_size=queue_size, max_batch_events=max_batch_events,
-            max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
+            spool_dir=Path(spool_dir), ledger=ledger_fingerprint(dsn), queue_size=queue_size,
+            max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval,
+            health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
             on_recorded=self._mirror_moved if self._mirror is not None else None,
         )
@@ -202,7 +205,11 @@ class OffsetLedgerListener(StreamingQueryListener):
     # ------------------------------------------------------------------ durability
 
     def health(self) -> ListenerHealth:
-        """Counters: queued, written, retried, spilled, failed, skipped, pending, last error."""
+        """Counters: queued, written, retried, spilled, failed, skipped, pending, last error.
+
+        ``failed`` counts dead-lettered events (kept with their reason in ``dead_letter_path``);
+        ``foreign_spool_paths`` lists orphaned spool files of another ledger (or of none) left alone.
+        """
         health = self._writer.health()
         if self._mirror is not None:
             health = dataclasses.replace(health, mirror=self._mirror.stats.to_dict())
@@ -245,7 +252,7 @@ class OffsetLedgerListener(StreamingQueryListener):
         return writer.flush(max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Flush, then stop the writer; events it could not write stay in the spool for next time."""
+        """Flush, then stop the writer; unwritten events stay in the spool for this ledger's next listener."""
         deadline = time.monotonic() + timeout
         flushed = self.flush(timeout)
         closed = self._writer.close(max(0.5, deadline - time.monotonic()))

@@ -171,7 +171,7 @@ class EventWriter:
 
     def dead_letter(self, error: str, *, event: Event | None = None, line: str | None = None,
                     kind: str | None = None) -> None:
-        """Count an event that can never be written as ``failed`` and keep it, with ``error``, in the dead-letter file."""
+        """Count an event that can never be written as ``failed``; keep it, with ``error``, as a dead letter."""
         try:
             self._spool.dead_letter(error, event=event, line=line, kind=kind)
             kept = True
