@@ -31,11 +31,8 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
 from offset_ledger.ledger.engine import ledger_fingerprint
 from offset_ledger.ledger.recorder import RecordOutcome
 from offset_ledger.spool import Event
+from offset_ledger.event_records import IDLE, PROGRESS, STARTED, TERMINATED
 from offset_ledger.writer import (  # noqa: F401 - re-exported: these were importable from here
-    IDLE,
-    PROGRESS,
-    STARTED,
-    TERMINATED,
     EventWriter,
     ListenerHealth,
     Store,
