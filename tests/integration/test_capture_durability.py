@@ -56,7 +56,9 @@ def test_a_read_only_ledger_loses_nothing(spark, kafka, pg_dsn, listeners, tmp_p
     engine = make_engine(pg_dsn)
     ensure_schema(engine)
     engine.dispose()
-    listener = register(spark, listeners, tmp_path, dsn=pg_dsn, pipeline="failover", max_backoff=0.5)
+    # A small queue, so the read-only window also fills it and the spool takes the rest.
+    listener = register(spark, listeners, tmp_path, dsn=pg_dsn, pipeline="failover", max_backoff=0.5,
+                        queue_size=3)
     topic = kafka.create_topic(partitions=2)
     query = start(kafka_stream(spark, kafka, topic, max_per_trigger=10), tmp_path / "cp",
                   "failover_" + uuid.uuid4().hex[:6], trigger="100 milliseconds")
@@ -78,6 +80,7 @@ def test_a_read_only_ledger_loses_nothing(spark, kafka, pg_dsn, listeners, tmp_p
         assert query.isActive and query.exception() is None
         assert during.failed == 0, during.last_error
         assert during.retried > 0 and during.pending > 0 and "25006" in (during.last_error or "")
+        assert during.spilled > 0
 
         _set_read_only(pg_dsn, False)  # writable again; the writer's sessions must not stay read-only
         produce_rounds(kafka, query, topic, rounds=1, per_round=10)
