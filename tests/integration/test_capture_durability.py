@@ -162,3 +162,35 @@ def test_spooled_events_reach_their_own_ledger_only(spark, kafka, pg_dsn, tmp_pa
         for listener in made:
             listener.close(5)
         pg.stop()
+
+
+def test_the_recorder_does_not_keep_a_read_only_session(pg_dsn: str) -> None:
+    """After a read-only window the next write succeeds: no session that went read-only is pooled."""
+    from datetime import datetime, timezone
+
+    import pytest
+
+    from offset_ledger.errors import LedgerUnavailable
+    from offset_ledger.ledger.recorder import Recorder, RunStart
+
+    engine = make_engine(pg_dsn, pool_size=1)
+    ensure_schema(engine)
+    recorder = Recorder(engine)
+
+    def run_start(n: int) -> list:  # type: ignore[type-arg]
+        return [RunStart("ro", "ro", "q-1", f"run-{n}", "ro", datetime.now(timezone.utc))]
+
+    try:
+        recorder.record(run_start(0))
+        _set_read_only(pg_dsn, True)
+        for n in range(1, 4):  # the terminated session first, then read-only ones: all retriable
+            with pytest.raises(LedgerUnavailable):
+                recorder.record(run_start(n))
+        _set_read_only(pg_dsn, False)
+        recorder.record(run_start(4))  # at once: no backend termination needed on the way back
+        with engine.connect() as conn:
+            runs = conn.execute(text("SELECT run_id FROM runs ORDER BY run_id")).scalars().all()
+        assert runs == ["run-0", "run-4"]
+    finally:
+        recorder.close()
+        engine.dispose()
