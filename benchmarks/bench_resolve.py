@@ -137,9 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.settle)
         root = tempfile.mkdtemp(prefix="bench-resolve-")
         phases = _Phases()
-        restart_log = logging.getLogger("offset_ledger.restart")
-        restart_log.addHandler(phases)
-        restart_log.setLevel(logging.DEBUG)
+        for name in ("offset_ledger.restart", "offset_ledger.restart_plan"):
+            restart_log = logging.getLogger(name)
+            restart_log.addHandler(phases)
+            restart_log.setLevel(logging.DEBUG)
         cold, plan = _timed(lambda: start_from_ledger(
             pipeline, topics, bootstrap_servers=args.bootstrap_servers, checkpoint_root=root, dsn=dsn,
             app_version="1"))

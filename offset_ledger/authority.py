@@ -12,40 +12,28 @@ No I/O here: the recorder feeds these functions what it read inside its transact
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position"]
+from offset_ledger import locations
 
-_GENERATION_NAME = re.compile(r"gen-\d+-[0-9a-f]{8}")
-
-
-def normalize_location(location: str) -> str:
-    """A checkpoint location as comparable text: ``file:`` dropped, no doubled or trailing slashes.
-
-    Spark reports the resolved location (``file:/ckpt/gen-1-ab12cd34``) where the helper handed
-    out ``/ckpt/gen-1-ab12cd34``; remote URIs keep their scheme and authority.
-    """
-    text = re.sub(r"^file:(//)?", "", location.strip()).rstrip("/")
-    return re.sub(r"(?<!:)/{2,}", "/", text)
+# "reset_overtaken": the position moves, and a finding says that a pending reset was passed over.
+Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position", "reset_overtaken"]
 
 
 def same_location(recorded: str | None, generation_location: str) -> bool:
-    """Whether a run's recorded checkpoint is the generation's location.
+    """Whether a run's recorded checkpoint (as Spark reports it) can be the generation's location.
 
-    Equal after normalisation, or (for schemes Spark qualifies differently, e.g. an ``hdfs://``
-    path reported with the name node's authority) the same unique ``gen-<n>-<id>`` directory name.
+    Compared as locations (``offset_ledger.locations``): the whole normalised path must match, so a
+    copy elsewhere with the same ``gen-<n>-<id>`` name is not the generation. A generation handed
+    out without an authority (``hdfs:///ck/gen-1-x``) or scheme (``/ck/gen-1-x``) is on the default
+    file system, which Spark names when it reports the location (``hdfs://namenode:8020/ck/gen-1-x``).
     """
-    if not recorded:
+    if not recorded or not recorded.strip():
         return False
-    a, b = normalize_location(recorded), normalize_location(generation_location)
-    if a == b:
-        return True
-    tail_a, tail_b = a.rsplit("/", 1)[-1], b.rsplit("/", 1)[-1]
-    return tail_a == tail_b and bool(_GENERATION_NAME.fullmatch(tail_b))
+    return locations.same_place(locations.parse_location(recorded), locations.parse_location(generation_location))
 
 
 @dataclass(frozen=True)
@@ -69,10 +57,15 @@ def match_generation(
     always starts a new query id, while a restart on an old checkpoint brings back an old one.
     """
     if checkpoint_location:
-        for g in generations:
-            if same_location(checkpoint_location, g.location):
+        reported = locations.parse_location(checkpoint_location)
+        places = [(g, locations.parse_location(g.location)) for g in generations]
+        for g, place in places:
+            if place == reported:
                 return g
-        return None
+        # Loose matches (a plain path or a missing authority) are only trusted when unambiguous: two
+        # candidates mean we cannot tell, and a run on no generation is history, never a position.
+        loose = [g for g, place in places if locations.same_place(reported, place)]
+        return loose[0] if len(loose) == 1 else None
     for g in generations:
         if g.query_id == query_id:
             return g
@@ -96,12 +89,13 @@ class PositionState:
 def decide(
     current: PositionState | None, until_offset: int, *, query_id: str, run_started_at: datetime,
     run_generation_id: int | None, current_generation_id: int | None,
-    other_query_active: bool = False,
+    other_query_active: bool = False, from_offset: int | None = None,
 ) -> Decision:
     """Whether a batch ending at ``until_offset`` moves the position, and if not, which finding says why.
 
     ``other_query_active``: the query that last moved the position is not this one and still has
-    an active run (only asked for pipelines without generations).
+    an active run (only asked for pipelines without generations). ``from_offset``: where the batch
+    started on this partition (None: Spark did not say, as on a fresh checkpoint's first batch).
     """
     if current_generation_id is not None and run_generation_id != current_generation_id:
         return "foreign_run"
@@ -112,6 +106,9 @@ def decide(
         if current.updated_at > run_started_at:
             # Without the helper, a run started after the reset may have started from it.
             return "pending_reset"
+        if from_offset is not None and from_offset != current.next_offset and until_offset >= current.next_offset:
+            # It did not (an old checkpoint): it moves on, but never silently over the reset.
+            return "reset_overtaken"
     if current is None:
         return "move"
     if (current_generation_id is None and other_query_active and current.query_id is not None

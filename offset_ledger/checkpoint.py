@@ -20,7 +20,7 @@ come through a ``CheckpointFiles`` (``offset_ledger.adopt`` reads local and remo
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -321,3 +321,78 @@ def parse_source_choice(value: str | int | None) -> SourceChoice:
     if isinstance(value, str) and value.strip().isdigit():
         return int(value.strip())
     raise InvalidInput(f"invalid source {value!r}: use a source index (0, 1, ...) or 'all'", source=str(value))
+
+
+@dataclass(frozen=True)
+class CommittedBatch:
+    """One committed batch as the checkpoint has it: where each source started and ended."""
+
+    batch_id: int
+    timestamp_ms: int | None
+    #: the sources' offsets when the batch began: ``offsets/<n-1>``, or the initial offsets for
+    #: batch 0; None when Spark already purged them (it keeps the last ~100 batches)
+    starts: tuple[SourceOffset, ...] | None
+    ends: tuple[SourceOffset, ...]
+
+
+def committed_batch_ids(files: CheckpointFiles) -> list[int]:
+    """The batch ids with both an ``offsets/`` and a ``commits/`` entry, ascending (no file is read)."""
+    return sorted(_batch_ids(files.list("commits")) & _batch_ids(files.list("offsets")))
+
+
+def read_committed_batches(
+    location: str, files: CheckpointFiles, after_batch_id: int | None = None,
+    only: Collection[int] | None = None,
+) -> tuple[str | None, list[CommittedBatch]]:
+    """(query id, every committed batch after ``after_batch_id``, oldest first) of a checkpoint.
+
+    ``only``: read just these batch ids (those the ledger lacks), not every file Spark keeps.
+
+    A checkpoint Spark has not written yet (no ``metadata``, nothing planned) is (None, []): a
+    generation handed out and never started. Raises CheckpointFormatError for anything else that
+    cannot be read as Spark writes it.
+    """
+    root = location.rstrip("/")
+    planned = _batch_ids(files.list("offsets"))
+    meta = files.read("metadata")
+    if meta is None:
+        if not planned:
+            return None, []
+        raise CheckpointFormatError(f"{root}/metadata", "missing although offsets/ has entries")
+    query_id = parse_metadata(meta, f"{root}/metadata")
+    committed = sorted(_batch_ids(files.list("commits")) & planned)
+    wanted = [b for b in committed if (after_batch_id is None or b > after_batch_id)
+              and (only is None or b in only)]
+    cache: dict[int, tuple[int | None, tuple[SourceOffset, ...]]] = {}
+
+    def offsets_of(batch_id: int) -> tuple[int | None, tuple[SourceOffset, ...]] | None:
+        if batch_id not in cache:
+            data = files.read(f"offsets/{batch_id}")
+            if data is None:
+                return None
+            _, ts, sources = parse_offsets_file(data, f"{root}/offsets/{batch_id}")
+            cache[batch_id] = (ts, sources)
+        return cache[batch_id]
+
+    out = []
+    for batch_id in wanted:
+        data = files.read(f"commits/{batch_id}")
+        if data is None:
+            raise CheckpointFormatError(f"{root}/commits/{batch_id}", "listed but unreadable")
+        check_commit_file(data, f"{root}/commits/{batch_id}")
+        ended = offsets_of(batch_id)
+        if ended is None:
+            raise CheckpointFormatError(f"{root}/offsets/{batch_id}", "listed but unreadable")
+        starts: tuple[SourceOffset, ...] | None = None
+        if batch_id - 1 in planned:
+            before = offsets_of(batch_id - 1)
+            starts = before[1] if before is not None else None
+        elif batch_id == 0:
+            initial = []
+            for index in sorted(_batch_ids(files.list("sources"))):
+                raw = files.read(f"sources/{index}/0")
+                if raw is not None:
+                    initial.append(parse_initial_offsets(raw, index, f"{root}/sources/{index}/0"))
+            starts = tuple(initial) or None
+        out.append(CommittedBatch(batch_id, ended[0], starts, ended[1]))
+    return query_id, out

@@ -8,20 +8,40 @@ from typing import Optional
 import typer
 
 from offset_ledger import __version__
+from offset_ledger.cli_support import (
+    BootstrapOption,
+    CommandConfigOption,
+    DsnOption,
+    FormatOption,
+    GroupOption,
+    KafkaOptionOption,
+    TimeoutOption,
+    kafka_client,
+    plain_help,
+    safe_text,
+)
 from offset_ledger.errors import OffsetLedgerError
+
+plain_help()
+
+# Plain click help: Rich markup would eat "[log-start, log-end]" and print "<bool>" placeholders;
+# the help follows the terminal's width instead of stopping at 80 columns.
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 160}
 
 app = typer.Typer(
     name="offset-ledger",
-    help="An external, auditable Kafka offset ledger for PySpark Structured Streaming.",
+    help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
+         "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable "
+         "(docs/cli.md).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    rich_markup_mode=None,
+    context_settings=CONTEXT,
 )
-db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True)
+db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
+                     context_settings=CONTEXT)
 app.add_typer(db_app, name="db")
-
-DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN",
-                         help="Ledger database URL (default: the embedded SQLite file).")
 
 _state = {"traceback": False}
 
@@ -64,7 +84,7 @@ def prune_cmd(
     from offset_ledger.ledger.prune import parse_duration, prune
 
     age = parse_duration(older_than)  # bad input fails before any connection is made
-    engine = make_engine(dsn)
+    engine = make_engine(dsn, create=False)
     check_connection(engine)
 
     def _progress(table: str, done: int, total: int) -> None:
@@ -84,26 +104,12 @@ def prune_cmd(
         typer.echo(f"done in {report.seconds:.1f}s")
 
 
-def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
-    """``--kafka-option KEY=VALUE`` values as Spark-style reader options."""
-    from offset_ledger.errors import ConfigError
-
-    options: dict[str, str] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--kafka-option must be KEY=VALUE, not {item!r}")
-        options[key.strip()] = value
-    return options
-
-
 @app.command("resolve")
 def resolve_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
     topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic the pipeline subscribes to (repeatable)."),
     pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
-    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers", envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS",
-                                                    help="Kafka bootstrap servers."),
+    bootstrap_servers: Optional[str] = BootstrapOption,
     first_run: Optional[str] = typer.Option(
         None, "--first-run",
         help="No ledger entries: earliest (default) | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
@@ -113,8 +119,8 @@ def resolve_cmd(
     on_data_loss: str = typer.Option("fail", "--on-data-loss", help="Offsets outside the log: fail | earliest."),
     consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
                                                  help="Default: the pipeline's only group in the ledger."),
-    kafka_option: Optional[list[str]] = typer.Option(None, "--kafka-option", "-o",
-                                                     help="Spark-style client setting, e.g. kafka.security.protocol=SSL (repeatable)."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
     window: Optional[str] = typer.Option(None, "--window",
                                          help="Windowed pipeline: the window length (10m, '10 minutes'); rewinds for open windows."),
     slide: Optional[str] = typer.Option(None, "--slide", help="Sliding windows: the slide (5m)."),
@@ -124,13 +130,19 @@ def resolve_cmd(
         False, "--event-time-is-kafka-timestamp", help="The event time is the Kafka record timestamp (tighter rewind)."),
     dsn: Optional[str] = DsnOption,
 ) -> None:
-    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing."""
+    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing.
+
+    Examples:
+
+      offset-ledger resolve orders --topic orders --bootstrap-server broker:9093 --command-config client.properties
+
+      offset-ledger resolve orders --pattern 'orders-.*' --on-data-loss earliest
+    """
     from offset_ledger.errors import ConfigError
-    from offset_ledger.kafka import KafkaAdapter
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.restart import plan_restart
 
-    options = _kafka_options(kafka_option)
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
     if window is not None or slide is not None or watermark_delay is not None:
         # Bad durations fail before any connection is made.
         from offset_ledger.stateful import WindowSpec, parse_duration_ms
@@ -140,12 +152,10 @@ def resolve_cmd(
         WindowSpec.parse(window, slide)
         if watermark_delay is not None:
             parse_duration_ms(watermark_delay, option="watermark_delay")
-    servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
-    if not servers:
-        raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
-    engine = make_engine(dsn)
+    kafka.require()
+    engine = make_engine(dsn, create=False)
     try:
-        with KafkaAdapter(servers, options) as adapter:
+        with kafka.adapter() as adapter:
             plan, ledger, _cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
                 topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
@@ -159,7 +169,7 @@ def resolve_cmd(
                    "start_from_ledger opens a fresh checkpoint for this plan)", err=True)
     for finding in plan.findings:
         where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
-        typer.echo(f"{finding.kind}{where}: {finding.message}", err=True)
+        typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
     if ledger.pending_reset_ids:
         ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
         typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
@@ -168,60 +178,52 @@ def resolve_cmd(
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
 
-BootstrapOption = typer.Option(None, "--bootstrap-servers", envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS",
-                               help="Kafka bootstrap servers.")
-GroupOption = typer.Option(None, "--consumer-group", help="Default: the pipeline's only group (an error when it has several).")
-FormatOption = typer.Option("table", "--format", "-f", help="Output: table | json | csv.")
+def _ops(dsn: Optional[str], kafka=None):  # type: ignore[no-untyped-def]
+    """Operations over an existing ledger; ``kafka`` is a ``kafka_client(...)`` or bootstrap servers."""
+    from offset_ledger.cli_support import operations
+
+    return operations(dsn, kafka_client(kafka) if isinstance(kafka, str) else kafka)
 
 
-def _ops(dsn: Optional[str], bootstrap_servers: Optional[str] = None):  # type: ignore[no-untyped-def]
-    from offset_ledger.operations import Operations
+def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
+    """``--kafka-option KEY=VALUE`` values as Spark-style options (``kafka_config.parse_option_items``)."""
+    from offset_ledger.kafka_config import parse_option_items
 
-    return Operations.connect(dsn, bootstrap_servers)
+    return parse_option_items(items)
 
 
 def _check_format(fmt: str) -> str:
-    from offset_ledger.errors import InvalidInput
+    from offset_ledger.cli_support import check_format
 
-    if fmt not in ("table", "json", "csv"):
-        raise InvalidInput(f"unknown --format {fmt!r}; use table, json or csv")
-    return fmt
+    return check_format(fmt)
 
 
 def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None) -> None:
-    """Print rows as an aligned table, CSV, or JSON (``document`` when given, else the rows)."""
-    import csv
-    import json as _json
+    from offset_ledger.cli_support import emit
 
-    if fmt == "json":
-        typer.echo(_json.dumps(document if document is not None else rows, indent=2, default=str))
-        return
-    if fmt == "csv":
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            writer.writerow(["" if row.get(c) is None else row.get(c) for c in columns])
-        return
-    cells = [[("-" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    typer.echo("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths)).rstrip())
-    for r in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    emit(rows, columns, fmt, document)
 
 
 @app.command("pipelines")
 def pipelines_cmd(
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
     lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
-    fmt: str = FormatOption,
+    fmt: str = FormatOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
 ) -> None:
-    """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch and lag."""
+    """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch,
+    lag and findings."""
+    from offset_ledger.audit import findings_counts
+
     fmt = _check_format(fmt)
-    ops = _ops(dsn, bootstrap_servers)
+    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
         rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag and ops.has_kafka)]
+        counts = findings_counts(ops)
     finally:
         ops.close()
+    for row in rows:
+        row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
     if fmt != "json":
         for row in rows:
             gen = row["generation"]
@@ -230,7 +232,7 @@ def pipelines_cmd(
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
             row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
         columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
-                   "lastBatchTime", "lastBatchId", "lag", "why"]
+                   "lastBatchTime", "lastBatchId", "lag", "findings", "why"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
     _emit(rows, columns, fmt)
@@ -266,41 +268,53 @@ def history_cmd(
     until: Optional[str] = typer.Option(None, "--until", help="Exclusive; ISO 8601 or epoch ms."),
     limit: int = typer.Option(50, "--limit", help="Batches per page (1-1000)."),
     cursor: Optional[str] = typer.Option(None, "--cursor", help="Next-page cursor printed by a previous call."),
+    every: bool = typer.Option(False, "--all", help="Every batch in the range, page after page (ignores --limit)."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
 ) -> None:
-    """Committed batches, newest first, one row per batch and partition."""
+    """Committed batches, newest first, one row per batch and partition.
+
+    A cut-short answer says so in every format: "more: --cursor C" on stderr (and nextCursor in JSON).
+
+    Example: offset-ledger history orders --since 2024-05-01T00:00:00Z --all --format csv > batches.csv
+    """
+    from offset_ledger.cli_support import more_signal
     from offset_ledger.operations import parse_timestamp
 
     fmt = _check_format(fmt)
     ops = _ops(dsn)
+    items: list = []
     try:
-        page = ops.history(pipeline, consumer_group, topic=topic,
-                           since=parse_timestamp(since) if since else None,
-                           until=parse_timestamp(until) if until else None, limit=limit, cursor=cursor)
+        while True:
+            page = ops.history(pipeline, consumer_group, topic=topic,
+                               since=parse_timestamp(since) if since else None,
+                               until=parse_timestamp(until) if until else None,
+                               limit=1000 if every else limit, cursor=cursor)
+            items.extend(page.items)
+            cursor = page.next_cursor
+            if not every or not cursor:
+                break
     finally:
         ops.close()
     rows = [{"batchTime": b["batchTime"], "batchId": b["batchId"], "queryId": b["queryId"], **r}
-            for b in page.items for r in b["ranges"]]
+            for b in items for r in b["ranges"]]
     _emit(rows, ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"], fmt,
-          {"batches": list(page.items), "nextCursor": page.next_cursor})
-    if page.next_cursor and fmt == "table":
-        typer.echo(f"more: --cursor {page.next_cursor}", err=True)
+          {"batches": items, "nextCursor": page.next_cursor})
+    if page.next_cursor:
+        more_signal(f"--cursor {page.next_cursor} (or --all)")
 
 
 @app.command("topic")
 def topic_cmd(
     topic: str = typer.Argument(..., help="Topic name."),
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
-    from offset_ledger.errors import ConfigError
-    from offset_ledger.kafka import KafkaAdapter
     from offset_ledger.operations import topic_details
 
     fmt = _check_format(fmt)
-    if not bootstrap_servers:
-        raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
-    with KafkaAdapter(bootstrap_servers) as adapter:
+    with kafka_client(bootstrap_servers, kafka_option, command_config, timeout).adapter() as adapter:
         details = topic_details(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
@@ -312,10 +326,15 @@ def lag_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
 ) -> None:
-    """Lag per partition in records and seconds, drift against the Kafka group, and status."""
+    """Lag per partition in records and seconds, drift against the Kafka group, and status.
+
+    Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
+    """
     fmt = _check_format(fmt)
-    ops = _ops(dsn, bootstrap_servers)
+    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
         _group, parts = ops.lag(pipeline, consumer_group)
     finally:
@@ -325,87 +344,6 @@ def lag_cmd(
                  "committedOffset", "drift", "status"], fmt)
 
 
-@app.command("reset")
-def reset_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
-    to_earliest: bool = typer.Option(False, "--to-earliest", help="Each partition's log-start offset."),
-    to_latest: bool = typer.Option(False, "--to-latest", help="Each partition's log-end offset."),
-    to_offsets: Optional[str] = typer.Option(None, "--to-offsets", help='JSON file {"topic": {"0": n}} (- = stdin).'),
-    to_datetime: Optional[str] = typer.Option(None, "--to-datetime", help="First offset at or after this time "
-                                                                          "(ISO 8601, naive = UTC, or epoch ms)."),
-    shift_by: Optional[int] = typer.Option(None, "--shift-by", help="Move each position by N (negative replays)."),
-    topic: Optional[list[str]] = typer.Option(None, "--topic", help="Scope: TOPIC or TOPIC:0,1 (repeatable)."),
-    execute: bool = typer.Option(False, "--execute", help="Apply the reset (default: dry run, still audited)."),
-    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept in the audit trail)."),
-    actor: Optional[str] = typer.Option(None, "--actor", help="Who (default: the OS user)."),
-    force: bool = typer.Option(False, "--force", help="Reset even while the pipeline has an active run."),
-    out_of_range: str = typer.Option("refuse", "--out-of-range",
-                                     help="Targets outside [log-start, log-end]: refuse | clamp."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
-    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
-) -> None:
-    """Reset a pipeline's positions (dry run unless --execute); the next start_from_ledger applies it."""
-    import getpass
-    import json as _json
-    from pathlib import Path
-
-    from offset_ledger.errors import InvalidInput
-    from offset_ledger.operations import parse_timestamp, scope_from_specs, to_epoch_ms
-    from offset_ledger.resets import ResetRequest, parse_offsets_body
-
-    fmt = _check_format(fmt)
-    chosen = [name for name, on in (("--to-earliest", to_earliest), ("--to-latest", to_latest),
-                                    ("--to-offsets", to_offsets is not None),
-                                    ("--to-datetime", to_datetime is not None),
-                                    ("--shift-by", shift_by is not None)) if on]
-    if len(chosen) != 1:
-        raise InvalidInput("choose exactly one of --to-earliest, --to-latest, --to-offsets FILE, "
-                           "--to-datetime TS, --shift-by N" + (f" (got {', '.join(chosen)})" if chosen else ""))
-    if out_of_range not in ("refuse", "clamp"):
-        raise InvalidInput(f"unknown --out-of-range {out_of_range!r}; use refuse or clamp")
-    scope = scope_from_specs(topic or [])
-    if to_offsets is not None:
-        try:
-            text = sys.stdin.read() if to_offsets == "-" else Path(to_offsets).read_text()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read --to-offsets {to_offsets!r}: {exc.strerror}") from exc
-        try:
-            body = _json.loads(text)
-        except ValueError as exc:
-            raise InvalidInput(f"--to-offsets {to_offsets!r} is not valid JSON: {exc}") from exc
-        request = ResetRequest("offsets", scope=scope, offsets=parse_offsets_body(body),
-                               out_of_range=out_of_range)  # type: ignore[arg-type]
-    elif to_datetime is not None:
-        request = ResetRequest("timestamp", scope=scope, timestamp_ms=to_epoch_ms(parse_timestamp(to_datetime)),
-                               out_of_range=out_of_range)  # type: ignore[arg-type]
-    elif shift_by is not None:
-        request = ResetRequest("shift", scope=scope, shift_by=shift_by, out_of_range=out_of_range)  # type: ignore[arg-type]
-    else:
-        request = ResetRequest("earliest" if to_earliest else "latest", scope=scope,
-                               out_of_range=out_of_range)  # type: ignore[arg-type]
-    ops = _ops(dsn, bootstrap_servers)
-    try:
-        outcome = ops.reset(pipeline, request, actor=actor or getpass.getuser() or "cli", reason=reason,
-                            dry_run=not execute, force=force, consumer_group=consumer_group)
-    finally:
-        ops.close()
-    doc = outcome.to_dict()
-    rows = [{"topic": p["topic"], "partition": p["partition"], "before": p["beforeNextOffset"],
-             "target": p["targetNextOffset"], "logStart": p["logStartOffset"], "logEnd": p["logEndOffset"],
-             "replay": p["recordsReplayed"], "skip": p["recordsSkipped"],
-             "outOfRange": p["outOfRange"] or ("" if not p["clamped"] else "clamped")}
-            for p in doc["partitions"]]
-    _emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "outOfRange"],
-          fmt, doc)
-    if fmt == "table":
-        if outcome.dry_run:
-            note = " (executing would be refused: targets out of range)" if outcome.plan.refused else ""
-            typer.echo(f"dry run recorded as reset {doc['resetId']}{note}; pass --execute to apply", err=True)
-        else:
-            typer.echo(f"reset {doc['resetId']} is pending: the next start_from_ledger applies it through a "
-                       "fresh checkpoint", err=True)
-
-
 @app.command("mirror")
 def mirror_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
@@ -413,15 +351,21 @@ def mirror_cmd(
     once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
     follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
     interval: float = typer.Option(5.0, "--interval", help="Seconds between syncs with --follow."),
-    kafka_option: Optional[list[str]] = typer.Option(None, "--kafka-option", "-o",
-                                                     help="Spark-style client setting (repeatable)."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
 ) -> None:
-    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members)."""
+    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members).
+
+    Examples:
+
+      offset-ledger mirror orders --command-config client.properties
+
+      offset-ledger mirror orders --follow --interval 30
+    """
     import time as _time
 
-    from offset_ledger.errors import ConfigError, InvalidInput, KafkaError
-    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.errors import InvalidInput, KafkaError
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.mirror import sync_group
     from offset_ledger.operations import resolve_group
@@ -431,15 +375,13 @@ def mirror_cmd(
         raise InvalidInput("choose one of --once and --follow")
     if not 0.1 <= interval <= 86_400:
         raise InvalidInput(f"--interval must be between 0.1 and 86400 seconds, not {interval}")
-    options = _kafka_options(kafka_option)
-    servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
-    if not servers:
-        raise ConfigError("no Kafka bootstrap servers (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
-    engine = make_engine(dsn)
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    kafka.require()
+    engine = make_engine(dsn, create=False)
     try:
         with engine.connect() as conn:
             group = resolve_group(conn, pipeline, consumer_group)
-        with KafkaAdapter(servers, options) as adapter:
+        with kafka.adapter() as adapter:
             while True:
                 try:
                     result = sync_group(engine, adapter, pipeline, group)
@@ -480,9 +422,12 @@ def import_checkpoint_cmd(
                                                        "checkpoint's parent directory)."),
     execute: bool = typer.Option(False, "--execute", help="Write to the ledger (default: dry run)."),
     force: bool = typer.Option(False, "--force", help="Import although the group already has positions."),
-    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-servers",
+    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
+                                                    metavar="HOST:PORT[,...]",
                                                     help="Also record the topics' Kafka ids (tells a re-created "
                                                          "topic apart later)."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption,
     dsn: Optional[str] = DsnOption,
     fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json."),
 ) -> None:
@@ -494,9 +439,11 @@ def import_checkpoint_cmd(
 
     if fmt not in ("table", "json"):
         raise InvalidInput(f"unknown --format {fmt!r}; use table or json")
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
     result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
                                app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
-                               checkpoint_root=checkpoint_root, bootstrap_servers=bootstrap_servers)
+                               checkpoint_root=checkpoint_root, bootstrap_servers=kafka.bootstrap_servers,
+                               kafka_options=kafka.options)
     if fmt == "json":
         typer.echo(_json.dumps(result.to_dict(), indent=2))
     else:
@@ -524,12 +471,14 @@ def replay_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
                                                                "unless --query-id / --generation)."),
-    since: Optional[str] = typer.Option(None, "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),
-    until: Optional[str] = typer.Option(None, "--to", help="Batches before this time (exclusive)."),
+    since: Optional[str] = typer.Option(None, "--since", "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),
+    until: Optional[str] = typer.Option(None, "--until", "--to", help="Batches before this time (exclusive)."),
     query_id: Optional[str] = typer.Option(None, "--query-id", help="The query whose batch id --batch means."),
     generation: Optional[int] = typer.Option(None, "--generation", help="The checkpoint generation whose query."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
     bootstrap_servers: Optional[str] = BootstrapOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
     fmt: str = typer.Option("options", "--format", "-f",
                             help="options: {startingOffsets, endingOffsets, assign}; json: with batches and warnings."),
 ) -> None:
@@ -544,7 +493,7 @@ def replay_cmd(
         raise InvalidInput(f"unknown --format {fmt!r}; use options or json")
     start = parse_timestamp(since) if since is not None else None
     end = parse_timestamp(until) if until is not None else None
-    ops = _ops(dsn, bootstrap_servers)
+    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
         result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch, since=start,
                             until=end, query_id=query_id, generation=generation, consumer_group=consumer_group)
@@ -566,6 +515,8 @@ def serve_cmd(
     insecure: bool = typer.Option(False, "--insecure",
                                   help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption,
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
 ) -> None:
     """Run the REST API (legacy /v1 endpoints, /api/v1 resources, /docs, /metrics, /healthz)."""
@@ -577,37 +528,89 @@ def serve_cmd(
     from offset_ledger.config import settings
     from offset_ledger.errors import ConfigError
 
+    from offset_ledger.api.tokens import load_tokens, weak_token_names
+
     s = settings()
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
         loopback = False
-    if not loopback and not s.api_token and not insecure:
+    tokens = load_tokens(s)
+    if not loopback and not tokens and not insecure:
         raise ConfigError(f"refusing to bind {host} without OFFSET_LEDGER_API_TOKEN; set a token or pass --insecure")
+    weak = weak_token_names(tokens)
+    if weak and not loopback:
+        # --insecure does not cover this: a known or short token is no protection off loopback.
+        raise ConfigError(f"refusing to bind {host} with a weak API token ({', '.join(weak)}: a known default or "
+                          "shorter than 16 characters); make one with: python3 -c 'import secrets; "
+                          "print(secrets.token_urlsafe(32))'")
     if not 0 < port < 65536:
         raise ConfigError(f"invalid --port {port}")
-    uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=bootstrap_servers), host=host, port=port,
-                log_level=log_level)
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
+    # The bound address is a name clients use; a wildcard bind names no host.
+    hosts = [] if host in ("0.0.0.0", "::", "") else [host]
+    uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
+                           tokens=tokens, hosts=hosts),
+                host=host, port=port, log_level=log_level)
+
+
+_SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
+
+
+def _register_commands() -> None:
+    # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
+    from offset_ledger import cli_audit, cli_reset, cli_watch
+
+    cli_audit.register(app)
+    cli_reset.register(app)
+    cli_watch.register(app)
+
+
+_register_commands()
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """Entry point: user-facing errors print one line and exit 2; --traceback shows more."""
+    """Entry point: an error prints one line and exits with its code (offset_ledger.errors.exit_code);
+    --traceback shows more."""
     try:
-        app(args=argv, standalone_mode=False)
+        from typer._click.exceptions import NoArgsIsHelpError  # Typer >= 0.20 carries its own click
+    except ImportError:  # pragma: no cover - older Typer on click
+        from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
+
+    from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
+
+    try:
+        app(args=argv, prog_name="offset-ledger", standalone_mode=False)
     except OffsetLedgerError as exc:
         if _state["traceback"]:
             raise
         print(f"offset-ledger: error: {' '.join(exc.message.split())}", file=sys.stderr)
-        sys.exit(2)
-    except typer.Abort:
+        sys.exit(exit_code(exc))
+    except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)
         sys.exit(130)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
+    except NoArgsIsHelpError as exc:
+        # A bare "offset-ledger" or "offset-ledger db": the help is the answer, not an error.
+        print(exc.format_message())
+        sys.exit(0)
     except typer.TyperException as exc:  # usage errors: unknown command, bad option value, ...
         if _state["traceback"]:
             raise
-        fmt = getattr(exc, "format_message", None)
-        message = fmt() if callable(fmt) else str(exc)
-        print(f"offset-ledger: error: {' '.join(message.split())} (see --help)", file=sys.stderr)
-        sys.exit(2)
+        print(f"offset-ledger: error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except ModuleNotFoundError as exc:
+        if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
+            raise
+        # A listener-only install (no [server] extra) asked for the REST API or the console.
+        print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
+              "pip install 'offset-ledger[server]'", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line and code 1, the traceback on request
+        if _state["traceback"]:
+            raise
+        detail = " ".join(str(exc).split())[:300]
+        print(f"offset-ledger: internal error: {type(exc).__name__}: {detail} (rerun with --traceback)",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERNAL)

@@ -22,7 +22,12 @@ class Settings(BaseSettings):
     dsn: str | None = Field(default=None, description="SQLAlchemy URL of the ledger database")
     home: Path = Field(default_factory=default_home, description="embedded ledger and spool directory")
     bootstrap_servers: str | None = Field(default=None, description="Kafka bootstrap servers")
-    api_token: str | None = Field(default=None, description="bearer token the REST API requires")
+    api_token: str | None = Field(default=None, description="bearer token the REST API requires (an operate token)")
+    api_tokens: str | None = Field(default=None, description="named tokens: name:role:secret, comma-separated "
+                                                             "(role read or operate)")
+    api_tokens_file: Path | None = Field(default=None, description="a file of name:role:secret lines")
+    allowed_hosts: str | None = Field(default=None, description="Host names the API answers besides loopback "
+                                                                "(comma-separated; * for any)")
     run_timeout: str = Field(default="10m", description="silence after which an unterminated run is stale "
                                                         "(at least 3 x its longest batch)")
     status_window: str = Field(default="5m", description="window the pipeline status (OK, LAGGING, STALLED, "
@@ -55,3 +60,8 @@ def settings() -> Settings:
 
 
 _cached: tuple[tuple[tuple[object, object], ...], Settings] | None = None
+
+
+def kafka_environment() -> dict[str, str]:
+    """The ``OFFSET_LEDGER_KAFKA_*`` variables as they are now (``offset_ledger.kafka_config`` reads them)."""
+    return {k: v for k, v in os.environ.items() if k.startswith("OFFSET_LEDGER_KAFKA_")}

@@ -14,16 +14,22 @@
     │   ├── CheckpointFormatError     a Spark checkpoint file is missing, corrupt or of an unknown version
     │   ├── AdoptionRefused           importing a checkpoint into a pipeline that already has positions
     │   ├── UnknownBatch              no such batch (or no batch in the time range) to replay
+    │   ├── ReplayNotExact            a replayed range has a start the ledger neither recorded nor can recover
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
-    │   └── LedgerUnavailable         the ledger cannot be reached or take writes for now (retriable)
+    │   ├── LedgerUnavailable         the ledger cannot be reached or is failing over (retriable)
+    │   ├── PlanConflict              the ledger kept changing while a restart planned (retriable)
+    │   └── LedgerWithoutSchema       the database has no offset-ledger schema (run db upgrade)
     └── KafkaError                    the Kafka cluster failed
         ├── KafkaUnavailable          the brokers cannot be reached (retriable)
+        ├── KafkaAuthenticationFailed the brokers refused the login or the access (SASL, ACLs)
         └── MirrorRefused             the consumer group has active members; the mirror leaves it alone
+
+``exit_code`` maps the tree onto the command line's exit codes (one table, docs/cli.md).
 
 Driver errors (SQLAlchemy, kafka-python) are translated at the adapter edge with ``raise ... from``.
 Exceptions carry the data they talk about, so the API and CLI can render them without parsing text.
@@ -146,6 +152,14 @@ class UnknownBatch(InvalidInput):
         super().__init__(message, **details)
 
 
+class ReplayNotExact(InvalidInput):
+    """A replay would not be exact: a range's start was never recorded and the ledger cannot recover it."""
+
+    def __init__(self, message: str, *, unknown_starts: Sequence[Mapping[str, Any]], **details: Any) -> None:
+        super().__init__(message, unknown_starts=[dict(x) for x in unknown_starts], **details)
+        self.unknown_starts = [dict(x) for x in unknown_starts]
+
+
 class InvalidRestartOptions(InvalidInput):
     """A restart option (first_run, on_data_loss, topics, explicit offsets) is malformed."""
 
@@ -218,9 +232,13 @@ class LedgerError(OffsetLedgerError):
 
 
 class LedgerUnavailable(LedgerError):
-    """The ledger database cannot be reached, or cannot take writes for now (failover, restart, overload)."""
+    """The ledger database cannot be reached, or cannot take the write right now (failover, shutdown, busy)."""
 
     retriable = True
+
+
+class LedgerWithoutSchema(LedgerError):
+    """The database is reachable but has no offset-ledger schema: ``offset-ledger db upgrade`` creates it."""
 
 
 class KafkaError(OffsetLedgerError):
@@ -233,6 +251,10 @@ class KafkaUnavailable(KafkaError):
     retriable = True
 
 
+class KafkaAuthenticationFailed(KafkaError):
+    """The brokers refused the client's credentials (SASL) or its access (ACLs)."""
+
+
 class MirrorRefused(KafkaError):
     """The consumer group has active members (someone consumes with it); the mirror does not touch it."""
 
@@ -243,3 +265,51 @@ class MirrorRefused(KafkaError):
             consumer_group=group, members=members)
         self.group = group
         self.members = members
+
+
+class PlanConflict(LedgerError):
+    """A restart's plan went stale on every attempt: positions, resets or generations changed meanwhile."""
+
+    retriable = True
+
+    def __init__(self, pipeline: str, attempts: int, changed: Sequence[str]) -> None:
+        super().__init__(
+            f"the ledger of pipeline {pipeline!r} changed while the restart was planning, {attempts} times in a row "
+            f"({'; '.join(changed)}); nothing was written. Is the old job still running? Stop it, or retry",
+            pipeline=pipeline, attempts=attempts, changed=list(changed))
+
+
+# -- exit codes ----------------------------------------------------------------------------
+
+EXIT_OK = 0
+EXIT_INTERNAL = 1     # a bug, or a failure nothing more specific describes
+EXIT_USAGE = 2        # bad arguments or input; nothing was written
+EXIT_REFUSED = 3      # understood, but refused: active run, targets out of range, group in use, ...
+EXIT_DATA_LOSS = 4    # offsets fall outside the broker's log and the policy is fail
+EXIT_UNAVAILABLE = 5  # the ledger database or Kafka cannot be reached, or refused the login
+
+_EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
+    # Most specific first: refusals are InvalidInput subclasses, so they come before it.
+    (OffsetOutOfRange, EXIT_REFUSED),
+    (AdoptionRefused, EXIT_REFUSED),
+    (FirstRunRefused, EXIT_REFUSED),
+    (StatefulRestartRefused, EXIT_REFUSED),
+    (ActiveRunConflict, EXIT_REFUSED),
+    (PlanConflict, EXIT_REFUSED),
+    (MirrorRefused, EXIT_REFUSED),
+    (DataLossError, EXIT_DATA_LOSS),
+    (LedgerUnavailable, EXIT_UNAVAILABLE),
+    (KafkaUnavailable, EXIT_UNAVAILABLE),
+    (KafkaAuthenticationFailed, EXIT_UNAVAILABLE),
+    (InvalidInput, EXIT_USAGE),
+    (ConfigError, EXIT_USAGE),
+    (LedgerWithoutSchema, EXIT_USAGE),
+)
+
+
+def exit_code(exc: BaseException) -> int:
+    """The command line's exit code for ``exc`` (docs/cli.md has the table)."""
+    for kind, code in _EXIT_CODES:
+        if isinstance(exc, kind):
+            return code
+    return EXIT_INTERNAL

@@ -1,8 +1,4 @@
-"""Listener events as ledger records: each event parsed, and attributed to its pipeline and group.
-
-Idle and terminated events carry no query name, so the attribution of a query is remembered from
-its earlier events; a query with neither a name nor a listener pipeline is logged once and skipped.
-"""
+"""What a listener event becomes in the ledger: the pipeline it belongs to, and its records."""
 
 from __future__ import annotations
 
@@ -21,8 +17,7 @@ from offset_ledger.progress import (
 )
 from offset_ledger.spool import Event
 
-# Logged under the listener's name, as before this module was split out of it.
-log = logging.getLogger("offset_ledger.listener")
+log = logging.getLogger(__name__)
 
 STARTED, PROGRESS, IDLE, TERMINATED = "started", "progress", "idle", "terminated"
 
@@ -31,15 +26,15 @@ def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
 
 
-class EventRecords:
-    """Converts events to records; keeps which pipeline each query was attributed to (one thread)."""
+class EventConverter:
+    """Turns events into ledger records; remembers each query's pipeline (idle/terminated carry no name)."""
 
-    def __init__(self, *, on_query_seen: Callable[[str], str | None] | None = None,
-                 pipeline_of: Callable[[str], str | None] | None = None,
-                 on_error: Callable[[str], None] = lambda message: None) -> None:
+    def __init__(self, on_query_seen: Callable[[str], str | None] | None,
+                 pipeline_of: Callable[[str], str | None] | None,
+                 count_failure: Callable[[str], None]) -> None:
         self._on_query_seen = on_query_seen
         self._pipeline_of = pipeline_of
-        self._on_error = on_error  # shows a problem in health() without counting an event as failed
+        self._count_failure = count_failure
         self._query_pipeline: dict[str, tuple[str, str, str | None]] = {}
         self._warned_unnamed: set[str] = set()
 
@@ -120,9 +115,6 @@ class EventRecords:
         try:
             mapped = self._pipeline_of(name)
         except Exception as exc:  # noqa: BLE001 - a user's mapping must not stop recording
-            # Not a lost event (it is recorded under the query name), so not counted as failed.
-            message = f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name"
-            self._on_error(message)
-            log.warning("offset-ledger: %s", message)
+            self._count_failure(f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name")
             return None
         return str(mapped) if mapped else None

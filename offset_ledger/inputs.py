@@ -19,9 +19,15 @@ from offset_ledger.errors import InvalidInput
 from offset_ledger.resets import ResetRequest
 
 MAX_NAME = 255
+#: The largest value a BIGINT column holds: numbers from input are checked against it before SQL.
+MAX_BIGINT = 2**63 - 1
 # Kafka's own rule for topic names (kafka.common.internals.Topic).
 _TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: The same rules as JSON-schema patterns, for the API's parameters (documented, and checked there first).
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,255}$"
+TOPIC_PATTERN = _TOPIC_NAME.pattern
+# Control characters, and lone surrogates (valid in JSON, not storable as UTF-8).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\ud800-\udfff]")
 
 
 def check_name(kind: str, value: str) -> str:
@@ -80,11 +86,36 @@ def decode_cursor(cursor: str) -> tuple[datetime, int]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         t, i = json.loads(raw)
-        if isinstance(i, bool) or not isinstance(i, int):
+        if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i <= MAX_BIGINT:
             raise ValueError("id")
         return datetime.fromisoformat(t), i
     except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
         raise InvalidInput(f"invalid cursor {cursor[:80]!r}", cursor=cursor[:80]) from exc
+
+
+def check_reason(reason: str | None, *, dry_run: bool) -> str | None:
+    """The reason of a reset: at most 10,000 characters, and required (not blank) when it executes."""
+    if reason is not None and len(reason) > 10_000:
+        raise InvalidInput("reason is longer than 10000 characters")
+    if not dry_run and not (reason and reason.strip()):
+        raise InvalidInput('an executed reset needs a reason (--reason TEXT / "reason"); it is kept in the audit trail')
+    return reason
+
+
+def audit_actor(authenticated: str | None, claimed: str | None, default: str) -> str:
+    """Who a reset is audited as: the authenticated token's name, the caller's claim only as detail.
+
+    ``ci-bot`` claiming ``alice`` is ``ci-bot (alice)``. Without authentication (a loopback server
+    with no token) there is no identity to check, and the claim (or ``default``) is all there is.
+    """
+    if claimed is not None:
+        check_name("actor", claimed)
+    if authenticated is None:
+        return claimed or default
+    if not claimed or claimed == authenticated:
+        return authenticated
+    room = MAX_NAME - len(authenticated) - 3
+    return f"{authenticated} ({claimed[:room]})"
 
 
 def request_from_legacy_body(body: Any) -> ResetRequest:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from offset_ledger.errors import ConfigError, KafkaError, KafkaUnavailable
+from offset_ledger.errors import ConfigError, KafkaAuthenticationFailed, KafkaError, KafkaUnavailable
 from offset_ledger.kafka_snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.model import TopicPartition, Watermarks
 
@@ -44,12 +44,19 @@ _IGNORED_PREFIXES = ("max.", "fetch.", "session.", "heartbeat.", "auto.", "group
 _JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
-def client_configs(bootstrap_servers: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Translate Spark-style reader options (``kafka.security.protocol`` ...) into kafka-python configs."""
+def client_configs(bootstrap_servers: str, options: Mapping[str, Any] | None = None,
+                   *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Translate Spark-style reader options (``kafka.security.protocol`` ...) into kafka-python configs.
+
+    ``options`` win over the ``OFFSET_LEDGER_KAFKA_*`` settings (``offset_ledger.kafka_config``),
+    which are merged here so that every client of this package reaches the same cluster the same way.
+    """
+    from offset_ledger.kafka_config import with_environment
+
     if not bootstrap_servers or not str(bootstrap_servers).strip():
-        raise ConfigError("no Kafka bootstrap servers given (--bootstrap-servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+        raise ConfigError("no Kafka bootstrap servers given (--bootstrap-server or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
     configs: dict[str, Any] = {"bootstrap_servers": [s.strip() for s in str(bootstrap_servers).split(",") if s.strip()]}
-    for raw_key, value in (options or {}).items():
+    for raw_key, value in with_environment(options, environ).items():
         key = raw_key[len("kafka."):] if raw_key.startswith("kafka.") else raw_key
         if key == "sasl.jaas.config":
             # PLAIN/SCRAM logins carry username and password inside the JAAS line.
@@ -65,7 +72,15 @@ def client_configs(bootstrap_servers: str, options: Mapping[str, Any] | None = N
                 raise ConfigError(f"{raw_key}={value}: only PEM trust/key stores are supported here", option=raw_key)
         elif key in _JAVA_TO_PYTHON:
             target = _JAVA_TO_PYTHON[key]
-            configs[target] = int(value) if target.endswith("_ms") else value
+            if target.endswith("_ms"):
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{raw_key}={value!r}: expected milliseconds (an integer)",
+                                      option=raw_key) from None
+            elif target == "bootstrap_servers":
+                value = [s.strip() for s in str(value).split(",") if s.strip()]
+            configs[target] = value
         elif key.startswith(_IGNORED_PREFIXES) or not raw_key.startswith("kafka."):
             continue  # reader-only options (startingOffsets, subscribe, ...) and consumer tuning
         elif "_" in key and "." not in key:
@@ -83,9 +98,15 @@ def _translate(exc: Exception, bootstrap: Any) -> Exception:
     unreachable = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError",
                                                     "KafkaConnectionError") if hasattr(kerr, n))
     if isinstance(exc, unreachable):
-        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc}", bootstrap_servers=str(bootstrap))
+        # A broker that wants SASL or TLS looks exactly like one that is down to kafka-python: it
+        # retries until the bootstrap timeout. Say what to check for both.
+        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc} (is the cluster up, and do "
+                                f"security.protocol and the SASL/SSL settings match its listener? "
+                                f"--command-config, --kafka-option, OFFSET_LEDGER_KAFKA_*)",
+                                bootstrap_servers=str(bootstrap))
     if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.AuthorizationError)):
-        return KafkaError(f"Kafka refused the credentials or access: {exc}", bootstrap_servers=str(bootstrap))
+        return KafkaAuthenticationFailed(f"Kafka refused the credentials or access: {exc}",
+                                         bootstrap_servers=str(bootstrap))
     return KafkaError(f"Kafka request failed: {exc}", bootstrap_servers=str(bootstrap))
 
 
@@ -324,14 +345,22 @@ class KafkaAdapter:
         return self._admin
 
     def _admin_call(self, fn_name: str, *args: Any) -> Any:
-        with self._lock:
-            admin = self._admin_client()
-            try:
-                return getattr(admin, fn_name)(*args)
-            except Exception as exc:
-                if _is_connection_error(exc):
-                    self._close_admin()
-                raise _translate(exc, self._bootstrap) from exc
+        # A group's first request on a fresh cluster meets COORDINATOR_NOT_AVAILABLE while the broker
+        # creates __consumer_offsets: such retriable answers are retried within the request timeout.
+        deadline = time.monotonic() + self._configs["request_timeout_ms"] / 1000
+        while True:
+            with self._lock:
+                admin = self._admin_client()
+                try:
+                    return getattr(admin, fn_name)(*args)
+                except Exception as exc:
+                    if _is_connection_error(exc):
+                        self._close_admin()
+                        raise _translate(exc, self._bootstrap) from exc
+                    if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                        raise _translate(exc, self._bootstrap) from exc
+                    log.debug("retrying %s: %s", fn_name, exc)
+            time.sleep(0.2)
 
     def _close_admin(self) -> None:
         admin, self._admin = self._admin, None

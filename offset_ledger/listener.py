@@ -1,10 +1,9 @@
-"""The drop-in StreamingQueryListener: Spark's callbacks and the JSON bridge.
+"""The drop-in StreamingQueryListener: the Spark adapter in front of the durable writer.
 
 Spark delivers listener events on its listener bus; a slow listener makes that bus drop events.
 So a callback here does as little as possible: it takes the event's JSON text (one py4j call),
-wraps it with the listener's settings and hands it to the durable writer
-(``offset_ledger.writer``: a bounded queue, retries, and the spool of ``offset_ledger.spool``
-when the queue is full). It never raises.
+wraps it with the listener's settings and hands it to the writer (``offset_ledger.writer``: a
+bounded queue, else the spool of ``offset_ledger.spool``). It never raises.
 """
 
 from __future__ import annotations
@@ -28,16 +27,14 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
         "OffsetLedgerListener needs PySpark 3.5 or 4.x: pip install 'offset-ledger[spark]', "
         "or run it where your platform's PySpark is installed", name="pyspark") from None
 
-from offset_ledger.ledger.engine import ledger_fingerprint
-from offset_ledger.ledger.recorder import RecordOutcome
-from offset_ledger.spool import Event
 from offset_ledger.event_records import IDLE, PROGRESS, STARTED, TERMINATED
-from offset_ledger.writer import (  # noqa: F401 - re-exported: these were importable from here
-    EventWriter,
-    ListenerHealth,
-    Store,
-    _open_recorder,
-)
+from offset_ledger.ledger.recorder import RecordOutcome
+from offset_ledger.spool import Event, ledger_id
+from offset_ledger.writer import EventWriter, ListenerHealth, Store, _open_recorder
+
+# Re-exported: these names were importable from here before the writer and spool moved out.
+__all__ = ["IDLE", "PROGRESS", "STARTED", "TERMINATED", "Event", "EventWriter", "ListenerHealth",
+           "OffsetLedgerListener", "Store"]
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +53,7 @@ class OffsetLedgerListener(StreamingQueryListener):
     pipeline, ``dsn`` to ``OFFSET_LEDGER_DSN`` and then the embedded
     SQLite ledger. Callbacks never block on the database and never raise; call :meth:`flush`
     after ``query.processAllAvailable()`` or ``query.stop()`` to wait until the batches Spark
-    reported are durable, and :meth:`close` at shutdown. An accepted event ends in the ledger, in
-    the spool of that same ledger (adopted by its next listener), or in a dead-letter file with its
-    reason; errors of a failover (read-only, shutdown, lost connections) are retried.
+    reported are durable, and :meth:`close` at shutdown.
 
     ``commit_to_kafka=True`` also mirrors the ledger's positions into the Kafka consumer group of
     the same name (``bootstrap_servers`` default ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``; Spark-style
@@ -103,9 +98,9 @@ class OffsetLedgerListener(StreamingQueryListener):
         kafka_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if spool_dir is None:
-            from offset_ledger.config import settings
+        from offset_ledger.config import settings
 
+        if spool_dir is None:
             spool_dir = settings().home / "spool"
         self.dsn = dsn
         pipeline_of: Callable[[str], str | None] | None = None
@@ -129,9 +124,8 @@ class OffsetLedgerListener(StreamingQueryListener):
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         self._writer = EventWriter(
             store_factory or (lambda: _open_recorder(dsn)),
-            spool_dir=Path(spool_dir), ledger=ledger_fingerprint(dsn), queue_size=queue_size,
-            max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval,
-            health_pipeline=pipeline,
+            spool_dir=Path(spool_dir), ledger=ledger_id(settings().resolved_dsn(dsn)), queue_size=queue_size,
+            max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
             on_recorded=self._mirror_moved if self._mirror is not None else None,
         )
@@ -172,7 +166,7 @@ class OffsetLedgerListener(StreamingQueryListener):
                                       self.app_version))
         except Exception as exc:  # noqa: BLE001 - no exception may reach Spark's listener bus
             self._callback_errors += 1
-            self._writer.dead_letter(f"{kind} callback failed: {exc!r}", kind=kind)
+            self._writer._count_failure(f"{kind} callback failed: {exc!r}")
         self._callback_seconds.append(time.perf_counter() - started)
 
     @property
@@ -202,11 +196,8 @@ class OffsetLedgerListener(StreamingQueryListener):
     # ------------------------------------------------------------------ durability
 
     def health(self) -> ListenerHealth:
-        """Counters: queued, written, retried, spilled, failed, skipped, pending, last error.
-
-        ``failed`` counts dead-lettered events (kept with their reason in ``dead_letter_path``);
-        ``foreign_spool_paths`` lists orphaned spool files of another ledger (or of none) left alone.
-        """
+        """Counters (queued, written, retried, spilled, failed = dead-lettered, skipped, pending), the last
+        error, the dead-letter file, and spool files of other ledgers left in the spool directory."""
         health = self._writer.health()
         if self._mirror is not None:
             health = dataclasses.replace(health, mirror=self._mirror.stats.to_dict())
@@ -249,7 +240,7 @@ class OffsetLedgerListener(StreamingQueryListener):
         return writer.flush(max(0.0, deadline - time.monotonic()))
 
     def close(self, timeout: float = 30.0) -> bool:
-        """Flush, then stop the writer; unwritten events stay in the spool for this ledger's next listener."""
+        """Flush, then stop the writer; events it could not write stay in the spool for next time."""
         deadline = time.monotonic() + timeout
         flushed = self.flush(timeout)
         closed = self._writer.close(max(0.5, deadline - time.monotonic()))

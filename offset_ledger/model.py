@@ -90,6 +90,9 @@ class BatchOffsets:
     state_rows_total: int | None = None
     state_rows_updated: int | None = None
     state_rows_dropped_by_watermark: int | None = None
+    #: Who recorded the batch: None for the listener, ``"checkpoint"`` when it was read back from
+    #: Spark's commit log (reconciliation on restart, ``offset-ledger watch``).
+    recorded_by: str | None = None
 
 
 @dataclass(frozen=True)

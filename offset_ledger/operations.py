@@ -38,6 +38,7 @@ from offset_ledger.errors import (
 )
 from offset_ledger.inputs import (  # noqa: F401 - re-exported: the faces import them from here
     check_name,
+    check_reason,
     check_topic,
     decode_cursor,
     encode_cursor,
@@ -294,7 +295,7 @@ class Operations:
             by_group, facts = self._positions_and_window(conn, pipeline, group)
             runs = open_runs(conn, pipeline, group)
         positions = by_group.get((pipeline, group), [])
-        marks = self.kafka.watermarks(sorted({p.topic for p in positions}))
+        marks = self._watermarks_per_topic(sorted({p.topic for p in positions}))
         by_tp = {p.tp: p.next_offset for p in positions}
         out = []
         for tp in sorted(set(by_tp) | set(marks)):
@@ -378,8 +379,7 @@ class Operations:
         with the position it actually replaced.
         """
         check_name("actor", actor)
-        if reason is not None and len(reason) > 10_000:
-            raise InvalidInput("reason is longer than 10000 characters")
+        check_reason(reason, dry_run=dry_run)
         self._check_reset_names(request)
         with self._db() as conn:
             group = self.resolve_group(conn, pipeline, consumer_group)
@@ -439,12 +439,37 @@ class Operations:
             if cached is not None and cached[1] >= key and time.monotonic() - cached[0] < self.lag_cache_seconds:
                 return cached[2]
             try:
-                marks = self.kafka.watermarks(sorted(topics))
+                marks = self._watermarks_per_topic(sorted(topics))
             except KafkaError as exc:
                 log.warning("lag unavailable: %s", exc.message)
                 return None
             self._marks_cache = (time.monotonic(), key, marks)
             return marks
+
+
+    def _watermarks_per_topic(self, topics: list[str]) -> dict[TopicPartition, Watermarks]:
+        """Watermarks of ``topics`` in one request; when the cluster refuses it (not unreachable: one
+        topic it rejects, such as a recorded name Kafka does not accept), topic by topic, so that one
+        bad topic leaves only its own partitions without log offsets."""
+        try:
+            return self.kafka.watermarks(topics)
+        except KafkaError as exc:
+            if exc.retriable or len(topics) < 2:
+                raise
+            first = exc
+        marks: dict[TopicPartition, Watermarks] = {}
+        failed = []
+        for topic in topics:
+            try:
+                marks.update(self.kafka.watermarks([topic]))
+            except KafkaError as exc:
+                if exc.retriable:
+                    raise
+                failed.append(topic)
+        if len(failed) == len(topics):
+            raise first
+        log.warning("no watermarks for topic(s) %s: %s", ", ".join(map(repr, failed)), first.message)
+        return marks
 
 
 def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:

@@ -14,14 +14,14 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.errors import InvalidInput, KafkaError, UnknownBatch
+from offset_ledger.errors import InvalidInput, KafkaError, ReplayNotExact, UnknownBatch
 from offset_ledger.model import TopicPartition, Watermarks
 
 if TYPE_CHECKING:
@@ -52,7 +52,6 @@ class ReplayRange:
     batches: tuple[tuple[str, int], ...]  # (query id, batch id), in order
     warnings: tuple[str, ...] = ()
     lost: tuple[Mapping[str, Any], ...] = ()  # partitions whose records retention already deleted
-    not_replayable: tuple[Mapping[str, Any], ...] = ()  # ranges with no recorded start
     retention_checked: bool = False
     records: int = 0
 
@@ -84,34 +83,72 @@ class ReplayRange:
             "assign": self.assign, "records": self.records,
             "batches": [{"queryId": q, "batchId": b} for q, b in self.batches],
             "warnings": list(self.warnings), "lost": [dict(x) for x in self.lost],
-            "notReplayable": [dict(x) for x in self.not_replayable],
             "retentionChecked": self.retention_checked,
         }
 
 
+# (query id, batch id, source index, topic, partition) of one recorded range.
+RangeKey = tuple[str, int, int, str, int]
+
+
+def recover_starts(
+    ranges: Sequence[RecordedRange], previous_until: Mapping[RangeKey, int],
+    first_batch_starts: Mapping[tuple[str, str, int], int],
+) -> list[RecordedRange]:
+    """``ranges`` with every start the ledger knows filled in; a start it does not know stays None.
+
+    Spark reports no start for a fresh checkpoint's first batch, nor for a partition it discovers
+    while running. Batch N of a query starts where its batch N-1 ended (Spark plans N from N-1's
+    end offsets), so that end is N's start, when batch N-1 is recorded: an older batch is not, as
+    the lost N-1 read from it too. Batch 0 starts at the offsets its generation resolved
+    (``first_batch_starts``, keyed by query, topic, partition), which the plan handed Spark.
+    """
+    own = {(r.query_id, r.batch_id, r.source_index, r.topic, r.partition): r.until_offset for r in ranges}
+    out = []
+    for r in ranges:
+        if r.from_offset is None:
+            key = (r.query_id, r.batch_id - 1, r.source_index, r.topic, r.partition)
+            start = own.get(key, previous_until.get(key))
+            if start is None and r.batch_id == 0:
+                start = first_batch_starts.get((r.query_id, r.topic, r.partition))
+            if start is not None:
+                r = replace(r, from_offset=start)
+        out.append(r)
+    return out
+
+
 def compute_range(
     ranges: Sequence[RecordedRange], watermarks: Mapping[TopicPartition, Watermarks] | None = None,
+    *, pipeline: str | None = None,
 ) -> ReplayRange:
-    """The replay covering exactly ``ranges``; gaps, overlaps, retention and unknown starts become warnings."""
+    """The replay covering exactly ``ranges``; gaps, overlaps and retention become warnings.
+
+    A range without a start (see ``recover_starts``) makes the whole answer ``ReplayNotExact``:
+    dropping its partition, or starting it anywhere else, would silently read other records.
+    """
+    unknown = [r for r in ranges if r.from_offset is None]
+    if unknown:
+        where = "; ".join(f"{r.topic}-{r.partition} in batch {r.batch_id} of query {r.query_id} "
+                          f"(until offset {r.until_offset})" for r in unknown[:5])
+        more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        raise ReplayNotExact(
+            f"{'pipeline ' + repr(pipeline) + ': ' if pipeline else ''}cannot replay exactly: no start offset is "
+            f"recorded or recoverable for {where}{more} (a partition Spark discovered while running, or a first "
+            "batch on a checkpoint the restart helper did not hand out); choose batches after it",
+            unknown_starts=[{"queryId": r.query_id, "batchId": r.batch_id, "topic": r.topic,
+                             "partition": r.partition, "untilOffset": r.until_offset} for r in unknown],
+            pipeline=pipeline)
     warnings: list[str] = []
-    not_replayable = [r for r in ranges if r.from_offset is None]
     by_tp: dict[TopicPartition, list[RecordedRange]] = {}
     for r in ranges:
         by_tp.setdefault(TopicPartition(r.topic, r.partition), []).append(r)
-    unknown_start = {TopicPartition(r.topic, r.partition) for r in not_replayable}
-    for tp in sorted(unknown_start, key=lambda t: (t.topic, t.partition)):
-        ids = ", ".join(f"{r.batch_id}" for r in not_replayable if (r.topic, r.partition) == (tp.topic, tp.partition))
-        warnings.append(f"{tp.topic}-{tp.partition}: batch {ids} was recorded without a start offset; "
-                        "it cannot be replayed exactly and is left out")
     starting: dict[str, dict[str, int]] = {}
     ending: dict[str, dict[str, int]] = {}
     lost: list[dict[str, Any]] = []
     records = 0
     for tp in sorted(by_tp, key=lambda t: (t.topic, t.partition)):
-        if tp in unknown_start:
-            continue
         parts = sorted(by_tp[tp], key=lambda r: (r.from_offset or 0, r.until_offset))
-        start = min(r.from_offset for r in parts if r.from_offset is not None)
+        start = min(r.from_offset or 0 for r in parts)
         end = max(r.until_offset for r in parts)
         reach = start
         for r in parts:
@@ -142,13 +179,10 @@ def compute_range(
             if marks.log_end_offset < end:
                 warnings.append(f"{tp.topic}-{tp.partition}: the log ends at {marks.log_end_offset}, before "
                                 f"{end} (topic re-created or truncated?)")
-    if not starting and not not_replayable:
+    if not starting:
         warnings.append("these batches read no records")
     batch_keys = tuple(dict.fromkeys((r.query_id, r.batch_id) for r in ranges))
-    return ReplayRange(starting, ending, batch_keys, tuple(warnings), tuple(lost),
-                       tuple({"queryId": r.query_id, "batchId": r.batch_id, "topic": r.topic,
-                              "partition": r.partition, "untilOffset": r.until_offset} for r in not_replayable),
-                       watermarks is not None, records)
+    return ReplayRange(starting, ending, batch_keys, tuple(warnings), tuple(lost), watermarks is not None, records)
 
 
 def _check_request(batch: int | None, since: datetime | None, until: datetime | None,
@@ -174,6 +208,15 @@ def _check_request(batch: int | None, since: datetime | None, until: datetime | 
         raise InvalidInput("the time range is empty: --to must be after --from")
 
 
+def _utc(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value.astimezone(timezone.utc)
+    except (OverflowError, ValueError) as exc:  # datetime.max in a zone east of UTC
+        raise InvalidInput(f"invalid time bound {value.isoformat()}: outside the range of dates") from exc
+
+
 def replay_for(
     engine: Engine, kafka: KafkaAdapter | None, pipeline: str, *, batch: int | None = None,
     since: datetime | None = None, until: datetime | None = None, query_id: str | None = None,
@@ -189,6 +232,9 @@ def replay_for(
     from offset_ledger.ledger import batch_ranges as q
     from offset_ledger.ledger.engine import translate_db_error
 
+    # SQLite keeps datetimes as naive UTC text: an aware bound in another zone would be compared by
+    # its wall-clock digits there (Postgres converts); naive input means UTC everywhere.
+    since, until = _utc(since), _utc(until)
     _check_request(batch, since, until, query_id, generation)
     try:
         with engine.connect() as conn:
@@ -208,6 +254,13 @@ def replay_for(
                 if chosen is None:
                     chosen = q.latest_query(conn, pipeline, group)
             rows = q.batch_ranges(conn, pipeline, group, query_id=chosen, batch_id=batch, since=since, until=until)
+            ranges = [RecordedRange(r["query_id"], r["batch_id"], r["topic"], r["partition"], r["from_offset"],
+                                    r["until_offset"], r["source_index"]) for r in rows]
+            open_starts = [r for r in ranges if r.from_offset is None]
+            if open_starts:
+                ranges = recover_starts(
+                    ranges, q.previous_ends(conn, {(r.query_id, r.batch_id - 1) for r in open_starts if r.batch_id}),
+                    q.first_batch_starts(conn, pipeline, group, {r.query_id for r in open_starts if r.batch_id == 0}))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading batch ranges") from exc
     if not rows:
@@ -216,8 +269,6 @@ def replay_for(
                 + (f" of query {chosen}" if chosen else ""))
         raise UnknownBatch(f"pipeline {pipeline!r} has no recorded {what}", pipeline=pipeline, batch=batch,
                            query_id=chosen)
-    ranges = [RecordedRange(r["query_id"], r["batch_id"], r["topic"], r["partition"], r["from_offset"],
-                            r["until_offset"], r["source_index"]) for r in rows]
     watermarks = None
     note = None
     if kafka is not None:
@@ -225,7 +276,7 @@ def replay_for(
             watermarks = kafka.watermarks(sorted({r.topic for r in ranges}))
         except KafkaError as exc:
             note = f"retention not checked: {exc.message}"
-    result = compute_range(ranges, watermarks)
+    result = compute_range(ranges, watermarks, pipeline=pipeline)
     if kafka is None:
         note = "retention not checked: no Kafka bootstrap servers given"
     if note:
@@ -251,8 +302,12 @@ def replay_range(
         df = spark.read.format("kafka").option("kafka.bootstrap.servers", BOOTSTRAP).options(**r.options()).load()
 
     With ``bootstrap_servers`` (default ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``), records retention
-    already deleted are reported in ``warnings`` and ``lost``. Batches recorded without a start
-    offset are listed in ``not_replayable``. Raises UnknownPipeline / UnknownBatch when nothing matches.
+    already deleted are reported in ``warnings`` and ``lost``. A range Spark reported without a
+    start (a first batch, a partition discovered while running) starts where the ledger knows:
+    the query's previous batch's end, or for batch 0 the offsets its generation resolved; when
+    neither is recorded the answer is refused (``ReplayNotExact``, naming the partitions), never
+    given without that partition. Aware datetimes of any zone select the same batches on every
+    database. Raises UnknownPipeline / UnknownBatch when nothing matches.
     """
     from offset_ledger.config import settings
     from offset_ledger.ledger.engine import make_engine

@@ -13,7 +13,10 @@ requires ``startingOffsets`` to name *exactly* the partitions it is assigned:
   every such partition; ``"earliest"`` clamps to the partition's log-start offset and records a
   finding. Above log-end we clamp to log-start, not log-end: offsets of a re-created log are
   unrelated to the old ones, so every record now in it is one the pipeline has never read;
-- with no ledger position for any requested topic, ``first_run`` decides (see ``parse_first_run``).
+- with no ledger position for any requested topic, ``first_run`` decides (see ``parse_first_run``);
+  "latest" (also a timestamp with no record that new, and an explicit ``-1``) is planned as the
+  log-end offset seen now, the number the generation's baseline records, so Spark starts exactly
+  there rather than at a later "latest" of its own.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from offset_ledger.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from offset_ledger.locations import same_root
 from offset_ledger.model import (
     EARLIEST,
     LATEST,
@@ -347,11 +351,17 @@ def _first_run_offsets(
     findings: list[Finding],
 ) -> tuple[dict[str, dict[int, int]], str]:
     total = sum(len(parts) for parts in current.values())
-    if first_run == "earliest" or first_run == "latest":
-        sentinel = EARLIEST if first_run == "earliest" else LATEST
-        findings.append(Finding("first_run", f"no ledger positions; first run from {first_run}",
+    if first_run == "earliest":
+        # -2 stays a sentinel: retention may raise log-start before Spark starts, and a number
+        # below it would then be data loss; Spark resolves -2 when it starts.
+        findings.append(Finding("first_run", "no ledger positions; first run from earliest",
                                 details={"mode": first_run, "partitions": total}))
-        return {t: {p: sentinel for p in parts} for t, parts in current.items()}, "first_run"
+        return {t: {p: EARLIEST for p in parts} for t, parts in current.items()}, "first_run"
+    if first_run == "latest":
+        findings.append(Finding("first_run", "no ledger positions; first run from latest (the log-end offsets "
+                                "seen now, so records produced before Spark starts are read, not skipped)",
+                                details={"mode": first_run, "partitions": total}))
+        return {t: {p: _log_end(logs, t, p) for p in parts} for t, parts in current.items()}, "first_run"
     if isinstance(first_run, FirstRunTimestamp):
         if offsets_for_time is None:
             raise ValueError("a timestamp first_run needs offsets_for_time")
@@ -362,14 +372,15 @@ def _first_run_offsets(
             for partition in parts:
                 found = offsets_for_time.get(TopicPartition(topic, partition))
                 # No record at or after the timestamp: every stored record is older, so start after
-                # them (latest), like Spark's startingOffsetsByTimestampStrategy=latest.
-                out[partition] = LATEST if found is None else found
+                # them (at the log-end seen now), like Spark's startingOffsetsByTimestampStrategy=latest.
+                out[partition] = _log_end(logs, topic, partition) if found is None else found
                 if found is None:
                     none_that_new.append(f"{topic}/{partition}")
         findings.append(Finding(
             "first_run",
             f"no ledger positions; first run from timestamp {first_run.timestamp_ms} ms"
-            + (f"; no record that new in {', '.join(none_that_new)} (latest)" if none_that_new else ""),
+            + (f"; no record that new in {', '.join(none_that_new)} (from the log-end offsets seen now)"
+               if none_that_new else ""),
             details={"mode": "timestamp", "timestamp_ms": first_run.timestamp_ms,
                      "latest_partitions": none_that_new, "partitions": total}))
         return chosen, "first_run"
@@ -391,7 +402,8 @@ def _first_run_offsets(
             for partition in parts:
                 given = given_parts.get(partition)
                 # A partition the caller did not name is read from earliest: nothing skipped silently.
-                out[partition] = EARLIEST if given is None else given
+                out[partition] = (EARLIEST if given is None else _log_end(logs, topic, partition) if given == LATEST
+                                  else given)
                 if given is None:
                     defaulted.append(f"{topic}/{partition}")
         findings.append(Finding(
@@ -401,6 +413,20 @@ def _first_run_offsets(
             details={"mode": "offsets", "earliest_partitions": defaulted, "partitions": total}))
         return chosen, "first_run"
     raise InvalidRestartOptions(f"unsupported first_run {first_run!r}", option="first_run")
+
+
+def _log_end(logs: Mapping[str, Mapping[int, Watermarks]], topic: str, partition: int) -> int:
+    """A first run's "latest" as a number: the log-end offset seen now.
+
+    Spark would resolve ``-1`` when it starts, later than this plan; the generation's baseline
+    records the log-end seen here, so records produced in between would be skipped by Spark yet
+    counted as read by the ledger. Spark accepts an offset equal to the log-end, and log-end only
+    grows, so this number is never below log-start when Spark starts (short of records deleted
+    up to beyond it, which Spark's failOnDataLoss then reports). The log-end is the high
+    watermark: a query reading with ``isolation.level=read_committed`` skips the records of a
+    transaction still open now that commits later, where ``-1`` would start at the stable offset.
+    """
+    return logs[topic][partition].log_end_offset
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,7 +461,9 @@ def new_generation_reason(
         return "data_loss"
     if app_version is not None and app_version != current_app_version:
         return "app_version"
-    if checkpoint_root != current_checkpoint_root:
+    if not same_root(checkpoint_root, current_checkpoint_root):
+        # Compared as locations: "/ck/" and "/ck" (or file:///ck) are one root, and a fresh
+        # generation there would throw a stateful job's state away for nothing.
         return "checkpoint_root"
     if requested:
         return "requested"

@@ -108,6 +108,15 @@ class BatchFigures:
     #: (topic, partition) -> (from_offset, until_offset); from None: Spark reported no start
     ranges: Mapping[TopicPartition, tuple[int | None, int]] = field(default_factory=dict)
 
+    @property
+    def event_time_known(self) -> bool:
+        """Spark reported the batch's eventTime (a batch read back from a checkpoint has none)."""
+        return self.watermark is not None or self.event_time_max is not None
+
+    @property
+    def read_records(self) -> bool:
+        return any(since is None or until > since for since, until in self.ranges.values())
+
 
 @dataclass(frozen=True)
 class StateRewind:
@@ -198,12 +207,21 @@ def plan_rewind(
     delay_ms: int | None,
     offsets_for_floor: Mapping[TopicPartition, int | None] | None = None,
     pipeline: str = "",
+    floor_at_least: datetime | None = None,
 ) -> StateRewind | None:
     """The rewind for the checkpoint whose ``batches`` are given; None when none carries a watermark.
 
     ``positions`` are the pipeline's current positions (next offset per partition). With
     ``offsets_for_floor`` (the event time is the Kafka record timestamp: the first offset at or after
     T* per partition, None when no record is that new) the rewind uses those instead of batch starts.
+    ``floor_at_least``: a floor an earlier stateful restart already applied (stored with its
+    generation); the floor never goes below it, whatever the batches since say.
+
+    Refused (StatefulRestartRefused) when the batches cannot prove where the rewind must start: a
+    batch id missing between the batches it depends on, or no batch below the floor before the first
+    one it re-reads while the recorded history does not begin at the query's batch 0 (pruned, or
+    recorded late). A batch whose event time is unknown (read back from a checkpoint) is assumed to
+    hold records at or after the floor: reading more is safe under the floor filter, less is not.
     """
     with_marks = [b for b in batches if b.watermark is not None]
     if not with_marks:
@@ -220,8 +238,12 @@ def plan_rewind(
     ordered = sorted(batches, key=lambda b: b.batch_id)
     w_ms = next_watermark_ms(ordered, delay_ms)
     floor_ms = window.earliest_open_start_ms(w_ms)
+    if floor_at_least is not None:
+        floor_ms = max(floor_ms, to_ms(floor_at_least))
     offsets: dict[TopicPartition, int] = dict(positions)
     first = next((b for b in ordered if b.event_time_max is not None and to_ms(b.event_time_max) >= floor_ms), None)
+    if offsets_for_floor is None:
+        first = _provable_first(ordered, first, pipeline)
     reread_batches = 0
     if offsets_for_floor is not None:
         for tp, offset in offsets_for_floor.items():
@@ -241,3 +263,40 @@ def plan_rewind(
     return StateRewind(from_ms(w_ms), from_ms(floor_ms), delay_ms, derived, window, offsets,
                        first.batch_id if first is not None and offsets_for_floor is None else None,
                        ordered[-1].batch_id, reread_batches, records)
+
+
+def _provable_first(ordered: Sequence[BatchFigures], first: BatchFigures | None, pipeline: str) -> BatchFigures | None:
+    """The earliest batch the rewind must re-read, extended over batches of unknown event time.
+
+    Walks back from ``first`` (or from the newest batch when none reached the floor) to a batch
+    known to hold only earlier records; refuses when a batch id is missing on the way or the
+    history ends before such a batch without starting at batch 0.
+    """
+    index = len(ordered) if first is None else ordered.index(first)
+    chosen = first
+    i = index - 1
+    expected = ordered[index].batch_id - 1 if index < len(ordered) else None
+    while i >= 0:
+        b = ordered[i]
+        if expected is not None and b.batch_id != expected:
+            raise StatefulRestartRefused(
+                f"pipeline {pipeline!r}: the ledger lacks batch(es) {b.batch_id + 1}-{expected} of the checkpoint "
+                f"the windowed restart rewinds, so it cannot tell where the open windows' records begin; restore "
+                f"them (restart on the old checkpoint once, so they are reconciled) or restart without window=",
+                pipeline, missing_batches=[b.batch_id + 1, expected])
+        if b.event_time_known or not b.read_records:
+            if b.event_time_known:
+                return chosen  # known to end below the floor: nothing earlier is needed
+        else:
+            chosen = b  # records of unknown event time: re-read them too
+        expected = b.batch_id - 1
+        i -= 1
+    start = ordered[0].batch_id if ordered else 0
+    if chosen is not None and start > 0:
+        raise StatefulRestartRefused(
+            f"pipeline {pipeline!r}: the windowed restart would re-read from batch {chosen.batch_id}, the oldest the "
+            f"ledger holds of its checkpoint, but batches 0-{start - 1} are not in the ledger (pruned, or recorded "
+            f"before the listener was added): records of the open windows may lie in them. Restart without window=, "
+            f"or with event_time_is_kafka_timestamp=True when the event time is the Kafka timestamp",
+            pipeline, missing_batches=[0, start - 1])
+    return chosen

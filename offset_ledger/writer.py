@@ -1,11 +1,10 @@
 """The listener's durable writer: a bounded queue, one writer thread, retries, health counters.
 
-Callbacks hand events to :meth:`EventWriter.submit`, which never blocks on the database: the event
-goes to a bounded in-memory queue or, when that is full, to the spool (``offset_ledger.spool``).
-A single writer thread parses events (``offset_ledger.progress``) and writes them in batches, one
-transaction per batch of events, through ``offset_ledger.ledger.recorder``. While the database is
-down it retries with exponential backoff; callbacks keep filling the queue, then the spool, and the
-writer replays the spool, in order, once the database answers again.
+Callbacks hand events to :class:`EventWriter` and return. A single writer thread parses events
+(``offset_ledger.progress``) and writes them in batches, one transaction per batch of events,
+through ``offset_ledger.ledger.recorder``. While the database is down it retries with exponential
+backoff; callbacks keep filling the queue, then the spool (``offset_ledger.spool``), and the writer
+replays the spool, in order, once the database answers again.
 """
 
 from __future__ import annotations
@@ -22,13 +21,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
 
-from offset_ledger.event_records import STARTED, TERMINATED, EventRecords
+from offset_ledger.event_records import STARTED, TERMINATED, EventConverter
 from offset_ledger.ledger.recorder import Record, RecordOutcome
-from offset_ledger.spool import END_OF_REPLAY, Event, Spool, take_lines
+from offset_ledger.spool import _LIVE, Event, LedgerId, Spool
 
-# The writer's messages keep the listener's logger name (they were logged there before the split,
-# and users' logging configuration names it).
-log = logging.getLogger("offset_ledger.listener")
+log = logging.getLogger(__name__)
+
 
 class Store(Protocol):
     """What the writer needs from the ledger (``Recorder`` in production, fakes in unit tests)."""
@@ -47,17 +45,16 @@ class ListenerHealth:
     written: int         # events durably recorded
     retried: int         # write attempts repeated after a retriable database error
     spilled: int         # events appended to the spool file because the queue was full
-    failed: int          # events dead-lettered: never writable (malformed, rejected by the database for
-                         # good), kept with the reason in ``dead_letter_path``; never silently dropped
+    failed: int          # events dead-lettered: malformed, or rejected by the ledger for good (never dropped)
     skipped: int         # events of queries with neither a pipeline nor a name
     pending: int         # events accepted but not yet settled
     last_error: str | None
     last_written_at: datetime | None
     callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
     mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
-    ledger: str | None = None             # the ledger this listener writes to (``ledger_fingerprint``)
-    dead_letter_path: str | None = None   # where the ``failed`` events are, once there are any
-    foreign_spool_files: int = 0          # orphaned spool files left alone: another ledger's, or unmarked
+    ledger: str | None = None             # the ledger this writer records to (no user, no password)
+    dead_letter_path: str | None = None   # where the failed events are, with their errors
+    foreign_spool_files: int = 0          # orphans of other ledgers (or naming none) left alone, seen at start
     foreign_spool_paths: tuple[str, ...] = ()
 
     def counters(self) -> dict[str, int]:
@@ -73,7 +70,7 @@ class EventWriter:
         store_factory: Callable[[], Store],
         *,
         spool_dir: Path,
-        ledger: str,
+        ledger: LedgerId,
         listener_id: str | None = None,
         queue_size: int = 10_000,
         max_batch_events: int = 500,
@@ -95,11 +92,14 @@ class EventWriter:
         self._max_backoff = max_backoff
         self._health_interval = health_interval
         self._health_pipeline = health_pipeline
-        self._records = EventRecords(on_query_seen=on_query_seen, pipeline_of=pipeline_of,
-                                     on_error=self.note_error)
+        self._converter = EventConverter(on_query_seen, pipeline_of, self.note_error)
         self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
         self._host = socket.gethostname()
+        # Spool: while ``_spooling`` every new event goes to the file, so replay keeps event order.
         self._spool = Spool(Path(spool_dir), self.listener_id, ledger)
+        self._dead_letter_path: str | None = None
+        self._foreign: tuple[str, ...] = ()
+        self._spooling = False
         self._lock = threading.Lock()  # guards counters and the spool switch; held for microseconds
         self._cond = threading.Condition(threading.Lock())  # wakes flush() waiters on progress
         self._counts = {"queued": 0, "written": 0, "retried": 0, "spilled": 0, "failed": 0, "skipped": 0}
@@ -107,14 +107,13 @@ class EventWriter:
         self._settled = 0
         self._last_error: str | None = None
         self._last_written_at: datetime | None = None
-        self._dead_letters = False
-        self._foreign_spool: tuple[str, ...] = ()
         # Per query, what has settled: the highest batch id and whether its run(s) terminated.
         self._done_batch: dict[str, int] = {}
         self._terminated: set[str] = set()
         self._closing = threading.Event()
         self._abandon = threading.Event()
         self._last_health = 0.0
+        _LIVE.add(self.listener_id)
         self._adopt_orphans()
         self._thread = threading.Thread(target=self._run, name=f"offset-ledger-writer-{self.listener_id[:8]}",
                                         daemon=True)
@@ -127,51 +126,48 @@ class EventWriter:
         """Hand one event over: to the queue, else to the spool file. Never blocks on the database."""
         try:
             with self._lock:
-                if not self._spool.active and not self._closing.is_set():
+                if not self._spooling and not self._closing.is_set():
                     try:
                         self._queue.put_nowait(event)
                         self._counts["queued"] += 1
                         self._accepted += 1
                         return
                     except queue.Full:
-                        self._spool.active = True
+                        self._spooling = True
                         log.warning("offset-ledger listener queue is full; spilling events to %s",
                                     self._spool.path)
                 self._spill_locked(event)
                 self._accepted += 1
         except Exception as exc:  # noqa: BLE001 - a callback must never fail the query
-            self.dead_letter(f"could not accept a {event.kind} event: {exc!r}", event=event)
+            self._count_failure(f"could not accept a {event.kind} event: {exc!r}", event)
 
     def _spill_locked(self, event: Event) -> None:
         self._spool.append(event)
         self._counts["spilled"] += 1
+        self._spooling = True
 
-    def dead_letter(self, error: str, *, event: Event | None = None, line: str | None = None,
-                    kind: str | None = None) -> None:
-        """Count an event that can never be written as ``failed``; keep it, with ``error``, as a dead letter."""
+    def _count_failure(self, message: str, event: Event | None = None, line: str | None = None) -> None:
+        """An accepted event the ledger will never take: into the dead-letter file, counted as failed."""
         try:
-            self._spool.dead_letter(error, event=event, line=line, kind=kind)
-            kept = True
-        except Exception as exc:  # noqa: BLE001 - the disk itself failed: the log is all that is left
-            kept = False
-            log.error("offset-ledger: could not dead-letter an event (%r); it was: %s (%s)", exc,
-                      event.to_line().strip() if event is not None else line, error)
+            path: str | None = str(self._spool.dead_letter(message, event, line))
+        except Exception as exc:  # noqa: BLE001 - a full or read-only disk: say so, still never raise
+            path, message = None, f"{message}; the dead-letter file could not be written: {exc!r}"
         with self._lock:
             self._counts["failed"] += 1
-            self._last_error = error
-            self._dead_letters = self._dead_letters or kept
-        log.warning("offset-ledger: %s (kept in %s)", error, self._spool.dead_letter_path)
+            self._last_error = message
+            if path is not None:
+                self._dead_letter_path = path
+        log.error("offset-ledger: %s (dead-lettered to %s)", message, path)
 
     # ------------------------------------------------------------------ observers
 
     def health(self) -> ListenerHealth:
         with self._lock:
             counts: dict[str, Any] = dict(self._counts)
-            return ListenerHealth(
-                pending=self._accepted - self._settled, last_error=self._last_error,
-                last_written_at=self._last_written_at, ledger=self._spool.ledger,
-                dead_letter_path=str(self._spool.dead_letter_path) if self._dead_letters else None,
-                foreign_spool_files=len(self._foreign_spool), foreign_spool_paths=self._foreign_spool, **counts)
+            return ListenerHealth(pending=self._accepted - self._settled, last_error=self._last_error,
+                                  last_written_at=self._last_written_at, ledger=self._spool.ledger.identity,
+                                  dead_letter_path=self._dead_letter_path, foreign_spool_files=len(self._foreign),
+                                  foreign_spool_paths=self._foreign, **counts)
 
     def seen_queries(self) -> set[str]:
         with self._lock:
@@ -200,7 +196,7 @@ class EventWriter:
         return True
 
     def flush(self, timeout: float = 30.0) -> bool:
-        """Wait until every event accepted so far is settled (written or counted as failed)."""
+        """Wait until every event accepted so far is settled (written or dead-lettered)."""
         target = self.accepted()
         return self.wait_for(lambda: self._settled_count() >= target, time.monotonic() + timeout)
 
@@ -219,9 +215,9 @@ class EventWriter:
             self._thread.join(max(0.5, deadline - time.monotonic()))
         elif self._thread.ident is None:
             self._spool_everything([])  # never started: keep what was queued
-        self._spool.release()
+        _LIVE.discard(self.listener_id)
         with self._lock:
-            self._spool.close_file()
+            self._spool.close()
         return flushed
 
     # ------------------------------------------------------------------ writer thread
@@ -235,7 +231,7 @@ class EventWriter:
                 events = self._next_events()
                 if events:
                     self._write(events)
-                elif self._closing.is_set() and self._queue.empty() and not self._spool.active:
+                elif self._closing.is_set() and self._queue.empty() and not self._spooling:
                     break
                 if self._abandon.is_set():
                     self._spool_everything([])
@@ -273,45 +269,45 @@ class EventWriter:
         """The next events from the spool, oldest file first; only called when the queue is empty."""
         if not self._spool.replay_open:
             with self._lock:
-                if not self._spool.active:
+                if not self._spooling:
                     return []
-                replay = self._spool.detach()
+                replay = self._spool.take()
                 if replay is None:
+                    self._spooling = False  # nothing left: callbacks may use the queue again
                     return []
             self._spool.open_replay(replay)
-        return self._spool.read_replay(self._max_batch, self._unreadable_replay_line)
+        return self._read_replay()
 
-    def _unreadable_replay_line(self, line: str, exc: Exception) -> None:
-        self.dead_letter(f"unreadable spool line: {exc!r}", line=line)
-        self._settle(1)
+    def _read_replay(self) -> list[Event]:
+        events, bad, ended = self._spool.read(self._max_batch)
+        for line, exc in bad:
+            self._count_failure(f"unreadable spool line: {exc!r}", line=line)
+            self._settle(1)
+        if not ended:
+            return events
+        # End of file: it is deleted once these last events are written (see _write).
+        if not events:
+            self._spool.finish_replay()
+        else:
+            events.append(Event("_end_of_replay", "", 0.0, None, None, None))
+        return events
 
     def _adopt_orphans(self) -> None:
-        """Spool files of this ledger left by a process that died or closed with the database down get replayed.
-
-        Orphans of another ledger, and unmarked ones, are left where they are and reported in health().
-        """
-        orphans = self._spool.orphans()
-        for path in orphans.mine:
-            lines = take_lines(path)
-            if lines is None:
-                continue
-            unreadable: list[tuple[str, Exception]] = []
+        """Orphaned spool files of this writer's ledger get replayed; those of other ledgers stay put."""
+        adopted, foreign = self._spool.adopt_orphans()
+        for path, events, bad in adopted:
             with self._lock:
-                for line in lines:
-                    try:
-                        event = Event.from_line(line)
-                    except (ValueError, TypeError) as exc:
-                        unreadable.append((line, exc))
-                        continue
+                for event in events:
                     self._spill_locked(event)
                     self._accepted += 1
-            for line, exc in unreadable:
-                self.dead_letter(f"unreadable spool line in {path.name}: {exc!r}", line=line)
-            log.info("offset-ledger: adopted %d spooled events from %s", len(lines), path.name)
-        self._foreign_spool = tuple(str(p) for p in orphans.foreign)
-        if orphans.foreign:
-            log.warning("offset-ledger: left %d spool file(s) of another (or an unnamed) ledger alone: %s",
-                        len(orphans.foreign), ", ".join(self._foreign_spool))
+            for line, exc in bad:
+                self._count_failure(f"unreadable spool line in {path.name}: {exc!r}", line=line)
+            log.info("offset-ledger: adopted %d spooled events from %s", len(events), path.name)
+        self._foreign = tuple(foreign)
+        if foreign:
+            log.warning("offset-ledger: %d spool file(s) in %s belong to another ledger than %s, or name none "
+                        "(an older format); left for their own ledger's listener: %s", len(foreign),
+                        self._spool.directory, self._spool.ledger.identity, ", ".join(foreign))
 
     def _spool_everything(self, held: list[Event]) -> None:
         """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
@@ -320,47 +316,50 @@ class EventWriter:
         are written), so only events held from the queue, and the queue itself, need a file: one
         that sorts before this listener's spool, whose events are newer.
         """
-        if self._spool.abandon_replay():
+        if self._spool.leave_replay():  # left on disk under its replay name: adopted later
             held = []
         with self._lock:
-            rest = [e for e in held if e.kind != END_OF_REPLAY]
+            rest = [e for e in held if e.kind != "_end_of_replay"]
             while True:
                 try:
                     rest.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
             if rest:
-                self._spool.hold(rest)
+                self._spool.write_held(rest)
                 self._counts["spilled"] += len(rest)
-            self._spool.close_file()
+            self._spool.close()
 
     # ------------------------------------------------------------------ writing
 
     def _write(self, events: list[Event]) -> None:
-        end_of_replay = bool(events) and events[-1].kind == END_OF_REPLAY
+        end_of_replay = bool(events) and events[-1].kind == "_end_of_replay"
         if end_of_replay:
             events = events[:-1]
-        records: list[Record] = []
-        origins: list[Event] = []  # the event each record came from, to dead-letter it if rejected
+        items: list[tuple[Record, Event]] = []
         marks: list[tuple[str, str, int | None]] = []  # (kind, query id, batch id) settled on success
-        skipped = failed = 0
+        dead: list[tuple[Event, str]] = []
+        skipped = 0
         for event in events:
             try:
-                recs, mark = self._records.convert(event)
+                recs, mark = self._converter.convert(event)
             except Exception as exc:  # noqa: BLE001 - ProgressParseError, or anything odd in a payload
-                failed += 1
-                self.dead_letter(f"unparsable {event.kind} event: {exc}", event=event)
+                dead.append((event, f"unparsable {event.kind} event: {exc}"))
                 continue
             if mark is not None:
                 marks.append(mark)
             if recs:
-                records.extend(recs)
-                origins.extend([event] * len(recs))
+                items.extend((rec, event) for rec in recs)
             else:
                 skipped += 1
-        written = len(events) - skipped - failed
-        if records and not self._persist(records, origins, events):
-            return  # abandoned during close: everything held went to the spool
+        if items:
+            rejected = self._persist(items, events)
+            if rejected is None:
+                return  # abandoned during close: everything held went to the spool
+            dead.extend(rejected)
+        for event, error in dead:
+            self._count_failure(error, event)
+        written = len(events) - skipped - len(dead)
         with self._lock:
             self._counts["written"] += written
             self._counts["skipped"] += skipped
@@ -379,20 +378,19 @@ class EventWriter:
             self._spool.finish_replay()
         self._settle(len(events))
 
-    def _persist(self, records: list[Record], origins: list[Event], events: list[Event]) -> bool:
-        """Record with retries; False when close() gave up while the database was still down.
+    def _persist(self, items: list[tuple[Record, Event]], events: list[Event]) -> list[tuple[Event, str]] | None:
+        """Record with retries while the error is retriable; the events rejected for good, with why.
 
-        A retriable error is retried (with backoff) for as long as it lasts; a permanent one is
-        narrowed down to the record the database rejects, whose event is dead-lettered.
+        None when close() gave up while the database was still down (``events`` went to the spool).
         """
         backoff = self._initial_backoff
         while True:
             try:
                 if self._store is None:
                     self._store = self._store_factory()
-                outcome = self._store.record(records)
+                outcome = self._store.record([record for record, _ in items])
                 self._recorded(outcome)
-                return True
+                return []
             except Exception as exc:  # noqa: BLE001 - classified by the ``retriable`` flag
                 if getattr(exc, "retriable", False):
                     with self._lock:
@@ -401,19 +399,19 @@ class EventWriter:
                     log.warning("offset-ledger: ledger unavailable, retrying in %.2fs: %s", backoff, exc)
                     if self._abandon.wait(backoff):
                         self._spool_everything(events)
-                        return False
+                        return None
                     backoff = min(backoff * 2, self._max_backoff)
                     continue
-                if len(records) > 1:
+                if len(items) > 1:
                     # Find the record the database rejects; keep the others.
-                    for record, origin in zip(records, origins):
-                        if not self._persist([record], [origin], events):
-                            return False  # abandoned: the rest went to the spool with everything held
-                    return True
-                with self._lock:
-                    self._counts["written"] -= 1  # _write counts it as written; it is not
-                self.dead_letter(f"ledger rejected an event: {exc}", event=origins[0])
-                return True
+                    rejected: list[tuple[Event, str]] = []
+                    for item in items:
+                        one = self._persist([item], events)
+                        if one is None:
+                            return None
+                        rejected.extend(one)
+                    return rejected
+                return [(items[0][1], f"ledger rejected an event: {exc}")]
 
     def _recorded(self, outcome: RecordOutcome) -> None:
         if self._on_recorded is None or outcome is None:
@@ -460,5 +458,4 @@ def _open_recorder(dsn: str | None) -> Store:
         engine.dispose()
         raise
     return Recorder(engine, owns_engine=True)
-
 

@@ -9,11 +9,9 @@ bodies over the limit -> 413; a missing or wrong bearer token -> 401.
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
-import re
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -24,6 +22,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offset_ledger import __version__
+from offset_ledger.api.guard import SiteGuard, allowed_hosts, changes_state
+from offset_ledger.api.paths import PathNormalizer
+from offset_ledger.api.tokens import PRINCIPAL, ApiToken, authenticate, load_tokens
 from offset_ledger.config import Settings, settings as read_settings
 from offset_ledger.errors import (
     ActiveRunConflict,
@@ -42,7 +43,6 @@ from offset_ledger.operations import Operations
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
-_SLASHES = re.compile(r"/{2,}")
 
 
 def status_for(exc: OffsetLedgerError) -> int:
@@ -58,9 +58,29 @@ def status_for(exc: OffsetLedgerError) -> int:
     return 500
 
 
+def safe_json(value: Any) -> Any:
+    """``value`` with every string encodable as UTF-8: errors echo input, and a lone surrogate
+    (``"\\ud800"`` is valid JSON) would make encoding the answer fail with a 500."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8") if _has_surrogate(value) else value
+    if isinstance(value, dict):
+        return {safe_json(k): safe_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [safe_json(v) for v in value]
+    return value
+
+
+def _has_surrogate(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _json_error(status: int, error: str, message: str, headers: Mapping[str, str] | None = None,
                 **details: Any) -> JSONResponse:
-    return JSONResponse({"error": error, "message": message, **details}, status_code=status,
+    return JSONResponse(safe_json({"error": error, "message": message, **details}), status_code=status,
                         headers=dict(headers or {}))
 
 
@@ -72,35 +92,21 @@ async def _send_json(send: Send, status: int, body: dict[str, Any], headers: Map
     await send({"type": "http.response.body", "body": raw})
 
 
-class PathNormalizer:
-    """``//v1/x/`` -> ``/v1/x``: the legacy scripts send both double leading and trailing slashes."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = _SLASHES.sub("/", scope["path"])
-            if len(path) > 1:
-                path = path.rstrip("/") or "/"
-            if path != scope["path"]:
-                scope = dict(scope, path=path, raw_path=path.encode())
-        await self.app(scope, receive, send)
-
-
 class BearerAuth:
-    """With a token configured, every path but /healthz and ``public`` ones needs ``Authorization: Bearer <token>``.
+    """With tokens configured, every path but /healthz and ``public`` ones needs ``Authorization: Bearer <secret>``.
 
-    ``public`` admits the console's HTML shells and static files, which carry no ledger data.
+    The matching token's name and role go into the scope (``PRINCIPAL``); a ``read`` token on a
+    state-changing route is a 403. ``public`` admits the console's HTML shells and static files,
+    which carry no ledger data.
     """
 
-    def __init__(self, app: ASGIApp, token: str | None, public: Callable[[str], bool] | None = None) -> None:
+    def __init__(self, app: ASGIApp, tokens: Sequence[ApiToken], public: Callable[[str], bool] | None = None) -> None:
         self.app = app
-        self.token = token.encode() if token else None
+        self.tokens = tuple(tokens)
         self.public = public or (lambda _path: False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or self.token is None or scope["path"] == "/healthz"
+        if (scope["type"] != "http" or not self.tokens or scope["path"] == "/healthz"
                 or self.public(scope["path"])):
             await self.app(scope, receive, send)
             return
@@ -110,13 +116,18 @@ class BearerAuth:
                 given = value
                 break
         scheme, _, credential = given.partition(b" ")
-        ok = scheme.lower() == b"bearer" and hmac.compare_digest(credential.strip(), self.token)
-        if not ok:
+        token = authenticate(self.tokens, credential.strip()) if scheme.lower() == b"bearer" else None
+        if token is None:
             await _send_json(send, 401, {"error": "Unauthorized",
                                          "message": "missing or invalid bearer token"},
                              {"WWW-Authenticate": "Bearer"})
             return
-        await self.app(scope, receive, send)
+        if not token.may_operate and changes_state(scope["method"], scope["path"]):
+            await _send_json(send, 403, {"error": "Forbidden",
+                                         "message": f"token {token.name!r} has role {token.role!r}; "
+                                                    "resets need an operate token"})
+            return
+        await self.app(dict(scope, **{PRINCIPAL: token}), receive, send)
 
 
 class BodyLimit:
@@ -173,20 +184,25 @@ def create_app(
     settings: Settings | None = None, *, dsn: str | None = None, bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, Any] | None = None, api_token: str | None = None,
     operations: Operations | None = None, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-    kafka_timeout_ms: int = 10_000,
+    kafka_timeout_ms: int = 10_000, tokens: Sequence[ApiToken] | None = None,
+    hosts: Sequence[str] = (),
 ) -> FastAPI:
-    """The API over one ledger and one Kafka cluster; arguments win over ``OFFSET_LEDGER_*`` settings."""
+    """The API over one ledger and one Kafka cluster; arguments win over ``OFFSET_LEDGER_*`` settings.
+
+    ``tokens`` replaces every configured token; ``hosts`` adds to the allowed ``Host`` names.
+    """
     from offset_ledger.api import console_routes, routes
     from offset_ledger.console import pages as console_pages
 
     s = settings or read_settings()
+    accepted = list(tokens) if tokens is not None else load_tokens(s, api_token)
+    served = allowed_hosts([*hosts, *(s.allowed_hosts or "").split(",")])
     if operations is None:
         from offset_ledger.ledger.engine import make_engine
 
         operations = Operations(make_engine(s.resolved_dsn(dsn)),
                                 bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
                                 kafka_options=kafka_options, kafka_timeout_ms=kafka_timeout_ms)
-    token = api_token if api_token is not None else s.api_token
     ops = operations
 
     @asynccontextmanager
@@ -202,9 +218,12 @@ def create_app(
                     "topic details and audited resets. The five /v1 endpoints keep the legacy tool's "
                     "paths and shapes.",
         redirect_slashes=False,
+        # Swagger UI and ReDoc load from a CDN the console's CSP refuses, and a browser cannot send
+        # the bearer token on a navigation: the console's own /docs page renders /openapi.json.
+        docs_url=None, redoc_url=None,
     )
     app.state.operations = operations
-    app.state.auth_enabled = bool(token)
+    app.state.auth_enabled = bool(accepted)
 
     @app.exception_handler(OffsetLedgerError)
     async def _ours(_request: Request, exc: OffsetLedgerError) -> JSONResponse:
@@ -212,7 +231,7 @@ def create_app(
         headers = {"Retry-After": "5"} if status == 503 else None
         if status >= 500:
             log.warning("%s: %s", type(exc).__name__, exc.message)
-        return JSONResponse(_jsonable(exc.to_dict()), status_code=status, headers=headers)
+        return JSONResponse(safe_json(_jsonable(exc.to_dict())), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -236,17 +255,38 @@ def create_app(
         log.exception("unexpected error")
         return _json_error(500, "InternalError", "internal error; see the server log")
 
-    app.include_router(routes.legacy)
-    app.include_router(routes.resource)
-    app.include_router(routes.service)
-    app.include_router(console_routes.router)
+    # Every status the middleware and handlers can answer is in the schema (schemathesis checks it).
+    app.include_router(routes.legacy, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
+    app.include_router(routes.resource, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503))
+    app.include_router(routes.service, responses=error_responses(400, 401, 503))
+    app.include_router(console_routes.router, responses=error_responses(400, 401, 404, 422, 503))
     console_pages.mount(app)
 
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
-    app.add_middleware(BearerAuth, token=token, public=console_pages.is_public)
-    app.add_middleware(PathNormalizer)  # added last = outermost: auth and routing see clean paths
+    app.add_middleware(BearerAuth, tokens=accepted, public=console_pages.is_public)
+    # Cross-site refusals come before authentication: they hold whatever token a request carries.
+    app.add_middleware(SiteGuard, hosts=served)
+    app.add_middleware(PathNormalizer)  # added last = outermost: guard, auth and routing see clean paths
 
     return app
+
+
+_ERROR_SCHEMA = {"type": "object", "required": ["error", "message"],
+                 "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+                 "additionalProperties": True}
+_STATUS_TEXT = {
+    400: "bad input (malformed JSON, bad names, offsets, cursors or hosts); nothing written",
+    401: "missing or invalid bearer token", 403: "a read token on a reset, or a cross-site request",
+    404: "unknown pipeline, topic, batch or path", 409: "the pipeline has an active run (force to override)",
+    413: "request body too large", 415: "a request body that is not application/json",
+    422: "the request does not match the schema", 503: "Kafka or the ledger database cannot be reached",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the error statuses, all with the one error body."""
+    return {s: {"description": _STATUS_TEXT[s], "content": {"application/json": {"schema": _ERROR_SCHEMA}}}
+            for s in statuses}
 
 
 def _jsonable(value: Any) -> Any:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 
+from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.console.reads import ConsoleReads
+from offset_ledger.inputs import NAME_PATTERN
 from offset_ledger.operations import Operations
 
 router = APIRouter(prefix="/api/v1", tags=["console"])
@@ -23,12 +25,12 @@ def console_pipelines(request: Request) -> Any:
     return {"pipelines": _reads(request).pipelines()}
 
 
-@router.get("/pipelines/{pipeline}/runs", summary="Runs and checkpoint generations, newest first")
-def pipeline_runs(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+@router.get("/pipelines/{pipeline:name}/runs", summary="Runs and checkpoint generations, newest first")
+def pipeline_runs(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     return _reads(request).runs(pipeline, consumerGroup)
 
 
-@router.get("/pipelines/{pipeline}/findings", summary="Findings (gaps, stale batches, data loss, ...), newest first")
-def pipeline_findings(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1),
+@router.get("/pipelines/{pipeline:name}/findings", summary="Findings (gaps, stale batches, data loss, ...), newest first")
+def pipeline_findings(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
                       limit: int = Query(100, ge=1, le=1000)) -> Any:
     return _reads(request).findings(pipeline, consumerGroup, limit=limit)

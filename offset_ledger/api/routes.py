@@ -5,22 +5,25 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from fastapi import APIRouter, Body, Header, Query, Request
+from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
 from offset_ledger.answers import iso_utc
+from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
+from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.operations import Operations, check_name, parse_timestamp, request_from_legacy_body
+from offset_ledger.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
+from offset_ledger.operations import Operations, parse_timestamp, request_from_legacy_body
 from offset_ledger.resets import ResetRequest
 
 legacy = APIRouter(tags=["legacy"])
 resource = APIRouter(prefix="/api/v1", tags=["resources"])
 service = APIRouter(tags=["service"])
 
-_OFFSETS_SCHEMA = {
+_OFFSETS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": {"type": "object", "additionalProperties": {"type": "integer", "minimum": -2}},
     "example": {"orders": {"0": 873340, "1": 873120}},
@@ -36,8 +39,10 @@ def _ops(request: Request) -> Operations:
     return ops
 
 
-def _actor(x_actor: str | None, default: str) -> str:
-    return check_name("actor", x_actor) if x_actor else default
+def _actor(request: Request, claimed: str | None, default: str) -> str:
+    """The audit actor: the authenticated token's name; what the caller says only adds detail."""
+    token = request.scope.get(PRINCIPAL)
+    return audit_actor(token.name if token is not None else None, claimed, default)
 
 
 # -- legacy ---------------------------------------------------------------------------------
@@ -45,35 +50,35 @@ def _actor(x_actor: str | None, default: str) -> str:
 
 @legacy.get("/v1/getCurrentOffsets", summary="Current positions of a pipeline (legacy)",
             responses=_OFFSETS_RESPONSE)
-def get_current_offsets(request: Request, pipelineName: str = Query(min_length=1)) -> Any:
+def get_current_offsets(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN)) -> Any:
     return _ops(request).current_offsets(pipelineName)
 
 
 @legacy.get("/v1/getTopicDetails", summary="Log-start (firstOffset) and log-end (lastOffset) per partition (legacy)")
-def get_topic_details(request: Request, topicName: str = Query(min_length=1)) -> Any:
+def get_topic_details(request: Request, topicName: str = Query(pattern=TOPIC_PATTERN)) -> Any:
     return _ops(request).topic_details(topicName)
 
 
 def _legacy_reset(request: Request, pipeline: str, reset: ResetRequest, x_actor: str | None, label: str) -> Any:
-    outcome = _ops(request).reset(pipeline, reset, actor=_actor(x_actor, "legacy-api"),
+    outcome = _ops(request).reset(pipeline, reset, actor=_actor(request, x_actor, "legacy-api"),
                                   reason=f"legacy {label}", dry_run=False)
     return outcome.plan.new_positions()
 
 
-def reset_to_earliest(request: Request, pipelineName: str = Query(min_length=1),
-                      x_actor: Optional[str] = Header(default=None)) -> Any:
+def reset_to_earliest(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN),
+                      x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     return _legacy_reset(request, pipelineName, ResetRequest(mode="earliest"), x_actor,
                          "resetOffsetOfAllPartitionsToEarliest")
 
 
-def reset_to_latest(request: Request, pipelineName: str = Query(min_length=1),
-                    x_actor: Optional[str] = Header(default=None)) -> Any:
+def reset_to_latest(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN),
+                    x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     return _legacy_reset(request, pipelineName, ResetRequest(mode="latest"), x_actor,
                          "resetOffsetOfAllPartitionsToLatest")
 
 
-async def reset_partitions(request: Request, pipelineName: str = Query(min_length=1),
-                           x_actor: Optional[str] = Header(default=None)) -> Any:
+async def reset_partitions(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN),
+                           x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     # Read the body ourselves: curl -d sends form content types and GET carries a body here.
     raw = await request.body()
     if not raw.strip():
@@ -90,7 +95,12 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a valid offset")
 
 
-_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _OFFSETS_SCHEMA}}}}
+_BODY_SCHEMA = {
+    **_OFFSETS_SCHEMA, "minProperties": 1, "propertyNames": {"pattern": TOPIC_PATTERN},
+    "additionalProperties": {**_OFFSETS_SCHEMA["additionalProperties"], "minProperties": 1,
+                             "propertyNames": {"pattern": "^(0|[1-9][0-9]{0,9})$"}},
+}
+_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _BODY_SCHEMA}}}}
 for _method in ("GET", "POST"):
     # One route per method so each has its own OpenAPI operation id.
     legacy.add_api_route("/v1/resetOffsetOfAllPartitionsToEarliest", reset_to_earliest, methods=[_method],
@@ -117,9 +127,9 @@ def list_pipelines(request: Request, lag: bool = Query(True, description="ask Ka
     return JSONResponse({"pipelines": [p.to_dict() for p in _ops(request).list_pipelines(with_lag=lag)]})
 
 
-@resource.get("/pipelines/{pipeline}/offsets", summary="Current positions with what placed them")
-def pipeline_offsets(request: Request, pipeline: str,
-                     consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+@resource.get("/pipelines/{pipeline:name}/offsets", summary="Current positions with what placed them")
+def pipeline_offsets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
+                     consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = _ops(request).positions(pipeline, consumerGroup)
     return {
         "pipeline": pipeline, "consumerGroup": group,
@@ -131,15 +141,15 @@ def pipeline_offsets(request: Request, pipeline: str,
     }
 
 
-@resource.get("/pipelines/{pipeline}/history", summary="Committed batches, newest first, paged")
+@resource.get("/pipelines/{pipeline:name}/history", summary="Committed batches, newest first, paged")
 def pipeline_history(
-    request: Request, pipeline: str,
-    topic: Optional[str] = Query(None, min_length=1),
+    request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
+    topic: Optional[str] = Query(None, pattern=TOPIC_PATTERN),
     since: Optional[str] = Query(None, description="inclusive; ISO 8601 or epoch ms"),
     until: Optional[str] = Query(None, description="exclusive; ISO 8601 or epoch ms"),
     limit: int = Query(100, ge=1, le=1000),
     cursor: Optional[str] = Query(None, max_length=512, description="nextCursor of the previous page"),
-    consumerGroup: Optional[str] = Query(None, min_length=1),
+    consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
 ) -> Any:
     page = _ops(request).history(
         pipeline, consumerGroup, topic=topic,
@@ -149,43 +159,43 @@ def pipeline_history(
     return {"pipeline": pipeline, "batches": list(page.items), "nextCursor": page.next_cursor}
 
 
-@resource.get("/pipelines/{pipeline}/lag", summary="Lag per partition: log-end minus next offset")
-def pipeline_lag(request: Request, pipeline: str, consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+@resource.get("/pipelines/{pipeline:name}/lag", summary="Lag per partition: log-end minus next offset")
+def pipeline_lag(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = _ops(request).lag(pipeline, consumerGroup)
     known = [r.lag for r in rows if r.lag is not None]
     return {"pipeline": pipeline, "consumerGroup": group, "totalLag": sum(known) if known else None,
             "partitions": [r.to_dict() for r in rows]}
 
 
-@resource.get("/topics/{topic}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
-def topic_details(request: Request, topic: str) -> Any:
+@resource.get("/topics/{topic:name}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
+def topic_details(request: Request, topic: str = Path(pattern=TOPIC_PATTERN)) -> Any:
     return _ops(request).topic_details(topic)
 
 
-@resource.post("/pipelines/{pipeline}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
-def create_reset(request: Request, pipeline: str, body: ResetBody = Body(...),
-                 x_actor: Optional[str] = Header(default=None)) -> Any:
+@resource.post("/pipelines/{pipeline:name}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
+def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), body: ResetBody = Body(...),
+                 x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     reset = body.to_request()
-    actor = check_name("actor", body.actor) if body.actor else _actor(x_actor, "api")
+    actor = _actor(request, body.actor or x_actor, "api")
     outcome = _ops(request).reset(pipeline, reset, actor=actor, reason=body.reason, dry_run=body.dryRun,
                                   force=body.force, consumer_group=body.consumerGroup)
     return outcome.to_dict()
 
 
-@resource.get("/pipelines/{pipeline}/resets", summary="The audit list of resets, dry runs included")
-def list_resets(request: Request, pipeline: str, limit: int = Query(50, ge=1, le=1000),
-                consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+@resource.get("/pipelines/{pipeline:name}/resets", summary="The audit list of resets, dry runs included")
+def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=1000),
+                consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = _ops(request).resets(pipeline, consumerGroup, limit=limit)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
 
 
-@resource.get("/pipelines/{pipeline}/batches/{batch}/range",
+@resource.get("/pipelines/{pipeline:name}/batches/{batch}/range",
               summary="The Kafka range a batch read: startingOffsets, endingOffsets and assign for a replay")
-def batch_range(request: Request, pipeline: str, batch: int,
+def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), batch: int = Path(ge=0, le=MAX_BIGINT),
                 queryId: Optional[str] = Query(None, min_length=1, max_length=64,
                                                description="default: the current generation's query"),
-                generation: Optional[int] = Query(None, ge=1),
-                consumerGroup: Optional[str] = Query(None, min_length=1)) -> Any:
+                generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
+                consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     from offset_ledger.replay import replay_for
 
     ops = _ops(request)

@@ -29,7 +29,7 @@ router = APIRouter(include_in_schema=False)
 
 def is_public(path: str) -> bool:
     """Console paths that load without a token: they hold no ledger data (the API calls behind them do)."""
-    return path == "/" or path.startswith("/pipelines/") or path.startswith(STATIC_PREFIX + "/")
+    return path in ("/", "/docs") or path.startswith("/pipelines/") or path.startswith(STATIC_PREFIX + "/")
 
 
 def _page(request: Request, template: str, **context: object) -> HTMLResponse:
@@ -40,6 +40,12 @@ def _page(request: Request, template: str, **context: object) -> HTMLResponse:
 @router.get("/", response_class=HTMLResponse)
 def pipelines_page(request: Request) -> HTMLResponse:
     return _page(request, "pipelines.html", title="Pipelines")
+
+
+@router.get("/docs", response_class=HTMLResponse)
+def docs_page(request: Request) -> HTMLResponse:
+    # The API reference from /openapi.json, fetched by the page with the tab's token.
+    return _page(request, "docs.html", title="API docs")
 
 
 @router.get("/pipelines/{pipeline:path}", response_class=HTMLResponse)

@@ -91,5 +91,6 @@ class ConsoleReads:
             "id": r["id"], "kind": r["kind"], "topic": r["topic"], "partition": r["partition"],
             "queryId": r["query_id"], "batchId": r["batch_id"], "expectedOffset": r["expected_offset"],
             "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": iso_utc(r["created_at"]),
+            "occurrences": int(r["occurrences"]), "lastSeenAt": iso_utc(r["last_seen_at"]),
         } for r in rows]}
 

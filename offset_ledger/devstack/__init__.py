@@ -32,6 +32,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 KAFKA_VERSION = "4.1.1"  # the default broker; OFFSET_LEDGER_KAFKA_VERSION picks another
+# The broker's second listener, SASL_PLAINTEXT with PLAIN, accepts this user (tests of secured clusters).
+SASL_MECHANISM = "PLAIN"
+SASL_USERNAME = "etl"
+SASL_PASSWORD = "etl-secret"
 _MAVEN_DIR = Path(__file__).resolve().parent / "maven"
 
 
@@ -48,13 +52,28 @@ class StackInfo:
     spark_jars: str
     kafka_pid: int | None
     postgres_pid: int | None
+    # The same broker behind SASL_PLAINTEXT (PLAIN, SASL_USERNAME/SASL_PASSWORD); None when not started here.
+    sasl_bootstrap_servers: str | None = None
 
     def env(self) -> dict[str, str]:
-        return {
+        out = {
             "OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS": self.bootstrap_servers,
             "OFFSET_LEDGER_TEST_DSN": self.postgres_dsn,
             "OFFSET_LEDGER_SPARK_JARS": self.spark_jars,
         }
+        if self.sasl_bootstrap_servers:
+            out["OFFSET_LEDGER_TEST_SASL_BOOTSTRAP_SERVERS"] = self.sasl_bootstrap_servers
+        return out
+
+
+def sasl_client_properties(username: str = SASL_USERNAME, password: str = SASL_PASSWORD) -> dict[str, str]:
+    """Java client properties that log in on the stack's SASL listener (a --command-config file's lines)."""
+    return {
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": SASL_MECHANISM,
+        "sasl.jaas.config": 'org.apache.kafka.common.security.plain.PlainLoginModule required '
+                            f'username="{username}" password="{password}";',
+    }
 
 
 def cache_dir() -> Path:
@@ -371,12 +390,15 @@ def _raise_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _start_kafka(root: Path) -> tuple[str, int]:
+def _start_kafka(root: Path) -> tuple[str, str, int]:
     if shutil.which("java") is None:
         raise StackError("java is not on PATH; the Kafka broker needs Java 17+")
     jars = kafka_broker_jars()
     root.mkdir(parents=True, exist_ok=True)
-    port, controller_port = free_port(), free_port()
+    port, controller_port, sasl_port = free_port(), free_port(), free_port()
+    # Broker-side PLAIN users: the JAAS line lists user_<name>="<password>" entries.
+    jaas = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+            f'password="admin-secret" user_admin="admin-secret" user_{SASL_USERNAME}="{SASL_PASSWORD}";')
     logs = root / "data"
     props = root / "server.properties"
     props.write_text(
@@ -384,11 +406,14 @@ def _start_kafka(root: Path) -> tuple[str, int]:
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port},"
+            f"CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:{sasl_port}",
             "controller.listener.names=CONTROLLER",
             "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            f"sasl.enabled.mechanisms={SASL_MECHANISM}",
+            f"listener.name.sasl_plaintext.plain.sasl.jaas.config={jaas}",
             f"log.dirs={logs}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -433,7 +458,7 @@ def _start_kafka(root: Path) -> tuple[str, int]:
     except Exception:
         _stop_pid(proc.pid, 10)
         raise
-    return f"127.0.0.1:{port}", proc.pid
+    return f"127.0.0.1:{port}", f"127.0.0.1:{sasl_port}", proc.pid
 
 
 def _wait_kafka_ready(bootstrap: str, timeout: float = 60.0) -> None:
@@ -498,15 +523,16 @@ def up(root: Path | None = None, *, with_postgres: bool | None = None) -> StackI
         dsn = external_dsn or ""
     try:
         _log(f"starting Apache Kafka {kafka_version()} (KRaft, single node)")
-        bootstrap, kafka_pid = _start_kafka(root / "kafka")
+        bootstrap, sasl_bootstrap, kafka_pid = _start_kafka(root / "kafka")
     except Exception:
         if pg_pid:
             _Postgres(root / "postgres").stop()
         raise
-    info = StackInfo(bootstrap, dsn, jars, kafka_pid, pg_pid)
+    info = StackInfo(bootstrap, dsn, jars, kafka_pid, pg_pid, sasl_bootstrap)
     _state_file(root).write_text(json.dumps(asdict(info), indent=2))
     (root / "stack.env").write_text("".join(f"export {k}='{v}'\n" for k, v in info.env().items()))
-    _log(f"stack up in {time.monotonic() - started:.1f}s: kafka={bootstrap} postgres={dsn}")
+    _log(f"stack up in {time.monotonic() - started:.1f}s: kafka={bootstrap} (SASL {sasl_bootstrap}) "
+         f"postgres={dsn}")
     return info
 
 

@@ -35,6 +35,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             if args.command == "status":
                 print(f"kafka    {info.bootstrap_servers} (pid {info.kafka_pid})")
+                if info.sasl_bootstrap_servers:
+                    print(f"  sasl   {info.sasl_bootstrap_servers} (SASL_PLAINTEXT, {devstack.SASL_MECHANISM}, "
+                          f"user {devstack.SASL_USERNAME})")
                 print(f"postgres {info.postgres_dsn} (pid {info.postgres_pid})")
                 print(f"jars     {info.spark_jars}")
             else:

@@ -60,9 +60,11 @@ def pipeline_generations(
 def pipeline_findings(
     conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 100,
 ) -> list[dict[str, Any]]:
-    """The pipeline's findings, newest first."""
+    """The pipeline's findings, most recently seen first (a repeated finding is one row with a count)."""
     f = findings
+    last_seen = func.coalesce(f.c.last_seen_at, f.c.created_at)
     stmt = select(f.c.id, f.c.kind, f.c.topic, f.c.partition, f.c.query_id, f.c.batch_id,
-                  f.c.expected_offset, f.c.actual_offset, f.c.message, f.c.created_at).where(
+                  f.c.expected_offset, f.c.actual_offset, f.c.message, f.c.created_at,
+                  func.coalesce(f.c.occurrences, 1).label("occurrences"), last_seen.label("last_seen_at")).where(
         f.c.pipeline == pipeline, f.c.consumer_group == consumer_group)
-    return [dict(r._mapping) for r in conn.execute(stmt.order_by(f.c.created_at.desc(), f.c.id.desc()).limit(limit))]
+    return [dict(r._mapping) for r in conn.execute(stmt.order_by(last_seen.desc(), f.c.id.desc()).limit(limit))]

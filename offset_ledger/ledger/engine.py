@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from offset_ledger.config import settings
-from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable
+from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable, LedgerWithoutSchema
 
 log = logging.getLogger(__name__)
 
@@ -29,8 +28,12 @@ _MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
 _UPGRADE_LOCK_KEY = 0x0FF5E7
 
 
-def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
-    """An engine for ``dsn`` (default: OFFSET_LEDGER_DSN, else the embedded SQLite file)."""
+def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = True) -> Engine:
+    """An engine for ``dsn`` (default: OFFSET_LEDGER_DSN, else the embedded SQLite file).
+
+    ``create=False`` (reads): a SQLite file that does not exist is a ConfigError instead of a new,
+    empty ledger at a mistyped path.
+    """
     url_text = settings().resolved_dsn(dsn)
     try:
         url = make_url(url_text)
@@ -38,6 +41,9 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
         raise ConfigError(f"not a database URL: {url_text!r}", dsn=url_text) from exc
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
+            if not create and not Path(url.database).exists():
+                raise ConfigError(f"no ledger database at {url.database} (a mistyped --dsn?); "
+                                  "'offset-ledger db upgrade' creates one", dsn=url_text)
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -53,33 +59,6 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5) -> Engine:
         return _server_engine(url, pool_size)
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
-
-
-_DEFAULT_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433, "oracle": 1521}
-
-
-def ledger_fingerprint(dsn: str | None = None) -> str:
-    """Which ledger database ``dsn`` names, without secrets: ``postgresql://host:5432/db``, ``sqlite:/abs/path``.
-
-    The driver, user, password and connection options are left out (they do not change which
-    database it is); the host is lower-cased and the default port filled in. Two spellings of one
-    server (``localhost`` and ``127.0.0.1``) stay different: telling them apart safely would need
-    name resolution, and the cost of a false "different" is a spool file left for an operator,
-    while a false "same" writes one ledger's batches into another.
-    """
-    url_text = settings().resolved_dsn(dsn)
-    try:
-        url = make_url(url_text)
-    except ArgumentError as exc:
-        raise ConfigError(f"not a database URL: {url_text!r}", dsn=url_text) from exc
-    backend = url.get_backend_name()
-    if backend == "sqlite":
-        if not url.database or url.database == ":memory:":
-            return f"sqlite::memory:{os.getpid()}"  # gone with its process: no other process's ledger
-        return f"sqlite:{Path(url.database).expanduser().resolve()}"
-    host = url.host or str(url.query.get("host") or "")  # libpq takes a socket directory as ?host=
-    port = url.port or _DEFAULT_PORTS.get(backend, "")
-    return f"{backend}://{host.lower()}:{port}/{url.database or ''}"
 
 
 def _server_engine(url: URL, pool_size: int, **options: Any) -> Engine:
@@ -103,76 +82,61 @@ def read_engine(engine: Engine, *, pool_size: int = 5) -> Engine:
     return _server_engine(engine.url, pool_size, isolation_level="AUTOCOMMIT")
 
 
-# SQLSTATEs after which the same write can succeed later, so a writer retries (and spools) instead
-# of giving up: what a failover, a restart or an overloaded server answers, and lost races.
-_RETRIABLE_SQLSTATE_CLASSES = frozenset({
-    "08",     # connection exception (connection lost, refused, failed)
-    "53",     # insufficient resources: too many connections 53300, out of memory, disk full
-})
-_RETRIABLE_SQLSTATES = frozenset({
-    "25006",  # read_only_sql_transaction: a demoted primary or a standby during failover
-    "25P03",  # idle_in_transaction_session_timeout: the session is gone, a new one works
-    "40001",  # serialization_failure (also recovery conflicts on a standby)
-    "40003",  # statement_completion_unknown (the ledger's writes are idempotent)
-    "40P01",  # deadlock_detected
-    "55P03",  # lock_not_available (lock_timeout)
-    "57014",  # query_canceled (statement_timeout, pg_cancel_backend)
-    "57P01",  # admin_shutdown
-    "57P02",  # crash_shutdown
-    "57P03",  # cannot_connect_now (starting up, in recovery)
-    "57P05",  # idle_session_timeout
-    "58030",  # io_error
-    "72000",  # snapshot_too_old
-})
+# SQLSTATEs after which the same write succeeds later: the server is failing over, restarting or
+# busy, or the transaction lost a race. Everything else a server reports is about the statement or
+# the data, and retrying it would only stall the writer behind it.
+_TRANSIENT_SQLSTATES = {
+    "25006": "is read-only (a failover in progress, or a standby)",   # read_only_sql_transaction
+    "57P01": "was shut down by an administrator",                     # admin_shutdown
+    "57P02": "crashed and is restarting",                             # crash_shutdown
+    "57P03": "is starting up or shutting down",                       # cannot_connect_now
+    "40001": "aborted the transaction on a serialization failure",    # serialization_failure
+    "40P01": "aborted the transaction on a deadlock",                 # deadlock_detected
+    "53300": "has too many connections",                              # too_many_connections
+    "53200": "is out of memory",                                      # out_of_memory
+    "55P03": "could not take a lock in time",                         # lock_not_available
+    "57014": "cancelled the statement (statement timeout)",           # query_canceled
+}
 
 
-def sqlstate_retriable(sqlstate: str | None) -> bool:
-    """Whether a database error with this SQLSTATE may succeed when retried (None: unknown, so no)."""
+def transient_reason(sqlstate: str | None) -> str | None:
+    """Why a database error with this SQLSTATE is worth retrying (None: it is not)."""
     if not sqlstate:
-        return False
-    return sqlstate in _RETRIABLE_SQLSTATES or sqlstate[:2] in _RETRIABLE_SQLSTATE_CLASSES
-
-
-def _sqlstate(orig: BaseException) -> str | None:
-    code = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)  # psycopg2 / psycopg 3
-    return str(code) if code else None
-
-
-def _connection_level(exc: BaseException, orig: BaseException) -> bool:
-    """An error about the connection rather than the statement (also for a raw DBAPI error)."""
-    if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)):
-        return True
-    # A DBAPI error raised on a raw cursor, unwrapped: PEP 249 names these classes alike in every driver.
-    return any(k.__name__ in ("OperationalError", "InterfaceError") for k in type(orig).__mro__)
+        return None
+    if sqlstate.startswith("08"):  # connection_exception and all of its class
+        return "lost the connection"
+    return _TRANSIENT_SQLSTATES.get(sqlstate)
 
 
 def translate_db_error(exc: Exception, doing: str) -> LedgerError:
-    """A driver error as our own, classified in this one place.
-
-    LedgerUnavailable (retriable) when the database cannot be reached or cannot take the write for
-    now (the SQLSTATEs above; without a SQLSTATE, a connection-level error: refused, lost, SQLite busy);
-    a LedgerError that says what to run when the schema is missing; else a LedgerError (permanent).
-    Works on SQLAlchemy's wrapped errors and on raw DBAPI errors alike.
-    """
+    """A driver error as our own: LedgerUnavailable (retriable) when the database cannot be reached or
+    reports a transient SQLSTATE, a LedgerError that says what to run when the schema is missing,
+    else a LedgerError. Wrapped (SQLAlchemy) and raw DB-API errors alike: the one classification."""
     if isinstance(exc, LedgerError):
         return exc
     orig = getattr(exc, "orig", None) or exc
     detail = " ".join(str(orig).split())
-    sqlstate = _sqlstate(orig)
+    sqlstate = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
     if sqlstate == "42P01" or "no such table" in detail:
-        return LedgerError(f"the ledger database has no offset-ledger schema; run 'offset-ledger db upgrade' "
-                           f"({detail})")
-    if sqlstate_retriable(sqlstate):
-        return LedgerUnavailable(f"the ledger database cannot take this for now while {doing} "
-                                 f"(SQLSTATE {sqlstate}, retriable): {detail}", sqlstate=sqlstate)
-    invalidated = isinstance(exc, DBAPIError) and exc.connection_invalidated
-    # Without a SQLSTATE (refused or lost connections, pool timeouts, SQLite busy) the error's kind
-    # decides; with one, the SQLSTATE does: a statement the server rejects for good is not retried.
-    if invalidated or (sqlstate is None and _connection_level(exc, orig)):
-        return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}")
+        return LedgerWithoutSchema(f"the ledger database has no offset-ledger schema; run 'offset-ledger db "
+                                   f"upgrade' ({detail})")
+    reason = transient_reason(sqlstate)
+    if reason is not None:
+        return LedgerUnavailable(f"the ledger database {reason} while {doing}: {detail}", sqlstate=sqlstate)
+    if (isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout))
+            or (isinstance(exc, DBAPIError) and exc.connection_invalidated)
+            or _is_raw(exc, "OperationalError", "InterfaceError")):
+        return LedgerUnavailable(f"cannot reach the ledger database while {doing}: {detail}",
+                                 **({"sqlstate": sqlstate} if sqlstate else {}))
     return LedgerError(f"ledger database error while {doing}: {detail}",
                        **({"sqlstate": sqlstate} if sqlstate else {}))
+
+
+def _is_raw(exc: Exception, *names: str) -> bool:
+    """Whether ``exc`` is a raw DB-API error (raised on a driver cursor) of one of these PEP 249 classes."""
+    return any(cls.__name__ in names and cls.__module__.split(".")[0] in {"psycopg2", "sqlite3", "psycopg"}
+               for cls in type(exc).__mro__)
 
 
 def check_connection(engine: Engine) -> None:
@@ -207,9 +171,7 @@ def _migrate(engine: Engine, direction: str, revision: str) -> None:
             cfg.attributes["connection"] = conn
             getattr(command, direction)(cfg, revision)
     except SQLAlchemyError as exc:
-        # Classified like every other database error: a read-only or restarting server is retriable.
-        error = translate_db_error(exc, f"the schema {direction}")
-        raise type(error)(f"schema {direction} failed: {exc}") from exc
+        raise LedgerError(f"schema {direction} failed: {exc}") from exc
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

@@ -47,6 +47,12 @@ class CheckpointGeneration:
     topic_ids: Mapping[str, str] | None = None
     watermarks: Mapping[str, Mapping[str, list[int]]] | None = None  # topic -> partition -> [start, end]
     query_id: str | None = None
+    #: A windowed generation's inputs (``window_ms``, ``slide_ms``, ``delay_ms``, ``event_time_floor``
+    #: ISO text, ``kafka_timestamp``, ``basis_query_id``): later restarts never lower its floor.
+    stateful: Mapping[str, Any] | None = None
+    #: The restart helper chose the consumer group (nobody named one): the group the generation's
+    #: runs report takes it over (``adopt_defaulted_group``).
+    group_defaulted: bool = False
 
 
 def generation_location(checkpoint_root: str, generation: int, suffix: str) -> str:
@@ -66,7 +72,7 @@ def _row(r: Any) -> CheckpointGeneration:
         checkpoint_root=r.checkpoint_root, location=r.location, app_version=r.app_version,
         reason=r.reason, created_at=created_at, starting_offsets=m.get("starting_offsets"),
         resolved_offsets=m.get("resolved_offsets"), topic_ids=r.topic_ids, watermarks=m.get("watermarks"),
-        query_id=r.query_id)
+        query_id=r.query_id, stateful=m.get("stateful"), group_defaulted=bool(m.get("group_defaulted")))
 
 
 # Per-partition JSON a restart does not read: decoding it cost ~40 ms at 10,000 partitions.
@@ -138,6 +144,8 @@ def create_generation(
     now: datetime | None = None,
     location: str | None = None,
     query_id: str | None = None,
+    stateful: Mapping[str, Any] | None = None,
+    group_defaulted: bool = False,
 ) -> tuple[CheckpointGeneration, list[int]]:
     """Record generation n+1, make it the pipeline's authority, and consume ``consume_reset_ids``.
 
@@ -174,7 +182,8 @@ def create_generation(
             reason=reason, created_at=at, starting_offsets=offsets, resolved_offsets=resolved or None,
             topic_ids=dict(topic_ids) if topic_ids else None,
             watermarks={t: dict(p) for t, p in watermarks.items()} if watermarks else None,
-            query_id=query_id,
+            query_id=query_id, stateful=dict(stateful) if stateful else None,
+            group_defaulted=True if group_defaulted else None,
         ).returning(checkpoint_generations.c.id)).scalar_one()
     except IntegrityError as exc:  # SQLite has no advisory lock: a concurrent restart won
         raise LedgerError(f"another restart of {pipeline!r} created generation {number} concurrently; retry",
@@ -200,7 +209,8 @@ def create_generation(
              number, pipeline, consumer_group, location, reason, consumed)
     return CheckpointGeneration(gen_id, pipeline, consumer_group, number, checkpoint_root, location,
                                 app_version, reason, at, offsets, resolved or None,
-                                dict(topic_ids) if topic_ids else None, watermarks, query_id), consumed
+                                dict(topic_ids) if topic_ids else None, watermarks, query_id,
+                                dict(stateful) if stateful else None, group_defaulted), consumed
 
 
 def _int_or_none(value: object) -> int | None:
@@ -250,3 +260,64 @@ def _write_baseline(
             index_elements=["pipeline", "consumer_group", "topic", "partition"],
             set_={c: stmt.excluded[c] for c in ("next_offset", "updated_at", "query_id", "batch_id", "reset_id",
                                                 "generation_id")}))
+
+
+def defaulted_generations(conn: Connection, pipeline: str, other_than_group: str) -> list[CheckpointGeneration]:
+    """Generations of ``pipeline`` under a consumer group the restart helper only defaulted (not this one)."""
+    rows = conn.execute(
+        select(*[c for c in checkpoint_generations.c if c.name not in _BULKY])
+        .where(checkpoint_generations.c.pipeline == pipeline,
+               checkpoint_generations.c.consumer_group != other_than_group,
+               checkpoint_generations.c.group_defaulted.is_(True))
+        .order_by(checkpoint_generations.c.id))
+    return [_row(r) for r in rows]
+
+
+def adopt_defaulted_group(conn: Connection, pipeline: str, from_group: str, to_group: str,
+                          at: datetime | None = None) -> int:
+    """Move everything the helper wrote under a defaulted group to the group the runs report.
+
+    ``start_from_ledger`` without ``consumer_group`` on a new pipeline names the group after the
+    pipeline; a listener created with ``consumer_group=...`` then records its runs under that one.
+    The group the helper only guessed yields: its generations, positions, pending resets and findings
+    move to ``to_group`` (nothing moves when ``to_group`` already has generations of its own), and a
+    ``group_adopted`` finding says so. Returns the number of generations moved.
+    """
+    lock_pipeline(conn, pipeline, from_group)
+    lock_pipeline(conn, pipeline, to_group)
+    own = conn.execute(select(func.count()).select_from(checkpoint_generations).where(
+        checkpoint_generations.c.pipeline == pipeline, checkpoint_generations.c.consumer_group == to_group)).scalar()
+    defaulted = conn.execute(select(func.count()).select_from(checkpoint_generations).where(
+        checkpoint_generations.c.pipeline == pipeline, checkpoint_generations.c.consumer_group == from_group,
+        checkpoint_generations.c.group_defaulted.is_(True))).scalar()
+    named = conn.execute(select(func.count()).select_from(checkpoint_generations).where(
+        checkpoint_generations.c.pipeline == pipeline, checkpoint_generations.c.consumer_group == from_group,
+        checkpoint_generations.c.group_defaulted.is_not(True))).scalar()
+    if own or not defaulted or named:
+        return 0
+    # Positions the runs already moved under their own group (before any generation matched) are
+    # newer than the helper's baseline only if they are ahead of it: keep the furthest.
+    theirs = {(r.topic, r.partition): r.next_offset for r in conn.execute(
+        select(positions.c.topic, positions.c.partition, positions.c.next_offset)
+        .where(positions.c.pipeline == pipeline, positions.c.consumer_group == to_group))}
+    for r in conn.execute(select(positions.c.topic, positions.c.partition, positions.c.next_offset)
+                          .where(positions.c.pipeline == pipeline, positions.c.consumer_group == from_group)).all():
+        if (r.topic, r.partition) in theirs:
+            conn.execute(delete(positions).where(
+                positions.c.pipeline == pipeline, positions.c.consumer_group == from_group,
+                positions.c.topic == r.topic, positions.c.partition == r.partition))
+    for table in (positions, resets, findings):
+        conn.execute(update(table).where(table.c.pipeline == pipeline, table.c.consumer_group == from_group)
+                     .values(consumer_group=to_group))
+    moved = conn.execute(update(checkpoint_generations).where(
+        checkpoint_generations.c.pipeline == pipeline, checkpoint_generations.c.consumer_group == from_group)
+        .values(consumer_group=to_group, group_defaulted=None)).rowcount
+    conn.execute(insert(findings).values(
+        pipeline=pipeline, consumer_group=to_group, kind="group_adopted",
+        message=(f"consumer group {from_group!r} was only defaulted by the restart helper; the runs on its "
+                 f"checkpoint report {to_group!r}, which takes over its {moved} generation(s), positions and resets"),
+        details={"from_group": from_group, "to_group": to_group, "generations": moved},
+        created_at=at or datetime.now(timezone.utc)))
+    log.info("pipeline %s: defaulted consumer group %s adopted by %s (%d generations)", pipeline, from_group,
+             to_group, moved)
+    return int(moved or 0)

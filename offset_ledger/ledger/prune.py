@@ -3,8 +3,9 @@
 Always kept, whatever their age: every position (the ``positions`` table is never touched), every
 reset, every finding, every run and checkpoint generation, and these batches with all their
 partition rows: the latest batch of each (pipeline, consumer group, topic, partition), the batch
-that placed each current position, and every batch a finding refers to. Only ``batches`` and
-``batch_offsets`` rows lose history.
+that placed each current position, every batch a finding refers to, and the whole history of each
+pipeline's live windowed query (``live_stateful_queries``: a stateful restart rewinds through it).
+Only ``batches`` and ``batch_offsets`` rows lose history.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from offset_ledger.errors import InvalidDuration
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.tables import batch_offsets, batches, findings, positions
+from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, findings, positions, runs
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,8 @@ class PruneReport:
     batch_offsets: TableCounts
     protected_batches: int
     seconds: float
+    #: live windowed queries whose whole history was kept
+    protected_queries: tuple[str, ...] = ()
 
 
 def _pipeline_filter(table: Table, pipeline: str | None) -> list[ColumnElement[bool]]:
@@ -107,10 +110,41 @@ def protected_batch_keys(conn: Connection, cutoff: datetime, pipeline: str | Non
     return keys
 
 
+def live_stateful_queries(conn: Connection, pipeline: str | None = None) -> set[str]:
+    """Each pipeline's live query (``queries.checkpoint_batches``' choice) when it carries a watermark.
+
+    A windowed restart rewinds through the live query's batches back to the earliest one that saw
+    an open window's records, which no age bounds: all of that query's history is kept until a new
+    generation replaces it (then it is ordinary history again).
+    """
+    live: set[str] = set()
+    groups = conn.execute(select(batches.c.pipeline, batches.c.consumer_group).distinct()
+                          .where(*_pipeline_filter(batches, pipeline))).all()
+    for p, g in groups:
+        generation_id = conn.execute(select(func.max(checkpoint_generations.c.id)).where(
+            checkpoint_generations.c.pipeline == p, checkpoint_generations.c.consumer_group == g)).scalar()
+        newest = select(batches.c.query_id).where(batches.c.pipeline == p, batches.c.consumer_group == g)
+        query_id = None
+        if generation_id is not None:
+            query_id = conn.execute(
+                newest.join(runs, runs.c.run_id == batches.c.run_id).where(runs.c.generation_id == generation_id)
+                .order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc()).limit(1)).scalar()
+        if query_id is None:
+            query_id = conn.execute(newest.order_by(batches.c.batch_time.desc(), batches.c.batch_id.desc())
+                                    .limit(1)).scalar()
+        if query_id is not None and conn.execute(select(batches.c.id).where(
+                batches.c.query_id == query_id, batches.c.watermark.is_not(None)).limit(1)).first() is not None:
+            live.add(query_id)
+    return live
+
+
 def _protected_row_ids(conn: Connection, table: Table, keys: set[BatchKey], cutoff: datetime,
-                       pipeline: str | None) -> set[int]:
-    """Ids of ``table`` rows older than the cutoff that belong to a protected batch."""
+                       pipeline: str | None, queries: set[str] = frozenset()) -> set[int]:  # type: ignore[assignment]
+    """Ids of ``table`` rows older than the cutoff that belong to a protected batch or query."""
     ids: set[int] = set()
+    for query_id in sorted(queries):
+        ids.update(conn.execute(select(table.c.id).where(
+            table.c.query_id == query_id, table.c.batch_time < cutoff)).scalars())
     for chunk in _chunks(sorted(keys), _KEYS_PER_QUERY):
         rows = conn.execute(
             select(table.c.id).where(
@@ -158,7 +192,12 @@ def _delete_in_chunks(engine: Engine, table: Table, cutoff: datetime, pipeline: 
 def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
           execute: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE, now: datetime | None = None,
           progress: ProgressCallback | None = None) -> PruneReport:
-    """Remove batch history older than ``older_than`` (dry run unless ``execute``)."""
+    """Remove batch history older than ``older_than`` (dry run unless ``execute``).
+
+    Findings are never deleted, whatever their age: they are the audit's evidence, and a repeated
+    finding is one counted row (``ledger.finding_store``), so their number grows with distinct
+    problems, not with batches. The batch a finding names (its latest sighting) keeps its rows.
+    """
     if older_than <= timedelta(0):
         raise InvalidDuration(str(older_than))
     started = time.perf_counter()
@@ -166,8 +205,9 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
     try:
         with engine.connect() as conn:
             keys = protected_batch_keys(conn, cutoff, pipeline)
-            keep_bo = _protected_row_ids(conn, batch_offsets, keys, cutoff, pipeline)
-            keep_b = _protected_row_ids(conn, batches, keys, cutoff, pipeline)
+            live = live_stateful_queries(conn, pipeline)
+            keep_bo = _protected_row_ids(conn, batch_offsets, keys, cutoff, pipeline, live)
+            keep_b = _protected_row_ids(conn, batches, keys, cutoff, pipeline, live)
             older_bo = _count_older(conn, batch_offsets, cutoff, pipeline)
             older_b = _count_older(conn, batches, cutoff, pipeline)
         todo_bo, todo_b = older_bo - len(keep_bo), older_b - len(keep_b)
@@ -184,7 +224,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         cutoff=cutoff, pipeline=pipeline, executed=execute,
         batches=TableCounts(older_b, len(keep_b), done_b),
         batch_offsets=TableCounts(older_bo, len(keep_bo), done_bo),
-        protected_batches=len(keys), seconds=time.perf_counter() - started,
+        protected_batches=len(keys), seconds=time.perf_counter() - started, protected_queries=tuple(sorted(live)),
     )
     log.info("prune %s: %s", "executed" if execute else "dry run", report)
     return report

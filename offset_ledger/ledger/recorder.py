@@ -33,10 +33,12 @@ from sqlalchemy.exc import (
     SQLAlchemyError,
 )
 
-from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation
+from offset_ledger.authority import GenerationRef, PositionState, decide, match_generation, same_location
 from offset_ledger.errors import LedgerError
+from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.locks import pipeline_lock_key, share_pipelines
 from offset_ledger.ledger.tables import (
     batch_offsets,
@@ -238,6 +240,8 @@ class _Txn:
     runs: dict[str, _Run] = field(default_factory=dict)
     foreign_reported: set[tuple[str, int]] = field(default_factory=set)
     moved: list[MovedPosition] = field(default_factory=list)
+    #: batches another run recorded first: not history again, but heard by the position rules
+    other_runs: list[BatchRecord] = field(default_factory=list)
 
 
 def utc(value: datetime) -> datetime:
@@ -304,6 +308,17 @@ def _gaps(batch: BatchOffsets, prev_ends: _Ends) -> Iterator[tuple[SourceProgres
                 yield s, r, r.from_offset, expected
 
 
+def _position_starts(batch: BatchOffsets) -> dict[tuple[str, int], int]:
+    """(topic, partition) -> where the batch started reading it (the lower start of a self-union)."""
+    out: dict[tuple[str, int], int] = {}
+    for s in batch.sources:
+        for r in s.ranges:
+            if r.from_offset is not None:
+                key = (r.topic, r.partition)
+                out[key] = min(out.get(key, r.from_offset), r.from_offset)
+    return out
+
+
 def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
     """(topic, partition, until_offset) per partition the batch read, in lock order (sorted)."""
     if len(batch.sources) == 1:
@@ -319,14 +334,8 @@ def _position_ends(batch: BatchOffsets) -> list[tuple[str, int, int]]:
 
 
 def translate(exc: Exception) -> LedgerError:
-    """A driver error as LedgerUnavailable (retriable: see ``translate_db_error``) or LedgerError."""
+    """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
     return translate_db_error(exc, "writing")
-
-
-def _retriable(exc: BaseException) -> bool:
-    if isinstance(exc, SQLAlchemyError):
-        return translate(exc).retriable
-    return bool(getattr(exc, "retriable", False))
 
 
 class Recorder:
@@ -385,7 +394,9 @@ class Recorder:
                         except dbapi.Error as exc:  # type: ignore[union-attr]
                             raise self._raw_error(conn, exc) from exc
             except BaseException as exc:
-                self._drop_connection(invalidate=_retriable(exc))
+                # After a transient error the session itself may be the problem (a read-only one
+                # after a failover keeps its setting): never hand it back to the pool.
+                self._drop_connection(invalidate=isinstance(exc, Exception) and translate(exc).retriable)
                 raise
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
@@ -398,7 +409,7 @@ class Recorder:
         """A driver error raised on the raw cursor (SQLAlchemy did not wrap it), translated."""
         error = translate(exc)
         if error.retriable:
-            conn.invalidate()  # after a failover the next connection may reach the new primary
+            conn.invalidate()
         return error
 
     def close(self) -> None:
@@ -411,8 +422,7 @@ class Recorder:
         conn, self._conn = self._conn, None
         if conn is not None:
             try:
-                if invalidate:
-                    # Not back into the pool: a session that went read-only (failover) stays so.
+                if invalidate and not conn.invalidated:
                     conn.invalidate()
                 conn.close()
             except SQLAlchemyError:
@@ -545,12 +555,14 @@ class Recorder:
             written = self._write_batches(conn, new, txn)
             duplicates += len(new) - len(written)
             new = written
+        if txn.other_runs:
+            self._move_positions(conn, txn.other_runs, txn)
         return self._outcome(conn, txn, len(new), duplicates)
 
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""
         if txn.findings:
-            conn.execute(self._insert(findings), txn.findings)
+            store_findings(conn, self._insert, txn.findings)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
         return RecordOutcome(written, duplicates, found, tuple(txn.moved))
@@ -569,7 +581,7 @@ class Recorder:
             return None
         b = records[0].batch
         latest = self._latest.get(b.query_id)
-        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs:
+        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs or b.recorded_by is not None:
             return None
         if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
             return None
@@ -650,6 +662,8 @@ class Recorder:
                                    checkpoint_generations.c.query_id)
                             .where(checkpoint_generations.c.pipeline == pipeline,
                                    checkpoint_generations.c.consumer_group == group)).all()
+        if not rows and checkpoint_location:
+            rows = self._adopt_defaulted_group(conn, pipeline, group, checkpoint_location)
         if not rows:
             return None
         seen = conn.execute(select(runs.c.run_id).where(runs.c.query_id == query_id, runs.c.run_id != run_id)
@@ -664,6 +678,20 @@ class Recorder:
                          .where(checkpoint_generations.c.id == found.id, checkpoint_generations.c.query_id.is_(None))
                          .values(query_id=query_id))
         return found.id
+
+    def _adopt_defaulted_group(self, conn: Connection, pipeline: str, group: str,
+                               checkpoint_location: str) -> list[Any]:
+        """A run reporting ``group`` on a generation the helper opened under a group it only defaulted:
+        that group yields (``generations.adopt_defaulted_group``); the generations, now ``group``'s."""
+        for g in gens.defaulted_generations(conn, pipeline, group):
+            if same_location(checkpoint_location, g.location):
+                gens.adopt_defaulted_group(conn, pipeline, g.consumer_group, group)
+                self._latest.clear()
+                return conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
+                                           checkpoint_generations.c.query_id)
+                                    .where(checkpoint_generations.c.pipeline == pipeline,
+                                           checkpoint_generations.c.consumer_group == group)).all()
+        return []
 
     def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
                    at: datetime, values: dict[str, Any]) -> None:
@@ -707,9 +735,11 @@ class Recorder:
         for r in rows:
             existing.setdefault((r.query_id, r.batch_id), []).append(
                 (r.source_index, r.topic, r.partition, r.from_offset, r.until_offset))
-        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id).where(
+        recorded_by_run: dict[tuple[str, int], str] = {}
+        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id).where(
                 batches.c.query_id.in_(query_ids), batches.c.batch_id.in_(batch_ids))):
             existing.setdefault((r.query_id, r.batch_id), [])
+            recorded_by_run[(r.query_id, r.batch_id)] = r.run_id
         fresh: list[BatchRecord] = []
         for rec in candidates:
             key = (rec.batch.query_id, rec.batch.batch_id)
@@ -719,6 +749,11 @@ class Recorder:
             duplicates += 1
             if sorted(existing[key]) != _offset_rows(rec.batch):
                 self._conflict(rec, txn, "a recorded batch was reported again with different offsets")
+            if recorded_by_run.get(key) not in (None, rec.batch.run_id):
+                # Another run recorded this (query, batch) first: a copy of the checkpoint (same
+                # query id), or a watcher beside the listener. History keeps the first row; the
+                # position rules still hear this run, or a copy would hold the real run's positions back.
+                txn.other_runs.append(rec)
         return fresh, duplicates
 
     def _conflict(self, rec: BatchRecord, txn: _Txn, message: str) -> None:
@@ -731,7 +766,7 @@ class Recorder:
         batch_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
                        "query_id": rec.batch.query_id, "run_id": rec.batch.run_id, "batch_id": rec.batch.batch_id,
                        "batch_time": utc(rec.batch.batch_time), "recorded_at": txn.now,
-                       "input_rows": rec.batch.input_rows,
+                       "input_rows": rec.batch.input_rows, "source": rec.batch.recorded_by,
                        **dict(zip(_STATEFUL_COLUMNS, _stateful_values(rec.batch)))} for rec in recs]
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
@@ -904,9 +939,13 @@ class Recorder:
             pos, moved = current[group_key], changed[group_key]
             run = self._run_of(b.run_id, txn)
             current_generation = generation[group_key]
+            starts = _position_starts(b)
             for topic, partition, until_offset in _position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
+                if (b.recorded_by is not None and cur is not None and cur.query_id == b.query_id
+                        and cur.batch_id is not None and cur.batch_id > b.batch_id):
+                    continue  # a hole in history filled from the checkpoint: its successors moved already
                 other = cur.query_id if cur is not None and cur.query_id not in (None, b.query_id) else None
                 if other is not None and current_generation is None and other not in active:
                     active[other] = self._query_active(conn, other, txn.now)
@@ -915,8 +954,11 @@ class Recorder:
                                                            cur.reset_pending),
                     until_offset, query_id=b.query_id, run_started_at=run.started_at,
                     run_generation_id=run.generation_id, current_generation_id=current_generation,
-                    other_query_active=bool(other and active.get(other)))
-                if verdict == "move":
+                    other_query_active=bool(other and active.get(other)), from_offset=starts.get(key))
+                if verdict == "reset_overtaken":
+                    assert cur is not None
+                    txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
+                if verdict in ("move", "reset_overtaken"):
                     if cur is None:
                         pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
                     else:
@@ -928,6 +970,8 @@ class Recorder:
                     assert current_generation is not None
                     self._foreign_finding(conn, rec, txn, run, current_generation)
                     break  # one finding per run and generation says it all; no partition moves
+                elif verdict == "regression" and b.recorded_by is not None:
+                    continue  # read back from the authoritative checkpoint: history, never a zombie
                 else:
                     assert cur is not None
                     txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
@@ -993,8 +1037,17 @@ class Recorder:
 
     def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
                       until_offset: int) -> dict[str, Any]:
-        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not move."""
+        """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not
+        move, or the ``reset_overtaken`` finding of one it moved past a pending reset."""
         b = rec.batch
+        if kind == "reset_overtaken":
+            return self._finding(
+                rec, txn, kind,
+                f"batch {b.batch_id} of query {b.query_id} moved {topic}-{partition} from {cur.next_offset}, "
+                f"where pending reset {cur.reset_id} put it, to {until_offset} without starting there (a run "
+                f"on the old checkpoint?); the reset stays pending until start_from_ledger applies it",
+                topic, partition, cur.next_offset, until_offset,
+                {"position_reset_id": cur.reset_id, "run_id": b.run_id})
         if kind == "pending_reset":
             return self._finding(
                 rec, txn, kind,

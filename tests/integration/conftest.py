@@ -45,7 +45,8 @@ def stack() -> Iterator[devstack.StackInfo]:
     if bootstrap and dsn:
         jars = os.environ.get("OFFSET_LEDGER_SPARK_JARS") or ",".join(
             str(p) for p in devstack.spark_kafka_jars())
-        yield devstack.StackInfo(bootstrap, dsn, jars, None, None)
+        yield devstack.StackInfo(bootstrap, dsn, jars, None, None,
+                                 os.environ.get("OFFSET_LEDGER_TEST_SASL_BOOTSTRAP_SERVERS"))
         return
     root = Path(tempfile.mkdtemp(prefix="offset-ledger-stack-"))
     try:

@@ -75,7 +75,7 @@ def test_consumer_group_given_on_one_side_only_never_replays(spark, kafka, pg_ds
     # Starting over on purpose stays possible, and says so.
     over = _start(kafka, pg_dsn, topic, tmp_path, consumer_group="orders", first_run="latest",
                   allow_first_run=True, app_version="3")
-    assert over.starting_offsets == {topic: {"0": -1, "1": -1, "2": -1}}
+    assert over.starting_offsets == {topic: {"0": 110, "1": 110, "2": 110}}  # latest: the log-end seen then
     # Two groups now: naming none is ambiguous.
     with pytest.raises(AmbiguousConsumerGroup):
         _start(kafka, pg_dsn, topic, tmp_path, app_version="4")

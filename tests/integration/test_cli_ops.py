@@ -42,11 +42,11 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     r = run(env, "pipelines")
     assert r.returncode == 0, r.stderr
     header, row = r.stdout.splitlines()
-    assert header.split() == ["PIPELINE", "CONSUMERGROUP", "STATE", "STATUS", "GENERATION", "FOREIGNRUNS",
-                              "PARTITIONS", "LASTBATCHTIME", "LASTBATCHID", "LAG", "WHY"]
+    assert header.split() == ["PIPELINE", "CONSUMER_GROUP", "STATE", "STATUS", "GENERATION", "FOREIGN_RUNS",
+                              "PARTITIONS", "LAST_BATCH_TIME", "LAST_BATCH_ID", "LAG", "FINDINGS", "WHY"]
     cells = row.split()
     assert cells[:3] == ["etl", "etl", "stopped"] and cells[4:7] == ["-", "-", "2"]
-    assert cells[9] == "8" and cells[10] == "-"
+    assert cells[9] == "8" and cells[10] == "0" and cells[11] == "-"
 
     r = run(env, "offsets", "etl", "--format", "json")
     assert json.loads(r.stdout) == {topic: {"0": 12, "1": 20}}
@@ -58,8 +58,13 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     r = run(env, "history", "etl", "--limit", "2", "--format", "json")
     doc = json.loads(r.stdout)
     assert [b["batchId"] for b in doc["batches"]] == [3, 2] and doc["nextCursor"]
+    r = run(env, "history", "etl", "--limit", "2", "--format", "csv")
+    assert r.stderr == f"more: --cursor {doc['nextCursor']} (or --all)\n"  # machine formats say they were cut
     r = run(env, "history", "etl", "--limit", "2", "--cursor", doc["nextCursor"], "--format", "csv")
-    assert sorted({x["batchId"] for x in csv.DictReader(io.StringIO(r.stdout))}) == ["0", "1"]
+    assert sorted({x["batchId"] for x in csv.DictReader(io.StringIO(r.stdout))}) == ["0", "1"] and not r.stderr
+    r = run(env, "history", "etl", "--limit", "1", "--all", "--format", "csv")
+    assert sorted({x["batchId"] for x in csv.DictReader(io.StringIO(r.stdout))}) == ["0", "1", "2", "3"]
+    assert not r.stderr
 
     r = run(env, "topic", topic, "--format", "json")
     assert json.loads(r.stdout) == {"name": topic, "partitions": {"0": {"firstOffset": 0, "lastOffset": 20},
@@ -96,7 +101,7 @@ def test_reset_dry_run_execute_and_refusals(pg_dsn: str, kafka, tmp_path: Path) 
     r = run(env, "reset", "etl", "--to-earliest", "--reason", "look")
     assert r.returncode == 0, r.stderr
     assert "dry run recorded as reset" in r.stderr and "--execute" in r.stderr
-    assert r.stdout.splitlines()[1].split() == [topic, "0", "12", "0", "0", "20", "12", "0"]
+    assert r.stdout.splitlines()[1].split() == [topic, "0", "12", "0", "0", "20", "12", "0", "-"]
     assert offsets("etl") == {topic: {"0": 12, "1": 20}}
 
     target = tmp_path / "offsets.json"
@@ -109,21 +114,24 @@ def test_reset_dry_run_execute_and_refusals(pg_dsn: str, kafka, tmp_path: Path) 
     assert offsets("etl") == {topic: {"0": 3, "1": 0}}
 
     r = run(env, "reset", "etl", "--shift-by", "4", "--topic", f"{topic}:1", "--execute")
+    assert r.returncode == 2 and "needs a reason" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert offsets("etl") == {topic: {"0": 3, "1": 0}}
+    r = run(env, "reset", "etl", "--shift-by", "4", "--topic", f"{topic}:1", "--execute", "--reason", "r")
     assert r.returncode == 0, r.stderr
     assert offsets("etl") == {topic: {"0": 3, "1": 4}}
 
-    r = run(env, "reset", "etl", "--to-datetime", "2999-01-01T00:00:00Z", "--execute")  # nothing that new
+    r = run(env, "reset", "etl", "--to-datetime", "2999-01-01T00:00:00Z", "--execute", "--reason", "r")  # nothing that new
     assert r.returncode == 0, r.stderr
     assert offsets("etl") == {topic: {"0": 20, "1": 20}}
 
-    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", stdin=json.dumps({topic: {"0": 99}}))
-    assert r.returncode == 2 and "outside the log" in r.stderr
-    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", "--out-of-range", "clamp",
+    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", "--reason", "r", stdin=json.dumps({topic: {"0": 99}}))
+    assert r.returncode == 3 and "outside the log" in r.stderr
+    r = run(env, "reset", "etl", "--to-offsets", "-", "--execute", "--reason", "r", "--out-of-range", "clamp",
             stdin=json.dumps({topic: {"0": 99}}))
     assert r.returncode == 0 and offsets("etl") == {topic: {"0": 20, "1": 20}}
 
-    r = run(env, "reset", "live", "--to-earliest", "--execute")
-    assert r.returncode == 2 and "active run" in r.stderr
+    r = run(env, "reset", "live", "--to-earliest", "--execute", "--reason", "r")
+    assert r.returncode == 3 and "active run" in r.stderr
     assert offsets("live") == {topic: {"0": 5, "1": 5}}
     r = run(env, "reset", "live", "--to-earliest", "--execute", "--force", "--reason", "incident")
     assert r.returncode == 0 and offsets("live") == {topic: {"0": 0, "1": 0}}

@@ -181,7 +181,7 @@ def test_legacy_get_topic_details_reads_the_broker(kafka, pg_dsn: str) -> None: 
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"x{i}" for i in range(7)], partition=0)
     kafka.delete_records(topic, {0: 2})
-    with TestClient(create_app(dsn=pg_dsn, bootstrap_servers=kafka.bootstrap_servers)) as client:
+    with TestClient(create_app(dsn=pg_dsn, bootstrap_servers=kafka.bootstrap_servers), base_url="http://localhost") as client:
         response = client.get(f"/v1/getTopicDetails/?topicName={topic}")
     assert response.status_code == 200, response.text
     assert response.json() == {"name": topic, "partitions": {

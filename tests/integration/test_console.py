@@ -348,3 +348,69 @@ def test_a_running_pipeline_shows_running_and_its_reset_is_refused_with_409(
             query.stop()
         spark.streams.removeListener(listener)
         listener.close(10)
+
+
+def test_a_slash_in_a_pipeline_name_round_trips_through_the_console(
+        browser, served: Served, recorded: Ledger, spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Spark and Kafka accept ``eu/orders`` as a pipeline (query) name: the console lists it, opens it
+    (percent-encoded) and resets it, and the API answers for the same name."""
+    name = "eu/orders"
+    listener = OffsetLedgerListener(dsn=recorded.dsn, pipeline=name, spool_dir=tmp_path / "spool")
+    spark.streams.addListener(listener)
+    try:
+        query = (spark.readStream.format("kafka")
+                 .option("kafka.bootstrap.servers", recorded.bootstrap).option("subscribe", recorded.topic)
+                 .option("startingOffsets", "earliest").load()
+                 .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
+                 .trigger(availableNow=True).start())
+        query.awaitTermination(120)
+        assert listener.flush(60), listener.health()
+    finally:
+        spark.streams.removeListener(listener)
+        listener.close(10)
+    # The oracle: an availableNow run read every partition to its log-end offset, as Kafka reports it.
+    details = httpx.get(f"{served.url}/v1/getTopicDetails", params={"topicName": recorded.topic}).json()
+    log_ends = {int(p): d["lastOffset"] for p, d in details["partitions"].items()}
+    api = httpx.get(f"{served.url}/api/v1/pipelines/eu%2Forders/offsets").json()
+    assert api["pipeline"] == name and {p["partition"]: p["nextOffset"] for p in api["positions"]} == log_ends
+
+    browser.get(served.url + "/")
+    link = f'#pipelines tbody tr[data-pipeline="{name}"] a'
+    wait_for(browser, lambda d: css_all(d, link), what="the eu/orders row")
+    css(browser, link).click()
+    wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="eu/orders positions")
+    assert browser.current_url.endswith("/pipelines/eu%2Forders") and css(browser, "h1").text == name
+    assert partition_positions(browser) == {p: f"{end:,}" for p, end in log_ends.items()}
+
+    css(browser, "#reset-preview-button").click()  # earliest, every topic
+    wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")
+    css(browser, "#reset-reason").send_keys("slash round trip")
+    css(browser, "#reset-confirmed").click()
+    css(browser, "#reset-execute").click()
+    wait_for(browser, lambda d: "executed" in css(d, "#reset-result").text, what="the executed reset")
+    after = httpx.get(f"{served.url}/v1/getCurrentOffsets", params={"pipelineName": name}).json()
+    log_starts = {p: d["firstOffset"] for p, d in details["partitions"].items()}
+    assert after == {recorded.topic: log_starts}
+    audit = httpx.get(f"{served.url}/api/v1/pipelines/eu%2Forders/resets").json()["resets"]
+    assert [(r["mode"], r["reason"], r["status"]) for r in audit] == [
+        ("earliest", "slash round trip", "pending"), ("earliest", None, "dry_run")]
+
+
+def test_api_docs_open_from_the_console_with_the_token(browser, recorded: Ledger) -> None:  # type: ignore[no-untyped-def]
+    token = "docs-test-" + uuid.uuid4().hex
+    server = Served(recorded, token=token)
+    try:
+        browser.get(server.url + "/")
+        wait_for(browser, lambda d: css(d, "#token-panel").is_displayed(), what="the token prompt")
+        css(browser, "#token-input").send_keys(token)
+        css(browser, "#token-form button[type=submit]").click()
+        css(browser, 'nav a[href="/docs"]').click()
+        wait_for(browser, lambda d: "/v1/resetOffsetOfPartitions" in css(d, "#docs").text, what="the API reference")
+        assert "GET /api/v1/pipelines/{pipeline}/offsets" in css(browser, "#docs").text
+        # Everything on the page came from this server (the CSP would block anything else).
+        sources = browser.execute_script(
+            "return performance.getEntriesByType('resource').map(e => e.name)")
+        assert sources and all(s.startswith(server.url) for s in sources), sources
+        browser.execute_script("sessionStorage.clear()")
+    finally:
+        server.stop()

@@ -183,7 +183,7 @@ def test_query_without_a_name(spark, kafka, ledger, pg_dsn, listeners, tmp_path:
                         consumer_group="payments-etl")
     topic = kafka.create_topic(partitions=1)
     kafka.produce(topic, ["x"] * 5)
-    with caplog.at_level(logging.WARNING, logger="offset_ledger.listener"):
+    with caplog.at_level(logging.WARNING, logger="offset_ledger"):
         query = start(kafka_stream(spark, kafka, topic), tmp_path / "cp")
         try:
             produce_rounds(kafka, query, topic, rounds=2, per_round=3)

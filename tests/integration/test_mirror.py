@@ -119,7 +119,7 @@ def test_reset_and_restart_through_start_from_ledger_are_mirrored(
     assert group_offsets(kafka.bootstrap_servers, pipeline) == {(topic, 0): 10, (topic, 1): 10}
     # a second group member must not exist for the reset; the pipeline is stopped
     ops = Operations(ledger, bootstrap_servers=kafka.bootstrap_servers)
-    ops.reset(pipeline, ResetRequest("shift", shift_by=-4), actor="test", dry_run=False)
+    ops.reset(pipeline, ResetRequest("shift", shift_by=-4), actor="test", reason="test", dry_run=False)
     # pending: the group still shows where the pipeline would resume without the reset
     assert group_offsets(kafka.bootstrap_servers, pipeline) == {(topic, 0): 10, (topic, 1): 10}
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=kafka.bootstrap_servers, dsn=dsn,
@@ -139,7 +139,7 @@ def test_reset_and_restart_through_start_from_ledger_are_mirrored(
 def second_broker() -> Iterator[tuple[str, int]]:
     """A second real broker, started (and stopped) here, that only the mirror talks to."""
     root = Path(tempfile.mkdtemp(prefix="offset-ledger-broker2-"))
-    bootstrap, pid = devstack._start_kafka(root)
+    bootstrap, _sasl, pid = devstack._start_kafka(root)
     try:
         yield bootstrap, pid
     finally:
@@ -266,7 +266,7 @@ def test_time_lag_and_every_status(spark, kafka, ledger: Engine, listeners, tmp_
     assert listener.flush(30)
     # REWOUND: reset to earliest, restart on the fresh generation, a run re-reading old records
     monkeypatch.setenv("OFFSET_LEDGER_STATUS_WINDOW", "10m")
-    ops.reset(pipeline, ResetRequest("earliest"), actor="test", dry_run=False)
+    ops.reset(pipeline, ResetRequest("earliest"), actor="test", reason="test", dry_run=False)
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=kafka.bootstrap_servers, dsn=dsn,
                              checkpoint_root=root, app_version="1")
     assert plan.fresh_checkpoint and plan.starting_offsets == {topic: {"0": 0}}

@@ -156,21 +156,21 @@ def test_same_app_version_and_nothing_pending_resumes_the_existing_checkpoint(
     plan1 = _start(kafka, pg_dsn, topic, tmp_path, app_version="1.0")
     seen1, _ = _run(spark, kafka.bootstrap_servers, topic, plan1.starting_offsets_json, plan1.checkpoint_location)
     assert seen1 == Counter(_values("a", 20))
-    # Deliberately nothing recorded: the plan's offsets say "earliest", so only the checkpoint
-    # can explain reading just the new records.
+    # Deliberately no listener: the restart reads generation 1's checkpoint, records its batch
+    # (reconciliation) and reports where Spark will resume; Spark ignores startingOffsets here.
     kafka.produce(topic, _values("b", 10))
     plan2 = _start(kafka, pg_dsn, topic, tmp_path, app_version="1.0")
     assert not plan2.fresh_checkpoint
     assert plan2.checkpoint_location == plan1.checkpoint_location
-    # Nothing recorded by a listener, but generation 1 placed its resolved start (earliest = 0) as
-    # positions: reported, and ignored by Spark, which resumes from the checkpoint.
-    assert plan2.starting_offsets == {topic: {"0": 0, "1": 0}}
+    assert plan2.starting_offsets == {topic: {"0": 10, "1": 10}}
+    assert [f.kind for f in plan2.findings] == ["backfilled"]
     seen2, _ = _run(spark, kafka.bootstrap_servers, topic, plan2.starting_offsets_json, plan2.checkpoint_location)
     assert seen2 == Counter(_values("b", 10))
     assert len(_rows(pg_dsn, checkpoint_generations)) == 1
 
     plan3 = _start(kafka, pg_dsn, topic, tmp_path, app_version="1.0", new_checkpoint=True)
     assert plan3.fresh_checkpoint and plan3.checkpoint_location != plan1.checkpoint_location
+    assert plan3.starting_offsets == {topic: {"0": 15, "1": 15}}  # never behind the old checkpoint
     assert [r.reason for r in sorted(_rows(pg_dsn, checkpoint_generations), key=lambda r: r.generation)] == [
         "first", "requested"]
 
@@ -187,7 +187,8 @@ def test_partitions_added_while_stopped_are_read_from_earliest(spark, kafka, pg_
     kafka.produce(topic, new_values)  # 10 to each of the 4 partitions
     plan2 = _start(kafka, pg_dsn, topic, tmp_path, app_version="2")
     assert plan2.starting_offsets == {topic: {"0": 10, "1": 10, "2": -2, "3": -2}}
-    assert sorted((f.kind, f.partition) for f in plan2.findings) == [("new_partition", 2), ("new_partition", 3)]
+    assert sorted((f.kind, f.partition) for f in plan2.findings if f.kind != "backfilled") == [
+        ("new_partition", 2), ("new_partition", 3)]
     seen, _ = _run(spark, kafka.bootstrap_servers, topic, plan2.starting_offsets_json, plan2.checkpoint_location)
     assert seen == Counter(new_values)
 
@@ -279,16 +280,20 @@ def test_first_run_from_a_timestamp_and_from_latest(spark, kafka, pg_dsn: str, t
 
     plan = start_from_ledger("p_time", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "t"), dsn=pg_dsn, first_run=cut)
-    assert plan.starting_offsets == {topic: {"0": 10, "1": 10, "2": -1}}
+    # No record that new in partition 2: its log-end seen when planning (what the baseline records).
+    assert plan.starting_offsets == {topic: {"0": 10, "1": 10, "2": 10}}
     assert plan.findings[0].details["latest_partitions"] == [f"{topic}/2"]
+    # Produced after planning, before Spark starts: read, since the plan and the ledger say 10.
+    between = _values("between", 3)
+    kafka.produce(topic, between, partition=2)
     seen, _ = _run(spark, kafka.bootstrap_servers, topic, plan.starting_offsets_json, plan.checkpoint_location)
-    assert seen == Counter(newer)
+    assert seen == Counter(newer + between)
 
     plan = start_from_ledger("p_latest", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "l"), dsn=pg_dsn, first_run="latest")
-    assert plan.starting_offsets == {topic: {"0": -1, "1": -1, "2": -1}}
+    assert plan.starting_offsets == {topic: {"0": 15, "1": 15, "2": 13}}  # the log-end offsets seen now
     seen, _ = _run(spark, kafka.bootstrap_servers, topic, plan.starting_offsets_json, plan.checkpoint_location)
-    assert seen == Counter()  # the checkpoint now holds "latest" as of the first start
+    assert seen == Counter()  # the checkpoint now holds "latest" as of planning
     after = _values("after", 6)
     kafka.produce(topic, after)
     again = start_from_ledger("p_latest", [topic], bootstrap_servers=kafka.bootstrap_servers,
@@ -324,7 +329,9 @@ def test_a_pending_reset_written_to_the_ledger_wins_through_a_fresh_checkpoint(
     plan2 = _start(kafka, pg_dsn, topic, tmp_path, app_version="1")  # same version: only the reset forces it
     assert plan2.fresh_checkpoint and plan2.checkpoint_location != plan1.checkpoint_location
     assert plan2.starting_offsets == {topic: {"0": 6, "1": 10}}
-    assert [(f.kind, f.details["reset_id"]) for f in plan2.findings] == [("reset_consumed", rid)]
+    # (The checkpoint's batch, recorded by reconciliation, left the reset's position alone.)
+    assert [(f.kind, f.details["reset_id"]) for f in plan2.findings if f.kind != "backfilled"] == [
+        ("reset_consumed", rid)]
     seen, _ = _run(spark, kafka.bootstrap_servers, topic, plan2.starting_offsets_json, plan2.checkpoint_location)
     assert seen == Counter(_per_partition(values, 2)[0][6:])
 
@@ -368,7 +375,7 @@ def test_cli_resolve_prints_offsets_and_findings_and_writes_nothing(kafka, pg_ds
 
     kafka.delete_records(topic, {0: 7})
     out = _cli("resolve", "orders", "--topic", topic, "--dsn", pg_dsn, env=env)
-    assert out.returncode == 2 and out.stdout == ""
+    assert out.returncode == 4 and out.stdout == ""  # data loss
     assert len(out.stderr.strip().splitlines()) == 1
     assert out.stderr.startswith("offset-ledger: error:") and f"{topic}/0" in out.stderr and "3 records lost" in out.stderr
 

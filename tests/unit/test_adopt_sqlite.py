@@ -127,7 +127,7 @@ def test_cli_import_checkpoint_dry_run_execute_and_errors(checkpoint: Path, dsn:
     assert done.returncode == 0, done.stderr
     assert '"generation": 1' in done.stdout and "generation 1" in done.stderr
     again = _cli("import-checkpoint", str(checkpoint), "--pipeline", "orders", "--dsn", dsn, "--execute")
-    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "--force" in again.stderr
+    assert again.returncode == 3 and again.stderr.count("\n") == 1 and "--force" in again.stderr  # refused
     (checkpoint / "metadata").write_text("{corrupt")
     bad = _cli("import-checkpoint", str(checkpoint), "--pipeline", "p2", "--dsn", dsn, "--execute")
     assert bad.returncode == 2 and f"{checkpoint}/metadata" in bad.stderr and "Traceback" not in bad.stderr

@@ -112,7 +112,7 @@ def test_api_is_built_from_the_dockerfile(compose: dict[str, Any]) -> None:
     text = dockerfile.read_text()
     base = re.search(r"^FROM python:(\d+)\.(\d+)", text, re.M)
     assert base and (int(base.group(1)), int(base.group(2))) >= (3, 10)
-    assert "pip install ." in text
+    assert "pip install '.[server]'" in text  # the API needs the server extra
     assert re.search(r"^COPY offset_ledger ", text, re.M)
     assert re.search(r"^USER (?!root)", text, re.M)
     assert "EXPOSE 9090" in text
@@ -124,3 +124,12 @@ def test_postgres_is_published_for_spark_jobs_on_the_host(compose: dict[str, Any
     pg = compose["services"]["postgres"]
     assert pg["image"].split(":")[0] == "postgres"
     assert _published(pg) == {5432: 5432}
+
+
+def test_token_is_required_and_ports_are_loopback_only(compose: dict[str, Any]) -> None:
+    token = _env(compose["services"]["api"])["OFFSET_LEDGER_API_TOKEN"]
+    # ${VAR:?message}: compose stops with the message when the token is unset or empty; no default.
+    assert re.fullmatch(r"\$\{OFFSET_LEDGER_API_TOKEN:\?[^}]+\}", token), token
+    for name, service in compose["services"].items():
+        for spec in service.get("ports", []):
+            assert str(spec).startswith("127.0.0.1:"), (name, spec)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import inspect, select, text
 
-from offset_ledger.ledger.engine import current_revision, ensure_schema, make_engine, upgrade
+from offset_ledger.ledger.engine import current_revision, downgrade, ensure_schema, make_engine, upgrade
 from offset_ledger.ledger.tables import batches, checkpoint_generations, findings
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -52,7 +52,15 @@ def test_upgrade_from_0004_with_data_adds_the_columns_and_keeps_rows(tmp_path: P
             assert (g.location, g.stateful, g.group_defaulted) == ("/ck/gen-1-aaaaaaaa", None, None)
             f = conn.execute(select(findings)).one()
             assert (f.message, f.occurrences, f.last_seen_at) == ("old", None, None)
-            assert conn.execute(text("SELECT COUNT(*) FROM v_findings")).scalar() == 1
+            assert tuple(conn.execute(text("SELECT message, occurrences FROM v_findings")).one()) == ("old", 1)
+            assert tuple(conn.execute(text("SELECT batch_id, recorded_by FROM v_batch_history")).all()) == ()
+        # And back: 0004's views and columns again, the rows kept.
+        downgrade(engine, "0004")
+        assert "occurrences" not in {c["name"] for c in inspect(engine).get_columns("findings")}
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT message FROM v_findings")).scalar() == "old"
+        upgrade(engine)
+        assert current_revision(engine) == "0005"
         fresh = make_engine(f"sqlite:///{tmp_path / 'fresh.db'}")
         ensure_schema(fresh)
         assert current_revision(fresh) == "0005"

@@ -187,15 +187,18 @@ def test_first_run_earliest_and_latest() -> None:
     assert plan.starting_offsets == {"t": {"0": EARLIEST, "1": EARLIEST}, "u": {"0": EARLIEST}}
     assert kinds(plan) == [("first_run", None, None)]
     assert plan.findings[0].details == {"mode": "earliest", "partitions": 3}
+    # Latest is the log-end seen now, the number the generation's baseline records (issue 20,
+    # case 9): Spark starting later at its own "latest" would skip what was produced in between.
     plan = resolve("p", ["t", "u"], [], w, first_run="latest")
-    assert plan.starting_offsets == {"t": {"0": LATEST, "1": LATEST}, "u": {"0": LATEST}}
+    assert plan.starting_offsets == {"t": {"0": 5, "1": 2}, "u": {"0": 0}}
+    assert plan.findings[0].details == {"mode": "latest", "partitions": 3}
 
 
-def test_first_run_timestamp_uses_offsets_for_time_and_latest_when_no_record_is_that_new() -> None:
-    w = wm(t_0=(0, 10), t_1=(0, 10))
+def test_first_run_timestamp_uses_offsets_for_time_and_the_log_end_when_no_record_is_that_new() -> None:
+    w = wm(t_0=(0, 10), t_1=(3, 7))
     plan = resolve("p", ["t"], [], w, first_run=FirstRunTimestamp(1_700_000_000_000),
                    offsets_for_time={TP("t", 0): 4, TP("t", 1): None})
-    assert plan.starting_offsets == {"t": {"0": 4, "1": LATEST}}
+    assert plan.starting_offsets == {"t": {"0": 4, "1": 7}}
     (finding,) = plan.findings
     assert finding.kind == "first_run" and finding.details["latest_partitions"] == ["t/1"]
     assert finding.details["timestamp_ms"] == 1_700_000_000_000
@@ -209,7 +212,7 @@ def test_first_run_timestamp_without_lookups_is_a_programming_error() -> None:
 def test_first_run_explicit_offsets_fill_unnamed_partitions_with_earliest() -> None:
     w = wm(t_0=(0, 10), t_1=(0, 10), u_0=(0, 3))
     plan = resolve("p", ["t", "u"], [], w, first_run=FirstRunOffsets({"t": {0: 6, 1: LATEST}}))
-    assert plan.starting_offsets == {"t": {"0": 6, "1": LATEST}, "u": {"0": EARLIEST}}
+    assert plan.starting_offsets == {"t": {"0": 6, "1": 10}, "u": {"0": EARLIEST}}  # -1: the log-end seen now
     assert plan.findings[0].details["earliest_partitions"] == ["u/0"]
 
 
@@ -306,6 +309,16 @@ def test_generation_reasons_in_priority_order() -> None:
     assert _reason(requested=True) == "requested"
 
 
+@pytest.mark.parametrize("root", ["/cp/", "/cp//", "file:/cp", "file:///cp/", "file://localhost/cp", " /cp"])
+def test_the_same_root_spelled_differently_reuses_the_generation(root: str) -> None:
+    assert _reason(checkpoint_root=root) is None
+
+
+@pytest.mark.parametrize("root", ["/cp2", "/cp/sub", "s3a://b/cp", "hdfs://nn/cp"])
+def test_another_root_opens_a_generation(root: str) -> None:
+    assert _reason(checkpoint_root=root) == "checkpoint_root"
+
+
 # --- properties ----------------------------------------------------------------------------------
 
 TOPICS = ["a", "b", "c"]
@@ -363,6 +376,10 @@ def test_earliest_policy_names_every_current_partition_once_with_valid_offsets(c
     for topic, parts in plan.starting_offsets.items():
         for p, offset in parts.items():
             assert _valid(offset, watermarks[TP(topic, int(p))])
+    # A first run never leaves "latest" for Spark to resolve later than the plan (issue 20, case 9):
+    # what Spark starts at is the number the generation's baseline records.
+    if is_first_run(positions, requested):
+        assert not any(o == LATEST for parts in plan.starting_offsets.values() for o in parts.values())
     # A ledger position that was valid is never moved.
     for x in positions:
         if x.tp in watermarks and x.topic in requested and _valid(x.next_offset, watermarks[x.tp]):
@@ -435,4 +452,6 @@ def test_explicit_first_run_offsets_name_every_partition_once(case, data) -> Non
     assert _named(plan) == _current(requested, watermarks)
     for topic, parts in explicit.items():
         for p, offset in parts.items():
-            assert plan.starting_offsets[topic][str(p)] == offset
+            # -1 is planned as the log-end seen now; everything else exactly as given.
+            expected = watermarks[TopicPartition(topic, p)].log_end_offset if offset == LATEST else offset
+            assert plan.starting_offsets[topic][str(p)] == expected

@@ -161,3 +161,35 @@ def test_cli_bad_window_options_exit_2_before_connecting(argv: list[str], fragme
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert fragment in err and "Traceback" not in err
+
+
+def test_a_pruned_start_of_history_is_refused_not_started_later() -> None:
+    # Batches 0 and 1 were pruned: batch 2 is the oldest the ledger has, and it is needed.
+    with pytest.raises(StatefulRestartRefused, match="batches 0-1 are not in the ledger"):
+        plan_rewind(BATCHES[2:], POSITIONS, WindowSpec.parse("10 seconds"), delay_ms=10_000)
+    # Pruned below a batch known to end under the floor: that batch proves nothing earlier is needed.
+    rewind = plan_rewind(BATCHES[1:], POSITIONS, WindowSpec.parse("10 seconds"), delay_ms=10_000)
+    assert rewind is not None and rewind.first_batch_id == 2
+
+
+def test_a_missing_batch_between_the_needed_ones_is_refused() -> None:
+    with pytest.raises(StatefulRestartRefused, match=r"lacks batch\(es\) 1-1"):
+        plan_rewind([BATCHES[0], BATCHES[2], BATCHES[3]], POSITIONS, WindowSpec.parse("10 seconds"), delay_ms=10_000)
+
+
+def test_a_batch_of_unknown_event_time_is_read_again_rather_than_skipped() -> None:
+    # Batch 1 was read back from the checkpoint (no eventTime): it may hold open windows' records.
+    unknown = BatchFigures(1, None, None, _ranges(a0=(10, 20), a1=(10, 20)))
+    rewind = plan_rewind([BATCHES[0], unknown, *BATCHES[2:]], POSITIONS, WindowSpec.parse("10 seconds"),
+                         delay_ms=10_000)
+    assert rewind is not None and rewind.first_batch_id == 1
+    assert rewind.offsets[A0] == 10 and rewind.offsets[A1] == 10
+
+
+def test_a_stored_floor_is_never_lowered() -> None:
+    # The batches after a stateful restart say little (all below the floor were dropped): the floor holds.
+    later = [BatchFigures(0, from_ms(0), None, _ranges(a0=(40, 41), a1=(40, 41)))]
+    rewind = plan_rewind(later, {A0: 41, A1: 41}, WindowSpec.parse("10 seconds"), delay_ms=10_000,
+                         floor_at_least=at(20))
+    assert rewind is not None and rewind.event_time_floor == at(20)
+    assert rewind.offsets == {A0: 41, A1: 41} and rewind.first_batch_id is None

@@ -82,6 +82,6 @@ def test_pyspark_is_an_extra_and_the_service_image_installs_none() -> None:
     root = Path(__file__).resolve().parents[2]
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert not any(dep.lower().startswith("pyspark") for dep in project["dependencies"])
-    assert project["optional-dependencies"]["spark"] == ["pyspark>=3.5,<5"]
+    assert project["optional-dependencies"]["spark"] == ["pyspark>=3.5,<4.3"]
     installs = [line for line in (root / "Dockerfile").read_text().splitlines() if line.startswith("RUN") and "pip install" in line]
     assert installs and not any("spark" in line or "pyspark" in line for line in installs)

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from offset_ledger.errors import LedgerError, LedgerUnavailable
 from offset_ledger.ledger.recorder import BatchRecord, Record, RecordOutcome, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.listener import Event, EventWriter, OffsetLedgerListener
+from offset_ledger.spool import is_header, ledger_id
 
 QID, RID = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
 
@@ -66,14 +67,10 @@ class FakeStore:
         return [r.batch.batch_id for r in self.records if isinstance(r, BatchRecord)]
 
 
-def _header(path: Path) -> dict:
-    return json.loads(path.read_text().splitlines()[0])
-
-
 def writer(store: FakeStore, tmp_path: Path, **kw) -> EventWriter:  # type: ignore[no-untyped-def]
     kw.setdefault("initial_backoff", 0.01)
     kw.setdefault("max_backoff", 0.05)
-    kw.setdefault("ledger", "fake://ledger")
+    kw.setdefault("ledger", ledger_id(f"sqlite:///{tmp_path / 'ledger.db'}"))
     return EventWriter(lambda: store, spool_dir=tmp_path / "spool", **kw)
 
 
@@ -120,7 +117,7 @@ def test_no_data_progress_is_a_heartbeat(tmp_path: Path) -> None:
 def test_unnamed_query_is_logged_once_and_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     store = FakeStore()
     w = writer(store, tmp_path)
-    with caplog.at_level(logging.WARNING, logger="offset_ledger.listener"):
+    with caplog.at_level(logging.WARNING, logger="offset_ledger"):
         w.submit(ev("started", started(name=None)))
         for i in range(3):
             w.submit(ev("progress", progress(i, name=None)))
@@ -199,10 +196,8 @@ def test_close_while_down_keeps_events_for_the_next_listener(tmp_path: Path) -> 
         w.submit(ev("progress", progress(i)))
     assert not w.close(0.5)
     assert store.batch_ids() == []
-    files = list((tmp_path / "spool").iterdir())
-    spooled = sum(len(p.read_text().splitlines()) - 1 for p in files)  # each file opens with a header
-    assert spooled == 10
-    assert all(_header(p) == {"offset_ledger_spool": 1, "ledger": "fake://ledger"} for p in files)
+    spooled = [line for p in (tmp_path / "spool").iterdir() for line in p.read_text().splitlines()]
+    assert sum(not is_header(line) for line in spooled) == 10
     store.down.clear()
     again = writer(store, tmp_path)  # same spool directory: adopts the orphaned file
     assert again.close(5)

@@ -123,10 +123,11 @@
   async function loadFindings() {
     const data = await api(base + "/findings" + q());
     fill(document.querySelector("#findings tbody"), data.findings.map((f) => el("tr", {},
-      el("td", {}, time(f.createdAt)), el("td", {}, el("span", { class: "badge finding" }, f.kind)),
+      el("td", {}, time(f.createdAt)), el("td", {}, time(f.lastSeenAt)), el("td", { class: "num" }, num(f.occurrences)),
+      el("td", {}, el("span", { class: "badge finding" }, f.kind)),
       el("td", {}, f.topic ? `${f.topic}/${f.partition ?? "*"}` : "—", f.batchId !== null ? ` batch ${f.batchId}` : ""),
       el("td", {}, f.message),
-    )), "No findings.", 4);
+    )), "No findings.", 6);
   }
 
   async function loadAudit() {

@@ -14,6 +14,7 @@ Create Date: 2026-11-23
   kind, partition) is one row with a count instead of one row per batch.
 
 All nullable; rows written before this revision read as "listener", "named group", "seen once".
+``v_batch_history`` gains ``recorded_by`` and ``v_findings`` ``occurrences`` and ``last_seen_at``.
 0001 builds its tables from the live tables module, so each column is added only when missing. The
 audit views are dropped and re-created unchanged around the column changes (SQLite refuses to
 rebuild a table a view names).
@@ -51,9 +52,38 @@ def _load(filename: str, name: str) -> ModuleType:
     return module
 
 
-def _views() -> list[tuple[str, str]]:
+#: Views 0005 changes: the batch's recorder in history, a finding's count and last sighting.
+_NEW_VIEWS = {
+    "v_batch_history": """
+        SELECT bo.pipeline, bo.consumer_group, bo.topic, bo."partition",
+               bo.query_id, b.run_id, bo.batch_id, bo.source_index, bo.batch_time,
+               b.recorded_at, bo.from_offset, bo.until_offset,
+               bo.until_offset - bo.from_offset AS record_count,
+               b.input_rows AS batch_input_rows,
+               COALESCE(b.source, 'listener') AS recorded_by
+        FROM batch_offsets bo
+        LEFT JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
+    """,
+    "v_findings": """
+        SELECT f.id AS finding_id, f.pipeline, f.consumer_group, f.kind, f.topic, f."partition",
+               f.query_id, f.batch_id, f.expected_offset, f.actual_offset,
+               f.actual_offset - f.expected_offset AS offset_delta,
+               f.message, f.created_at, f.generation_id, f.run_id,
+               COALESCE(f.occurrences, 1) AS occurrences,
+               COALESCE(f.last_seen_at, f.created_at) AS last_seen_at
+        FROM findings f
+    """,
+}
+
+
+def _views_before() -> list[tuple[str, str]]:
     """The views as 0004 left them (0003's), in creation order."""
     return _load("0004_stateful_batches.py", "_offset_ledger_0004")._views_0003()
+
+
+def _views() -> list[tuple[str, str]]:
+    """The views as 0005 leaves them, in the same order."""
+    return [(name, _NEW_VIEWS.get(name, select)) for name, select in _views_before()]
 
 
 def _tables() -> list[str]:
@@ -63,7 +93,7 @@ def _tables() -> list[str]:
 def upgrade() -> None:
     bind = op.get_bind()
     views = _views()
-    for name, _ in reversed(views):
+    for name, _ in reversed(_views_before()):
         op.execute(f"DROP VIEW IF EXISTS {name}")
     inspector = sa.inspect(bind)
     for table in _tables():
@@ -78,8 +108,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    views = _views()
-    for name, _ in reversed(views):
+    views = _views_before()
+    for name, _ in reversed(_views()):
         op.execute(f"DROP VIEW IF EXISTS {name}")
     for table in reversed(_tables()):
         with op.batch_alter_table(table) as batch:

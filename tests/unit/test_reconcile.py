@@ -1,0 +1,53 @@
+"""Reading committed batches back from real Spark checkpoints (tests/fixtures: 3.5.7, 4.0.0, 4.2.0)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from offset_ledger.adopt import LocalFiles
+from offset_ledger.checkpoint import committed_batch_ids, read_checkpoint, read_committed_batches
+from offset_ledger.reconcile import CHECKPOINT_SOURCE, batch_records, checkpoint_run_id
+
+FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoints"
+CASES = sorted(p for p in FIXTURES.glob("spark-*/kafka-one"))
+
+
+def _offsets_line(path: Path) -> dict[str, dict[str, int]]:
+    lines = path.read_text().splitlines()
+    line = lines[2]
+    if lines[0].strip() == "v2":
+        line = line.split(":", 1)[1]
+    return json.loads(line)
+
+
+@pytest.mark.parametrize("location", CASES, ids=lambda p: p.parent.name)
+def test_every_committed_batch_reads_back_as_the_files_say(location: Path) -> None:
+    files = LocalFiles(str(location))
+    ids = committed_batch_ids(files)
+    assert ids == sorted(int(p.name) for p in (location / "commits").iterdir() if p.name.isdigit())
+    query_id, batches = read_committed_batches(str(location), files)
+    assert query_id == read_checkpoint(str(location), files).query_id
+    assert [b.batch_id for b in batches] == ids
+    records = batch_records("orders", "orders", query_id or "", batches, fallback_time=datetime.now(timezone.utc))
+    for rec, batch_id in zip(records, ids):
+        ends = _offsets_line(location / "offsets" / str(batch_id))
+        got = {(r.topic, str(r.partition)): r for s in rec.batch.sources for r in s.ranges}
+        assert {k: r.until_offset for k, r in got.items()} == {(t, p): o for t, ps in ends.items() for p, o in ps.items()}
+        if batch_id > 0:
+            before = _offsets_line(location / "offsets" / str(batch_id - 1))
+            assert {k: r.from_offset for k, r in got.items()} == {
+                (t, p): o for t, ps in before.items() for p, o in ps.items()}
+        else:
+            assert all(r.from_offset is not None for r in got.values())  # the initial offsets
+        assert rec.batch.recorded_by == CHECKPOINT_SOURCE and rec.batch.run_id == checkpoint_run_id(query_id or "")
+    # Only what the ledger lacks is read.
+    _, some = read_committed_batches(str(location), files, only={ids[-1]})
+    assert [b.batch_id for b in some] == [ids[-1]]
+
+
+def test_a_checkpoint_spark_never_wrote_is_empty_not_an_error(tmp_path: Path) -> None:
+    assert read_committed_batches(str(tmp_path), LocalFiles(str(tmp_path))) == (None, [])
