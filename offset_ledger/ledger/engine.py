@@ -171,7 +171,10 @@ def _migrate(engine: Engine, direction: str, revision: str) -> None:
             cfg.attributes["connection"] = conn
             getattr(command, direction)(cfg, revision)
     except SQLAlchemyError as exc:
-        raise LedgerError(f"schema {direction} failed: {exc}") from exc
+        # Classified like every other database error: a listener that upgrades its schema while the
+        # ledger fails over (read-only, shutting down) retries instead of dead-lettering its events.
+        error = translate_db_error(exc, f"the schema {direction}")
+        raise type(error)(f"schema {direction} failed: {exc}", **error.details) from exc
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

@@ -63,3 +63,28 @@ def test_errors_without_sqlstate_keep_their_class_rule() -> None:
     assert translate_db_error(psycopg2.OperationalError("could not connect to server"), "writing").retriable
     assert not translate_db_error(sqlite3.IntegrityError("UNIQUE constraint failed"), "writing").retriable
     assert not translate_db_error(ValueError("odd"), "writing").retriable
+
+
+def test_a_schema_upgrade_during_a_failover_is_retriable(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # A listener's first write upgrades the schema; on a read-only ledger that must be retried, not
+    # turned into a permanent error that dead-letters every event of the batch.
+    from alembic import command
+
+    from offset_ledger.ledger.engine import make_engine, upgrade
+
+    def read_only(*_args, **_kw):  # type: ignore[no-untyped-def]
+        raise wrapped(pg_error("25006"))
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    monkeypatch.setattr(command, "upgrade", read_only)
+    try:
+        with pytest.raises(LedgerUnavailable, match="schema upgrade failed") as info:
+            upgrade(engine)
+        assert info.value.retriable and info.value.details["sqlstate"] == "25006"
+        monkeypatch.setattr(command, "upgrade", lambda *_a, **_k: (_ for _ in ()).throw(
+            wrapped(pg_error("42501"))))  # insufficient_privilege: permanent
+        with pytest.raises(LedgerError) as denied:
+            upgrade(engine)
+        assert not denied.value.retriable
+    finally:
+        engine.dispose()
