@@ -96,6 +96,7 @@ _TRANSIENT_SQLSTATES = {
     "53200": "is out of memory",                                      # out_of_memory
     "55P03": "could not take a lock in time",                         # lock_not_available
     "57014": "cancelled the statement (statement timeout)",           # query_canceled
+    "25P03": "ended an idle transaction (idle_in_transaction_session_timeout)",  # idle_in_transaction_session_timeout
 }
 
 

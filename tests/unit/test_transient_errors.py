@@ -12,7 +12,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.recorder import translate
 
 TRANSIENT = ["25006", "57P01", "57P02", "57P03", "08000", "08003", "08006", "08001", "08004", "40001",
-             "40P01", "53300", "53200", "55P03", "57014"]
+             "40P01", "53300", "53200", "55P03", "57014", "25P03"]
 PERMANENT = ["22003", "23505", "23502", "42703", "42501", "22P02", "XX000"]
 
 
