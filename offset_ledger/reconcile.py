@@ -152,8 +152,9 @@ def reconcile(
         return Reconciliation(location, query_id, True, findings=(finding,))
     try:
         with engine.connect() as conn:
-            last_recorded = conn.execute(select(func.max(batches.c.batch_id))
-                                         .where(batches.c.query_id == query_id)).scalar()
+            first_recorded, last_recorded = conn.execute(
+                select(func.min(batches.c.batch_id), func.max(batches.c.batch_id))
+                .where(batches.c.query_id == query_id)).one()
             # Only the ids the checkpoint still holds matter (a long-running query has many more).
             recorded = set(conn.execute(select(batches.c.batch_id).where(
                 batches.c.query_id == query_id, batches.c.batch_id >= (available[0] if available else 0))).scalars())
@@ -162,7 +163,9 @@ def reconcile(
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading batch history") from exc
     last_committed = available[-1] if available else None
-    lacking = [b for b in available if b not in recorded]
+    # Below the oldest batch the ledger still has, a missing one was pruned (prune keeps each
+    # partition's newest batch), not missed: only holes above it and the tail are backfilled.
+    lacking = [b for b in available if b not in recorded and (first_recorded is None or b > first_recorded)]
     if not lacking:
         return Reconciliation(location, query_id, True, last_committed, last_recorded)
     try:

@@ -1,5 +1,6 @@
 """Property: a restart never starts behind what the authoritative checkpoint committed, nor ahead of it
-unless a reset says so — whatever the listener delivered, and whatever lands while the restart plans.
+unless a reset says so — whatever the listener delivered, whatever lands while the restart plans, and
+whatever prune removed.
 
 A simulated Spark job writes real checkpoint files (``offsets/N``, ``commits/N``, ``metadata``,
 ``sources/0/0`` in Spark's v1 format) under the locations the restart hands out; the listener's
@@ -14,7 +15,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 
 from offset_ledger.kafka_snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
+from offset_ledger.ledger.prune import prune
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
 from offset_ledger.model import EARLIEST, LATEST, BatchOffsets, PartitionRange, SourceProgress, TopicPartition, Watermarks
 from offset_ledger.operations import Operations
@@ -141,6 +143,7 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("batch"), st.booleans()),           # committed; delivered to the ledger or dropped
     st.tuples(st.just("reset"), st.sampled_from(["earliest", "latest", "offset"])),
     st.tuples(st.just("restart"), st.booleans(), st.sampled_from([None, "reset", "batch"])),
+    st.tuples(st.just("prune")),                          # all history "old": only what is promised stays
 ), min_size=1, max_size=25)
 
 
@@ -193,6 +196,8 @@ def test_a_restart_starts_exactly_at_the_checkpoint_or_the_reset(tmp_path_factor
                 commit(op[1])
             elif op[0] == "reset" and expected is not None:
                 reset(op[1])
+            elif op[0] == "prune":
+                prune(engine, timedelta(seconds=1), execute=True, now=datetime.now(timezone.utc) + timedelta(days=1))
             elif op[0] == "restart":
                 if op[1]:
                     version += 1
@@ -344,3 +349,23 @@ def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_p
         kinds = [r[0] for r in conn.execute(text("SELECT kind FROM findings"))]
     assert moved == {0: 9, 1: 9}
     assert kinds.count("foreign_run") == 1
+
+
+def test_pruned_history_is_not_backfilled_again(tmp_path: Path, world: World) -> None:
+    from sqlalchemy import text
+
+    engine, cluster, recorder = world
+    plan, job = _first_run(world, tmp_path, {0: 2, 1: 2})
+    for end in (4, 6, 8):
+        cluster.log_end = {0: end, 1: end}
+        recorder.record([job.batch(cluster.log_end)])
+    cluster.log_end = {0: 9, 1: 9}
+    job.batch(cluster.log_end)  # committed, never delivered: the one reconciliation must add
+    report = prune(engine, timedelta(seconds=1), execute=True, now=datetime.now(timezone.utc) + timedelta(days=1))
+    assert report.batches.deleted == 3  # batches 0-2 go; 3 placed the positions
+    plan2 = _restart(world, tmp_path, "2")
+    [backfilled] = [f for f in plan2.findings if f.kind == "backfilled"]
+    assert backfilled.details["batch_ids"] == [4]
+    assert plan2.starting_offsets == {TOPIC: {"0": 9, "1": 9}}
+    with engine.connect() as conn:
+        assert [r[0] for r in conn.execute(text("SELECT batch_id FROM batches ORDER BY batch_id"))] == [3, 4]
