@@ -439,7 +439,11 @@ def _start_kafka(root: Path) -> tuple[str, str, int]:
     java = ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={root / 'log4j2.xml'}", "-cp", f"{jars}/*"]
     if not (logs / "meta.properties").exists():
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            # As Kafka's own Uuid.randomUuid(): an id starting with "-" reads as an option to
+            # kafka-storage ("--cluster-id: expected one argument"), one start in 64.
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
         fmt = subprocess.run(
             [*java, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(props)],
             capture_output=True, text=True,
