@@ -42,8 +42,8 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             if not create and not Path(url.database).exists():
-                raise ConfigError(f"no ledger database at {url.database} (a mistyped --dsn?); "
-                                  "'offset-ledger db upgrade' creates one", dsn=url_text)
+                raise ConfigError(f"no ledger database at {url.database}: check --dsn / OFFSET_LEDGER_DSN, or "
+                                  "create it with 'offset-ledger db upgrade'", dsn=url_text)
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
 

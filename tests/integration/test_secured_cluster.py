@@ -163,3 +163,51 @@ def test_serve_reaches_the_sasl_listener_with_a_command_config(pg_dsn: str, kafk
     finally:
         proc.terminate()
         proc.wait(15)
+
+
+def test_a_spark_pipeline_on_the_sasl_listener_records_and_restarts(spark, pg_dsn: str, kafka, sasl: str,  # type: ignore[no-untyped-def]
+                                                                    tmp_path: Path) -> None:
+    """The options the job gives Spark's reader are the options start_from_ledger takes: one dict."""
+    from offset_ledger import OffsetLedgerListener
+
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, [f"a{i}" for i in range(30)])  # 15 per partition
+    reader_options = {"kafka.bootstrap.servers": sasl,
+                      **{f"kafka.{k}": v for k, v in devstack.sasl_client_properties().items()}}
+    root = str(tmp_path / "ckpt")
+    plan = start_from_ledger("secure", [topic], checkpoint_root=root, dsn=pg_dsn, kafka_options=reader_options)
+    assert plan.starting_offsets == {topic: {"0": -2, "1": -2}}
+
+    seen: list[str] = []
+    listener = OffsetLedgerListener(dsn=pg_dsn, pipeline="secure", spool_dir=tmp_path / "spool")
+    spark.streams.addListener(listener)
+    try:
+        query = (spark.readStream.format("kafka").options(**reader_options).option("subscribe", topic)
+                 .option("startingOffsets", plan.starting_offsets_json).load()
+                 .writeStream.foreachBatch(lambda df, _id: seen.extend(
+                     r.value for r in df.selectExpr("CAST(value AS STRING) AS value").collect()))
+                 .option("checkpointLocation", plan.checkpoint_location).trigger(availableNow=True).start())
+        try:
+            assert query.awaitTermination(180) and query.exception() is None
+            (source,) = [s for s in query.lastProgress["sources"] if s["description"].startswith("KafkaV2")]
+        finally:
+            query.stop()
+        assert listener.flush(60), listener.health()
+    finally:
+        spark.streams.removeListener(listener)
+        listener.close()
+    end = source["endOffset"]
+    end = json.loads(end) if isinstance(end, str) else end
+    assert sorted(seen) == sorted(f"a{i}" for i in range(30))
+    assert positions(pg_dsn, "secure") == {int(p): o for p, o in end[topic].items()} == {0: 15, 1: 15}
+
+    kafka.produce(topic, [f"b{i}" for i in range(10)])
+    again = start_from_ledger("secure", [topic], checkpoint_root=root, dsn=pg_dsn, kafka_options=reader_options)
+    assert again.starting_offsets == {topic: {"0": 15, "1": 15}} and not again.fresh_checkpoint
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
+    env.update(OFFSET_LEDGER_DSN=pg_dsn, OFFSET_LEDGER_BOOTSTRAP_SERVERS=sasl,
+               **{"OFFSET_LEDGER_KAFKA_" + k.upper().replace(".", "_"): v
+                  for k, v in devstack.sasl_client_properties().items()})
+    r = run(env, "lag", "secure", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert sum(x["lag"] for x in json.loads(r.stdout)) == 10
