@@ -52,7 +52,9 @@ def test_the_jars_command_prints_the_spark_jars_value(monkeypatch: pytest.Monkey
     from offset_ledger.devstack.__main__ import main
 
     jars = [Path("/c/spark-sql-kafka-0-10_2.13-4.2.0.jar"), Path("/c/kafka-clients-3.9.2.jar")]
-    monkeypatch.setattr(devstack, "spark_kafka_jars", lambda: jars)
+    from offset_ledger.devstack import artifacts
+
+    monkeypatch.setattr(artifacts, "spark_kafka_jars", lambda: jars)  # where it lives since the split
     assert main(["jars"]) == 0
     assert capsys.readouterr().out == "/c/spark-sql-kafka-0-10_2.13-4.2.0.jar,/c/kafka-clients-3.9.2.jar\n"
 
