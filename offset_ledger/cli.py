@@ -18,7 +18,6 @@ from offset_ledger.cli_support import (
     TimeoutOption,
     kafka_client,
     plain_help,
-    safe_text,
 )
 from offset_ledger.errors import OffsetLedgerError
 
@@ -102,92 +101,6 @@ def prune_cmd(
         typer.echo("dry run: nothing deleted; add --execute to delete")
     else:
         typer.echo(f"done in {report.seconds:.1f}s")
-
-
-@app.command("resolve")
-def resolve_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
-    topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic the pipeline subscribes to (repeatable)."),
-    pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
-    bootstrap_servers: Optional[str] = BootstrapOption,
-    first_run: Optional[str] = typer.Option(
-        None, "--first-run",
-        help="No ledger entries: earliest (default) | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
-    allow_first_run: bool = typer.Option(
-        False, "--allow-first-run",
-        help="Start over with --first-run although the ledger knows the pipeline (another group or other topics)."),
-    on_data_loss: Optional[str] = typer.Option(
-        None, "--on-data-loss", metavar="fail|earliest",
-        help="Offsets outside the log: fail | earliest (default: the stored policy, else fail)."),
-    consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
-                                                 help="Default: the pipeline's only group in the ledger."),
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    window: Optional[str] = typer.Option(None, "--window",
-                                         help="Windowed pipeline: the window length (10m, '10 minutes'); rewinds for open windows."),
-    slide: Optional[str] = typer.Option(None, "--slide", help="Sliding windows: the slide (5m)."),
-    watermark_delay: Optional[str] = typer.Option(None, "--watermark-delay",
-                                                  help="The withWatermark delay (10s); default: read back from the ledger."),
-    event_time_is_kafka_timestamp: bool = typer.Option(
-        False, "--event-time-is-kafka-timestamp", help="The event time is the Kafka record timestamp (tighter rewind)."),
-    dsn: Optional[str] = DsnOption,
-) -> None:
-    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing.
-
-    Examples:
-
-      offset-ledger resolve orders --topic orders --bootstrap-server broker:9093 --command-config client.properties
-
-      offset-ledger resolve orders --pattern 'orders-.*' --on-data-loss earliest
-    """
-    from offset_ledger.errors import ConfigError
-    from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.restart import plan_restart
-
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
-    if window is not None or slide is not None or watermark_delay is not None:
-        # Bad durations fail before any connection is made.
-        from offset_ledger.stateful import WindowSpec, parse_duration_ms
-
-        if window is None:
-            raise ConfigError("--slide and --watermark-delay need --window")
-        WindowSpec.parse(window, slide)
-        if watermark_delay is not None:
-            parse_duration_ms(watermark_delay, option="watermark_delay")
-    kafka.require()
-    engine = make_engine(dsn, create=False)
-    try:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from offset_ledger.ledger.engine import translate_db_error
-        from offset_ledger.ledger.policy_store import current_policies
-
-        try:
-            with engine.connect() as conn:  # the stored policies, as start_from_ledger applies them
-                stored = current_policies(conn, pipeline)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, "reading the pipeline's policies") from exc
-        on_data_loss = on_data_loss or stored.get("on_data_loss") or "fail"
-        first_run = first_run if first_run is not None else stored.get("first_run")
-        with kafka.adapter() as adapter:
-            plan, ledger, _cluster = plan_restart(
-                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
-                topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
-                allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
-                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
-    finally:
-        engine.dispose()
-    typer.echo(plan.starting_offsets_json)
-    if plan.event_time_floor is not None:
-        typer.echo(f"event-time floor: {plan.event_time_floor.isoformat()} (drop records before it; "
-                   "start_from_ledger opens a fresh checkpoint for this plan)", err=True)
-    for finding in plan.findings:
-        where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
-        typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
-    if ledger.pending_reset_ids:
-        ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
-        typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
-                   "fresh checkpoint", err=True)
 
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
@@ -358,170 +271,6 @@ def lag_cmd(
                  "committedOffset", "drift", "status"], fmt)
 
 
-@app.command("mirror")
-def mirror_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
-    consumer_group: Optional[str] = GroupOption,
-    once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
-    follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
-    interval: float = typer.Option(5.0, "--interval", help="Seconds between syncs with --follow."),
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
-) -> None:
-    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members).
-
-    Examples:
-
-      offset-ledger mirror orders --command-config client.properties
-
-      offset-ledger mirror orders --follow --interval 30
-    """
-    import time as _time
-
-    from offset_ledger.errors import InvalidInput, KafkaError
-    from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.mirror import sync_group
-    from offset_ledger.operations import resolve_group
-
-    fmt = _check_format(fmt)
-    if once and follow:
-        raise InvalidInput("choose one of --once and --follow")
-    if not 0.1 <= interval <= 86_400:
-        raise InvalidInput(f"--interval must be between 0.1 and 86400 seconds, not {interval}")
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
-    kafka.require()
-    engine = make_engine(dsn, create=False)
-    try:
-        with engine.connect() as conn:
-            group = resolve_group(conn, pipeline, consumer_group)
-        with kafka.adapter() as adapter:
-            while True:
-                try:
-                    result = sync_group(engine, adapter, pipeline, group)
-                except KafkaError as exc:
-                    if not follow or not exc.retriable:
-                        raise
-                    typer.echo(f"not synced yet: {exc.message}", err=True)
-                else:
-                    if not follow or result.committed:
-                        rows = [d.to_dict() for d in result.decisions]
-                        _emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
-                              result.to_dict())
-                    if not follow:
-                        typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
-                        return
-                try:
-                    _time.sleep(interval)
-                except KeyboardInterrupt:
-                    typer.echo("stopped", err=True)
-                    return
-    except KeyboardInterrupt:
-        typer.echo("stopped", err=True)
-    finally:
-        engine.dispose()
-
-
-@app.command("import-checkpoint")
-def import_checkpoint_cmd(
-    checkpoint: str = typer.Argument(..., help="The running query's checkpoint location (a path or s3a://, "
-                                               "abfss://, gs://, hdfs:// URI)."),
-    pipeline: str = typer.Option(..., "--pipeline", help="Pipeline name in the ledger."),
-    consumer_group: Optional[str] = typer.Option(None, "--consumer-group", help="Default: the pipeline name."),
-    app_version: Optional[str] = typer.Option(None, "--app-version", help="Application version running on it."),
-    source: Optional[str] = typer.Option(None, "--source", help="Kafka source index when the query has several, "
-                                                                "or 'all' (lowest offset per partition)."),
-    checkpoint_root: Optional[str] = typer.Option(None, "--checkpoint-root",
-                                                  help="Where later fresh generations go (default: the "
-                                                       "checkpoint's parent directory)."),
-    execute: bool = typer.Option(False, "--execute", help="Write to the ledger (default: dry run)."),
-    force: bool = typer.Option(False, "--force", help="Import although the group already has positions."),
-    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
-                                                    metavar="HOST:PORT[,...]",
-                                                    help="Also record the topics' Kafka ids (tells a re-created "
-                                                         "topic apart later)."),
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption,
-    dsn: Optional[str] = DsnOption,
-    fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json."),
-) -> None:
-    """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default)."""
-    import json as _json
-
-    from offset_ledger.adopt import import_checkpoint
-    from offset_ledger.errors import InvalidInput
-
-    if fmt not in ("table", "json"):
-        raise InvalidInput(f"unknown --format {fmt!r}; use table or json")
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
-    result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
-                               app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
-                               checkpoint_root=checkpoint_root, bootstrap_servers=kafka.bootstrap_servers,
-                               kafka_options=kafka.options)
-    if fmt == "json":
-        typer.echo(_json.dumps(result.to_dict(), indent=2))
-    else:
-        batch = ("no committed batch: the initial offsets" if result.committed_batch_id is None
-                 else f"last committed batch {result.committed_batch_id}")
-        typer.echo(f"checkpoint {result.checkpoint_location} (query {result.query_id}): {batch}")
-        if result.planned_batch_ids:
-            typer.echo(f"  planned, not committed (Spark re-runs them; not positions): batch "
-                       f"{', '.join(map(str, result.planned_batch_ids))}")
-        for line in result.skipped:
-            typer.echo(f"  {line}")
-        typer.echo(f"positions of pipeline {result.pipeline!r}, consumer group {result.consumer_group!r}:")
-        rows = [{"topic": t, "partition": p, "next_offset": o}
-                for t, parts in result.positions.items() for p, o in parts.items()]
-        _emit(rows, ["topic", "partition", "next_offset"], "table")
-    if result.executed:
-        typer.echo(f"imported as checkpoint generation {result.generation} at {result.checkpoint_location}: runs "
-                   "on it move these positions from now on", err=True)
-    else:
-        typer.echo("dry run: nothing written; add --execute to import", err=True)
-
-
-@app.command("replay")
-def replay_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
-    batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
-                                                               "unless --query-id / --generation)."),
-    since: Optional[str] = typer.Option(None, "--since", "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),
-    until: Optional[str] = typer.Option(None, "--until", "--to", help="Batches before this time (exclusive)."),
-    query_id: Optional[str] = typer.Option(None, "--query-id", help="The query whose batch id --batch means."),
-    generation: Optional[int] = typer.Option(None, "--generation", help="The checkpoint generation whose query."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
-    bootstrap_servers: Optional[str] = BootstrapOption,
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    fmt: str = typer.Option("options", "--format", "-f",
-                            help="options: {startingOffsets, endingOffsets, assign}; json: with batches and warnings."),
-) -> None:
-    """Print the Kafka range recorded batches read: options for spark.read.format("kafka") with assign."""
-    import json as _json
-
-    from offset_ledger.errors import InvalidInput
-    from offset_ledger.operations import parse_timestamp
-    from offset_ledger.replay import replay_for
-
-    if fmt not in ("options", "json"):
-        raise InvalidInput(f"unknown --format {fmt!r}; use options or json")
-    start = parse_timestamp(since) if since is not None else None
-    end = parse_timestamp(until) if until is not None else None
-    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
-    try:
-        result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch, since=start,
-                            until=end, query_id=query_id, generation=generation, consumer_group=consumer_group)
-    finally:
-        ops.close()
-    doc = result.to_dict()
-    if fmt == "json":
-        typer.echo(_json.dumps(doc, indent=2))
-    else:
-        typer.echo(_json.dumps({k: doc[k] for k in ("startingOffsets", "endingOffsets", "assign")}))
-    for warning in result.warnings:
-        typer.echo(f"warning: {warning}", err=True)
-
-
 @app.command("serve")
 def serve_cmd(
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
@@ -584,11 +333,13 @@ _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 def _register_commands() -> None:
     # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
-    from offset_ledger import cli_audit, cli_policy, cli_reset, cli_watch
+    from offset_ledger import cli_audit, cli_checkpoint, cli_policy, cli_reset, cli_restart, cli_watch
 
     cli_audit.register(app)
+    cli_checkpoint.register(app)
     cli_policy.register(app)
     cli_reset.register(app)
+    cli_restart.register(app)
     cli_watch.register(app)
 
 
