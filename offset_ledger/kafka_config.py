@@ -11,12 +11,16 @@ secured cluster from everywhere.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from offset_ledger.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 ENV_PREFIX = "OFFSET_LEDGER_KAFKA_"
 COMMAND_CONFIG_ENV = ENV_PREFIX + "COMMAND_CONFIG"
@@ -113,3 +117,73 @@ def with_environment(options: Mapping[str, Any] | None, environ: Mapping[str, st
     merged: dict[str, Any] = dict(env_options(environ))
     merged.update(options or {})
     return merged
+
+
+# Java client property -> kafka-python config key (the ones that matter for reaching a cluster).
+_JAVA_TO_PYTHON = {
+    "bootstrap.servers": "bootstrap_servers",
+    "client.id": "client_id",
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.kerberos.service.name": "sasl_kerberos_service_name",
+    "ssl.truststore.location": "ssl_cafile",      # PEM only: kafka-python cannot read JKS
+    "ssl.keystore.location": "ssl_certfile",      # PEM only
+    "ssl.key.password": "ssl_password",
+    "ssl.endpoint.identification.algorithm": "ssl_check_hostname",
+    "request.timeout.ms": "request_timeout_ms",
+    "metadata.max.age.ms": "metadata_max_age_ms",
+    "retry.backoff.ms": "retry_backoff_ms",
+    "connections.max.idle.ms": "connections_max_idle_ms",
+}
+
+
+# Consumer tuning that Spark users set on the reader and that has no meaning for our questions.
+_IGNORED_PREFIXES = ("max.", "fetch.", "session.", "heartbeat.", "auto.", "group.", "enable.",
+                     "isolation.", "receive.", "send.", "key.", "value.", "default.api.")
+
+
+_JAAS = re.compile(r'(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"')
+
+
+def client_configs(bootstrap_servers: str, options: Mapping[str, Any] | None = None,
+                   *, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Translate Spark-style reader options (``kafka.security.protocol`` ...) into kafka-python configs.
+
+    ``options`` win over the ``OFFSET_LEDGER_KAFKA_*`` settings (``offset_ledger.kafka_config``),
+    which are merged here so that every client of this package reaches the same cluster the same way.
+    """
+    if not bootstrap_servers or not str(bootstrap_servers).strip():
+        raise ConfigError("no Kafka bootstrap servers given (--bootstrap-server or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+    configs: dict[str, Any] = {"bootstrap_servers": [s.strip() for s in str(bootstrap_servers).split(",") if s.strip()]}
+    for raw_key, value in with_environment(options, environ).items():
+        key = raw_key[len("kafka."):] if raw_key.startswith("kafka.") else raw_key
+        if key == "sasl.jaas.config":
+            # PLAIN/SCRAM logins carry username and password inside the JAAS line.
+            fields = dict(_JAAS.findall(str(value)))
+            if "username" in fields:
+                configs["sasl_plain_username"] = fields["username"]
+            if "password" in fields:
+                configs["sasl_plain_password"] = fields["password"]
+        elif key == "ssl.endpoint.identification.algorithm":
+            configs["ssl_check_hostname"] = bool(str(value).strip())
+        elif key in ("ssl.truststore.type", "ssl.keystore.type"):
+            if str(value).upper() not in ("PEM", ""):
+                raise ConfigError(f"{raw_key}={value}: only PEM trust/key stores are supported here", option=raw_key)
+        elif key in _JAVA_TO_PYTHON:
+            target = _JAVA_TO_PYTHON[key]
+            if target.endswith("_ms"):
+                try:
+                    value = int(value)
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{raw_key}={value!r}: expected milliseconds (an integer)",
+                                      option=raw_key) from None
+            elif target == "bootstrap_servers":
+                value = [s.strip() for s in str(value).split(",") if s.strip()]
+            configs[target] = value
+        elif key.startswith(_IGNORED_PREFIXES) or not raw_key.startswith("kafka."):
+            continue  # reader-only options (startingOffsets, subscribe, ...) and consumer tuning
+        elif "_" in key and "." not in key:
+            configs[key] = value  # already a kafka-python key
+        else:
+            log.debug("ignoring Kafka option %s for offset look-ups", raw_key)
+    return configs
