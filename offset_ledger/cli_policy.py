@@ -7,24 +7,36 @@ overrides one for that call and the plan says so (``offset_ledger.policies``).
 from __future__ import annotations
 
 import getpass
-from typing import Optional
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
 
 import typer
 
 from offset_ledger.cli_support import DsnOption, FormatOption, check_format, emit
 
+T = TypeVar("T")
+
 policy_app = typer.Typer(help="A pipeline's stored restart policies (first run, data loss, windows, mirroring).",
                          no_args_is_help=True)
 
 
-def _engine(dsn: Optional[str], *, create: bool):  # type: ignore[no-untyped-def]
-    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine
+def _with_ledger(dsn: Optional[str], doing: str, work: Callable[[Any], T], *, write: bool = False) -> T:
+    """``work(conn)`` on the ledger (a write creates and upgrades it; a read never does), errors translated."""
+    from sqlalchemy.exc import SQLAlchemyError
 
-    engine = make_engine(dsn, create=create)
-    check_connection(engine)
-    if create:
-        ensure_schema(engine)
-    return engine
+    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine, translate_db_error
+
+    engine = make_engine(dsn, create=write)
+    try:
+        check_connection(engine)
+        if write:
+            ensure_schema(engine)
+        with (engine.begin() if write else engine.connect()) as conn:
+            return work(conn)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, doing) from exc
+    finally:
+        engine.dispose()
 
 
 def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
@@ -38,22 +50,12 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
              fmt: str = FormatOption) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     from offset_ledger.inputs import check_name
-    from offset_ledger.ledger.engine import translate_db_error
     from offset_ledger.ledger.policy_store import current_policies
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    engine = _engine(dsn, create=False)
-    try:
-        with engine.connect() as conn:
-            policies = current_policies(conn, pipeline)
-    except SQLAlchemyError as exc:
-        raise translate_db_error(exc, "reading policies") from exc
-    finally:
-        engine.dispose()
+    policies = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
     emit(_rows(policies), ["policy", "value", "source"], fmt, document={"pipeline": pipeline, "policies": policies})
 
 
@@ -83,13 +85,13 @@ def set_cmd(
 
     Example: offset-ledger policy set orders --on-data-loss earliest --window 10m --reason "windowed since v2"
     """
-    from sqlalchemy.exc import SQLAlchemyError
 
     from offset_ledger.errors import InvalidInput
     from offset_ledger.inputs import check_name
-    from offset_ledger.ledger.engine import translate_db_error
     from offset_ledger.ledger.policy_store import set_policies
-    from offset_ledger.policies import POLICY_KEYS, check_policies
+    from offset_ledger.errors import ConfigError, LedgerWithoutSchema
+    from offset_ledger.ledger.policy_store import current_policies
+    from offset_ledger.policies import POLICY_KEYS, check_policies, merged
 
     check_name("pipeline", pipeline)
     changes = {k: v for k, v in {
@@ -108,14 +110,13 @@ def set_cmd(
     if not (reason and reason.strip()):
         raise InvalidInput('a policy change needs a reason (--reason TEXT); it is kept in the history')
     check_policies(changes)  # bad values fail before any connection is made
-    engine = _engine(dsn, create=True)
-    try:
-        with engine.begin() as conn:
-            change = set_policies(conn, pipeline, changes, actor=actor or getpass.getuser() or "cli", reason=reason)
-    except SQLAlchemyError as exc:
-        raise translate_db_error(exc, "storing policies") from exc
-    finally:
-        engine.dispose()
+    try:  # and a set that is wrong as a whole (a slide with no window) before anything is created
+        current = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
+    except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: this call creates it
+        current = {}
+    merged(current, changes)
+    change = _with_ledger(dsn, "storing policies", lambda conn: set_policies(
+        conn, pipeline, changes, actor=actor or getpass.getuser() or "cli", reason=reason), write=True)
     emit(_rows(dict(change.policies)), ["policy", "value", "source"], "table")
 
 
@@ -125,22 +126,12 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
     """Every change of PIPELINE's policies, oldest first: when, who, why, and the policies after it."""
     import json
 
-    from sqlalchemy.exc import SQLAlchemyError
-
     from offset_ledger.inputs import check_name
-    from offset_ledger.ledger.engine import translate_db_error
     from offset_ledger.ledger.policy_store import policy_history
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    engine = _engine(dsn, create=False)
-    try:
-        with engine.connect() as conn:
-            changes = policy_history(conn, pipeline)
-    except SQLAlchemyError as exc:
-        raise translate_db_error(exc, "reading policies") from exc
-    finally:
-        engine.dispose()
+    changes = _with_ledger(dsn, "reading policies", lambda conn: policy_history(conn, pipeline))
     rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
              "policies": json.dumps(dict(c.policies), sort_keys=True)} for c in changes]
     emit(rows, ["id", "at", "actor", "reason", "policies"], fmt)

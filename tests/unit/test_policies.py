@@ -108,3 +108,35 @@ def test_a_stored_window_rewinds_on_an_upgrade_only(tmp_path: Path, world: World
 def test_slide_without_any_window_is_refused(tmp_path: Path, world: World) -> None:
     with pytest.raises(InvalidRestartOptions, match="need window"):
         _restart(world, tmp_path, "1", slide="5 seconds")
+
+
+def test_the_policy_commands_set_show_and_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from offset_ledger.cli import main
+
+    dsn = f"sqlite:///{tmp_path / 'ledger.db'}"
+
+    def run(*argv: str) -> int:
+        try:
+            main([*argv, "--dsn", dsn])
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+
+    # A read of a ledger that does not exist writes nothing and says so.
+    assert run("policy", "show", "orders") == 2 and not (tmp_path / "ledger.db").exists()
+    assert run("policy", "set", "orders", "--on-data-loss", "earliest") == 2  # no reason
+    assert run("policy", "set", "orders", "--on-data-loss", "sometimes", "--reason", "r") == 2
+    assert run("policy", "set", "orders", "--slide", "5m", "--reason", "r") == 2
+    assert not (tmp_path / "ledger.db").exists()  # bad input wrote nothing
+    assert run("policy", "set", "orders", "--on-data-loss", "earliest", "--window", "10m", "--reason", "v2",
+               "--actor", "alice") == 0
+    assert run("policy", "set", "orders", "--unset", "window", "--reason", "v3", "--actor", "bob") == 0
+    capsys.readouterr()
+    assert run("policy", "show", "orders", "-f", "json") == 0
+    assert json.loads(capsys.readouterr().out) == {"pipeline": "orders", "policies": {"on_data_loss": "earliest"}}
+    assert run("policy", "history", "orders", "-f", "json") == 0
+    history = json.loads(capsys.readouterr().out)
+    assert [(h["actor"], h["reason"], json.loads(h["policies"])) for h in history] == [
+        ("alice", "v2", {"on_data_loss": "earliest", "window": "10m"}), ("bob", "v3", {"on_data_loss": "earliest"})]
