@@ -193,8 +193,8 @@ def restart_with(
         rewind = window is not None
         plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
                                       allow_first_run, rewind)
-        if stored_window and not ledger.pending_reset_ids and _needs_fresh_generation(
-                plan, ledger, app_version, checkpoint_root, new_checkpoint):
+        if stored_window and not ledger.pending_reset_ids and _generation_reason(
+                plan, ledger, app_version, checkpoint_root, new_checkpoint) not in (None, "first"):
             # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
             rewind = True
             plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
@@ -234,14 +234,15 @@ def _plan(engine: Engine, adapter: Any, pipeline: str, consumer_group: str | Non
         event_time_is_kafka_timestamp=bool(use["event_time_is_kafka_timestamp"]) if rewind else False)
 
 
-def _needs_fresh_generation(plan: RestartPlan, ledger: LedgerView, app_version: str | None, checkpoint_root: str,
-                            new_checkpoint: bool) -> bool:
+def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str | None, checkpoint_root: str,
+                       new_checkpoint: bool) -> str | None:
+    """Why this plan needs a fresh checkpoint generation (``resolver.new_generation_reason``), or None."""
     current = ledger.generation
     return new_generation_reason(
         has_current=current is not None, current_app_version=current.app_version if current else None,
         current_checkpoint_root=current.checkpoint_root if current else None, app_version=app_version,
         checkpoint_root=checkpoint_root, pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
-        data_loss=any(f.kind == "data_loss" for f in plan.findings)) not in (None, "first")
+        data_loss=any(f.kind == "data_loss" for f in plan.findings))
 
 
 #: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).
@@ -299,14 +300,9 @@ def _decide_under_lock(
             if changes:
                 return changes
             current = ledger.generation
-            reason = new_generation_reason(
-                has_current=current is not None,
-                current_app_version=current.app_version if current else None,
-                current_checkpoint_root=current.checkpoint_root if current else None,
-                app_version=app_version, checkpoint_root=checkpoint_root,
-                # A rewind only takes effect on an empty checkpoint (the old one holds the state it replaces).
-                pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
-                data_loss=any(f.kind == "data_loss" for f in plan.findings))
+            # A rewind only takes effect on an empty checkpoint (the old one holds the state it
+            # replaces): the caller asks for one with new_checkpoint.
+            reason = _generation_reason(plan, ledger, app_version, checkpoint_root, new_checkpoint)
             if reason is None:
                 assert current is not None
                 log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
