@@ -158,7 +158,7 @@ def main() -> int:
         if args.bootstrap_servers:
             env["OFFSET_LEDGER_BOOTSTRAP_SERVERS"] = args.bootstrap_servers
         server = subprocess.Popen(
-            [sys.executable, "-c", "from offset_ledger.cli import main; main()", "serve", "--port", str(port),
+            [sys.executable, "-c", "from offset_ledger.cli.main import main; main()", "serve", "--port", str(port),
              "--log-level", "warning"], env=env, cwd=str(ROOT))
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60

@@ -412,7 +412,7 @@ def events_taken(listener: Any) -> int:
 
 def bridge_only_listener(pipeline: str, spool_dir: Path) -> Any:
     """An OffsetLedgerListener that stops once the bridge has delivered the event's JSON text (--sides bridge)."""
-    from offset_ledger.listener import PROGRESS, OffsetLedgerListener
+    from offset_ledger.capture.listener import PROGRESS, OffsetLedgerListener
 
     class BridgeOnlyListener(OffsetLedgerListener):
         def __init__(self) -> None:
@@ -446,7 +446,7 @@ class Bench:
 
     def run(self, side: str, topic: str, partitions: int, end_offsets: dict[int, int],
             watcher: DurableWatcher | None = None) -> Run:
-        from offset_ledger.listener import OffsetLedgerListener
+        from offset_ledger.capture.listener import OffsetLedgerListener
 
         tag = uuid.uuid4().hex[:8]
         name = f"bq_{partitions}_{side}_{tag}"

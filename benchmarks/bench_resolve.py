@@ -88,11 +88,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from _scratch import ScratchDatabase
     from offset_ledger.errors import KafkaError
-    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.engine import ensure_schema, make_engine
     from offset_ledger.ledger.tables import positions
-    from offset_ledger.resolver import resolve
-    from offset_ledger.restart import read_cluster, read_ledger, select_topics, start_from_ledger
+    from offset_ledger.rules.resolver import resolve
+    from offset_ledger.operate.restart import read_cluster, read_ledger, select_topics, start_from_ledger
 
     run = uuid.uuid4().hex[:6]
     topics = [f"bench_resolve_{run}_{i:03d}" for i in range(args.topics)]
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.settle)
         root = tempfile.mkdtemp(prefix="bench-resolve-")
         phases = _Phases()
-        for name in ("offset_ledger.restart", "offset_ledger.restart_plan"):
+        for name in ("offset_ledger.operate.restart", "offset_ledger.operate.restart_plan"):
             restart_log = logging.getLogger(name)
             restart_log.addHandler(phases)
             restart_log.setLevel(logging.DEBUG)

@@ -15,17 +15,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from offset_ledger.listener import OffsetLedgerListener
-    from offset_ledger.model import RestartPlan
-    from offset_ledger.replay import replay_range
-    from offset_ledger.restart import start_from_ledger
+    from offset_ledger.capture.listener import OffsetLedgerListener
+    from offset_ledger.rules.model import RestartPlan
+    from offset_ledger.operate.replay import replay_range
+    from offset_ledger.operate.restart import start_from_ledger
 
 # Imported on first use so that `import offset_ledger` (and the CLI) does not pay for PySpark.
 _LAZY = {
-    "OffsetLedgerListener": "offset_ledger.listener",
-    "RestartPlan": "offset_ledger.model",
-    "replay_range": "offset_ledger.replay",
-    "start_from_ledger": "offset_ledger.restart",
+    "OffsetLedgerListener": "offset_ledger.capture.listener",
+    "RestartPlan": "offset_ledger.rules.model",
+    "replay_range": "offset_ledger.operate.replay",
+    "start_from_ledger": "offset_ledger.operate.restart",
 }
 
 

@@ -63,5 +63,5 @@ _cached: tuple[tuple[tuple[object, object], ...], Settings] | None = None
 
 
 def kafka_environment() -> dict[str, str]:
-    """The ``OFFSET_LEDGER_KAFKA_*`` variables as they are now (``offset_ledger.kafka_config`` reads them)."""
+    """The ``OFFSET_LEDGER_KAFKA_*`` variables as they are now (``offset_ledger.kafka.client_config`` reads them)."""
     return {k: v for k, v in os.environ.items() if k.startswith("OFFSET_LEDGER_KAFKA_")}

@@ -38,7 +38,7 @@ from offset_ledger.errors import (
     UnknownPipeline,
     UnknownTopic,
 )
-from offset_ledger.operations import Operations
+from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 

@@ -8,8 +8,8 @@ from fastapi import APIRouter, Path, Query, Request
 
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.console.reads import ConsoleReads
-from offset_ledger.inputs import NAME_PATTERN
-from offset_ledger.operations import Operations
+from offset_ledger.operate.inputs import NAME_PATTERN
+from offset_ledger.operate.operations import Operations
 
 router = APIRouter(prefix="/api/v1", tags=["console"])
 

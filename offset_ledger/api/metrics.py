@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from offset_ledger.operations import MetricsSnapshot
-from offset_ledger.status import STATES
+from offset_ledger.operate.operations import MetricsSnapshot
+from offset_ledger.rules.status import STATES
 
 
 def _label(value: object) -> str:
@@ -49,7 +49,7 @@ def render_metrics(snap: MetricsSnapshot) -> str:
            [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.drift)
             for p, g, x in snap.partitions if x.drift is not None])
     family("offset_ledger_status", "gauge",
-           "1 for the pipeline's current status (OK, LAGGING, STALLED, STOPPED, REWOUND; see offset_ledger.status), "
+           "1 for the pipeline's current status (OK, LAGGING, STALLED, STOPPED, REWOUND; see offset_ledger.rules.status), "
            "0 for the others.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group, state=state),
              1 if s.status == state else 0)

@@ -9,15 +9,15 @@ from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from offset_ledger.answers import iso_utc
+from offset_ledger.operate.answers import iso_utc
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
-from offset_ledger.operations import Operations, parse_timestamp, request_from_legacy_body
-from offset_ledger.resets import ResetRequest
+from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
+from offset_ledger.operate.operations import Operations, parse_timestamp, request_from_legacy_body
+from offset_ledger.rules.resets import ResetRequest
 
 legacy = APIRouter(tags=["legacy"])
 resource = APIRouter(prefix="/api/v1", tags=["resources"])
@@ -196,7 +196,7 @@ def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), ba
                                                description="default: the current generation's query"),
                 generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
                 consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    from offset_ledger.replay import replay_for
+    from offset_ledger.operate.replay import replay_for
 
     ops = _ops(request)
     result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch,

@@ -11,8 +11,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger import console_queries as cq
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.answers import iso_utc
-from offset_ledger.operations import Operations
+from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.operations import Operations
 
 
 class ConsoleReads:

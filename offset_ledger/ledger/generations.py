@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from offset_ledger.errors import LedgerError
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
-from offset_ledger.model import Finding
+from offset_ledger.rules.model import Finding
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ def create_generation(
     positions may be passed: their moves are then guaranteed to be in the plan being recorded.
 
     ``location`` overrides the fresh ``<root>/gen-<n>-<id>`` path, and ``query_id`` binds the
-    generation to a query up front: both for adopting an existing checkpoint (``offset_ledger.adopt``),
+    generation to a query up front: both for adopting an existing checkpoint (``offset_ledger.operate.adopt``),
     whose running query's runs must match the generation by that checkpoint's path.
     """
     at = now or datetime.now(timezone.utc)

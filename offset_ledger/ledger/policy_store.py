@@ -12,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.tables import pipeline_policies
-from offset_ledger.policies import merged
+from offset_ledger.rules.policies import merged
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The position rules on the general path: gaps, who may move a position, and the findings that say why not.
 
 A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``); the rules themselves are pure
-(``offset_ledger.authority.decide``), this applies them to the rows read under the pipeline lock.
+(``offset_ledger.rules.authority.decide``), this applies them to the rows read under the pipeline lock.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
-from offset_ledger.authority import PositionState, decide
+from offset_ledger.rules.authority import PositionState, decide
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.locks import share_pipelines
 from offset_ledger.ledger.tables import (

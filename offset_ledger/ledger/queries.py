@@ -21,8 +21,8 @@ from offset_ledger.ledger.tables import (
     resets,
     runs,
 )
-from offset_ledger.model import Position, TopicPartition
-from offset_ledger.stateful import BatchFigures
+from offset_ledger.rules.model import Position, TopicPartition
+from offset_ledger.rules.stateful import BatchFigures
 
 
 def current_positions(

@@ -34,7 +34,7 @@ from offset_ledger.errors import LedgerError
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.tables import batch_offsets, batches, listener_health
-from offset_ledger.model import Finding
+from offset_ledger.rules.model import Finding
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.position_rules import PositionRules
 from offset_ledger.ledger.records import (  # noqa: F401  (importable from here, as before)

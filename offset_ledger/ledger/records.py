@@ -1,7 +1,7 @@
 """What the recorder writes, as values: the records a listener event becomes, what a transaction did,
 and the pure helpers over a batch's offsets (ends, gaps, position ends, COPY rows) both write paths use.
 
-Offsets follow Spark's convention (``offset_ledger.model``): ``until_offset`` is an exclusive end.
+Offsets follow Spark's convention (``offset_ledger.rules.model``): ``until_offset`` is an exclusive end.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from operator import itemgetter
 from typing import Any, NamedTuple, Union
 
 
-from offset_ledger.model import BatchOffsets, Finding, PartitionRange, SourceProgress
+from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
 
 _Ends = dict[tuple[int, str, int], int]
 

@@ -21,8 +21,8 @@ from offset_ledger.errors import ActiveRunConflict
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.queries import active_run_ids, current_positions
 from offset_ledger.ledger.tables import positions, reset_partitions, resets
-from offset_ledger.model import Position
-from offset_ledger.resets import ResetPlan
+from offset_ledger.rules.model import Position
+from offset_ledger.rules.resets import ResetPlan
 
 log = logging.getLogger(__name__)
 

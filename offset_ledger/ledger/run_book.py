@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from offset_ledger.authority import GenerationRef, match_generation, same_location
+from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.tables import (
     checkpoint_generations,

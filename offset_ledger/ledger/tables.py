@@ -1,6 +1,6 @@
 """The ledger schema: SQLAlchemy Core tables, the one source the migrations are built from.
 
-Offsets follow Spark's convention (see ``offset_ledger.model``): ``until_offset`` and
+Offsets follow Spark's convention (see ``offset_ledger.rules.model``): ``until_offset`` and
 ``next_offset`` are exclusive ends, ``from_offset`` is inclusive. Partition numbers are stored as
 integers; the ``partition`` column name is quoted by SQLAlchemy where the dialect needs it.
 """
@@ -238,7 +238,7 @@ listener_health = Table(
 )
 
 
-#: 0005: a pipeline's restart policies (``offset_ledger.policies``); every change is a row with the
+#: 0005: a pipeline's restart policies (``offset_ledger.rules.policies``); every change is a row with the
 #: whole set after it, who made it and why; the newest row is in force.
 pipeline_policies = Table(
     "pipeline_policies",

@@ -37,7 +37,7 @@ class Served:
         if token:
             env["OFFSET_LEDGER_API_TOKEN"] = token
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "from offset_ledger.cli import main; main()", "serve",
+            [sys.executable, "-c", "from offset_ledger.cli.main import main; main()", "serve",
              "--port", str(self.port), "--log-level", "warning"],
             env=env, stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + 60

@@ -22,7 +22,7 @@ from offset_ledger.ledger.tables import checkpoint_generations, findings, positi
 from tests.integration.test_restart import _rows, _run, _values
 
 
-_CLI = [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+_CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
 
 
 def _start(kafka, pg_dsn: str, topic: str, root: Path, **kw: Any):  # type: ignore[no-untyped-def]

@@ -17,7 +17,7 @@ from offset_ledger.devstack import free_port
 from offset_ledger.ledger.engine import make_engine, upgrade
 from tests.ops_seed import seed_pipeline
 
-CLI = [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
 
 
 def run(env: dict[str, str], *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:

@@ -18,8 +18,8 @@ from sqlalchemy import create_engine, select, text
 from offset_ledger import OffsetLedgerListener
 from offset_ledger.errors import StatefulRestartRefused
 from offset_ledger.ledger.tables import batch_offsets, batches, positions, resets
-from offset_ledger.operations import Operations
-from offset_ledger.resets import ResetRequest
+from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.resets import ResetRequest
 from tests.integration.test_authority import _recorded_run
 from tests.integration.test_restart import _rows, _run, _start, _values
 
@@ -61,8 +61,8 @@ def test_batches_the_listener_never_delivered_are_not_read_again(spark, kafka, p
 
 def test_a_reset_landing_while_a_restart_plans_is_applied_exactly_once(
         spark, kafka, pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import offset_ledger.restart_plan as restart_module
-    from offset_ledger.kafka import KafkaAdapter
+    import offset_ledger.operate.restart_plan as restart_module
+    from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.engine import make_engine
 
     topic = kafka.create_topic(partitions=2)
@@ -123,7 +123,7 @@ def test_the_group_only_the_listener_names_takes_over_the_helpers_default(
 
 
 def test_watch_records_what_the_listener_records(spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
-    from offset_ledger.cli import main
+    from offset_ledger.cli.main import main
 
     topic = kafka.create_topic(partitions=3)
     kafka.produce(topic, _values("a", 90))
@@ -149,7 +149,7 @@ def test_watch_records_what_the_listener_records(spark, kafka, pg_dsn: str, tmp_
 def test_watch_alone_records_a_job_without_the_listener_and_the_upgrade_resumes_after_it(
         spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
     from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.reconcile import watch
+    from offset_ledger.capture.reconcile import watch
 
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, _values("a", 50))
@@ -188,7 +188,6 @@ def test_watch_alone_records_a_job_without_the_listener_and_the_upgrade_resumes_
 
 def _stateful_start(kafka, pg_dsn: str, topic: str, tmp_path: Path, **kw: Any):  # type: ignore[no-untyped-def]
     from offset_ledger import start_from_ledger
-
     return start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "ckpt"), dsn=pg_dsn, **kw)
 
@@ -199,9 +198,9 @@ def _listener(pg_dsn: str, tmp_path: Path) -> OffsetLedgerListener:
 
 def test_prune_keeps_what_a_stateful_restart_needs(spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
     from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.kafka import KafkaAdapter
+    from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.prune import prune
-    from offset_ledger.restart import plan_restart
+    from offset_ledger.operate.restart import plan_restart
     from tests.integration.test_stateful import DELAY, FLUSH, _records
     from tests.integration.test_stateful import _run as _srun
 

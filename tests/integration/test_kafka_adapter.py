@@ -7,8 +7,8 @@ import time
 import pytest
 
 from offset_ledger.errors import KafkaUnavailable
-from offset_ledger.kafka import KafkaAdapter
-from offset_ledger.model import TopicPartition, Watermarks
+from offset_ledger.kafka.adapter import KafkaAdapter
+from offset_ledger.rules.model import TopicPartition, Watermarks
 
 pytestmark = pytest.mark.kafka_broker  # also run against every broker of scripts/test --matrix
 

@@ -17,7 +17,7 @@ from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.queries import current_positions
 from tests.ops_seed import seed_pipeline
 
-CLI = [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
 
 
 def run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

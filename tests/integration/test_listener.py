@@ -18,7 +18,7 @@ from offset_ledger import OffsetLedgerListener
 from offset_ledger.devstack import _Postgres
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
-from offset_ledger.progress import is_kafka_source
+from offset_ledger.rules.progress import is_kafka_source
 
 Rows = list[tuple[int, int, str, int, int | None, int]]
 

@@ -21,8 +21,8 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger import devstack, start_from_ledger
 from offset_ledger.ledger.tables import findings
-from offset_ledger.operations import Operations
-from offset_ledger.resets import ResetRequest
+from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.resets import ResetRequest
 from tests.integration.test_listener import (  # noqa: F401 - fixtures
     kafka_stream,
     listeners,

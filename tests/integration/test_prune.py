@@ -8,7 +8,7 @@ import pytest
 from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 
-from offset_ledger.cli import main
+from offset_ledger.cli.main import main
 from offset_ledger.errors import InvalidDuration
 from offset_ledger.ledger import tables as t
 from offset_ledger.ledger.engine import make_engine, upgrade

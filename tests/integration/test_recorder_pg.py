@@ -75,7 +75,7 @@ def _replay_isolated_batches(engine: Engine) -> tuple[list, dict]:
         positions,
         runs,
     )
-    from offset_ledger.model import PartitionRange, SourceProgress
+    from offset_ledger.rules.model import PartitionRange, SourceProgress
     from tests.unit.test_recorder_sqlite import T0, _pending_reset
 
     odd = 'a"b\\c,{d} é'  # quote, backslash, comma, braces, space, non-ASCII: array-literal quoting

@@ -23,7 +23,7 @@ from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.queries import current_positions
 from tests.ops_seed import seed_pipeline
 
-CLI = [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
 # Without credentials a client waits this long for the broker before exit code 5 (not a hang).
 FAST = "3000"
 
@@ -169,7 +169,6 @@ def test_a_spark_pipeline_on_the_sasl_listener_records_and_restarts(spark, pg_ds
                                                                     tmp_path: Path) -> None:
     """The options the job gives Spark's reader are the options start_from_ledger takes: one dict."""
     from offset_ledger import OffsetLedgerListener
-
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"a{i}" for i in range(30)])  # 15 per partition
     reader_options = {"kafka.bootstrap.servers": sasl,

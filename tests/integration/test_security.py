@@ -15,8 +15,8 @@ from offset_ledger.api import create_app
 from offset_ledger.api.tokens import ApiToken
 from offset_ledger.ledger.engine import make_engine
 from offset_ledger.ledger.tables import findings
-from offset_ledger.operations import Operations
-from offset_ledger.resets import ResetRequest
+from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.resets import ResetRequest
 from tests.integration.test_api import Server
 from tests.ops_seed import seed_pipeline
 
@@ -97,7 +97,7 @@ def test_cross_site_refused_and_seed_curl_lines_pass(ledger, pg_dsn: str, kafka,
             assert status == 400, err
         from datetime import datetime, timezone
 
-        from offset_ledger.inputs import encode_cursor
+        from offset_ledger.operate.inputs import encode_cursor
 
         cursor = encode_cursor(datetime.now(timezone.utc), 2**63)
         status, err = _curl(f"{api}/api/v1/pipelines/orders/history?cursor={cursor}", *auth)

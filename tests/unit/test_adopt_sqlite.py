@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from offset_ledger.adopt import import_checkpoint, parent_location, plan_import
-from offset_ledger.authority import same_location
+from offset_ledger.operate.adopt import import_checkpoint, parent_location, plan_import
+from offset_ledger.rules.authority import same_location
 from offset_ledger.errors import AdoptionRefused, CheckpointFormatError, ConfigError, InvalidInput
 from offset_ledger.ledger.engine import current_revision, make_engine
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions
@@ -144,7 +144,7 @@ def test_cli_import_checkpoint_dry_run_execute_and_errors(checkpoint: Path, dsn:
 ])
 def test_cli_errors_are_one_line_and_exit_2(args: list[str], fragment: str, dsn: str,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    from offset_ledger.cli import main
+    from offset_ledger.cli.main import main
     from offset_ledger.ledger.engine import ensure_schema
 
     engine = make_engine(dsn)

@@ -21,10 +21,10 @@ from offset_ledger.api.guard import LEGACY_RESET_PATHS, changes_state, check_req
 from offset_ledger.api.tokens import ApiToken, load_tokens, parse_tokens, weak_token_names
 from offset_ledger.config import Settings
 from offset_ledger.errors import ConfigError
-from offset_ledger.inputs import audit_actor, encode_cursor
+from offset_ledger.operate.inputs import audit_actor, encode_cursor
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import positions, resets
-from offset_ledger.operations import Operations
+from offset_ledger.operate.operations import Operations
 from tests.ops_seed import seed_pipeline
 from tests.unit.test_api_validation import StandInKafka
 
@@ -291,7 +291,7 @@ def test_token_sources_and_weakness(tmp_path: Path) -> None:
 
 
 def _serve(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    code = "import sys; from offset_ledger.cli import main; main(sys.argv[1:])"
+    code = "import sys; from offset_ledger.cli.main import main; main(sys.argv[1:])"
     base = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
     return subprocess.run([sys.executable, "-c", code, "serve", *args], env={**base, **env},
                           capture_output=True, text=True, timeout=30)
@@ -337,7 +337,7 @@ def test_cli_history_cursor_beyond_bigint_and_reset_without_reason_are_usage_err
 
     dsn = str(engine.url)
     cursor = encode_cursor(datetime(2024, 1, 1, tzinfo=timezone.utc), 2**63)
-    code = "import sys; from offset_ledger.cli import main; main(sys.argv[1:])"
+    code = "import sys; from offset_ledger.cli.main import main; main(sys.argv[1:])"
     base = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
     for args in (["history", "orders-etl", "--cursor", cursor, "--dsn", dsn],
                  ["reset", "orders-etl", "--to-earliest", "--execute", "--dsn", dsn, "--bootstrap-servers", "x:1"]):

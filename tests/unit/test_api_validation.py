@@ -15,11 +15,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from offset_ledger.api import create_app
-from offset_ledger.kafka_snapshot import ClusterSnapshot
+from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import positions, resets
-from offset_ledger.model import TopicPartition, Watermarks
-from offset_ledger.operations import Operations
+from offset_ledger.rules.model import TopicPartition, Watermarks
+from offset_ledger.operate.operations import Operations
 from tests.ops_seed import seed_pipeline
 
 TOKEN = "s3cret-token"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from offset_ledger.checkpoint import (
+from offset_ledger.rules.checkpoint import (
     classify_offset,
     kafka_positions,
     parse_initial_offsets,

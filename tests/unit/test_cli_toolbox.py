@@ -16,15 +16,17 @@ from typing import Any
 import pytest
 from sqlalchemy import insert
 
-from offset_ledger import cli_reset, errors
-from offset_ledger.cli import main
-from offset_ledger.cli_support import emit, safe_text
-from offset_ledger.kafka_snapshot import ClusterSnapshot
+from offset_ledger import errors
+
+from offset_ledger.cli import reset as cli_reset
+from offset_ledger.cli.main import main
+from offset_ledger.cli.support import emit, safe_text
+from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.queries import current_positions
 from offset_ledger.ledger.tables import findings
-from offset_ledger.model import TopicPartition, Watermarks
-from offset_ledger.operations import Operations
+from offset_ledger.rules.model import TopicPartition, Watermarks
+from offset_ledger.operate.operations import Operations
 from tests.ops_seed import seed_pipeline
 
 
@@ -108,8 +110,7 @@ def test_each_exit_code_from_the_command_line(dsn: str, capsys: pytest.CaptureFi
     code, _, err = cli(["offsets", "etl", "--dsn", "postgresql+psycopg2://nobody@127.0.0.1:1/none"], capsys)
     assert code == 5 and "ledger database" in err and err.count("\n") == 1
 
-    from offset_ledger import operations
-
+    from offset_ledger.operate import operations
     for raised, expected in ((errors.ActiveRunConflict("etl", ["r1"]), 3), (errors.DataLossError("lost", []), 4),
                              (ZeroDivisionError("boom"), 1)):
         def fail(*_a: Any, raised: BaseException = raised, **_k: Any) -> Any:
@@ -217,7 +218,7 @@ def test_recorded_names_cannot_drive_the_terminal_or_forge_rows(capsys: pytest.C
 
 def test_help_is_plain_wide_and_has_no_placeholders() -> None:
     env = dict(os.environ, COLUMNS="150")
-    cmd = [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+    cmd = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
     bare = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
     assert bare.returncode == 0 and "Commands:" in bare.stdout and bare.stderr == ""
     reset = subprocess.run([*cmd, "reset", "-h"], env=env, capture_output=True, text=True, timeout=60)
@@ -244,7 +245,7 @@ def test_docs_name_only_commands_and_options_that_exist() -> None:
     for line in lines:
         words = line.split()
         command = words[1]
-        shown = subprocess.run([sys.executable, "-c", "from offset_ledger.cli import main; main()", command, "-h"],
+        shown = subprocess.run([sys.executable, "-c", "from offset_ledger.cli.main import main; main()", command, "-h"],
                                env=env, capture_output=True, text=True, timeout=60)
         assert shown.returncode == 0, line
         for option in (w for w in words[2:] if w.startswith("-")):

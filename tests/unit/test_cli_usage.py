@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from offset_ledger.cli import main
+from offset_ledger.cli.main import main
 
 
 @pytest.mark.parametrize("argv, fragment", [

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from offset_ledger.coalesce import Coalescer
+from offset_ledger.rules.coalesce import Coalescer
 
 
 def test_sequential_calls_compute_every_time() -> None:

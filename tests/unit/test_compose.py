@@ -41,7 +41,7 @@ def _serve_port_default() -> int:
     """The default --port of `offset-ledger serve`, read from the command itself."""
     import typer
 
-    from offset_ledger.cli import app
+    from offset_ledger.cli.main import app
 
     command = typer.main.get_command(app)
     serve = command.commands["serve"]  # type: ignore[attr-defined]

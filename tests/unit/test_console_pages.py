@@ -18,7 +18,7 @@ from sqlalchemy import insert, select, update
 from offset_ledger.api import create_app
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import checkpoint_generations, findings, runs
-from offset_ledger.operations import Operations
+from offset_ledger.operate.operations import Operations
 from tests.ops_seed import seed_pipeline
 from tests.unit.test_api_validation import StandInKafka
 

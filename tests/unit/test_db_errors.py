@@ -8,7 +8,7 @@ import pytest
 
 from offset_ledger.errors import LedgerError, LedgerUnavailable
 from offset_ledger.ledger.engine import make_engine
-from offset_ledger.operations import Operations
+from offset_ledger.operate.operations import Operations
 
 
 def test_a_ledger_without_schema_says_to_run_db_upgrade(tmp_path: Path) -> None:

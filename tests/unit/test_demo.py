@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from offset_ledger.demo import _Signals, parse_args
+from offset_ledger.cli.demo import _Signals, parse_args
 
 
 def test_defaults_and_options() -> None:

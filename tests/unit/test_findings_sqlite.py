@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from offset_ledger.authority import PositionState, decide
+from offset_ledger.rules.authority import PositionState, decide
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.tables import findings
@@ -148,7 +148,7 @@ def test_findings_api_shows_the_count_and_last_sighting(sqlite_engine: Engine) -
     from fastapi.testclient import TestClient
 
     from offset_ledger.api import create_app
-    from offset_ledger.operations import Operations
+    from offset_ledger.operate.operations import Operations
     from tests.unit.test_api_validation import StandInKafka
 
     check_a_held_pipeline_leaves_one_row_per_partition(sqlite_engine)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from offset_ledger.errors import ConfigError
-from offset_ledger.kafka import client_configs
-from offset_ledger.kafka_config import env_options, gather, parse_option_items, parse_properties
+from offset_ledger.kafka.adapter import client_configs
+from offset_ledger.kafka.client_config import env_options, gather, parse_option_items, parse_properties
 
 JAAS = 'org.apache.kafka.common.security.scram.ScramLoginModule required username="etl" password="pw";'
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from offset_ledger.errors import ConfigError
-from offset_ledger.kafka import KafkaAdapter, client_configs
+from offset_ledger.kafka.adapter import KafkaAdapter, client_configs
 
 
 def test_spark_style_security_options_are_translated() -> None:

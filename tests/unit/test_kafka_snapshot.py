@@ -7,8 +7,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from offset_ledger.kafka_snapshot import EARLIEST, SnapshotError, snapshot
-from offset_ledger.model import TopicPartition, Watermarks
+from offset_ledger.kafka.snapshot import EARLIEST, SnapshotError, snapshot
+from offset_ledger.rules.model import TopicPartition, Watermarks
 
 TOPIC_ID = "6f1d7a4e-0c5b-4a57-9d0e-2a1f3c4b5d6e"
 

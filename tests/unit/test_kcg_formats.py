@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from offset_ledger.errors import InvalidInput, InvalidOffset
-from offset_ledger.kcg import export_csv, parse_duration, parse_offsets_csv
-from offset_ledger.model import TopicPartition
-from offset_ledger.resets import PartitionReset
+from offset_ledger.rules.kcg import export_csv, parse_duration, parse_offsets_csv
+from offset_ledger.rules.model import TopicPartition
+from offset_ledger.rules.resets import PartitionReset
 
 
 def test_kcg_exports_are_read_quoted_or_not_with_an_optional_header() -> None:

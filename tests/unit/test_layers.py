@@ -94,9 +94,9 @@ def test_the_package_keeps_its_layers() -> None:
 
 
 def test_the_contract_can_fail() -> None:
-    bad = [("offset_ledger.resolver", "from sqlalchemy import select\n"),
-           ("offset_ledger.stateful", "from offset_ledger.ledger import queries\n"),
-           ("offset_ledger.ledger.queries", "from offset_ledger.cli import main\n"),
-           ("offset_ledger.writer", "from offset_ledger import restart\n"),
-           ("offset_ledger.status", "import kafka.admin\n")]
+    bad = [("offset_ledger.rules.resolver", "from sqlalchemy import select\n"),
+           ("offset_ledger.rules.stateful", "from offset_ledger.ledger import queries\n"),
+           ("offset_ledger.ledger.queries", "from offset_ledger.cli.main import main\n"),
+           ("offset_ledger.capture.writer", "from offset_ledger import restart\n"),
+           ("offset_ledger.rules.status", "import kafka.admin\n")]
     assert {v.split()[0] for v in violations(bad)} == {name for name, _ in bad}

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offset_ledger.authority import GenerationRef, match_generation, same_location
-from offset_ledger.locations import Location, normalize_location, parse_location, same_place
-from offset_ledger.locations import same_root
+from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
+from offset_ledger.rules.locations import Location, normalize_location, parse_location, same_place
+from offset_ledger.rules.locations import same_root
 
 
 @pytest.mark.parametrize("text, normal", [

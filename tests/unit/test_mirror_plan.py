@@ -1,11 +1,11 @@
-"""The mirror's commit decisions from literals (offset_ledger.mirror.plan_commits)."""
+"""The mirror's commit decisions from literals (offset_ledger.kafka.mirror.plan_commits)."""
 
 from __future__ import annotations
 
 import json
 
-from offset_ledger.mirror import LedgerPosition, epoch_of, metadata, plan_commits
-from offset_ledger.model import TopicPartition
+from offset_ledger.kafka.mirror import LedgerPosition, epoch_of, metadata, plan_commits
+from offset_ledger.rules.model import TopicPartition
 
 A0, A1, A2, A3 = (TopicPartition("a", p) for p in range(4))
 

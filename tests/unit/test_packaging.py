@@ -18,7 +18,7 @@ def _python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 
 
 def test_listener_restart_and_cli_import_no_web_stack(tmp_path: Path) -> None:
-    code = ("import sys\nimport offset_ledger.listener, offset_ledger.restart, offset_ledger.cli\n"
+    code = ("import sys\nimport offset_ledger.capture.listener, offset_ledger.operate.restart, offset_ledger.cli.main\n"
             f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({SERVER!r})))\n")
     out = _python(code, dict(os.environ, OFFSET_LEDGER_HOME=str(tmp_path)))
     assert out.returncode == 0, out.stderr
@@ -29,7 +29,7 @@ def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> 
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\nfor m in ('uvicorn', 'fastapi', 'starlette', 'jinja2'):\n    sys.modules[m] = None\n")
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OFFSET_LEDGER_HOME=str(tmp_path / "home"))
-    out = _python("from offset_ledger.cli import main; main(['serve'])", env)
+    out = _python("from offset_ledger.cli.main import main; main(['serve'])", env)
     assert out.returncode == 2
     assert out.stderr.strip().endswith("pip install 'offset-ledger[server]'") and out.stderr.count("\n") == 1
 

@@ -10,8 +10,8 @@ import pytest
 
 from offset_ledger.errors import InvalidRestartOptions
 from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
-from offset_ledger.policies import check_policies, effective, merged
-from offset_ledger.restart import restart_with
+from offset_ledger.rules.policies import check_policies, effective, merged
+from offset_ledger.operate.restart import restart_with
 from tests.unit.test_ground_truth_property import TOPIC, World, _first_run, world  # noqa: F401 - fixture
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -47,7 +47,7 @@ def test_a_restart_with_stored_policies_and_no_arguments_is_the_explicit_call(tm
     """Retention took records the pipeline never read: the stored on_data_loss decides, as the argument would."""
     engine, cluster, recorder = world
     _first_run(world, tmp_path, {0: 10, 1: 10})
-    from offset_ledger.model import TopicPartition, Watermarks
+    from offset_ledger.rules.model import TopicPartition, Watermarks
 
     real_snapshot = cluster.snapshot
 
@@ -113,7 +113,7 @@ def test_slide_without_any_window_is_refused(tmp_path: Path, world: World) -> No
 def test_the_policy_commands_set_show_and_audit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from offset_ledger.cli import main
+    from offset_ledger.cli.main import main
 
     dsn = f"sqlite:///{tmp_path / 'ledger.db'}"
 

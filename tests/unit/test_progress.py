@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from offset_ledger.progress import (
+from offset_ledger.rules.progress import (
     ProgressParseError,
     is_kafka_source,
     is_no_data,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from offset_ledger.adopt import LocalFiles
-from offset_ledger.checkpoint import committed_batch_ids, read_checkpoint, read_committed_batches
-from offset_ledger.reconcile import CHECKPOINT_SOURCE, batch_records, checkpoint_run_id
+from offset_ledger.operate.adopt import LocalFiles
+from offset_ledger.rules.checkpoint import committed_batch_ids, read_checkpoint, read_committed_batches
+from offset_ledger.capture.reconcile import CHECKPOINT_SOURCE, batch_records, checkpoint_run_id
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoints"
 CASES = sorted(p for p in FIXTURES.glob("spark-*/kafka-one"))
@@ -58,7 +58,7 @@ def test_serve_watchers_record_a_checkpoint_and_stop(tmp_path: Path) -> None:
 
     from sqlalchemy import text
 
-    from offset_ledger.cli_watch import parse_watch_specs, start_watchers
+    from offset_ledger.cli.watch import parse_watch_specs, start_watchers
     from offset_ledger.errors import ConfigError
     from offset_ledger.ledger.engine import make_engine
 

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Engine
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, resets, runs
-from offset_ledger.model import BatchOffsets, PartitionRange, SourceProgress
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 

@@ -13,8 +13,8 @@ from sqlalchemy import insert
 from offset_ledger.errors import InvalidInput, ReplayNotExact, UnknownBatch, UnknownPipeline
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, runs
-from offset_ledger.model import TopicPartition, Watermarks
-from offset_ledger.replay import RecordedRange, compute_range, recover_starts, replay_for
+from offset_ledger.rules.model import TopicPartition, Watermarks
+from offset_ledger.operate.replay import RecordedRange, compute_range, recover_starts, replay_for
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 
@@ -276,7 +276,7 @@ def test_aware_bounds_in_any_zone_select_the_same_batches(engine, zone) -> None:
 
 def test_the_cli_refuses_an_inexact_replay_in_one_line(gaps, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                        capsys: pytest.CaptureFixture[str]) -> None:
-    from offset_ledger.cli import main
+    from offset_ledger.cli.main import main
 
     dsn = str(gaps.url)
     with pytest.raises(SystemExit) as done:
@@ -292,7 +292,7 @@ def test_the_api_refuses_an_inexact_replay_with_a_400_naming_the_partition(gaps)
     from fastapi.testclient import TestClient
 
     from offset_ledger.api import create_app
-    from offset_ledger.operations import Operations
+    from offset_ledger.operate.operations import Operations
 
     client = TestClient(create_app(operations=Operations(gaps), api_token=""), raise_server_exceptions=False,
                         base_url="http://localhost")

@@ -7,8 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from offset_ledger.errors import InvalidInput, InvalidOffset, OffsetOutOfRange, UnknownPartition, UnknownTopic
-from offset_ledger.model import Position, TopicPartition, Watermarks
-from offset_ledger.resets import ResetRequest, parse_offsets_body, plan_reset, validate_offset
+from offset_ledger.rules.model import Position, TopicPartition, Watermarks
+from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, plan_reset, validate_offset
 
 TP0, TP1, TP2 = TopicPartition("orders", 0), TopicPartition("orders", 1), TopicPartition("orders", 2)
 MARKS = {TP0: Watermarks(100, 1000), TP1: Watermarks(0, 500), TP2: Watermarks(0, 0),

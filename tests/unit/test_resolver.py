@@ -17,8 +17,8 @@ from offset_ledger.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from offset_ledger.model import EARLIEST, LATEST, Position, TopicPartition, Watermarks
-from offset_ledger.resolver import (
+from offset_ledger.rules.model import EARLIEST, LATEST, Position, TopicPartition, Watermarks
+from offset_ledger.rules.resolver import (
     FirstRunOffsets,
     FirstRunTimestamp,
     is_first_run,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from offset_ledger.errors import InvalidInput
-from offset_ledger.spool import Event, claim, ledger_id, spool_ledger
+from offset_ledger.capture.spool import Event, claim, ledger_id, spool_ledger
 from tests.unit.test_writer import FakeStore, ev, progress, writer
 
 PG = "postgresql+psycopg2://etl:s3cret-pw@db.example.com:5432/ledger"
@@ -174,7 +174,7 @@ class _Broken:
 
 
 def test_a_callback_that_cannot_read_its_event_leaves_a_dead_letter(tmp_path: Path) -> None:
-    from offset_ledger.listener import OffsetLedgerListener
+    from offset_ledger.capture.listener import OffsetLedgerListener
 
     store = FakeStore()
     listener = OffsetLedgerListener(dsn=PG, pipeline="orders", spool_dir=tmp_path / "spool",

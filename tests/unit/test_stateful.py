@@ -7,8 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from offset_ledger.errors import InvalidRestartOptions, StatefulRestartRefused
-from offset_ledger.model import EARLIEST, TopicPartition
-from offset_ledger.stateful import (
+from offset_ledger.rules.model import EARLIEST, TopicPartition
+from offset_ledger.rules.stateful import (
     BatchFigures,
     WindowSpec,
     derive_delay_ms,
@@ -154,7 +154,7 @@ def test_no_watermark_recorded_is_none_and_an_underivable_delay_is_refused() -> 
 ])
 def test_cli_bad_window_options_exit_2_before_connecting(argv: list[str], fragment: str,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    from offset_ledger.cli import main
+    from offset_ledger.cli.main import main
 
     with pytest.raises(SystemExit) as info:
         main([*argv, "--dsn", "postgresql+psycopg2://nobody@127.0.0.1:1/none", "--bootstrap-servers", "127.0.0.1:1"])

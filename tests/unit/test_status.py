@@ -1,8 +1,8 @@
-"""The pipeline status rule from literals (offset_ledger.status)."""
+"""The pipeline status rule from literals (offset_ledger.rules.status)."""
 
 from __future__ import annotations
 
-from offset_ledger.status import PartitionWindow, overall_status, partition_status
+from offset_ledger.rules.status import PartitionWindow, overall_status, partition_status
 
 
 def w(**kw) -> PartitionWindow:  # type: ignore[no-untyped-def]

@@ -5,8 +5,6 @@ from __future__ import annotations
 import pytest
 
 from offset_ledger import devstack
-
-
 @pytest.mark.parametrize("pyspark, expected", [
     ("3.5.7", ("spark-sql-kafka-0-10_2.12", "3.5.7")),
     ("3.5.0", ("spark-sql-kafka-0-10_2.12", "3.5.0")),
@@ -64,7 +62,7 @@ def test_the_fast_listener_bridge_needs_a_jvm() -> None:
     import subprocess
     import sys
 
-    code = "from offset_ledger.listener import _fast_bridge_wrapper; print(_fast_bridge_wrapper())"
+    code = "from offset_ledger.capture.listener import _fast_bridge_wrapper; print(_fast_bridge_wrapper())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
@@ -77,7 +75,6 @@ def test_the_listener_refuses_to_be_pickled_with_a_clear_message(tmp_path) -> No
     from pyspark import cloudpickle
 
     from offset_ledger import OffsetLedgerListener
-
     listener = OffsetLedgerListener(dsn=f"sqlite:///{tmp_path / 'l.db'}", pipeline="p", spool_dir=tmp_path / "spool")
     try:
         for dumps in (pickle.dumps, cloudpickle.dumps):

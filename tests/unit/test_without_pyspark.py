@@ -41,7 +41,7 @@ def test_package_resolver_and_api_import_without_pyspark(no_pyspark_env: dict[st
         "import offset_ledger\n"
         "from offset_ledger import RestartPlan, start_from_ledger\n"
         "from offset_ledger.api.app import create_app\n"
-        "import offset_ledger.cli, offset_ledger.operations, offset_ledger.resolver\n"
+        "import offset_ledger.cli.main, offset_ledger.operate.operations, offset_ledger.rules.resolver\n"
         "assert callable(start_from_ledger) and callable(create_app)\n"
         "print(sorted(offset_ledger.__all__))\n"
     )
@@ -53,7 +53,7 @@ def test_package_resolver_and_api_import_without_pyspark(no_pyspark_env: dict[st
 @pytest.mark.parametrize("argv", [["--help"], ["resolve", "--help"], ["serve", "--help"]])
 def test_cli_help_without_pyspark(no_pyspark_env: dict[str, str], argv: list[str]) -> None:
     script = Path(sys.executable).with_name("offset-ledger")
-    cmd = [str(script)] if script.exists() else [sys.executable, "-c", "from offset_ledger.cli import main; main()"]
+    cmd = [str(script)] if script.exists() else [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
     out = subprocess.run([*cmd, *argv], capture_output=True, text=True, env=no_pyspark_env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "Usage" in out.stdout and "Traceback" not in out.stderr

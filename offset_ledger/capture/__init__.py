@@ -1,0 +1,1 @@
+"""Capture: what records committed batches (the Spark listener, its durable writer and spool, the checkpoint reconciler and watcher). Writes the ledger; never imports the operator verbs (``offset_ledger.operate``)."""

@@ -1,0 +1,120 @@
+"""What a listener event becomes in the ledger: the pipeline it belongs to, and its records."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from offset_ledger.ledger.recorder import BatchRecord, Record, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.rules.progress import (
+    ProgressParseError,
+    is_no_data,
+    parse_idle,
+    parse_progress,
+    parse_started,
+    parse_terminated,
+)
+from offset_ledger.capture.spool import Event
+
+log = logging.getLogger(__name__)
+
+STARTED, PROGRESS, IDLE, TERMINATED = "started", "progress", "idle", "terminated"
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc)
+
+
+class EventConverter:
+    """Turns events into ledger records; remembers each query's pipeline (idle/terminated carry no name)."""
+
+    def __init__(self, on_query_seen: Callable[[str], str | None] | None,
+                 pipeline_of: Callable[[str], str | None] | None,
+                 count_failure: Callable[[str], None]) -> None:
+        self._on_query_seen = on_query_seen
+        self._pipeline_of = pipeline_of
+        self._count_failure = count_failure
+        self._query_pipeline: dict[str, tuple[str, str, str | None]] = {}
+        self._warned_unnamed: set[str] = set()
+
+    def convert(self, event: Event) -> tuple[list[Record], tuple[str, str, int | None] | None]:
+        """One event -> ledger records (none for unnamed queries) and what it settles."""
+        if event.kind == STARTED:
+            started = parse_started(event.payload)
+            checkpoint = self._first_sight(started.query_id, started=True)
+            target = self._pipeline_for(event, started.query_id, started.query_name)
+            mark: tuple[str, str, int | None] = (STARTED, started.query_id, None)
+            if target is None:
+                return [], mark
+            pipeline, group, app_version = target
+            return [RunStart(pipeline, group, started.query_id, started.run_id, started.query_name,
+                             started.started_at, app_version=app_version, checkpoint_location=checkpoint)], mark
+        if event.kind == PROGRESS:
+            batch = parse_progress(event.payload)
+            self._first_sight(batch.query_id)
+            target = self._pipeline_for(event, batch.query_id, batch.query_name)
+            mark = (PROGRESS, batch.query_id, batch.batch_id)
+            if target is None:
+                return [], mark
+            pipeline, group, _ = target
+            if is_no_data(batch):
+                return [RunHeartbeat(pipeline, group, batch.query_id, batch.run_id, batch.batch_time)], mark
+            return [BatchRecord(pipeline, group, batch)], mark
+        if event.kind == IDLE:
+            idle = parse_idle(event.payload)
+            self._first_sight(idle.query_id)
+            target = self._pipeline_for(event, idle.query_id, None)
+            mark = (IDLE, idle.query_id, None)
+            if target is None:
+                return [], mark
+            return [RunHeartbeat(target[0], target[1], idle.query_id, idle.run_id, idle.at)], mark
+        if event.kind == TERMINATED:
+            ended = parse_terminated(event.payload)
+            target = self._pipeline_for(event, ended.query_id, None)
+            mark = (TERMINATED, ended.query_id, None)
+            if target is None:
+                return [], mark
+            return [RunEnd(target[0], target[1], ended.query_id, ended.run_id, _utc(event.received_at),
+                           ended.exception)], mark
+        raise ProgressParseError(f"unknown event kind {event.kind!r}")
+
+    def _first_sight(self, query_id: str, *, started: bool = False) -> str | None:
+        """Tell the listener about a query (each run's start, else its first event): the checkpoint."""
+        if self._on_query_seen is None:
+            return None
+        if not started and (query_id in self._query_pipeline or query_id in self._warned_unnamed):
+            return None
+        try:
+            return self._on_query_seen(query_id)
+        except Exception:  # noqa: BLE001 - only an optimisation for flush() and a detail of the run
+            log.debug("on_query_seen failed", exc_info=True)
+            return None
+
+    def _pipeline_for(self, event: Event, query_id: str, name: str | None) -> tuple[str, str, str | None] | None:
+        """(pipeline, consumer group, app version) of a query; idle/terminated events carry no name."""
+        if event.pipeline or name:
+            pipeline = event.pipeline or self._mapped(name) or name
+            assert pipeline is not None
+            target = (pipeline, event.consumer_group or pipeline, event.app_version)
+        elif query_id in self._query_pipeline:
+            target = self._query_pipeline[query_id]
+        else:
+            if query_id not in self._warned_unnamed:
+                self._warned_unnamed.add(query_id)
+                log.warning("offset-ledger: query %s has no name and the listener no pipeline; "
+                            "its offsets are not recorded (set queryName or pipeline=)", query_id)
+            return None
+        self._query_pipeline[query_id] = target
+        return target
+
+    def _mapped(self, name: str | None) -> str | None:
+        """The pipeline ``pipeline=`` maps a query name to (None: use the name itself)."""
+        if self._pipeline_of is None or name is None:
+            return None
+        try:
+            mapped = self._pipeline_of(name)
+        except Exception as exc:  # noqa: BLE001 - a user's mapping must not stop recording
+            self._count_failure(f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name")
+            return None
+        return str(mapped) if mapped else None

@@ -1,0 +1,282 @@
+"""Ground truth: bring the ledger up to what a checkpoint says Spark committed.
+
+The listener is the fast path, not the truth: Spark's listener bus drops events when its queue is
+full, a killed driver loses what it had queued, and a job may run without the listener at all. A
+checkpoint's ``offsets/<n>`` + ``commits/<n>`` say what Spark really committed. ``reconcile``
+reads them (``offset_ledger.rules.checkpoint`` parses; local paths directly, remote URIs through
+fsspec), and records every committed batch the ledger lacks through the ordinary ``Recorder`` (same
+authority rules, same tables), marked ``batches.source = 'checkpoint'``. A restart reconciles the
+current generation before planning (so a fresh generation is never planned behind the old
+checkpoint), and ``offset-ledger watch`` runs the same pass in a loop for jobs that cannot carry a
+Python listener. A batch the listener also delivers is recorded once: batches are keyed by (query
+id, batch id).
+
+Backfilled batches have what the checkpoint has: offsets and the batch time. Spark writes no row
+counts or event-time figures there, so ``input_rows`` is the number of offsets read and the
+watermark columns stay empty.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
+from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunStart
+from offset_ledger.ledger.tables import batches, findings, runs
+from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
+
+log = logging.getLogger(__name__)
+
+#: ``batches.source`` of a batch read back from a checkpoint's commit log.
+CHECKPOINT_SOURCE = "checkpoint"
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What one pass over a checkpoint found and recorded."""
+
+    location: str
+    query_id: str | None
+    readable: bool
+    checkpoint_batch_id: int | None = None  # the last batch the checkpoint committed
+    ledger_batch_id: int | None = None      # the last batch the ledger had of that query before
+    backfilled: tuple[int, ...] = ()
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def behind(self) -> bool:
+        """The ledger lacked committed batches (now backfilled)."""
+        return bool(self.backfilled)
+
+
+def checkpoint_run_id(query_id: str) -> str:
+    """The run id under which batches read back from a query's checkpoint are recorded."""
+    return f"checkpoint:{query_id}"
+
+
+def _ranges(starts: Sequence[Any] | None, ends: Sequence[Any]) -> list[SourceProgress]:
+    """Per Kafka source: ``[start, end)`` per partition (start None where the checkpoint lacks it)."""
+    by_index = {s.index: s for s in starts or () if s.kind == "kafka"}
+    out = []
+    for end in ends:
+        if end.kind != "kafka":
+            continue
+        begin = by_index.get(end.index)
+        ranges = tuple(
+            PartitionRange(topic, partition, (begin.kafka or {}).get(topic, {}).get(partition) if begin else None,
+                           until_offset)
+            for topic, parts in sorted(end.kafka.items()) for partition, until_offset in sorted(parts.items()))
+        rows = sum(r.until_offset - r.from_offset for r in ranges if r.from_offset is not None)
+        out.append(SourceProgress(end.index, f"checkpoint source {end.index}", ranges, max(rows, 0)))
+    return out
+
+
+def batch_records(pipeline: str, consumer_group: str, query_id: str, committed: Sequence[CommittedBatch],
+                  *, fallback_time: datetime) -> list[BatchRecord]:
+    """The ledger records of batches read back from a checkpoint (pure)."""
+    out = []
+    for b in committed:
+        sources = tuple(_ranges(b.starts, b.ends))
+        if not sources:
+            continue
+        at = (datetime.fromtimestamp(b.timestamp_ms / 1000, tz=timezone.utc)
+              if b.timestamp_ms is not None else fallback_time)
+        out.append(BatchRecord(pipeline, consumer_group, BatchOffsets(
+            query_id, checkpoint_run_id(query_id), None, b.batch_id, at, sum(s.input_rows for s in sources),
+            sources, recorded_by=CHECKPOINT_SOURCE)))
+    return out
+
+
+def _open(location: str, storage_options: Any) -> CheckpointFiles:
+    from offset_ledger.operate.adopt import checkpoint_files
+
+    return checkpoint_files(location, storage_options)
+
+
+def reconcile(
+    engine: Engine, location: str, *, pipeline: str, consumer_group: str, expected_query_id: str | None = None,
+    files: CheckpointFiles | None = None, storage_options: Any = None, end_run: bool = True,
+    store_findings: bool = True, recorder: Recorder | None = None, now: datetime | None = None,
+    baseline: Callable[[], Mapping[tuple[str, int], int]] | None = None,
+) -> Reconciliation:
+    """Record every batch ``location`` committed that the ledger lacks; the findings say what was done.
+
+    ``expected_query_id``: the query the ledger knows on this checkpoint (a generation's); a
+    checkpoint of another query (the directory was replaced) is reported, never recorded. An
+    unreadable checkpoint is a ``checkpoint_unreadable`` finding, never an exception: the caller
+    plans from the ledger and says so. ``end_run`` closes the synthetic run (a restart's pass: the
+    job is stopped); a watcher keeps it open while the job runs. ``baseline``: the positions the
+    generation on this checkpoint started from (asked only when batches are missing); batches that
+    end at or before them are the checkpoint's history before the ledger adopted it, not batches the
+    listener missed, and are left out.
+    """
+    at = now or datetime.now(timezone.utc)
+    try:
+        with engine.connect() as conn:
+            recorded_on_location = conn.execute(
+                select(runs.c.run_id).where(runs.c.pipeline == pipeline, runs.c.consumer_group == consumer_group,
+                                            runs.c.query_id == expected_query_id).limit(1)
+            ).first() is not None if expected_query_id else False
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading runs") from exc
+    try:
+        reader = files if files is not None else _open(location, storage_options)
+        query_id, _ = read_committed_batches(location, reader, only=())
+        available = committed_batch_ids(reader)
+    except (CheckpointFormatError, ConfigError, OSError) as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        if isinstance(exc, CheckpointFormatError) and "no such directory" in message and not recorded_on_location:
+            return Reconciliation(location, None, True)  # handed out, never started
+        return _unreadable(engine, location, pipeline, consumer_group, message, store_findings, at)
+    if query_id is None:
+        return Reconciliation(location, None, True)
+    if expected_query_id is not None and query_id != expected_query_id:
+        finding = Finding(
+            "checkpoint_foreign",
+            f"checkpoint {location} now belongs to query {query_id}, not to query {expected_query_id} that ran "
+            f"on it; its batches are not recorded (was the directory replaced or copied over?)",
+            details={"checkpoint_location": location, "query_id": query_id, "expected_query_id": expected_query_id})
+        if store_findings:
+            _store(engine, pipeline, consumer_group, [finding], at)
+        return Reconciliation(location, query_id, True, findings=(finding,))
+    try:
+        with engine.connect() as conn:
+            first_recorded, last_recorded = conn.execute(
+                select(func.min(batches.c.batch_id), func.max(batches.c.batch_id))
+                .where(batches.c.query_id == query_id)).one()
+            # Only the ids the checkpoint still holds matter (a long-running query has many more).
+            recorded = set(conn.execute(select(batches.c.batch_id).where(
+                batches.c.query_id == query_id, batches.c.batch_id >= (available[0] if available else 0))).scalars())
+            run_known = conn.execute(select(runs.c.run_id).where(runs.c.run_id == checkpoint_run_id(query_id))
+                                     ).first() is not None
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading batch history") from exc
+    last_committed = available[-1] if available else None
+    # Below the oldest batch the ledger still has, a missing one was pruned (prune keeps each
+    # partition's newest batch), not missed: only holes above it and the tail are backfilled.
+    lacking = [b for b in available if b not in recorded and (first_recorded is None or b > first_recorded)]
+    if not lacking:
+        return Reconciliation(location, query_id, True, last_committed, last_recorded)
+    try:
+        _, missing = read_committed_batches(location, reader, only=set(lacking))
+    except (CheckpointFormatError, ConfigError, OSError) as exc:
+        return _unreadable(engine, location, pipeline, consumer_group, getattr(exc, "message", None) or str(exc),
+                           store_findings, at)
+    start = baseline() if baseline is not None and missing else None
+    if start:
+        missing = [b for b in missing if not _before(b, start)]
+        if not missing:
+            return Reconciliation(location, query_id, True, last_committed, last_recorded)
+    records = batch_records(pipeline, consumer_group, query_id, missing, fallback_time=at)
+    head: list[Any] = []
+    if not run_known:
+        head.append(RunStart(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), None,
+                             records[0].batch.batch_time if records else at, checkpoint_location=location))
+    tail: list[Any] = []
+    if end_run:
+        tail.append(RunEnd(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), at))
+    own = recorder is None
+    writer = recorder or Recorder(engine)
+    try:
+        writer.record([*head, *records, *tail], now=at)
+    finally:
+        if own:
+            writer.close()
+    ids = tuple(r.batch.batch_id for r in records)
+    earliest = available[0]
+    purged = (last_recorded is not None and earliest > last_recorded + 1)
+    text = (f"the ledger lacked {len(ids)} batch(es) that checkpoint {location} committed "
+            f"({_span(ids)}; last recorded {'none' if last_recorded is None else last_recorded}, last committed "
+            f"{last_committed}): recorded from the checkpoint's commit log")
+    if purged:
+        text += (f"; batches {last_recorded + 1}-{earliest - 1} are no longer in the checkpoint (Spark keeps the "
+                 f"last ~100) and stay missing from history")
+    finding = Finding("backfilled", text, details={
+        "checkpoint_location": location, "query_id": query_id, "batch_ids": list(ids),
+        "last_recorded_batch_id": last_recorded, "last_committed_batch_id": last_committed,
+        "purged_from_checkpoint": [last_recorded + 1, earliest - 1] if purged else None})
+    if store_findings:
+        _store(engine, pipeline, consumer_group, [finding], at)
+        log.warning("offset-ledger: %s", text)
+    else:
+        log.info("offset-ledger watch: recorded %s of %s from %s", _span(ids), pipeline, location)
+    return Reconciliation(location, query_id, True, last_committed, last_recorded, ids, (finding,))
+
+
+def _before(batch: CommittedBatch, start: Mapping[tuple[str, int], int]) -> bool:
+    """Whether every partition the batch read ended at or before where the generation started."""
+    ends = [((topic, partition), until) for s in batch.ends if s.kind == "kafka" and s.kafka
+            for topic, parts in s.kafka.items() for partition, until in parts.items()]
+    return bool(ends) and all(key in start and until <= start[key] for key, until in ends)
+
+
+def _span(ids: Sequence[int]) -> str:
+    if len(ids) == 1:
+        return f"batch {ids[0]}"
+    contiguous = list(ids) == list(range(ids[0], ids[-1] + 1))
+    return f"batches {ids[0]}-{ids[-1]}" if contiguous else "batches " + ", ".join(map(str, ids))
+
+
+def _unreadable(engine: Engine, location: str, pipeline: str, group: str, why: str, store: bool,
+                at: datetime) -> Reconciliation:
+    finding = Finding(
+        "checkpoint_unreadable",
+        f"checkpoint {location} could not be read ({why}); the plan trusts the ledger, which may lack batches "
+        f"the listener never delivered",
+        details={"checkpoint_location": location, "error": why})
+    if store:
+        _store(engine, pipeline, group, [finding], at)
+    log.warning("offset-ledger: %s", finding.message)
+    return Reconciliation(location, None, False, findings=(finding,))
+
+
+def _store(engine: Engine, pipeline: str, group: str, found: Sequence[Finding], at: datetime) -> None:
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(findings), [{
+                "pipeline": pipeline, "consumer_group": group, "kind": f.kind, "topic": f.topic,
+                "partition": f.partition, "message": f.message, "details": dict(f.details), "created_at": at}
+                for f in found])
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "recording findings") from exc
+
+
+def watch(
+    engine: Engine, location: str, *, pipeline: str, consumer_group: str, interval_s: float = 5.0,
+    stop: threading.Event | None = None, once: bool = False, storage_options: Any = None,
+    on_pass: Callable[[Reconciliation], None] | None = None,
+) -> Reconciliation:
+    """Record a pipeline's batches from its checkpoint's commit log, every ``interval_s`` until ``stop``.
+
+    Transient ledger errors are logged and retried on the next pass; the last pass is returned.
+    """
+    stop = stop or threading.Event()
+    recorder = Recorder(engine)
+    last = Reconciliation(location, None, False)
+    try:
+        while True:
+            try:
+                last = reconcile(engine, location, pipeline=pipeline, consumer_group=consumer_group,
+                                 storage_options=storage_options, end_run=False, store_findings=False,
+                                 recorder=recorder)
+                if on_pass is not None:
+                    on_pass(last)
+            except LedgerError as exc:
+                if once or not exc.retriable:
+                    raise
+                log.warning("offset-ledger watch: %s; retrying in %.0f s", exc.message, interval_s)
+            if once or stop.wait(interval_s):
+                return last
+    finally:
+        recorder.close()

@@ -1,0 +1,88 @@
+"""``offset-ledger findings`` and ``offset-ledger resets``: what happened, from the command line."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from offset_ledger.cli.support import (
+    DsnOption,
+    FormatOption,
+    GroupOption,
+    check_format,
+    emit,
+    more_signal,
+    operations,
+)
+
+
+def findings_cmd(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
+    kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND",
+                                       help="Only this kind (gap, regression, data_loss, foreign_run, ...)."),
+    since: Optional[str] = typer.Option(None, "--since", metavar="TIME",
+                                        help="Seen at or after TIME (ISO 8601 or epoch ms)."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help="Findings per page (1-1000)."),
+    before: Optional[int] = typer.Option(None, "--before", metavar="ID", help="Page: findings older than ID."),
+    every: bool = typer.Option(False, "--all", help="Every finding, page after page (ignores --limit)."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """Findings of a pipeline, newest first: gaps, regressions, data loss, foreign runs, resets consumed.
+
+    A cut-short answer says so in every format ("more: --before ID" on stderr).
+    """
+    from offset_ledger.operate.audit import MAX_PAGE, list_findings
+    from offset_ledger.operate.operations import parse_timestamp
+
+    fmt = check_format(fmt)
+    start = parse_timestamp(since) if since is not None else None
+    ops = operations(dsn)
+    rows: list[dict] = []
+    try:
+        while True:
+            group, page, before = list_findings(ops, pipeline, consumer_group, kind=kind, since=start,
+                                                limit=MAX_PAGE if every else limit, before_id=before)
+            rows.extend(page)
+            if not every or before is None:
+                break
+    finally:
+        ops.close()
+    emit(rows, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
+                "actualOffset", "message"], fmt, {"consumerGroup": group, "findings": rows, "nextBefore": before})
+    if before is not None:
+        more_signal(f"--before {before} (or --all)")
+
+
+def resets_cmd(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help="Newest N resets (1-999)."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
+    from offset_ledger.errors import InvalidInput
+
+    fmt = check_format(fmt)
+    if not 1 <= limit <= 999:
+        raise InvalidInput(f"--limit must be between 1 and 999, not {limit}")
+    ops = operations(dsn)
+    try:
+        group, found = ops.resets(pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
+    finally:
+        ops.close()
+    more = len(found) > limit
+    found = found[:limit]
+    rows = [{**r, "partitions": len(r["partitions"]),
+             "changes": "; ".join(f"{p['topic']}:{p['partition']} {p['beforeNextOffset']}->{p['afterNextOffset']}"
+                                  for p in r["partitions"][:4]) + (" ..." if len(r["partitions"]) > 4 else "")}
+            for r in found]
+    emit(rows, ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
+                "changes"], fmt, {"consumerGroup": group, "resets": found})
+    if more:
+        more_signal(f"--limit {min(limit * 2, 999)} (older resets not shown)")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``findings`` and ``resets`` to the command line."""
+    app.command("findings")(findings_cmd)
+    app.command("resets")(resets_cmd)

@@ -1,0 +1,189 @@
+"""Commands over checkpoints and consumer groups: adopt a running job's checkpoint, replay batches, mirror positions into a Kafka consumer group."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from offset_ledger.cli.support import (
+    BootstrapOption,
+    CommandConfigOption,
+    DsnOption,
+    FormatOption,
+    GroupOption,
+    KafkaOptionOption,
+    TimeoutOption,
+    check_format,
+    emit,
+    kafka_client,
+    operations,
+)
+
+
+def mirror_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = GroupOption,
+    once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
+    follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
+    interval: float = typer.Option(5.0, "--interval", help="Seconds between syncs with --follow."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+) -> None:
+    """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members).
+
+    Examples:
+
+      offset-ledger mirror orders --command-config client.properties
+
+      offset-ledger mirror orders --follow --interval 30
+    """
+    import time as _time
+
+    from offset_ledger.errors import InvalidInput, KafkaError
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.kafka.mirror import sync_group
+    from offset_ledger.operate.operations import resolve_group
+
+    fmt = check_format(fmt)
+    if once and follow:
+        raise InvalidInput("choose one of --once and --follow")
+    if not 0.1 <= interval <= 86_400:
+        raise InvalidInput(f"--interval must be between 0.1 and 86400 seconds, not {interval}")
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    kafka.require()
+    engine = make_engine(dsn, create=False)
+    try:
+        with engine.connect() as conn:
+            group = resolve_group(conn, pipeline, consumer_group)
+        with kafka.adapter() as adapter:
+            while True:
+                try:
+                    result = sync_group(engine, adapter, pipeline, group)
+                except KafkaError as exc:
+                    if not follow or not exc.retriable:
+                        raise
+                    typer.echo(f"not synced yet: {exc.message}", err=True)
+                else:
+                    if not follow or result.committed:
+                        rows = [d.to_dict() for d in result.decisions]
+                        emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
+                              result.to_dict())
+                    if not follow:
+                        typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
+                        return
+                try:
+                    _time.sleep(interval)
+                except KeyboardInterrupt:
+                    typer.echo("stopped", err=True)
+                    return
+    except KeyboardInterrupt:
+        typer.echo("stopped", err=True)
+    finally:
+        engine.dispose()
+
+
+def import_checkpoint_cmd(
+    checkpoint: str = typer.Argument(..., help="The running query's checkpoint location (a path or s3a://, "
+                                               "abfss://, gs://, hdfs:// URI)."),
+    pipeline: str = typer.Option(..., "--pipeline", help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = typer.Option(None, "--consumer-group", help="Default: the pipeline name."),
+    app_version: Optional[str] = typer.Option(None, "--app-version", help="Application version running on it."),
+    source: Optional[str] = typer.Option(None, "--source", help="Kafka source index when the query has several, "
+                                                                "or 'all' (lowest offset per partition)."),
+    checkpoint_root: Optional[str] = typer.Option(None, "--checkpoint-root",
+                                                  help="Where later fresh generations go (default: the "
+                                                       "checkpoint's parent directory)."),
+    execute: bool = typer.Option(False, "--execute", help="Write to the ledger (default: dry run)."),
+    force: bool = typer.Option(False, "--force", help="Import although the group already has positions."),
+    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
+                                                    metavar="HOST:PORT[,...]",
+                                                    help="Also record the topics' Kafka ids (tells a re-created "
+                                                         "topic apart later)."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption,
+    dsn: Optional[str] = DsnOption,
+    fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json."),
+) -> None:
+    """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default)."""
+    import json as _json
+
+    from offset_ledger.operate.adopt import import_checkpoint
+    from offset_ledger.errors import InvalidInput
+
+    if fmt not in ("table", "json"):
+        raise InvalidInput(f"unknown --format {fmt!r}; use table or json")
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
+    result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
+                               app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
+                               checkpoint_root=checkpoint_root, bootstrap_servers=kafka.bootstrap_servers,
+                               kafka_options=kafka.options)
+    if fmt == "json":
+        typer.echo(_json.dumps(result.to_dict(), indent=2))
+    else:
+        batch = ("no committed batch: the initial offsets" if result.committed_batch_id is None
+                 else f"last committed batch {result.committed_batch_id}")
+        typer.echo(f"checkpoint {result.checkpoint_location} (query {result.query_id}): {batch}")
+        if result.planned_batch_ids:
+            typer.echo(f"  planned, not committed (Spark re-runs them; not positions): batch "
+                       f"{', '.join(map(str, result.planned_batch_ids))}")
+        for line in result.skipped:
+            typer.echo(f"  {line}")
+        typer.echo(f"positions of pipeline {result.pipeline!r}, consumer group {result.consumer_group!r}:")
+        rows = [{"topic": t, "partition": p, "next_offset": o}
+                for t, parts in result.positions.items() for p, o in parts.items()]
+        emit(rows, ["topic", "partition", "next_offset"], "table")
+    if result.executed:
+        typer.echo(f"imported as checkpoint generation {result.generation} at {result.checkpoint_location}: runs "
+                   "on it move these positions from now on", err=True)
+    else:
+        typer.echo("dry run: nothing written; add --execute to import", err=True)
+
+
+def replay_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
+                                                               "unless --query-id / --generation)."),
+    since: Optional[str] = typer.Option(None, "--since", "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),
+    until: Optional[str] = typer.Option(None, "--until", "--to", help="Batches before this time (exclusive)."),
+    query_id: Optional[str] = typer.Option(None, "--query-id", help="The query whose batch id --batch means."),
+    generation: Optional[int] = typer.Option(None, "--generation", help="The checkpoint generation whose query."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
+    bootstrap_servers: Optional[str] = BootstrapOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    fmt: str = typer.Option("options", "--format", "-f",
+                            help="options: {startingOffsets, endingOffsets, assign}; json: with batches and warnings."),
+) -> None:
+    """Print the Kafka range recorded batches read: options for spark.read.format("kafka") with assign."""
+    import json as _json
+
+    from offset_ledger.errors import InvalidInput
+    from offset_ledger.operate.operations import parse_timestamp
+    from offset_ledger.operate.replay import replay_for
+
+    if fmt not in ("options", "json"):
+        raise InvalidInput(f"unknown --format {fmt!r}; use options or json")
+    start = parse_timestamp(since) if since is not None else None
+    end = parse_timestamp(until) if until is not None else None
+    ops = operations(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
+    try:
+        result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch, since=start,
+                            until=end, query_id=query_id, generation=generation, consumer_group=consumer_group)
+    finally:
+        ops.close()
+    doc = result.to_dict()
+    if fmt == "json":
+        typer.echo(_json.dumps(doc, indent=2))
+    else:
+        typer.echo(_json.dumps({k: doc[k] for k in ("startingOffsets", "endingOffsets", "assign")}))
+    for warning in result.warnings:
+        typer.echo(f"warning: {warning}", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``mirror``, ``import-checkpoint``, ``replay`` to the command line."""
+    app.command("mirror")(mirror_cmd)
+    app.command("import-checkpoint")(import_checkpoint_cmd)
+    app.command("replay")(replay_cmd)

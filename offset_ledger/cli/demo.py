@@ -1,0 +1,615 @@
+"""The whole product in one command: ``python -m offset_ledger.cli.demo`` (``make demo``, ``scripts/demo``).
+
+It starts a real local stack in a temporary directory (Apache Kafka in KRaft mode; the ledger is
+the embedded SQLite default unless ``--postgres``), produces a steady stream, runs a real PySpark
+Structured Streaming pipeline with ``OffsetLedgerListener``, stops it, adds partitions and produces
+more, restarts it as "version 2" from the ledger on a fresh checkpoint with ``start_from_ledger``,
+proves that nothing was lost or read twice, and serves the REST API. Everything it started is
+stopped, by pid, on exit, on Ctrl-C and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+log = logging.getLogger(__name__)
+
+PIPELINE = "demo_orders"
+TOPIC = "demo_orders"
+_FIRST_PARTITIONS = 2
+_ALL_PARTITIONS = 4
+_MIN_V1_BATCHES = 3
+
+
+@dataclass
+class Options:
+    """Command-line choices."""
+
+    keep_serving: bool = False
+    postgres: bool = False
+    rate: int = 200          # records per second while version 1 runs
+    v1_seconds: float = 20.0
+    more_records: int = 2000  # produced after the partitions were added
+    serve_seconds: float = 3.0
+    workdir: Path | None = None
+
+
+@dataclass
+class Producer:
+    """A background producer writing unique values ``order-0000001, ...`` round-robin over partitions."""
+
+    bootstrap_servers: str
+    topic: str
+    rate: int
+    produced: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _client(self):  # type: ignore[no-untyped-def]
+        from kafka import KafkaProducer
+
+        return KafkaProducer(bootstrap_servers=self.bootstrap_servers, acks="all", linger_ms=5)
+
+    def _send(self, producer, count: int) -> None:  # type: ignore[no-untyped-def]
+        partitions = sorted(producer.partitions_for(self.topic) or [0])
+        for _ in range(count):
+            self.produced += 1
+            producer.send(self.topic, value=f"order-{self.produced:07d}".encode(),
+                          partition=partitions[self.produced % len(partitions)])
+
+    def start(self) -> None:
+        """Produce ``rate`` records per second until stop()."""
+        def run() -> None:
+            producer = self._client()
+            try:
+                while not self._stop.is_set():
+                    tick = time.monotonic()
+                    self._send(producer, max(1, self.rate // 10))
+                    producer.flush()
+                    self._stop.wait(max(0.0, 0.1 - (time.monotonic() - tick)))
+            finally:
+                producer.close()
+
+        self._thread = threading.Thread(target=run, name="demo-producer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def burst(self, count: int) -> None:
+        """Produce ``count`` records now over every current partition (fresh metadata)."""
+        producer = self._client()
+        try:
+            self._send(producer, count)
+            producer.flush()
+        finally:
+            producer.close()
+
+
+def _free_port(preferred: int) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+            return int(sock.getsockname()[1])
+
+
+class _Signals:
+    """Ctrl-C and SIGTERM unwind like KeyboardInterrupt so ``finally`` stops what the demo started.
+
+    While a child process is being launched (the broker, Spark's JVM) the interrupt is held back
+    until the launch returns: interrupted half-way, the child would run on with no one to stop it.
+    """
+
+    def __init__(self) -> None:
+        self._deferring = 0
+        self._pending: int | None = None
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self._deferring:
+            self._pending = signum
+            return
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        previous = {sig: signal.signal(sig, self._handle) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def hold(self) -> None:
+        """From now on signals are noted and dropped: cleanup is under way and must finish."""
+        self._deferring += 1
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        self._deferring += 1
+        try:
+            yield
+        finally:
+            self._deferring -= 1
+        if not self._deferring and self._pending is not None:
+            signum, self._pending = self._pending, None
+            raise KeyboardInterrupt(f"signal {signum}")
+
+
+class Demo:
+    """One run of the demo; ``cleanup`` holds what to undo, newest first."""
+
+    def __init__(self, options: Options, console: Console, signals: _Signals | None = None) -> None:
+        self.o = options
+        self.signals = signals or _Signals()
+        self.console = console
+        self.cleanup: list[tuple[str, Callable[[], None]]] = []
+        self.root = Path(options.workdir or tempfile.mkdtemp(prefix="offset-ledger-demo-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.dsn = ""
+        self.bootstrap = ""
+        self.spark: Any = None
+
+    # ------------------------------------------------------------------ helpers
+
+    def say(self, text: str) -> None:
+        self.console.print(text)
+
+    def step(self, title: str) -> None:
+        self.console.rule(f"[bold cyan]{title}")
+
+    def on_exit(self, what: str, fn: Callable[[], None]) -> None:
+        self.cleanup.append((what, fn))
+
+    def close(self) -> None:
+        self.signals.hold()
+        for what, fn in reversed(self.cleanup):
+            try:
+                self.console.print(f"[dim]cleanup: {what}")
+                fn()
+            except BaseException as exc:  # noqa: BLE001 - keep cleaning up whatever happens
+                self.console.print(f"[yellow]cleanup of {what} failed: {exc}")
+        self.cleanup.clear()
+
+    # ------------------------------------------------------------------ steps
+
+    def start_stack(self) -> None:
+        from offset_ledger import devstack
+        self.step("1. Local stack")
+        stack_root = self.root / "stack"
+        self.on_exit(f"local stack in {stack_root}", lambda: devstack.down(stack_root))
+        with self.signals.deferred(), self.console.status("starting Apache Kafka (KRaft)"
+                                 + (" and PostgreSQL" if self.o.postgres else "") + " ..."):
+            info = devstack.up(stack_root, with_postgres=self.o.postgres)
+        self.bootstrap = info.bootstrap_servers
+        self.spark_jars = info.spark_jars
+        if self.o.postgres:
+            self.dsn = info.postgres_dsn
+            ledger = f"PostgreSQL (pid {info.postgres_pid}) {self.dsn}"
+        else:
+            self.dsn = f"sqlite:///{self.root / 'ledger.db'}"
+            ledger = f"the embedded default, a SQLite file: {self.root / 'ledger.db'} (--postgres for PostgreSQL)"
+        table = Table(show_header=False, box=None)
+        table.add_row("Kafka", f"Apache Kafka {devstack.KAFKA_VERSION}, KRaft, pid {info.kafka_pid}, {self.bootstrap}")
+        table.add_row("Ledger", ledger)
+        table.add_row("Work dir", str(self.root))
+        self.console.print(table)
+
+    def create_topic(self) -> None:
+        from kafka import KafkaAdminClient
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+        self.on_exit("Kafka admin client", admin.close)
+        admin.create_topics([NewTopic(TOPIC, num_partitions=_FIRST_PARTITIONS, replication_factor=1)])
+        self.admin = admin
+        self._wait_partitions(_FIRST_PARTITIONS)
+        self.say(f"created topic [bold]{TOPIC}[/] with {_FIRST_PARTITIONS} partitions")
+
+    def _wait_partitions(self, count: int) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            described = self.admin.describe_topics([TOPIC])
+            if described and len(described[0].get("partitions", [])) >= count:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"topic {TOPIC} did not reach {count} partitions")
+
+    def start_spark(self) -> None:
+        from pyspark.sql import SparkSession
+
+        with self.signals.deferred(), \
+                self.console.status("starting Spark (local[2]) with the official Kafka connector ..."):
+            self.spark = (
+                SparkSession.builder.master("local[2]").appName("offset-ledger-demo")
+                .config("spark.jars", self.spark_jars)
+                .config("spark.ui.enabled", "false")
+                .config("spark.ui.showConsoleProgress", "false")
+                .config("spark.sql.shuffle.partitions", "2")
+                .config("spark.sql.warehouse.dir", str(self.root / "warehouse"))
+                .config("spark.driver.extraJavaOptions",
+                        f"-Dderby.system.home={self.root} -Dlog4j2.configurationFile={self._log4j2()}")
+                .getOrCreate()
+            )
+            self.on_exit("Spark session", self.spark.stop)
+            self.spark.sparkContext.setLogLevel("ERROR")
+        import pyspark
+
+        self.say(f"Spark {pyspark.__version__} local[2], connector jars from Maven Central")
+
+    def _log4j2(self) -> Path:
+        """Spark's log configuration for the demo: errors only, minus the stop-time chatter.
+
+        Stopping a streaming query interrupts its running batch; Spark then logs the aborted write
+        at ERROR with a stack trace although nothing failed (the batch is not committed and the
+        restart reads it again). Real failures still surface through ``query.exception()``.
+        """
+        path = self.root / "log4j2.properties"
+        quiet = ["org.apache.spark.sql.execution.datasources.FileFormatWriter",
+                 "org.apache.spark.util.Utils", "org.apache.spark.TaskContextImpl",
+                 "org.apache.hadoop.util.NativeCodeLoader"]
+        lines = [
+            "rootLogger.level = error", "rootLogger.appenderRef.stderr.ref = console",
+            "appender.console.type = Console", "appender.console.name = console",
+            "appender.console.target = SYSTEM_ERR", "appender.console.layout.type = PatternLayout",
+            "appender.console.layout.pattern = %d{HH:mm:ss} %p %c{1}: %m%n",
+        ]
+        for i, name in enumerate(quiet):
+            lines += [f"logger.q{i}.name = {name}", f"logger.q{i}.level = off"]
+        path.write_text("\n".join(lines) + "\n")
+        return path
+
+    def _stop_between_batches(self, query, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+        """Stop when no trigger is running, so no batch is cut off half-way (it would be re-read anyway)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and query.isActive and query.status.get("isTriggerActive"):
+            time.sleep(0.05)
+        query.stop()
+
+    def _plan(self, app_version: str):  # type: ignore[no-untyped-def]
+        from offset_ledger import start_from_ledger
+        return start_from_ledger(
+            PIPELINE, [TOPIC], bootstrap_servers=self.bootstrap,
+            checkpoint_root=str(self.root / "checkpoints"), app_version=app_version,
+            first_run="earliest", on_data_loss="fail", dsn=self.dsn)
+
+    def _listener(self, app_version: str):  # type: ignore[no-untyped-def]
+        from offset_ledger import OffsetLedgerListener
+        listener = OffsetLedgerListener(dsn=self.dsn, pipeline=PIPELINE, app_version=app_version,
+                                        spool_dir=self.root / "spool")
+        self.spark.streams.addListener(listener)
+
+        def remove() -> None:
+            try:
+                listener.close()
+            finally:
+                self.spark.streams.removeListener(listener)
+
+        self.on_exit(f"listener of version {app_version}", remove)
+        return listener
+
+    def _start_query(self, plan, version: str, available_now: bool):  # type: ignore[no-untyped-def]
+        reader = (
+            self.spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", plan.starting_offsets_json)
+            .option("maxOffsetsPerTrigger", 600)  # several batches, each recorded
+        )
+        writer = (
+            reader.load().selectExpr("CAST(value AS STRING) AS value", "partition", "offset")
+            .writeStream.format("parquet").queryName(f"{PIPELINE}_v{version[0]}")
+            .option("path", str(self.root / "output" / f"v{version[0]}"))
+            .option("checkpointLocation", plan.checkpoint_location)
+        )
+        writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime="2 seconds")
+        query = writer.start()
+        self.on_exit(f"query {query.name}", lambda: query.stop() if query.isActive else None)
+        return query
+
+    def _positions(self) -> dict[int, int]:
+        from offset_ledger.ledger.engine import make_engine
+        from offset_ledger.ledger.queries import current_positions
+
+        engine = make_engine(self.dsn)
+        try:
+            with engine.connect() as conn:
+                return {p.partition: p.next_offset for p in current_positions(conn, PIPELINE)}
+        finally:
+            engine.dispose()
+
+    def _batches(self) -> int:
+        from sqlalchemy import func, select
+
+        from offset_ledger.ledger.engine import make_engine
+        from offset_ledger.ledger.tables import batches
+
+        engine = make_engine(self.dsn)
+        try:
+            with engine.connect() as conn:
+                return int(conn.execute(select(func.count()).select_from(batches).where(
+                    batches.c.pipeline == PIPELINE)).scalar_one())
+        except Exception:  # noqa: BLE001 - before the first batch the schema may not exist yet
+            return 0
+        finally:
+            engine.dispose()
+
+    def run_version_1(self) -> dict[int, int]:
+        self.step("2. Version 1: a PySpark pipeline recording its offsets in the ledger")
+        self.producer = Producer(self.bootstrap, TOPIC, self.o.rate)
+        self.on_exit("producer", self.producer.stop)
+        self.producer.start()
+        self.say(f"producing a steady stream, about {self.o.rate} records/s")
+        plan = self._plan("1.0")
+        self.say(f"start_from_ledger (first run): startingOffsets={plan.starting_offsets_json}, "
+                 f"checkpoint {plan.checkpoint_location}")
+        listener = self._listener("1.0")
+        query = self._start_query(plan, "1.0", available_now=False)
+        # Run for the requested time, and at least until a few batches are in the ledger (Spark's
+        # first batch can take a while on a busy machine).
+        started = time.monotonic()
+        deadline, give_up = started + self.o.v1_seconds, started + max(300.0, self.o.v1_seconds)
+        with self.console.status("") as status:
+            while True:
+                recorded = self._batches()
+                now = time.monotonic()
+                if now >= deadline and recorded >= _MIN_V1_BATCHES:
+                    break
+                if now >= give_up:
+                    raise RuntimeError(f"version 1 recorded only {recorded} batches in {now - started:.0f}s")
+                status.update(f"version 1 running: produced {self.producer.produced:,}, "
+                              f"batches in the ledger {recorded}, {max(0.0, deadline - now):.0f}s left")
+                if query.exception() is not None:
+                    raise RuntimeError(f"version 1 failed: {query.exception()}")
+                time.sleep(1)
+        self.producer.stop()
+        self._stop_between_batches(query)
+        if not listener.flush(60):
+            raise RuntimeError(f"the listener did not make version 1's batches durable: {listener.health()}")
+        positions = self._positions()
+        self.say(f"stopped version 1 mid-stream after {self._batches()} batches; "
+                 f"produced {self.producer.produced:,} so far")
+        self.say(f"ledger positions (next offset to read): {json.dumps(positions)}")
+        return positions
+
+    def grow_topic(self) -> None:
+        from kafka.admin import NewPartitions
+
+        self.step("3. The topic grows while the pipeline is down")
+        self.admin.create_partitions({TOPIC: NewPartitions(total_count=_ALL_PARTITIONS)})
+        self._wait_partitions(_ALL_PARTITIONS)
+        before = self.producer.produced
+        self.producer.burst(self.o.more_records)
+        self.say(f"added partitions: {_FIRST_PARTITIONS} -> {_ALL_PARTITIONS}; produced "
+                 f"{self.producer.produced - before:,} more records (total {self.producer.produced:,})")
+
+    def run_version_2(self, v1_positions: dict[int, int]) -> None:
+        self.step("4. Version 2: restart from the ledger on a fresh checkpoint")
+        plan = self._plan("2.0")
+        self.say(f"start_from_ledger(app_version='2.0'): fresh checkpoint={plan.fresh_checkpoint} "
+                 f"at {plan.checkpoint_location}")
+        self.say(f"startingOffsets = [bold]{plan.starting_offsets_json}[/]")
+        for finding in plan.findings:
+            self.say(f"  finding: {finding.kind}: {finding.message}")
+        for part, next_offset in v1_positions.items():
+            assert plan.starting_offsets[TOPIC][str(part)] == next_offset, "restart must resume at the ledger"
+        listener = self._listener("2.0")
+        with self.console.status("version 2 catching up (availableNow) ..."):
+            query = self._start_query(plan, "2.0", available_now=True)
+            query.awaitTermination(600)
+            if query.exception() is not None:
+                raise RuntimeError(f"version 2 failed: {query.exception()}")
+            if not listener.flush(60):
+                raise RuntimeError(f"the listener did not make version 2's batches durable: {listener.health()}")
+        self.say(f"version 2 read everything and stopped; ledger positions: {json.dumps(self._positions())}")
+
+    def verify(self) -> bool:
+        self.step("5. Nothing lost, nothing read twice")
+        out = self.root / "output"
+        frames = {v: self.spark.read.parquet(str(out / v)) for v in ("v1", "v2")}
+        read = {v: df.count() for v, df in frames.items()}
+        both = frames["v1"].unionByName(frames["v2"])
+        total = read["v1"] + read["v2"]
+        distinct = both.select("value").distinct().count()
+        produced = self.producer.produced
+        expected = {f"order-{i:07d}" for i in range(1, produced + 1)}
+        seen = {r.value for r in both.select("value").distinct().collect()}
+        missing, unexpected = len(expected - seen), len(seen - expected)
+        per_partition = {r.partition: r["count"] for r in both.groupBy("partition").count().collect()}
+        end_offsets = self._end_offsets()
+        table = Table(title="records", show_lines=False)
+        for col in ("produced", "v1 read", "v2 read", "total", "distinct", "dupes", "missing"):
+            table.add_column(col, justify="right")
+        table.add_row(*(f"{n:,}" for n in (produced, read["v1"], read["v2"], total, distinct,
+                                            total - distinct, missing)))
+        self.console.print(table)
+        self.say("per partition read / log-end offset: " + ", ".join(
+            f"{p}: {per_partition.get(p, 0)}/{end_offsets[p]}" for p in sorted(end_offsets)))
+        ok = (total == distinct == produced and missing == 0 and unexpected == 0
+              and all(per_partition.get(p, 0) == end for p, end in end_offsets.items())
+              and self._positions() == end_offsets)
+        self.say("[bold green]OK: every produced record was read exactly once across the upgrade"
+                 if ok else "[bold red]MISMATCH: see the table above")
+        self._ledger_summary()
+        return ok
+
+    def _ledger_summary(self) -> None:
+        """The same story told by the ledger, with the audit view of docs/audit.md."""
+        from sqlalchemy import text
+
+        from offset_ledger.ledger.engine import make_engine
+
+        sql = ("SELECT r.app_version, COUNT(DISTINCT h.batch_id) AS batches, "
+               "MIN(h.batch_time) AS first_batch, MAX(h.batch_time) AS last_batch "
+               "FROM v_batch_history h JOIN runs r ON r.run_id = h.run_id "
+               "WHERE h.pipeline = :p GROUP BY r.app_version ORDER BY r.app_version")
+        engine = make_engine(self.dsn)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(text(sql), {"p": PIPELINE}).fetchall()
+        finally:
+            engine.dispose()
+        table = Table(title="the ledger (SQL over the v_batch_history audit view)")
+        for col in ("app version", "batches", "first batch", "last batch"):
+            table.add_column(col)
+        for row in rows:
+            table.add_row(str(row.app_version), str(row.batches), str(row.first_batch)[:19],
+                          str(row.last_batch)[:19])
+        self.console.print(table)
+
+    def _end_offsets(self) -> dict[int, int]:
+        from offset_ledger.kafka.adapter import KafkaAdapter
+
+        with KafkaAdapter(self.bootstrap) as adapter:
+            marks = adapter.watermarks([TOPIC])
+        return {tp.partition: wm.log_end_offset for tp, wm in marks.items()}
+
+    def serve(self) -> None:
+        self.step("6. The REST API over the same ledger")
+        port = _free_port(9090)
+        env = {**os.environ, "OFFSET_LEDGER_DSN": self.dsn, "OFFSET_LEDGER_BOOTSTRAP_SERVERS": self.bootstrap}
+        env.pop("OFFSET_LEDGER_API_TOKEN", None)  # loopback only, no token: easy to try
+        cmd = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()",
+               "serve", "--port", str(port), "--log-level", "warning"]
+        with self.signals.deferred():
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
+            self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc))
+        base = f"http://127.0.0.1:{port}"
+        _wait_http(f"{base}/healthz", proc)
+        self.say(f"offset-ledger serve: {base} (pid {proc.pid})")
+        self.say(f"[bold]web console: {base}/")
+        self.say("try:")
+        for line in (
+            f"curl -s '{base}/v1/getCurrentOffsets/?pipelineName={PIPELINE}'",
+            f"curl -s '{base}/v1/getTopicDetails/?topicName={TOPIC}'",
+            f"curl -s '{base}/api/v1/pipelines'",
+            f"curl -s '{base}/api/v1/pipelines/{PIPELINE}/history?limit=5'",
+            f"curl -s '{base}/api/v1/pipelines/{PIPELINE}/lag'",
+            f"curl -s '{base}/metrics'",
+            f"open {base}/pipelines/{PIPELINE}",
+            f"open {base}/docs",
+        ):
+            self.console.print(f"  [green]{line}", soft_wrap=True, highlight=False)
+        url = f"{base}/v1/getCurrentOffsets/?pipelineName={PIPELINE}"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+        self.say(f"GET {url}\n  -> {response.status} {body}")
+        if self.o.keep_serving:
+            self.say("[bold]serving until Ctrl-C ...")
+            try:
+                while proc.poll() is None:
+                    time.sleep(0.5)
+            except KeyboardInterrupt:  # the expected way to end --keep-serving
+                self.say("stopping the API")
+        else:
+            time.sleep(self.o.serve_seconds)
+
+    def run(self) -> bool:
+        self.start_stack()
+        self.create_topic()
+        self.start_spark()
+        v1_positions = self.run_version_1()
+        self.grow_topic()
+        self.run_version_2(v1_positions)
+        ok = self.verify()
+        self.serve()
+        return ok
+
+
+def _wait_http(url: str, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the API server exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"the API server did not answer {url} within {timeout:.0f}s")
+
+
+def _stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def parse_args(argv: list[str] | None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m offset_ledger.cli.demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--keep-serving", action="store_true", help="keep the API up until Ctrl-C")
+    parser.add_argument("--postgres", action="store_true",
+                        help="start PostgreSQL for the ledger instead of the embedded SQLite file")
+    parser.add_argument("--rate", type=int, default=200, help="records per second while version 1 runs")
+    parser.add_argument("--seconds", type=float, default=20.0, help="how long version 1 runs")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep state here (default: a temp dir, removed)")
+    args = parser.parse_args(argv)
+    return Options(keep_serving=args.keep_serving, postgres=args.postgres, rate=args.rate,
+                   v1_seconds=args.seconds, workdir=args.workdir)
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    console = Console()
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # kafka-python's event-loop timing chatter
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything here is on loopback
+    # The demo's own ledger and cluster, whatever the shell exports.
+    for var in ("OFFSET_LEDGER_DSN", "OFFSET_LEDGER_TEST_DSN"):
+        os.environ.pop(var, None)
+    signals = _Signals()
+    demo = Demo(options, console, signals)
+    if options.workdir is None:
+        demo.on_exit(f"work dir {demo.root}", lambda: shutil.rmtree(demo.root, ignore_errors=True))
+    started = time.monotonic()
+    console.rule("[bold]offset-ledger demo")
+    ok = False
+    with signals.installed():
+        try:
+            ok = demo.run()
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted: stopping everything the demo started")
+            demo.close()
+            return 130
+        except Exception as exc:  # noqa: BLE001 - one readable line, then clean up
+            console.print(f"[bold red]demo failed: {type(exc).__name__}: {exc}")
+            if os.environ.get("OFFSET_LEDGER_DEMO_TRACEBACK"):
+                console.print_exception()
+            demo.close()
+            return 1
+        demo.close()
+    console.rule(f"[bold]{'done' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,397 @@
+"""The ``offset-ledger`` command: a thin face over the same functions the REST API uses."""
+
+from __future__ import annotations
+
+import sys
+from typing import Optional
+
+import typer
+
+from offset_ledger import __version__
+from offset_ledger.cli.support import (
+    BootstrapOption,
+    CommandConfigOption,
+    DsnOption,
+    FormatOption,
+    GroupOption,
+    KafkaOptionOption,
+    TimeoutOption,
+    kafka_client,
+    plain_help,
+)
+from offset_ledger.errors import OffsetLedgerError
+
+plain_help()
+
+# Plain click help: Rich markup would eat "[log-start, log-end]" and print "<bool>" placeholders;
+# the help follows the terminal's width instead of stopping at 80 columns.
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 160}
+
+app = typer.Typer(
+    name="offset-ledger",
+    help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
+         "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable "
+         "(docs/cli.md).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    rich_markup_mode=None,
+    context_settings=CONTEXT,
+)
+db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
+                     context_settings=CONTEXT)
+app.add_typer(db_app, name="db")
+
+_state = {"traceback": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"offset-ledger {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    traceback: bool = typer.Option(False, "--traceback", help="Show the full traceback on errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    _state["traceback"] = traceback
+
+
+@db_app.command("upgrade")
+def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("head", help="Target revision.")) -> None:
+    """Create or upgrade the ledger schema (Alembic migrations)."""
+    from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
+
+    engine = make_engine(dsn)
+    upgrade(engine, revision)
+    typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
+
+
+@app.command("prune")
+def prune_cmd(
+    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m."),
+    execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
+    pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Only this pipeline's history."),
+    chunk_size: int = typer.Option(20_000, "--chunk-size", min=1, help="Rows deleted per transaction."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
+    from offset_ledger.ledger.engine import check_connection, make_engine
+    from offset_ledger.ledger.prune import parse_duration, prune
+
+    age = parse_duration(older_than)  # bad input fails before any connection is made
+    engine = make_engine(dsn, create=False)
+    check_connection(engine)
+
+    def _progress(table: str, done: int, total: int) -> None:
+        typer.echo(f"  {table}: deleted {done:,} of {total:,}", err=True)
+
+    report = prune(engine, age, pipeline=pipeline, execute=execute, chunk_size=chunk_size,
+                   progress=_progress)
+    verb = "deleted" if report.executed else "would delete"
+    scope = f" of pipeline {pipeline!r}" if pipeline else ""
+    typer.echo(f"history{scope} older than {older_than} (before {report.cutoff.isoformat(timespec='seconds')}):")
+    for name, counts in (("batches", report.batches), ("batch_offsets", report.batch_offsets)):
+        typer.echo(f"  {name:<14} {verb} {counts.deleted:>12,}  kept {counts.kept:,} of {counts.older:,} old rows")
+    typer.echo("  kept always: every position, reset and finding, and each partition's latest batch")
+    if not report.executed:
+        typer.echo("dry run: nothing deleted; add --execute to delete")
+    else:
+        typer.echo(f"done in {report.seconds:.1f}s")
+
+
+# -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
+
+def _ops(dsn: Optional[str], kafka=None):  # type: ignore[no-untyped-def]
+    """Operations over an existing ledger; ``kafka`` is a ``kafka_client(...)`` or bootstrap servers."""
+    from offset_ledger.cli.support import operations
+
+    return operations(dsn, kafka_client(kafka) if isinstance(kafka, str) else kafka)
+
+
+def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
+    """``--kafka-option KEY=VALUE`` values as Spark-style options (``kafka_config.parse_option_items``)."""
+    from offset_ledger.kafka.client_config import parse_option_items
+
+    return parse_option_items(items)
+
+
+def _check_format(fmt: str) -> str:
+    from offset_ledger.cli.support import check_format
+
+    return check_format(fmt)
+
+
+def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None) -> None:
+    from offset_ledger.cli.support import emit
+
+    emit(rows, columns, fmt, document)
+
+
+@app.command("pipelines")
+def pipelines_cmd(
+    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
+    lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
+    fmt: str = FormatOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+) -> None:
+    """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch,
+    lag and findings."""
+    from offset_ledger.operate.audit import findings_counts
+
+    fmt = _check_format(fmt)
+    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
+    try:
+        rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag and ops.has_kafka)]
+        counts = findings_counts(ops)
+    finally:
+        ops.close()
+    for row in rows:
+        row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
+    if fmt != "json":
+        for row in rows:
+            gen = row["generation"]
+            row["generation"] = None if gen is None else f"{gen['generation']}({gen['appVersion'] or '-'})"
+            # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
+            row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
+            row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
+        columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
+                   "lastBatchTime", "lastBatchId", "lag", "findings", "why"]
+    else:
+        columns = list(rows[0]) if rows else ["pipeline"]
+    _emit(rows, columns, fmt)
+
+
+@app.command("offsets")
+def offsets_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
+    fmt = _check_format(fmt)
+    ops = _ops(dsn)
+    try:
+        group, rows = ops.positions(pipeline, consumer_group)
+    finally:
+        ops.close()
+    document: dict[str, dict[str, int]] = {}
+    for r in rows:
+        document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
+        r["placed_by"] = ("reset" if r["reset_id"] is not None
+                          else "generation" if r.get("generation_id") is not None and r["query_id"] is None
+                          else "batch")
+    _emit(rows, ["topic", "partition", "next_offset", "placed_by", "updated_at", "batch_id", "reset_id"], fmt,
+          document)
+
+
+@app.command("history")
+def history_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    topic: Optional[str] = typer.Option(None, "--topic", help="Only batches that read this topic."),
+    since: Optional[str] = typer.Option(None, "--since", help="Inclusive; ISO 8601 or epoch ms."),
+    until: Optional[str] = typer.Option(None, "--until", help="Exclusive; ISO 8601 or epoch ms."),
+    limit: int = typer.Option(50, "--limit", help="Batches per page (1-1000)."),
+    cursor: Optional[str] = typer.Option(None, "--cursor", help="Next-page cursor printed by a previous call."),
+    every: bool = typer.Option(False, "--all", help="Every batch in the range, page after page (ignores --limit)."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """Committed batches, newest first, one row per batch and partition.
+
+    A cut-short answer says so in every format: "more: --cursor C" on stderr (and nextCursor in JSON).
+
+    Example: offset-ledger history orders --since 2024-05-01T00:00:00Z --all --format csv > batches.csv
+    """
+    from offset_ledger.cli.support import more_signal
+    from offset_ledger.operate.operations import parse_timestamp
+
+    fmt = _check_format(fmt)
+    ops = _ops(dsn)
+    items: list = []
+    try:
+        while True:
+            page = ops.history(pipeline, consumer_group, topic=topic,
+                               since=parse_timestamp(since) if since else None,
+                               until=parse_timestamp(until) if until else None,
+                               limit=1000 if every else limit, cursor=cursor)
+            items.extend(page.items)
+            cursor = page.next_cursor
+            if not every or not cursor:
+                break
+    finally:
+        ops.close()
+    rows = [{"batchTime": b["batchTime"], "batchId": b["batchId"], "queryId": b["queryId"], **r}
+            for b in items for r in b["ranges"]]
+    _emit(rows, ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"], fmt,
+          {"batches": items, "nextCursor": page.next_cursor})
+    if page.next_cursor:
+        more_signal(f"--cursor {page.next_cursor} (or --all)")
+
+
+@app.command("topic")
+def topic_cmd(
+    topic: str = typer.Argument(..., help="Topic name."),
+    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+) -> None:
+    """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
+    from offset_ledger.operate.operations import topic_details
+
+    fmt = _check_format(fmt)
+    with kafka_client(bootstrap_servers, kafka_option, command_config, timeout).adapter() as adapter:
+        details = topic_details(adapter, topic)
+    rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
+            for p, v in details["partitions"].items()]
+    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details)
+
+
+@app.command("lag")
+def lag_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
+    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+) -> None:
+    """Lag per partition in records and seconds, drift against the Kafka group, and status.
+
+    Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
+    """
+    fmt = _check_format(fmt)
+    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
+    try:
+        _group, parts = ops.lag(pipeline, consumer_group)
+    finally:
+        ops.close()
+    rows = [p.to_dict() for p in parts]
+    _emit(rows, ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag", "lagSeconds",
+                 "committedOffset", "drift", "status"], fmt)
+
+
+@app.command("serve")
+def serve_cmd(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
+    port: int = typer.Option(9090, "--port", help="Port to listen on."),
+    insecure: bool = typer.Option(False, "--insecure",
+                                  help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
+    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption,
+    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
+    watch: Optional[list[str]] = typer.Option(
+        None, "--watch", metavar="PIPELINE=CHECKPOINT",
+        help="Also record this pipeline's batches from its checkpoint's commit log (as offset-ledger watch); "
+             "repeatable."),
+) -> None:
+    """Run the REST API (legacy /v1 endpoints, /api/v1 resources, /docs, /metrics, /healthz)."""
+    import ipaddress
+
+    import uvicorn
+
+    from offset_ledger.api import create_app
+    from offset_ledger.config import settings
+    from offset_ledger.errors import ConfigError
+
+    from offset_ledger.api.tokens import load_tokens, weak_token_names
+
+    s = settings()
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    tokens = load_tokens(s)
+    if not loopback and not tokens and not insecure:
+        raise ConfigError(f"refusing to bind {host} without OFFSET_LEDGER_API_TOKEN; set a token or pass --insecure")
+    weak = weak_token_names(tokens)
+    if weak and not loopback:
+        # --insecure does not cover this: a known or short token is no protection off loopback.
+        raise ConfigError(f"refusing to bind {host} with a weak API token ({', '.join(weak)}: a known default or "
+                          "shorter than 16 characters); make one with: python3 -c 'import secrets; "
+                          "print(secrets.token_urlsafe(32))'")
+    if not 0 < port < 65536:
+        raise ConfigError(f"invalid --port {port}")
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
+    from offset_ledger.cli.watch import parse_watch_specs, start_watchers
+
+    specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
+    # The bound address is a name clients use; a wildcard bind names no host.
+    hosts = [] if host in ("0.0.0.0", "::", "") else [host]
+    stop_watchers = start_watchers(specs, dsn)
+    try:
+        uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
+                               tokens=tokens, hosts=hosts),
+                    host=host, port=port, log_level=log_level)
+    finally:
+        stop_watchers()
+
+
+_SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
+
+
+def _register_commands() -> None:
+    # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
+    from offset_ledger.cli import audit as cli_audit
+    from offset_ledger.cli import checkpoint as cli_checkpoint
+    from offset_ledger.cli import policy as cli_policy
+    from offset_ledger.cli import reset as cli_reset
+    from offset_ledger.cli import restart as cli_restart
+    from offset_ledger.cli import watch as cli_watch
+    cli_audit.register(app)
+    cli_checkpoint.register(app)
+    cli_policy.register(app)
+    cli_reset.register(app)
+    cli_restart.register(app)
+    cli_watch.register(app)
+
+
+_register_commands()
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Entry point: an error prints one line and exits with its code (offset_ledger.errors.exit_code);
+    --traceback shows more."""
+    try:
+        from typer._click.exceptions import NoArgsIsHelpError  # Typer >= 0.20 carries its own click
+    except ImportError:  # pragma: no cover - older Typer on click
+        from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
+
+    from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
+
+    try:
+        app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+    except OffsetLedgerError as exc:
+        if _state["traceback"]:
+            raise
+        print(f"offset-ledger: error: {' '.join(exc.message.split())}", file=sys.stderr)
+        sys.exit(exit_code(exc))
+    except (typer.Abort, KeyboardInterrupt):
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except NoArgsIsHelpError as exc:
+        # A bare "offset-ledger" or "offset-ledger db": the help is the answer, not an error.
+        print(exc.format_message())
+        sys.exit(0)
+    except typer.TyperException as exc:  # usage errors: unknown command, bad option value, ...
+        if _state["traceback"]:
+            raise
+        print(f"offset-ledger: error: {' '.join(exc.format_message().split())} (see --help)", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except ModuleNotFoundError as exc:
+        if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
+            raise
+        # A listener-only install (no [server] extra) asked for the REST API or the console.
+        print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
+              "pip install 'offset-ledger[server]'", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    except Exception as exc:  # noqa: BLE001 - a bug: one line and code 1, the traceback on request
+        if _state["traceback"]:
+            raise
+        detail = " ".join(str(exc).split())[:300]
+        print(f"offset-ledger: internal error: {type(exc).__name__}: {detail} (rerun with --traceback)",
+              file=sys.stderr)
+        sys.exit(EXIT_INTERNAL)

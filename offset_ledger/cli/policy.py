@@ -1,0 +1,142 @@
+"""``offset-ledger policy show|set|history``: a pipeline's restart policies, decided once, audited.
+
+``start_from_ledger(pipeline, topics, checkpoint_root=...)`` applies them; an argument given in code
+overrides one for that call and the plan says so (``offset_ledger.rules.policies``).
+"""
+
+from __future__ import annotations
+
+import getpass
+from collections.abc import Callable
+from typing import Any, Optional, TypeVar
+
+import typer
+
+from offset_ledger.cli.support import DsnOption, FormatOption, check_format, emit
+
+T = TypeVar("T")
+
+policy_app = typer.Typer(help="A pipeline's stored restart policies (first run, data loss, windows, mirroring).",
+                         no_args_is_help=True)
+
+
+def _with_ledger(dsn: Optional[str], doing: str, work: Callable[[Any], T], *, write: bool = False) -> T:
+    """``work(conn)`` on the ledger (a write creates and upgrades it; a read never does), errors translated."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine, translate_db_error
+
+    engine = make_engine(dsn, create=write)
+    try:
+        check_connection(engine)
+        if write:
+            ensure_schema(engine)
+        with (engine.begin() if write else engine.connect()) as conn:
+            return work(conn)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, doing) from exc
+    finally:
+        engine.dispose()
+
+
+def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
+    from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
+
+    return [{"policy": k, "value": policies.get(k, DEFAULTS[k]),
+             "source": "stored" if k in policies else "default"} for k in POLICY_KEYS]
+
+
+@policy_app.command("show")
+def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
+             fmt: str = FormatOption) -> None:
+    """The policies a restart of PIPELINE applies (stored, else the default)."""
+    from offset_ledger.operate.inputs import check_name
+    from offset_ledger.ledger.policy_store import current_policies
+
+    check_name("pipeline", pipeline)
+    check_format(fmt)
+    policies = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
+    emit(_rows(policies), ["policy", "value", "source"], fmt, document={"pipeline": pipeline, "policies": policies})
+
+
+@policy_app.command("set")
+def set_cmd(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE"),
+    first_run: Optional[str] = typer.Option(None, "--first-run", metavar="earliest|latest|TS|JSON",
+                                            help="Where a pipeline the ledger does not know starts."),
+    on_data_loss: Optional[str] = typer.Option(None, "--on-data-loss", metavar="fail|earliest",
+                                               help="Offsets outside the broker's log."),
+    window: Optional[str] = typer.Option(None, "--window", metavar="DURATION",
+                                         help="Windowed pipeline: rewind for open windows on every upgrade."),
+    slide: Optional[str] = typer.Option(None, "--slide", metavar="DURATION", help="Sliding windows: the slide."),
+    watermark_delay: Optional[str] = typer.Option(None, "--watermark-delay", metavar="DURATION",
+                                                  help="The query's withWatermark delay."),
+    kafka_timestamp: Optional[bool] = typer.Option(None, "--event-time-is-kafka-timestamp/--event-time-in-payload",
+                                                   help="The event time is the Kafka record timestamp."),
+    commit_to_kafka: Optional[bool] = typer.Option(None, "--commit-to-kafka/--no-commit-to-kafka",
+                                                   help="Mirror positions into the Kafka consumer group."),
+    unset: Optional[list[str]] = typer.Option(None, "--unset", metavar="POLICY",
+                                              help="Remove a stored policy (back to the default); repeatable."),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in the history)."),
+    actor: Optional[str] = typer.Option(None, "--actor", metavar="NAME", help="Who (default: the OS user)."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Change PIPELINE's stored policies; every change is kept with who and why.
+
+    Example: offset-ledger policy set orders --on-data-loss earliest --window 10m --reason "windowed since v2"
+    """
+
+    from offset_ledger.errors import InvalidInput
+    from offset_ledger.operate.inputs import check_name
+    from offset_ledger.ledger.policy_store import set_policies
+    from offset_ledger.errors import ConfigError, LedgerWithoutSchema
+    from offset_ledger.ledger.policy_store import current_policies
+    from offset_ledger.rules.policies import POLICY_KEYS, check_policies, merged
+
+    check_name("pipeline", pipeline)
+    changes = {k: v for k, v in {
+        "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
+        "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": kafka_timestamp,
+        "commit_to_kafka": commit_to_kafka}.items() if v is not None}
+    for key in unset or []:
+        name = key.replace("-", "_")
+        if name not in POLICY_KEYS:
+            raise InvalidInput(f"--unset {key}: no such policy (known: {', '.join(POLICY_KEYS)})")
+        if name in changes:
+            raise InvalidInput(f"--unset {key} and a value for it in one call")
+        changes[name] = None
+    if not changes:
+        raise InvalidInput("nothing to set: give a policy option or --unset POLICY")
+    if not (reason and reason.strip()):
+        raise InvalidInput('a policy change needs a reason (--reason TEXT); it is kept in the history')
+    check_policies(changes)  # bad values fail before any connection is made
+    try:  # and a set that is wrong as a whole (a slide with no window) before anything is created
+        current = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
+    except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: this call creates it
+        current = {}
+    merged(current, changes)
+    change = _with_ledger(dsn, "storing policies", lambda conn: set_policies(
+        conn, pipeline, changes, actor=actor or getpass.getuser() or "cli", reason=reason), write=True)
+    emit(_rows(dict(change.policies)), ["policy", "value", "source"], "table")
+
+
+@policy_app.command("history")
+def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
+                fmt: str = FormatOption) -> None:
+    """Every change of PIPELINE's policies, oldest first: when, who, why, and the policies after it."""
+    import json
+
+    from offset_ledger.operate.inputs import check_name
+    from offset_ledger.ledger.policy_store import policy_history
+
+    check_name("pipeline", pipeline)
+    check_format(fmt)
+    changes = _with_ledger(dsn, "reading policies", lambda conn: policy_history(conn, pipeline))
+    rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
+             "policies": json.dumps(dict(c.policies), sort_keys=True)} for c in changes]
+    emit(rows, ["id", "at", "actor", "reason", "policies"], fmt)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``policy`` to the command line."""
+    app.add_typer(policy_app, name="policy")

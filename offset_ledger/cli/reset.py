@@ -1,0 +1,214 @@
+"""``offset-ledger reset``: kafka-consumer-groups' ``--reset-offsets`` vocabulary over the ledger.
+
+Every mode KCG has (``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset N``,
+``--shift-by N``, ``--to-datetime``, ``--by-duration``, ``--from-file``) plus ``--to-offsets``
+(JSON); ``--dry-run`` is the default and ``--export`` prints the plan as the CSV ``--from-file``
+reads. Planning, auditing and writing are ``Operations.reset``'s; this module only turns options
+into a ``ResetRequest`` and prints the outcome.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from offset_ledger.cli.support import (
+    BootstrapOption,
+    CommandConfigOption,
+    DsnOption,
+    FormatOption,
+    GroupOption,
+    KafkaOptionOption,
+    TimeoutOption,
+    check_format,
+    emit,
+    kafka_client,
+    operations,
+)
+
+EXAMPLES = """
+
+Examples:
+
+  offset-ledger reset orders --to-earliest                       # dry run: what would change
+
+  offset-ledger reset orders --shift-by -500 --topic orders:0,1 --execute --reason "replay"
+
+  offset-ledger reset orders --to-current --export > saved.csv   # KCG's topic,partition,offset
+
+  offset-ledger reset orders --from-file saved.csv --execute     # put them back exactly
+
+  offset-ledger reset orders --by-duration PT30M --command-config client.properties
+"""
+
+
+def _read(path: str, what: str) -> str:
+    from offset_ledger.errors import InvalidInput
+
+    try:
+        return sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+
+
+def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, modes: dict[str, Any],
+                  scope: Any, out_of_range: Optional[str]) -> Any:
+    """The one ``ResetRequest`` the chosen mode option describes (``modes``: option name -> value or None)."""
+    import json
+    from datetime import datetime, timezone
+
+    from offset_ledger.errors import InvalidInput
+    from offset_ledger.rules.kcg import parse_duration, parse_offsets_csv
+    from offset_ledger.operate.operations import parse_timestamp, to_epoch_ms
+    from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
+
+    chosen = [name for name, value in modes.items() if value not in (None, False)]
+    if len(chosen) != 1:
+        raise InvalidInput("choose exactly one of " + ", ".join(modes)
+                           + (f" (got {', '.join(chosen)})" if chosen else ""))
+    (mode,) = chosen
+    value = modes[mode]
+    # A shift past either end of the log lands on that end, as kafka-consumer-groups does; explicit
+    # targets (offsets, files) are refused instead unless --out-of-range clamp is given.
+    policy = out_of_range or ("clamp" if mode in ("--shift-by", "--to-current") else "refuse")
+    if policy not in ("refuse", "clamp"):
+        raise InvalidInput(f"unknown --out-of-range {policy!r}; use refuse or clamp")
+    common: dict[str, Any] = {"scope": scope, "out_of_range": policy}
+    if mode == "--to-earliest":
+        return ResetRequest("earliest", **common)
+    if mode == "--to-latest":
+        return ResetRequest("latest", **common)
+    if mode == "--to-current":
+        return ResetRequest("shift", shift_by=0, **common)
+    if mode == "--shift-by":
+        return ResetRequest("shift", shift_by=value, **common)
+    if mode == "--to-datetime":
+        return ResetRequest("timestamp", timestamp_ms=to_epoch_ms(parse_timestamp(value)), **common)
+    if mode == "--by-duration":
+        since = datetime.now(timezone.utc) - parse_duration(value)
+        return ResetRequest("timestamp", timestamp_ms=to_epoch_ms(since), **common)
+    if mode == "--to-offsets":
+        try:
+            body = json.loads(_read(value, "--to-offsets"))
+        except ValueError as exc:
+            raise InvalidInput(f"--to-offsets {value!r} is not valid JSON: {exc}") from exc
+        return ResetRequest("offsets", offsets=parse_offsets_body(body), **common)
+    if mode == "--from-file":
+        return ResetRequest("offsets", offsets=parse_offsets_csv(_read(value, "--from-file"), source=value),
+                            **common)
+    # --to-offset N: every partition in scope, including partitions the ledger has no position on yet.
+    validate_offset("--to-offset", "*", value)
+    return ResetRequest("offsets", offsets=_every_partition(ops, pipeline, consumer_group, scope, value), **common)
+
+
+def _every_partition(ops: Any, pipeline: str, consumer_group: Optional[str], scope: Any, offset: int) -> Any:
+    from offset_ledger.errors import UnknownTopic
+    from offset_ledger.rules.model import TopicPartition
+
+    if scope:
+        topics = sorted(scope)
+    else:
+        _group, rows = ops.positions(pipeline, consumer_group)
+        topics = sorted({r["topic"] for r in rows})
+    seen = ops.kafka.snapshot(topics)
+    out = {}
+    for topic in topics:
+        if topic not in seen.partitions:
+            raise UnknownTopic(topic)
+        wanted = (scope or {}).get(topic)
+        for partition in seen.partitions[topic]:
+            if wanted is None or partition in wanted:
+                out[TopicPartition(topic, partition)] = offset
+    return out
+
+
+def reset_cmd(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
+    to_earliest: bool = typer.Option(False, "--to-earliest", help="Each partition's log-start offset."),
+    to_latest: bool = typer.Option(False, "--to-latest", help="Each partition's log-end offset."),
+    to_current: bool = typer.Option(False, "--to-current", help="The current positions (with --export: save them)."),
+    to_offset: Optional[int] = typer.Option(None, "--to-offset", metavar="N", help="Every partition in scope to N."),
+    to_offsets: Optional[str] = typer.Option(None, "--to-offsets", metavar="FILE",
+                                             help='JSON file {"topic": {"0": n}} (- = stdin).'),
+    from_file: Optional[str] = typer.Option(None, "--from-file", metavar="FILE",
+                                            help="CSV topic,partition,offset, as KCG and --export write it (- = stdin)."),
+    to_datetime: Optional[str] = typer.Option(None, "--to-datetime", metavar="TIME",
+                                              help="First offset at or after TIME (ISO 8601, naive = UTC, or epoch ms)."),
+    by_duration: Optional[str] = typer.Option(None, "--by-duration", metavar="DURATION",
+                                              help="First offset at or after now - DURATION (PT30M, P1DT2H, 30m)."),
+    shift_by: Optional[int] = typer.Option(None, "--shift-by", metavar="N",
+                                           help="Move each position by N (negative replays); stops at the log's ends."),
+    topic: Optional[list[str]] = typer.Option(None, "--topic", metavar="TOPIC[:P,...]",
+                                              help="Scope: a topic, or some of its partitions (repeatable)."),
+    all_topics: bool = typer.Option(False, "--all-topics", help="Scope: every topic of the pipeline (the default)."),
+    execute: bool = typer.Option(False, "--execute", help="Apply the reset (default: dry run, still audited)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Only show the plan (the default; KCG's flag)."),
+    export: bool = typer.Option(False, "--export", help="Print the targets as CSV topic,partition,offset."),
+    reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in the audit trail)."),
+    actor: Optional[str] = typer.Option(None, "--actor", metavar="NAME", help="Who (default: the OS user)."),
+    force: bool = typer.Option(False, "--force", help="Reset even while the pipeline has an active run."),
+    out_of_range: Optional[str] = typer.Option(
+        None, "--out-of-range", metavar="refuse|clamp",
+        help="Targets outside [log-start, log-end]: refuse (default) or clamp (the default for --shift-by)."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
+    bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    fmt: str = FormatOption,
+) -> None:
+    """Reset a pipeline's positions (dry run unless --execute); the next start_from_ledger applies it."""
+    import getpass
+
+    from offset_ledger.errors import InvalidInput
+    from offset_ledger.operate.operations import scope_from_specs
+
+    fmt = check_format(fmt)
+    if execute and dry_run:
+        raise InvalidInput("choose one of --dry-run and --execute")
+    if all_topics and topic:
+        raise InvalidInput("choose one of --all-topics and --topic")
+    scope = scope_from_specs(topic or [])
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    modes = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-current": to_current,
+             "--to-offset": to_offset, "--to-offsets": to_offsets, "--from-file": from_file,
+             "--to-datetime": to_datetime, "--by-duration": by_duration, "--shift-by": shift_by}
+    ops = operations(dsn, kafka)
+    try:
+        request = build_request(ops, pipeline, consumer_group, modes=modes, scope=scope, out_of_range=out_of_range)
+        outcome = ops.reset(pipeline, request, actor=actor or getpass.getuser() or "cli", reason=reason,
+                            dry_run=not execute, force=force, consumer_group=consumer_group)
+    finally:
+        ops.close()
+    _print(outcome, fmt, export)
+
+
+def _print(outcome: Any, fmt: str, export: bool) -> None:
+    from offset_ledger.rules.kcg import export_csv
+
+    doc = outcome.to_dict()
+    if export:
+        sys.stdout.write(export_csv(outcome.plan.partitions))
+    else:
+        rows = [{"topic": p["topic"], "partition": p["partition"], "before": p["beforeNextOffset"],
+                 # A refused target is not a target: never print a position Kafka could not hold.
+                 "target": None if p["outOfRange"] and not p["clamped"] else p["targetNextOffset"],
+                 "logStart": p["logStartOffset"], "logEnd": p["logEndOffset"],
+                 "replay": p["recordsReplayed"], "skip": p["recordsSkipped"],
+                 "outOfRange": (None if not p["outOfRange"]
+                                else f"{'clamped' if p['clamped'] else 'refused'}:{p['outOfRange']}")}
+                for p in doc["partitions"]]
+        emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "outOfRange"],
+             fmt, doc)
+    if outcome.dry_run:
+        note = " (executing would be refused: targets out of range)" if outcome.plan.refused else ""
+        typer.echo(f"dry run recorded as reset {doc['resetId']}{note}; pass --execute to apply", err=True)
+    else:
+        typer.echo(f"reset {doc['resetId']} is pending: the next start_from_ledger applies it through a "
+                   "fresh checkpoint", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``reset`` to the command line."""
+    app.command("reset", help=(reset_cmd.__doc__ or "") + EXAMPLES)(reset_cmd)

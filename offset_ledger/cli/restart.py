@@ -1,0 +1,107 @@
+"""``offset-ledger resolve``: the plan a restart would use, printed, nothing written."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from offset_ledger.cli.support import (
+    BootstrapOption,
+    CommandConfigOption,
+    DsnOption,
+    KafkaOptionOption,
+    TimeoutOption,
+    kafka_client,
+    safe_text,
+)
+
+
+def resolve_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic the pipeline subscribes to (repeatable)."),
+    pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
+    bootstrap_servers: Optional[str] = BootstrapOption,
+    first_run: Optional[str] = typer.Option(
+        None, "--first-run",
+        help="No ledger entries: earliest (default) | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
+    allow_first_run: bool = typer.Option(
+        False, "--allow-first-run",
+        help="Start over with --first-run although the ledger knows the pipeline (another group or other topics)."),
+    on_data_loss: Optional[str] = typer.Option(
+        None, "--on-data-loss", metavar="fail|earliest",
+        help="Offsets outside the log: fail | earliest (default: the stored policy, else fail)."),
+    consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
+                                                 help="Default: the pipeline's only group in the ledger."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    window: Optional[str] = typer.Option(None, "--window",
+                                         help="Windowed pipeline: the window length (10m, '10 minutes'); rewinds for open windows."),
+    slide: Optional[str] = typer.Option(None, "--slide", help="Sliding windows: the slide (5m)."),
+    watermark_delay: Optional[str] = typer.Option(None, "--watermark-delay",
+                                                  help="The withWatermark delay (10s); default: read back from the ledger."),
+    event_time_is_kafka_timestamp: bool = typer.Option(
+        False, "--event-time-is-kafka-timestamp", help="The event time is the Kafka record timestamp (tighter rewind)."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing.
+
+    Examples:
+
+      offset-ledger resolve orders --topic orders --bootstrap-server broker:9093 --command-config client.properties
+
+      offset-ledger resolve orders --pattern 'orders-.*' --on-data-loss earliest
+    """
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.operate.restart import plan_restart
+
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    if window is not None or slide is not None or watermark_delay is not None:
+        # Bad durations fail before any connection is made.
+        from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
+
+        if window is None:
+            raise ConfigError("--slide and --watermark-delay need --window")
+        WindowSpec.parse(window, slide)
+        if watermark_delay is not None:
+            parse_duration_ms(watermark_delay, option="watermark_delay")
+    kafka.require()
+    engine = make_engine(dsn, create=False)
+    try:
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from offset_ledger.ledger.engine import translate_db_error
+        from offset_ledger.ledger.policy_store import current_policies
+
+        try:
+            with engine.connect() as conn:  # the stored policies, as start_from_ledger applies them
+                stored = current_policies(conn, pipeline)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, "reading the pipeline's policies") from exc
+        on_data_loss = on_data_loss or stored.get("on_data_loss") or "fail"
+        first_run = first_run if first_run is not None else stored.get("first_run")
+        with kafka.adapter() as adapter:
+            plan, ledger, _cluster = plan_restart(
+                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
+                topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
+                allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
+                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+    finally:
+        engine.dispose()
+    typer.echo(plan.starting_offsets_json)
+    if plan.event_time_floor is not None:
+        typer.echo(f"event-time floor: {plan.event_time_floor.isoformat()} (drop records before it; "
+                   "start_from_ledger opens a fresh checkpoint for this plan)", err=True)
+    for finding in plan.findings:
+        where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
+        typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
+    if ledger.pending_reset_ids:
+        ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
+        typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
+                   "fresh checkpoint", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``resolve`` to the command line."""
+    app.command("resolve")(resolve_cmd)

@@ -1,0 +1,171 @@
+"""What every ``offset-ledger`` command shares: the Kafka client options, output (table, CSV,
+JSON) with terminal-safe names, and the truncation signal of machine formats.
+
+Kept apart from ``cli.py`` so that commands living in their own modules (``cli_audit``,
+``cli_reset``) use the same options and the same output without importing the command module.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from offset_ledger.operate.operations import Operations
+
+def plain_help() -> None:
+    """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
+    from typer import core
+
+    argument = getattr(core, "TyperArgument", None)
+    if argument is None or not hasattr(argument, "_usage_display_name"):
+        return  # another Typer: its own (click's) rendering is already plain
+
+    def usage(self: Any) -> str:
+        name = str(self.display_name_raw).upper()
+        return (name if self.required else f"[{name}]") + ("..." if self.nargs != 1 else "")
+
+    argument._usage_display_name = usage
+    argument.display_type_rich = lambda self, ctx: None
+    option = getattr(core, "TyperOption", None)
+    if option is not None and hasattr(option, "display_type_rich"):
+        shown = option.display_type_rich
+
+        def metavar(self: Any, ctx: Any) -> str | None:
+            # An option without its own metavar is named after itself (--since SINCE), never <str>.
+            if self.metavar is None and not self.is_flag and self.opts:
+                return max(self.opts, key=len).lstrip("-").replace("-", "_").upper()
+            return shown(self, ctx)
+
+        option.display_type_rich = metavar
+
+
+FORMATS = ("table", "json", "csv")
+
+DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL",
+                         help="Ledger database URL (default: the embedded SQLite file).")
+BootstrapOption = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
+                               envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS", metavar="HOST:PORT[,...]",
+                               help="Kafka bootstrap servers.")
+KafkaOptionOption = typer.Option(None, "--kafka-option", "-o", metavar="KEY=VALUE",
+                                 help="Kafka client property, e.g. security.protocol=SASL_SSL (repeatable; "
+                                      "a kafka. prefix is accepted, as Spark's reader takes it).")
+CommandConfigOption = typer.Option(None, "--command-config", metavar="FILE",
+                                   help="Kafka client properties file, as Kafka's own tools take it.")
+TimeoutOption = typer.Option(None, "--timeout", metavar="MS", min=1,
+                             help="Kafka request timeout in milliseconds (default 10000).")
+GroupOption = typer.Option(None, "--consumer-group", metavar="GROUP",
+                           help="Default: the pipeline's only group (an error when it has several).")
+FormatOption = typer.Option("table", "--format", "-f", metavar="table|json|csv", help="Output format.")
+
+# C0 controls, DEL and C1 controls: an ESC sequence in a recorded name could retitle the terminal
+# or move the cursor, and a newline would forge a row in a table or CSV.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def safe_text(value: object) -> str:
+    """``value`` as text with control characters escaped (``\\n``, ``\\x1b``); times as ISO 8601 UTC."""
+    text = _iso(value) if isinstance(value, datetime) else str(value)
+    if not _UNSAFE.search(text):
+        return text
+    return _UNSAFE.sub(lambda m: _NAMED.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
+def _iso(value: datetime) -> str:
+    # One time format in every command: what the JSON answers already use.
+    from offset_ledger.operate.answers import iso_utc
+
+    return iso_utc(value) or ""
+
+
+def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
+    from offset_ledger.errors import InvalidInput
+
+    if fmt not in allowed:
+        raise InvalidInput(f"unknown --format {fmt!r}; use {', '.join(allowed[:-1])} or {allowed[-1]}")
+    return fmt
+
+
+def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, document: object = None) -> None:
+    """Print rows as an aligned table, CSV, or JSON (``document`` when given, else the rows)."""
+    import csv
+    import json
+
+    rows = list(rows)
+    if fmt == "json":
+        # JSON escapes control characters itself.
+        typer.echo(json.dumps(document if document is not None else rows, indent=2,
+                              default=lambda v: _iso(v) if isinstance(v, datetime) else str(v)))
+        return
+    if fmt == "csv":
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if row.get(c) is None else safe_text(row.get(c)) for c in columns])
+        return
+    cells = [[("-" if row.get(c) is None else safe_text(row.get(c))) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    typer.echo("  ".join(header(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
+    for r in cells:
+        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+
+
+def header(column: str) -> str:
+    """``lastBatchTime`` / ``next_offset`` -> ``LAST_BATCH_TIME`` / ``NEXT_OFFSET``: one header style."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", column).upper()
+
+
+def more_signal(hint: str) -> None:
+    """Tell a reader of any format that the output was cut short (stderr: stdout stays parseable)."""
+    typer.echo(f"more: {hint}", err=True)
+
+
+@dataclass(frozen=True)
+class KafkaClient:
+    """How a command reaches Kafka: servers (None: not configured), Spark-style options, timeout."""
+
+    bootstrap_servers: str | None
+    options: Mapping[str, str]
+    timeout_ms: int
+
+    def require(self) -> str:
+        from offset_ledger.errors import ConfigError
+
+        if not self.bootstrap_servers:
+            raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-server or set "
+                              "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
+        return self.bootstrap_servers
+
+    def adapter(self) -> Any:
+        from offset_ledger.kafka.adapter import KafkaAdapter
+
+        return KafkaAdapter(self.require(), self.options, request_timeout_ms=self.timeout_ms)
+
+
+def kafka_client(bootstrap_servers: Optional[str], kafka_option: Optional[list[str]] = None,
+                 command_config: Optional[str] = None, timeout: Optional[int] = None) -> KafkaClient:
+    """The command line's Kafka options, checked before anything connects."""
+    from offset_ledger.kafka.client_config import gather
+
+    options = gather(kafka_option, command_config)
+    servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
+    return KafkaClient(servers, options, timeout or 10_000)
+
+
+def operations(dsn: Optional[str], kafka: KafkaClient | None = None) -> Operations:
+    """Operations over an existing ledger (a mistyped SQLite path is an error, never a new file)."""
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.operate.operations import Operations
+
+    engine = make_engine(dsn, create=False)
+    if kafka is None:
+        return Operations(engine)
+    return Operations(engine, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
+                      kafka_timeout_ms=kafka.timeout_ms)

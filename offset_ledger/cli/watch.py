@@ -1,0 +1,109 @@
+"""``offset-ledger watch``: record a pipeline's batches from its checkpoint's commit log (no listener).
+
+For Scala, Java and SQL jobs, and drivers where a Python listener cannot be added: the same pass a
+restart makes to reconcile (``offset_ledger.capture.reconcile``), every ``--interval`` seconds. Same
+authority rules and tables as the listener; a job with both records each batch once.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from typing import Optional
+
+import typer
+
+from offset_ledger.cli.support import DsnOption
+
+
+def watch_cmd(
+    checkpoint: str = typer.Argument(..., metavar="CHECKPOINT",
+                                     help="The query's checkpoint location (a path, file: or fsspec URI)."),
+    pipeline: str = typer.Option(..., "--pipeline", help="The pipeline the batches belong to."),
+    consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
+                                                 help="Its consumer group (default: the pipeline's name)."),
+    interval: float = typer.Option(5.0, "--interval", min=0.1, help="Seconds between two looks at the checkpoint."),
+    once: bool = typer.Option(False, "--once", help="One pass, then exit (cron, tests)."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Record a pipeline's committed batches from its checkpoint, without the Python listener.
+
+    Example: offset-ledger watch s3a://lake/checkpoints/orders/gen-3-1a2b3c4d --pipeline orders
+    """
+    from offset_ledger.operate.inputs import check_name
+    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine
+    from offset_ledger.capture.reconcile import Reconciliation, watch
+
+    check_name("pipeline", pipeline)
+    engine = make_engine(dsn)
+    check_connection(engine)
+    ensure_schema(engine)
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def report(done: Reconciliation) -> None:
+        if done.backfilled:
+            typer.echo(f"{pipeline}: recorded batch(es) {', '.join(map(str, done.backfilled))} of query "
+                       f"{done.query_id} (checkpoint's last commit: {done.checkpoint_batch_id})")
+        for finding in done.findings:
+            if finding.kind != "backfilled":
+                typer.echo(f"{pipeline}: {finding.kind}: {finding.message}", err=True)
+
+    try:
+        last = watch(engine, checkpoint, pipeline=pipeline, consumer_group=consumer_group or pipeline,
+                     interval_s=interval, stop=stop, once=once, on_pass=report)
+    except KeyboardInterrupt:
+        return
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        engine.dispose()
+    if once and not last.readable:
+        from offset_ledger.errors import EXIT_UNAVAILABLE
+
+        raise typer.Exit(EXIT_UNAVAILABLE)  # the checkpoint could not be read (the line above says why)
+
+
+def parse_watch_specs(items: list[str]) -> list[tuple[str, str]]:
+    """``serve --watch PIPELINE=CHECKPOINT`` values as (pipeline, checkpoint); bad ones are usage errors."""
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.operate.inputs import check_name
+
+    out = []
+    for item in items:
+        pipeline, sep, checkpoint = item.partition("=")
+        if not sep or not pipeline.strip() or not checkpoint.strip():
+            raise ConfigError(f"--watch must be PIPELINE=CHECKPOINT, not {item!r}")
+        out.append((check_name("pipeline", pipeline.strip()), checkpoint.strip()))
+    return out
+
+
+def start_watchers(specs: list[tuple[str, str]], dsn: str | None) -> Callable[[], None]:
+    """One watcher thread per (pipeline, checkpoint), every 5 s; returns the function that stops them all."""
+    if not specs:
+        return lambda: None
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.capture.reconcile import watch
+
+    engine = make_engine(dsn)
+    ensure_schema(engine)
+    stop = threading.Event()
+    threads = [threading.Thread(target=watch, args=(engine, checkpoint), name=f"offset-ledger-watch-{pipeline}",
+                                kwargs={"pipeline": pipeline, "consumer_group": pipeline, "stop": stop},
+                                daemon=True)
+               for pipeline, checkpoint in specs]
+    for t in threads:
+        t.start()
+
+    def stop_all() -> None:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        engine.dispose()
+
+    return stop_all
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``watch`` to the command line."""
+    app.command("watch")(watch_cmd)

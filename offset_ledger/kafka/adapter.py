@@ -1,0 +1,351 @@
+"""kafka-python adapter: partitions, log-start/log-end offsets, offsets for a time, record timestamps
+and consumer-group offsets (read, and committed without joining the group).
+
+The only module that talks to Kafka and the only one that knows kafka-python's stringly-typed
+``**configs``. Constructing an adapter makes no network call; the first question connects.
+Kafka client settings are accepted the way Spark's reader takes them (``kafka.``-prefixed Java
+property names), so a pipeline's reader options can be handed over as they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from offset_ledger.errors import ConfigError, KafkaAuthenticationFailed, KafkaError, KafkaUnavailable
+from offset_ledger.kafka.snapshot import ClusterSnapshot, SnapshotError, snapshot
+from offset_ledger.rules.model import TopicPartition, Watermarks
+from offset_ledger.kafka.client_config import client_configs
+
+log = logging.getLogger(__name__)
+
+
+def _translate(exc: Exception, bootstrap: Any) -> Exception:
+    """Map kafka-python errors onto our tree."""
+    from kafka import errors as kerr
+
+    # kafka-python 2.x raises NoBrokersAvailable, 3.x a KafkaTimeoutError from bootstrap.
+    unreachable = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError",
+                                                    "KafkaConnectionError") if hasattr(kerr, n))
+    if isinstance(exc, unreachable):
+        # A broker that wants SASL or TLS looks exactly like one that is down to kafka-python: it
+        # retries until the bootstrap timeout. Say what to check for both.
+        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc} (is the cluster up, and do "
+                                f"security.protocol and the SASL/SSL settings match its listener? "
+                                f"--command-config, --kafka-option, OFFSET_LEDGER_KAFKA_*)",
+                                bootstrap_servers=str(bootstrap))
+    if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.AuthorizationError)):
+        return KafkaAuthenticationFailed(f"Kafka refused the credentials or access: {exc}",
+                                         bootstrap_servers=str(bootstrap))
+    return KafkaError(f"Kafka request failed: {exc}", bootstrap_servers=str(bootstrap))
+
+
+class KafkaAdapter:
+    """Answers offset questions about a cluster; thread-safe, lazy, reusable."""
+
+    def __init__(self, bootstrap_servers: str, options: Mapping[str, Any] | None = None,
+                 *, request_timeout_ms: int = 10000) -> None:
+        self._configs = client_configs(bootstrap_servers, options)
+        self._configs.setdefault("request_timeout_ms", request_timeout_ms)
+        # Without this an unreachable cluster blocks the first call for 30 s (kafka-python's default).
+        self._configs.setdefault("bootstrap_timeout_ms", self._configs["request_timeout_ms"])
+        self._configs.setdefault("reconnect_backoff_max_ms", 2000)
+        self._configs.setdefault("client_id", "offset-ledger")
+        self._bootstrap = ",".join(self._configs["bootstrap_servers"])
+        self._consumer: Any = None
+        self._sampler: Any = None  # a second group-less consumer that reads record timestamps
+        self._admin: Any = None    # consumer-group offsets: read, and committed by the mirror
+        self._lock = threading.Lock()
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._bootstrap
+
+    def __enter__(self) -> KafkaAdapter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                try:
+                    self._consumer.close(autocommit=False)
+                except Exception:  # noqa: BLE001 - closing a broken client must not mask the real error
+                    log.debug("error closing Kafka consumer", exc_info=True)
+                self._consumer = None
+            if self._sampler is not None:
+                try:
+                    self._sampler.close(autocommit=False)
+                except Exception:  # noqa: BLE001
+                    log.debug("error closing Kafka consumer", exc_info=True)
+                self._sampler = None
+            self._close_admin()
+
+    def _client(self) -> Any:
+        if self._consumer is None:
+            from kafka import KafkaConsumer
+
+            try:
+                self._consumer = KafkaConsumer(
+                    group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
+                    **self._configs,
+                )
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._consumer
+
+    def _call(self, fn_name: str, *args: Any) -> Any:
+        with self._lock:
+            consumer = self._client()
+            try:
+                return getattr(consumer, fn_name)(*args)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+
+    # -- topics and partitions
+
+    def all_topics(self) -> set[str]:
+        """Every topic the client may see, fresh from the cluster (internal topics excluded)."""
+        return {t for t in self._call("topics") if not t.startswith("__")}
+
+    def topics_matching(self, pattern: str) -> list[str]:
+        """Topics whose whole name matches ``pattern`` (Java regex subset), like ``subscribePattern``."""
+        try:
+            regex = re.compile(pattern)
+        except re.error as exc:
+            raise ConfigError(f"invalid topic pattern {pattern!r}: {exc}", pattern=pattern) from exc
+        return sorted(t for t in self.all_topics() if regex.fullmatch(t))
+
+    def partitions(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        """Current partitions of each existing topic; topics that do not exist are absent."""
+        existing = self.all_topics()  # one metadata round trip refreshes every topic at once
+        result: dict[str, list[int]] = {}
+        for topic in topics:
+            if topic in existing:
+                parts = self._call("partitions_for_topic", topic) or set()
+                result[topic] = sorted(parts)
+        return result
+
+    def topic_ids(self, topics: Sequence[str]) -> dict[str, str]:
+        """Kafka topic ids (KIP-516) of the existing ``topics``, fresh from the cluster.
+
+        A deleted and re-created topic keeps its name but gets a new id. Topics the broker reports
+        no id for (metadata before v10) are absent.
+        """
+        self.all_topics()  # one metadata round trip; the client keeps the ids it carried
+        with self._lock:
+            cluster = getattr(self._client(), "_cluster", None)
+            lookup = getattr(cluster, "topic_id", None)
+            if lookup is None:
+                return {}
+            out = {}
+            for topic in topics:
+                found = lookup(topic)
+                if found is not None and str(found) != "00000000-0000-0000-0000-000000000000":
+                    out[topic] = str(found)
+            return out
+
+    # -- offsets
+
+    def watermarks(self, topics: Sequence[str]) -> dict[TopicPartition, Watermarks]:
+        """Log-start (first stored) and log-end (next to be written) offset of every partition."""
+        return self.snapshot(topics).watermarks
+
+    def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
+        """Partitions, topic ids and watermarks of ``topics`` from one metadata request and one
+        ListOffsets request per leader and kind, all in flight together (see ``kafka_snapshot``)."""
+        from kafka import errors as kerr
+
+        with self._lock:
+            consumer = self._client()
+            try:
+                return snapshot(consumer._manager, topics, timeout_ms=self._configs["request_timeout_ms"])
+            except kerr.IncompatibleBrokerVersion:
+                pass  # a broker before Kafka 2.1 (no ListOffsets v4): the consumer's slower calls below
+            except SnapshotError as exc:
+                raise KafkaError(f"Kafka request failed: {exc}", bootstrap_servers=self._bootstrap) from exc
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._snapshot_by_consumer(topics)
+
+    def _snapshot_by_consumer(self, topics: Sequence[str]) -> ClusterSnapshot:
+        from kafka import TopicPartition as KTP
+
+        partitions = self.partitions(topics)
+        tps = [KTP(t, p) for t, parts in partitions.items() for p in parts]
+        starts = self._call("beginning_offsets", tps) if tps else {}
+        ends = self._call("end_offsets", tps) if tps else {}
+        marks = {TopicPartition(tp.topic, tp.partition): Watermarks(int(starts[tp]), int(ends[tp])) for tp in tps}
+        return ClusterSnapshot(partitions, self.topic_ids(list(partitions)), marks)
+
+    def offsets_for_time(self, tps: Sequence[TopicPartition], timestamp_ms: int) -> dict[TopicPartition, int | None]:
+        """The first offset whose timestamp is >= ``timestamp_ms`` per partition; None when no record is that new."""
+        from kafka import TopicPartition as KTP
+
+        if not tps:
+            return {}
+        found = self._call("offsets_for_times", {KTP(tp.topic, tp.partition): int(timestamp_ms) for tp in tps})
+        return {
+            TopicPartition(k.topic, k.partition): (None if v is None else int(v.offset))
+            for k, v in found.items()
+        }
+
+    # -- record timestamps (time lag)
+
+    def record_timestamps(self, wanted: Iterable[tuple[TopicPartition, int]], *,
+                          timeout_ms: int = 3000, rounds: int = 4) -> dict[tuple[TopicPartition, int], int]:
+        """Timestamp (epoch ms) of the first record at or after each (partition, offset); absent when none came.
+
+        One consumer without a group (nothing joined, nothing committed) is assigned every
+        partition and seeks each to its lowest wanted offset; its fetcher sends one request per
+        broker for all partitions it leads, so many partitions cost a few round trips, never one
+        per partition. Each fetch returns a run of records, which answers every wanted offset it
+        covers (pipelines at different offsets of one partition); further rounds seek to the rest.
+        """
+        from kafka import TopicPartition as KTP
+
+        todo: dict[KTP, set[int]] = {}
+        for tp, offset in wanted:
+            todo.setdefault(KTP(tp.topic, tp.partition), set()).add(int(offset))
+        found: dict[tuple[TopicPartition, int], int] = {}
+        if not todo:
+            return found
+        with self._lock:
+            sampler = self._sampler_client()
+            deadline = time.monotonic() + timeout_ms / 1000
+            try:
+                for _ in range(rounds):
+                    if not todo or time.monotonic() >= deadline:
+                        break
+                    sampler.assign(list(todo))
+                    for ktp, offsets in todo.items():
+                        sampler.seek(ktp, min(offsets))
+                    waiting = set(todo)
+                    while waiting and time.monotonic() < deadline:
+                        polled = sampler.poll(timeout_ms=max(1, int((deadline - time.monotonic()) * 1000)))
+                        for ktp, records in polled.items():
+                            if ktp not in waiting or not records:
+                                continue
+                            waiting.discard(ktp)
+                            sampler.pause(ktp)
+                            top = max(r.offset for r in records)
+                            for offset in sorted(todo[ktp]):
+                                if offset > top:
+                                    break
+                                first = min((r for r in records if r.offset >= offset), key=lambda r: r.offset)
+                                found[(TopicPartition(ktp.topic, ktp.partition), offset)] = int(first.timestamp)
+                                todo[ktp].discard(offset)
+                    todo = {k: v for k, v in todo.items() if v and k not in waiting}
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+            finally:
+                try:
+                    sampler.assign([])
+                except Exception:  # noqa: BLE001 - a broken sampler is rebuilt on the next call
+                    self._sampler = None
+        return found
+
+    def _sampler_client(self) -> Any:
+        if self._sampler is None:
+            from kafka import KafkaConsumer
+
+            try:
+                self._sampler = KafkaConsumer(
+                    group_id=None, enable_auto_commit=False, allow_auto_create_topics=False,
+                    auto_offset_reset="earliest", max_poll_records=1_000_000,
+                    # A small run of records per partition is all we need from each.
+                    max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=20, **self._configs)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._sampler
+
+    # -- consumer groups (the mirror and drift)
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            configs = {k: v for k, v in self._configs.items() if k != "allow_auto_create_topics"}
+            try:
+                self._admin = KafkaAdminClient(**configs)
+            except Exception as exc:
+                raise _translate(exc, self._bootstrap) from exc
+        return self._admin
+
+    def _admin_call(self, fn_name: str, *args: Any) -> Any:
+        # A group's first request on a fresh cluster meets COORDINATOR_NOT_AVAILABLE while the broker
+        # creates __consumer_offsets: such retriable answers are retried within the request timeout.
+        deadline = time.monotonic() + self._configs["request_timeout_ms"] / 1000
+        while True:
+            with self._lock:
+                admin = self._admin_client()
+                try:
+                    return getattr(admin, fn_name)(*args)
+                except Exception as exc:
+                    if _is_connection_error(exc):
+                        self._close_admin()
+                        raise _translate(exc, self._bootstrap) from exc
+                    if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
+                        raise _translate(exc, self._bootstrap) from exc
+                    log.debug("retrying %s: %s", fn_name, exc)
+            time.sleep(0.2)
+
+    def _close_admin(self) -> None:
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            try:
+                admin.close()
+            except Exception:  # noqa: BLE001
+                log.debug("error closing Kafka admin client", exc_info=True)
+
+    def group_members(self, groups: Sequence[str]) -> dict[str, int]:
+        """Active members per consumer group (0 for an empty or unknown group)."""
+        if not groups:
+            return {}
+        described = self._admin_call("describe_groups", list(groups))
+        out = {g: 0 for g in groups}
+        for group, info in (described or {}).items():
+            state = str(info.get("group_state") or info.get("state") or "").lower()
+            members = info.get("members") or []
+            out[group] = 0 if state in ("empty", "dead") else len(members)
+        return out
+
+    def committed_offsets(self, groups: Sequence[str]) -> dict[str, dict[TopicPartition, tuple[int, str]]]:
+        """Committed (next offset, metadata) per partition of each group; one request per coordinator."""
+        if not groups:
+            return {}
+        fetched = self._admin_call("list_group_offsets", {g: None for g in groups})
+        return {group: {TopicPartition(tp.topic, tp.partition): (int(om.offset), om.metadata or "")
+                        for tp, om in offsets.items() if om.offset is not None and om.offset >= 0}
+                for group, offsets in (fetched or {}).items()}
+
+    def commit_group_offsets(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:
+        """Commit (next offset, metadata) for a group WITHOUT joining it; partitions the broker refused -> error name.
+
+        The broker only accepts such a commit for a group with no active members (Empty or
+        unknown); otherwise every partition comes back refused (UNKNOWN_MEMBER_ID and the like).
+        """
+        from kafka import TopicPartition as KTP
+        from kafka.structs import OffsetAndMetadata
+
+        if not offsets:
+            return {}
+        request = {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), meta, None)
+                   for tp, (o, meta) in offsets.items()}
+        answer = self._admin_call("alter_group_offsets", group, request)
+        return {TopicPartition(k.topic, k.partition): err.__name__
+                for k, err in (answer or {}).items() if getattr(err, "errno", 0) != 0}
+
+
+def _is_connection_error(exc: Exception) -> bool:
+    from kafka import errors as kerr
+
+    kinds = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError",
+                                              "NodeNotReadyError", "RequestTimedOutError") if hasattr(kerr, n))
+    return isinstance(exc, kinds)

@@ -1,0 +1,313 @@
+"""Adopt a running pipeline: import its Spark checkpoint's last committed batch as the ledger's positions.
+
+``import_checkpoint`` reads the checkpoint (``offset_ledger.rules.checkpoint`` parses; local paths are
+read directly, remote URIs through ``fsspec``), then writes one checkpoint generation whose
+location *is* the adopted checkpoint and whose resolved offsets are its Kafka positions: the
+running query's runs, which report that checkpoint, become the generation's authoritative runs.
+Dry run unless ``execute=True``; nothing is written when anything is wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.rules.checkpoint import (
+    CheckpointFiles,
+    CheckpointState,
+    KafkaPositions,
+    SourceChoice,
+    kafka_positions,
+    parse_source_choice,
+    read_checkpoint,
+)
+from offset_ledger.errors import AdoptionRefused, CheckpointFormatError, ConfigError
+from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.queries import pipeline_footprint
+from offset_ledger.rules.model import Finding
+
+log = logging.getLogger(__name__)
+
+#: The fsspec implementation each remote scheme needs, for the install hint.
+_REMOTE_PACKAGES = {
+    "s3": "s3fs", "s3a": "s3fs", "s3n": "s3fs", "abfs": "adlfs", "abfss": "adlfs", "az": "adlfs",
+    "wasb": "adlfs", "wasbs": "adlfs", "gs": "gcsfs", "gcs": "gcsfs", "hdfs": "pyarrow (HDFS support)",
+    "viewfs": "pyarrow (HDFS support)",
+}
+
+
+@dataclass(frozen=True)
+class AdoptResult:
+    """What an import wrote (``executed``) or would write (dry run)."""
+
+    pipeline: str
+    consumer_group: str
+    checkpoint_location: str
+    checkpoint_root: str
+    query_id: str
+    committed_batch_id: int | None
+    planned_batch_ids: tuple[int, ...]
+    positions: Mapping[str, Mapping[int, int]]  # topic -> partition -> next_offset
+    sources_used: tuple[int, ...]
+    skipped: tuple[str, ...]
+    executed: bool
+    generation: int | None = None
+    findings: tuple[Finding, ...] = field(default=())
+
+    @property
+    def starting_offsets(self) -> dict[str, dict[str, int]]:
+        return {t: {str(p): o for p, o in parts.items()} for t, parts in self.positions.items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "consumerGroup": self.consumer_group,
+            "checkpointLocation": self.checkpoint_location, "checkpointRoot": self.checkpoint_root,
+            "queryId": self.query_id, "committedBatchId": self.committed_batch_id,
+            "plannedBatchIds": list(self.planned_batch_ids), "positions": self.starting_offsets,
+            "sourcesUsed": list(self.sources_used), "skipped": list(self.skipped),
+            "executed": self.executed, "generation": self.generation,
+        }
+
+
+# -- reading checkpoint files ---------------------------------------------------------------
+
+
+class LocalFiles:
+    """A checkpoint on the local file system (a plain path or ``file:`` URI)."""
+
+    def __init__(self, location: str) -> None:
+        self.root = Path(location.removeprefix("file://") if location.startswith("file://")
+                         else location.removeprefix("file:"))
+
+    def list(self, relative_dir: str) -> list[str]:
+        d = self.root / relative_dir
+        return sorted(p.name for p in d.iterdir()) if d.is_dir() else []
+
+    def read(self, relative_path: str) -> bytes | None:
+        p = self.root / relative_path
+        try:
+            return p.read_bytes() if p.is_file() else None
+        except OSError as exc:
+            raise CheckpointFormatError(str(p), f"cannot read: {exc.strerror}") from exc
+
+
+class FsspecFiles:
+    """A checkpoint behind any URI fsspec can open (``s3a://``, ``abfss://``, ``gs://``, ``hdfs://``)."""
+
+    def __init__(self, location: str, storage_options: Mapping[str, Any] | None = None) -> None:
+        scheme = location.split("://", 1)[0].lower()
+        package = _REMOTE_PACKAGES.get(scheme, f"the fsspec implementation for {scheme}://")
+        try:
+            import fsspec
+        except ImportError as exc:
+            raise ConfigError(f"reading {scheme}:// checkpoints needs fsspec and {package}: "
+                              f"pip install 'offset-ledger[remote]' {package.split()[0]}") from exc
+        try:
+            self.fs, self.root = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
+        except ImportError as exc:
+            raise ConfigError(f"reading {scheme}:// checkpoints needs {package}: pip install "
+                              f"{package.split()[0]}") from exc
+        except ValueError as exc:  # an unknown protocol
+            raise ConfigError(f"cannot read checkpoint {location}: {exc}") from exc
+        self.location = location
+        self.root = self.root.rstrip("/")
+
+    def list(self, relative_dir: str) -> list[str]:
+        try:
+            entries = self.fs.ls(posixpath.join(self.root, relative_dir), detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(posixpath.basename(str(e).rstrip("/")) for e in entries)
+
+    def read(self, relative_path: str) -> bytes | None:
+        path = posixpath.join(self.root, relative_path)
+        try:
+            with self.fs.open(path, "rb") as fh:
+                data: bytes = fh.read()
+                return data
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise CheckpointFormatError(f"{self.location.rstrip('/')}/{relative_path}", f"cannot read: {exc}") from exc
+
+
+def checkpoint_files(location: str, storage_options: Mapping[str, Any] | None = None) -> CheckpointFiles:
+    """Local paths and ``file:`` URIs directly; any other ``scheme://`` through fsspec."""
+    if "://" in location and not location.startswith("file://"):
+        return FsspecFiles(location, storage_options)
+    local = LocalFiles(location)
+    if not local.root.is_dir():
+        raise CheckpointFormatError(location, "no such directory")
+    return local
+
+
+def parent_location(location: str) -> str:
+    """The directory holding the checkpoint, by string (a URI keeps its scheme and authority)."""
+    trimmed = location.rstrip("/")
+    head, sep, _tail = trimmed.rpartition("/")
+    if not sep:
+        return "."
+    if not head:
+        return "/"
+    if head.endswith(":/"):  # "s3a://bucket": the bucket is as high as it goes
+        return trimmed
+    return head
+
+
+def clean_location(location: str) -> str:
+    """The checkpoint path as the generation records it: stripped, no trailing slash, local paths absolute.
+
+    Spark qualifies a relative ``checkpointLocation`` against the driver's working directory and
+    reports it absolute; the recorded location must compare equal to what runs report.
+    """
+    text = str(location).strip()
+    if not text:
+        raise ConfigError("the checkpoint path is empty")
+    if "://" not in text and not text.startswith("file:"):
+        text = os.path.abspath(text)
+    return text.rstrip("/") or "/"
+
+
+# -- importing --------------------------------------------------------------------------------
+
+
+def plan_import(location: str, source: SourceChoice | str = None,
+                storage_options: Mapping[str, Any] | None = None) -> tuple[CheckpointState, KafkaPositions]:
+    """Read and parse the checkpoint and choose its Kafka positions (no ledger access)."""
+    choice = parse_source_choice(source)  # type: ignore[arg-type]
+    state = read_checkpoint(location, checkpoint_files(location, storage_options))
+    return state, kafka_positions(state, choice)
+
+
+def _finding(state: CheckpointState, chosen: KafkaPositions) -> Finding:
+    planned = (f"; planned but uncommitted batch(es) {', '.join(map(str, state.planned_batch_ids))} are not "
+               "positions (Spark re-runs them)" if state.planned_batch_ids else "")
+    skipped = f"; {'; '.join(chosen.skipped)}" if chosen.skipped else ""
+    return Finding(
+        "checkpoint_adopted",
+        f"adopted checkpoint {state.location} of query {state.query_id} at {state.describe_batch()}{planned}"
+        f"{skipped}",
+        details={"checkpoint_location": state.location, "query_id": state.query_id,
+                 "batch_id": state.committed_batch_id, "planned_batch_ids": list(state.planned_batch_ids),
+                 "sources_used": list(chosen.used), "skipped_sources": list(chosen.skipped)})
+
+
+def adopt(
+    conn: Connection, state: CheckpointState, chosen: KafkaPositions, *, pipeline: str, consumer_group: str,
+    checkpoint_root: str, app_version: str | None, force: bool = False, execute: bool = True,
+    topic_ids: Mapping[str, str] | None = None,
+) -> AdoptResult:
+    """Refuse if the group already has positions or generations (unless ``force``); write when ``execute``.
+
+    Call inside one transaction.
+    """
+    footprint = pipeline_footprint(conn, pipeline).get(consumer_group)
+    if footprint and (footprint.get("topics") or footprint.get("generations")) and not force:
+        raise AdoptionRefused(pipeline, consumer_group, footprint)
+    finding = _finding(state, chosen)
+    result = AdoptResult(pipeline, consumer_group, state.location, checkpoint_root, state.query_id,
+                         state.committed_batch_id, state.planned_batch_ids, chosen.positions, chosen.used,
+                         chosen.skipped, executed=False, findings=(finding,))
+    if not execute:
+        return result
+    offsets = result.starting_offsets
+    generation, _ = gens.create_generation(
+        conn, pipeline=pipeline, consumer_group=consumer_group, checkpoint_root=checkpoint_root,
+        app_version=app_version, reason="adopted", starting_offsets=offsets, resolved_offsets=offsets,
+        topic_ids={t: i for t, i in (topic_ids or {}).items() if t in offsets} or None,
+        restart_findings=[finding], location=state.location, query_id=state.query_id)
+    log.info("adopted checkpoint %s of query %s at %s as generation %s of %s/%s", state.location,
+             state.query_id, state.describe_batch(), generation.generation, pipeline, consumer_group)
+    return AdoptResult(**{**result.__dict__, "executed": True, "generation": generation.generation})
+
+
+def import_checkpoint(
+    checkpoint: str,
+    *,
+    pipeline: str,
+    consumer_group: str | None = None,
+    app_version: str | None = None,
+    source: int | str | None = None,
+    execute: bool = False,
+    force: bool = False,
+    dsn: str | None = None,
+    checkpoint_root: str | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    engine: Engine | None = None,
+    bootstrap_servers: str | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
+) -> AdoptResult:
+    """Import a Spark checkpoint's last committed batch as the pipeline's positions (dry run by default).
+
+    The new checkpoint generation's location is ``checkpoint`` itself (so the query running on it
+    moves positions from then on), bound to the checkpoint's query id; ``checkpoint_root`` (where
+    later fresh generations go) defaults to its parent directory. ``source``: the Kafka source
+    index when the query has several, or ``"all"`` (positions then take each partition's lowest
+    offset). Refuses (AdoptionRefused) when the consumer group (default: the pipeline's name)
+    already has positions or generations, unless ``force``. With ``bootstrap_servers``, the topics'
+    Kafka ids are recorded too, so a topic re-created later is told apart (as for generations
+    ``start_from_ledger`` opens).
+    """
+    from offset_ledger.ledger.engine import current_revision, ensure_schema, make_engine
+    from offset_ledger.operate.operations import check_name
+
+    check_name("pipeline", pipeline)
+    group = check_name("consumer group", consumer_group) if consumer_group else pipeline
+    location = clean_location(checkpoint)
+    state, chosen = plan_import(location, source, storage_options)
+    root = checkpoint_root or parent_location(location)
+    topic_ids: Mapping[str, str] | None = None
+    if bootstrap_servers and execute:
+        from offset_ledger.kafka.adapter import KafkaAdapter
+
+        with KafkaAdapter(bootstrap_servers, kafka_options) as adapter:
+            topic_ids = adapter.topic_ids(sorted(chosen.positions))
+    own = engine is None
+    engine = engine or make_engine(dsn)
+    try:
+        if execute:
+            ensure_schema(engine)
+        elif current_revision(engine) is None:
+            # A dry run against a ledger that was never set up: nothing there to refuse over.
+            return AdoptResult(pipeline, group, state.location, root, state.query_id, state.committed_batch_id,
+                               state.planned_batch_ids, chosen.positions, chosen.used, chosen.skipped,
+                               executed=False, findings=(_finding(state, chosen),))
+        with engine.begin() as conn:
+            return adopt(conn, state, chosen, pipeline=pipeline, consumer_group=group, checkpoint_root=root,
+                         app_version=app_version, force=force, execute=execute, topic_ids=topic_ids)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "importing the checkpoint") from exc
+    finally:
+        if own:
+            engine.dispose()
+
+
+def adopt_if_unknown(
+    engine: Engine, checkpoint: str, *, pipeline: str, consumer_group: str | None, checkpoint_root: str,
+    app_version: str | None, topic_ids_of: Callable[[list[str]], Mapping[str, str]] | None = None,
+) -> AdoptResult | None:
+    """``start_from_ledger(adopt_checkpoint=...)``: import (all Kafka sources) when the ledger has nothing
+    for the pipeline; None when it already knows it (the ledger, not the checkpoint, is then the truth)."""
+    with engine.connect() as conn:
+        if pipeline_footprint(conn, pipeline):
+            log.info("pipeline %s is in the ledger: adopt_checkpoint=%s is not imported", pipeline, checkpoint)
+            return None
+    location = clean_location(checkpoint)
+    state, chosen = plan_import(location, "all")
+    # Recorded so a topic deleted and re-created later is told apart from this incarnation.
+    topic_ids = topic_ids_of(sorted(chosen.positions)) if topic_ids_of is not None else None
+    try:
+        with engine.begin() as conn:
+            return adopt(conn, state, chosen, pipeline=pipeline, consumer_group=consumer_group or pipeline,
+                         checkpoint_root=checkpoint_root, app_version=app_version, topic_ids=topic_ids)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "adopting the checkpoint") from exc

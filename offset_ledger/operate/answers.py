@@ -1,0 +1,131 @@
+"""What the operations answer: plain frozen values the REST API, the CLI and /metrics render.
+
+Each ``to_dict`` is the JSON shape the API returns (camelCase keys, ISO 8601 times).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from offset_ledger.ledger.activity import RunActivity
+from offset_ledger.ledger.reset_store import StoredReset
+from offset_ledger.rules.resets import ResetPlan
+
+
+def iso_utc(value: datetime | None) -> str | None:
+    """The API's time format: ISO 8601 with its offset (a naive time, as SQLite returns it, is UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:  # SQLite hands back naive datetimes; the ledger writes UTC
+        value = value.replace(tzinfo=timezone.utc)
+    return value.isoformat()
+
+
+@dataclass(frozen=True)
+class PipelineSummary:
+    """One pipeline (and consumer group) as the pipelines list shows it."""
+
+    pipeline: str
+    consumer_group: str
+    state: str  # running | stale (unterminated runs, none heard from in time) | stopped
+    active_run_ids: tuple[str, ...]
+    partitions: int
+    last_batch_time: datetime | None
+    last_batch_id: int | None
+    lag: int | None  # records behind log-end over all partitions; None when Kafka was not asked/reachable
+    runs: tuple[RunActivity, ...] = ()  # every unterminated run, with why it counts as active or stale
+    generation: dict[str, Any] | None = None  # the current checkpoint generation, if any
+    foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
+    status: str | None = None  # OK | LAGGING | STALLED | STOPPED | REWOUND (offset_ledger.rules.status); None: lag unknown
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "state": self.state,
+            "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
+            "lastBatchTime": iso_utc(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
+            "runs": [r.to_dict() for r in self.runs],
+            "generation": None if self.generation is None else {
+                "generation": self.generation["generation"], "appVersion": self.generation["app_version"],
+                "checkpointLocation": self.generation["location"]},
+            "foreignRunIds": list(self.foreign_run_ids),
+            "status": self.status,
+        }
+
+
+@dataclass(frozen=True)
+class PartitionLag:
+    """A partition's position against its log: lag = log-end minus the next offset to read."""
+
+    topic: str
+    partition: int
+    next_offset: int | None
+    log_start_offset: int | None
+    log_end_offset: int | None
+    lag_seconds: float | None = None  # age of the record at the position (0 when caught up)
+    committed_offset: int | None = None  # the Kafka consumer group's committed offset, if any
+    status: str | None = None  # offset_ledger.rules.status
+
+    @property
+    def lag(self) -> int | None:
+        if self.next_offset is None or self.log_end_offset is None:
+            return None
+        return max(0, self.log_end_offset - self.next_offset)
+
+    @property
+    def drift(self) -> int | None:
+        """The group's committed offset minus the ledger position (None when the group committed none)."""
+        if self.committed_offset is None or self.next_offset is None:
+            return None
+        return self.committed_offset - self.next_offset
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
+                "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag,
+                "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
+                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status}
+
+
+@dataclass(frozen=True)
+class HistoryPage:
+    """A page of batch history, newest first; ``next_cursor`` is None on the last page."""
+
+    items: tuple[dict[str, Any], ...]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True)
+class ResetOutcome:
+    """A planned (dry run) or executed reset and its audit id."""
+
+    pipeline: str
+    consumer_group: str
+    plan: ResetPlan
+    stored: StoredReset
+    dry_run: bool
+    actor: str
+    reason: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "resetId": self.stored.reset_id, "pipeline": self.pipeline, "consumerGroup": self.consumer_group,
+            "mode": self.plan.mode, "dryRun": self.dry_run, "status": self.stored.status,
+            "actor": self.actor, "reason": self.reason, "createdAt": iso_utc(self.stored.created_at),
+            "outOfRangePolicy": self.plan.out_of_range_policy,
+            "wouldBeRefused": self.plan.refused,
+            "activeRunIds": list(self.stored.active_run_ids),
+            "partitions": [p.to_dict() for p in self.plan.partitions],
+            "newPositions": self.plan.new_positions(),
+        }
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Everything /metrics renders."""
+
+    pipelines: tuple[PipelineSummary, ...]
+    partitions: tuple[tuple[str, str, PartitionLag], ...]  # (pipeline, consumer group, lag)
+    listeners: tuple[dict[str, Any], ...]
+    kafka_up: bool | None  # None: no Kafka configured
+    now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))

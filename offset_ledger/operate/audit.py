@@ -1,0 +1,72 @@
+"""The audit trail as the operator reads it: findings (paged by id) and their count per pipeline.
+
+Plain reads over one ``Operations``' ledger; the CLI's ``findings``/``resets`` commands and the
+``pipelines`` findings column use them. Driver errors become ``offset_ledger.errors`` here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.operate.answers import iso_utc
+from offset_ledger.errors import InvalidInput
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.tables import findings
+
+if TYPE_CHECKING:
+    from offset_ledger.operate.operations import Operations
+
+MAX_PAGE = 1000
+
+
+@contextmanager
+def _read(ops: Operations) -> Iterator[Connection]:
+    try:
+        with ops.engine.connect() as conn:
+            yield conn
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the audit trail") from exc
+
+
+def findings_counts(ops: Operations) -> dict[tuple[str, str], int]:
+    """Findings recorded per (pipeline, consumer group); a repeated finding counts once."""
+    stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count()).group_by(
+        findings.c.pipeline, findings.c.consumer_group)
+    with _read(ops) as conn:
+        return {(p, g): int(n) for p, g, n in conn.execute(stmt)}
+
+
+def list_findings(
+    ops: Operations, pipeline: str, consumer_group: str | None = None, *, kind: str | None = None,
+    since: datetime | None = None, limit: int = 50, before_id: int | None = None,
+) -> tuple[str, list[dict[str, Any]], int | None]:
+    """(consumer group, findings newest first, the ``before_id`` of the next page or None)."""
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}, not {limit}", limit=limit)
+    with _read(ops) as conn:
+        group = ops.resolve_group(conn, pipeline, consumer_group)
+        stmt = select(findings).where(findings.c.pipeline == pipeline, findings.c.consumer_group == group)
+        if kind is not None:
+            stmt = stmt.where(findings.c.kind == kind)
+        if since is not None:
+            stmt = stmt.where(func.coalesce(findings.c.last_seen_at, findings.c.created_at) >= since)
+        if before_id is not None:
+            stmt = stmt.where(findings.c.id < before_id)
+        rows = [dict(r._mapping) for r in conn.execute(stmt.order_by(findings.c.id.desc()).limit(limit + 1))]
+    more = len(rows) > limit
+    rows = rows[:limit]
+    out = [{
+        "id": r["id"], "createdAt": iso_utc(r["created_at"]), "lastSeenAt": iso_utc(r["last_seen_at"]),
+        "occurrences": int(r["occurrences"] or 1), "kind": r["kind"], "topic": r["topic"],
+        "partition": r["partition"], "expectedOffset": r["expected_offset"], "actualOffset": r["actual_offset"],
+        "queryId": r["query_id"], "batchId": r["batch_id"], "runId": r["run_id"],
+        "generationId": r["generation_id"], "message": r["message"], "details": r["details"],
+    } for r in rows]
+    return group, out, (rows[-1]["id"] if more else None)

@@ -1,0 +1,419 @@
+"""What operators can do, as plain functions: the REST API and the CLI are two faces over these.
+
+No HTTP or CLI code here. Reads go to the ledger (``ledger.queries``) and Kafka
+(``offset_ledger.kafka.adapter``); resets are planned by ``offset_ledger.rules.resets`` (pure) and written by
+``ledger.reset_store`` (one transaction). Database driver errors are translated into
+``LedgerUnavailable`` / ``LedgerError`` here, so callers only ever see ``offset_ledger.errors``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.operate.answers import (  # noqa: F401 - re-exported: the faces import them from here
+    HistoryPage,
+    MetricsSnapshot,
+    PartitionLag,
+    PipelineSummary,
+    ResetOutcome,
+    iso_utc,
+)
+from offset_ledger.rules.coalesce import Coalescer
+from offset_ledger.errors import (
+    AmbiguousConsumerGroup,
+    ConfigError,
+    InvalidInput,
+    UnknownPipeline,
+    UnknownTopic,
+)
+from offset_ledger.operate.inputs import (  # noqa: F401 - re-exported: the faces import them from here
+    check_name,
+    check_reason,
+    check_topic,
+    decode_cursor,
+    encode_cursor,
+    parse_timestamp,
+    request_from_legacy_body,
+    scope_from_specs,
+    to_epoch_ms,
+)
+from offset_ledger.ledger import queries
+from offset_ledger.ledger.activity import open_runs
+from offset_ledger.ledger.engine import read_engine, translate_db_error
+from offset_ledger.ledger.reset_store import record_reset
+from offset_ledger.rules.model import Position, TopicPartition, Watermarks
+from offset_ledger.rules.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
+
+if TYPE_CHECKING:
+    from offset_ledger.kafka.adapter import KafkaAdapter
+
+from offset_ledger.operate.operations_metrics import MetricsReads
+
+log = logging.getLogger(__name__)
+
+# The values returned to the faces live in offset_ledger.operate.answers, checked input in offset_ledger.operate.inputs.
+
+
+def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
+    """The consumer group to use: the one given (it must be in the ledger), else the pipeline's only one."""
+    check_name("pipeline", pipeline)
+    groups = queries.consumer_groups(conn, pipeline)
+    if consumer_group is not None:
+        check_name("consumer group", consumer_group)
+        if consumer_group not in groups:
+            raise UnknownPipeline(pipeline)
+        return consumer_group
+    if not groups:
+        raise UnknownPipeline(pipeline)
+    if len(groups) == 1:
+        return groups[0]
+    # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
+    raise AmbiguousConsumerGroup(pipeline, groups)
+
+
+# -- the operations -------------------------------------------------------------------------
+
+
+class Operations(MetricsReads):
+    """The operator's verbs over one ledger and one Kafka cluster; thread-safe, reusable."""
+
+    def __init__(
+        self, engine: Engine, *, bootstrap_servers: str | None = None,
+        kafka_options: Mapping[str, Any] | None = None, kafka: KafkaAdapter | None = None,
+        kafka_timeout_ms: int = 10_000, lag_cache_seconds: float = 2.0,
+    ) -> None:
+        self.engine = engine
+        self._reads = read_engine(engine)
+        self._coalesce = Coalescer()
+        self._bootstrap = bootstrap_servers
+        self._kafka_options = dict(kafka_options or {})
+        self._kafka = kafka
+        # Bounds how long a request waits for an unreachable cluster before answering 503.
+        self._kafka_timeout_ms = kafka_timeout_ms
+        # Lag in the pipelines list and /metrics may be this old; resets and /lag always ask Kafka.
+        self.lag_cache_seconds = lag_cache_seconds
+        self._marks_cache: tuple[float, frozenset[str], dict[TopicPartition, Watermarks]] | None = None
+        self._marks_lock = threading.Lock()
+        from offset_ledger.operate.lag_insight import LagInsight
+
+        self._insight = LagInsight()
+
+    @classmethod
+    def connect(
+        cls, dsn: str | None = None, bootstrap_servers: str | None = None,
+        kafka_options: Mapping[str, Any] | None = None,
+    ) -> Operations:
+        """Operations over ``dsn`` and ``bootstrap_servers`` (defaults: OFFSET_LEDGER_* settings)."""
+        from offset_ledger.config import settings
+        from offset_ledger.ledger.engine import make_engine
+
+        s = settings()
+        return cls(make_engine(dsn), bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
+                   kafka_options=kafka_options)
+
+    @property
+    def kafka(self) -> KafkaAdapter:
+        """The Kafka adapter (created lazily; ConfigError when no bootstrap servers are set)."""
+        if self._kafka is None:
+            if not self._bootstrap:
+                raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-servers or set "
+                                  "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
+            from offset_ledger.kafka.adapter import KafkaAdapter
+
+            self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options,
+                                       request_timeout_ms=self._kafka_timeout_ms)
+        return self._kafka
+
+    @property
+    def has_kafka(self) -> bool:
+        return self._kafka is not None or bool(self._bootstrap)
+
+    def close(self) -> None:
+        if self._kafka is not None:
+            self._kafka.close()
+        self.engine.dispose()
+        if self._reads is not self.engine:
+            self._reads.dispose()
+
+    @contextmanager
+    def _db(self) -> Iterator[Connection]:
+        """A connection for reads (autocommit on PostgreSQL, see ``read_engine``); writes use ``engine.begin()``."""
+        try:
+            with self._reads.connect() as conn:
+                yield conn
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, "reading") from exc
+
+    # -- checks
+
+    def ping(self) -> None:
+        """Raise LedgerUnavailable when the ledger database cannot be reached."""
+        from sqlalchemy import text
+
+        with self._db() as conn:
+            conn.execute(text("SELECT 1"))
+
+    def resolve_group(self, conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
+        """The consumer group to use (``resolve_group``)."""
+        return resolve_group(conn, pipeline, consumer_group)
+
+    # -- reads
+
+    def list_pipelines(self, *, with_lag: bool = True) -> list[PipelineSummary]:
+        """Every pipeline with state (running/stopped), last batch time and total lag.
+
+        Concurrent callers share one computation that started after they all arrived
+        (``offset_ledger.rules.coalesce``): dashboards polling together cost one read, none gets an older answer.
+        """
+        return self._coalesce.run(("pipelines", with_lag), lambda: self._list_pipelines(with_lag))
+
+    def _list_pipelines(self, with_lag: bool) -> list[PipelineSummary]:
+        # Every ledger read in one connection before Kafka is asked (round trips dominate this request).
+        facts: dict[Any, Any] = {}
+        with self._db() as conn:
+            rows = queries.pipeline_summaries(conn)
+            open_by_group = open_runs(conn)
+            pos: dict[tuple[str, str], list[Position]] = {}
+            if with_lag and rows and self.has_kafka:  # without Kafka there is no lag to compute
+                pos, facts = self._positions_and_window(conn)
+        marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
+        statuses = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else {}
+        out = []
+        for r in rows:
+            key = (r["pipeline"], r["consumer_group"])
+            lag: int | None = None
+            if marks is not None:
+                lags = [_lag(p, marks.get(p.tp)) for p in pos.get(key, [])]
+                known = [x for x in lags if x is not None]
+                lag = sum(known) if known else None
+            acts = tuple(open_by_group.get(key, []))
+            active = tuple(a.run_id for a in acts if a.state == "active")
+            gen = None if r["generation_id"] is None else {
+                "id": r["generation_id"], "generation": r["generation_number"],
+                "app_version": r["generation_app_version"], "location": r["generation_location"]}
+            foreign = tuple(a.run_id for a in acts if a.state == "active" and gen is not None
+                            and a.generation_id != gen["id"])
+            state = "running" if active else ("stale" if acts else "stopped")
+            out.append(PipelineSummary(
+                r["pipeline"], r["consumer_group"], state, active,
+                int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
+                acts, gen, foreign, statuses.get(key),
+            ))
+        return out
+
+    def _statuses(self, rows: list[dict[str, Any]], open_by_group: Mapping[tuple[str, str], Any],
+                  pos: Mapping[tuple[str, str], list[Position]],
+                  marks: Mapping[TopicPartition, Watermarks],
+                  facts: Mapping[Any, Any]) -> dict[tuple[str, str], str | None]:
+        """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips)."""
+        from offset_ledger.rules.status import overall_status
+
+        parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset, None,
+                                                marks[p.tp].log_end_offset if p.tp in marks else None))
+                 for (pipeline, group), ps in pos.items() for p in ps]
+        enriched = self._enrich(parts, open_by_group, facts, kafka=False)
+        by: dict[tuple[str, str], list[Any]] = {}
+        for pipeline, group, x in enriched:
+            by.setdefault((pipeline, group), []).append(x.status)
+        return {k: overall_status(v) for k, v in by.items()}
+
+    def _enrich(self, parts: list[tuple[str, str, PartitionLag]], open_by_group: Mapping[tuple[str, str], Any],
+                facts: Mapping[Any, Any], *, kafka: bool) -> list[tuple[str, str, PartitionLag]]:
+        """Time lag, drift and status for ``parts`` (``offset_ledger.operate.lag_insight``), ``facts`` read with the positions."""
+        from offset_ledger.operate.lag_insight import status_window
+
+        active = {k: any(a.state == "active" for a in acts) for k, acts in open_by_group.items()}
+        return self._insight.enrich(self.kafka if kafka and self.has_kafka else None, parts, facts, active,
+                                    window=status_window())
+
+    @staticmethod
+    def _positions_and_window(conn: Connection, pipeline: str | None = None, group: str | None = None,
+                              ) -> tuple[dict[tuple[str, str], list[Position]], dict[Any, Any]]:
+        from offset_ledger.operate.lag_insight import positions_and_window, status_window
+
+        return positions_and_window(conn, datetime.now(timezone.utc) - status_window(), pipeline, group)
+
+    def current_offsets(self, pipeline: str, consumer_group: str | None = None) -> dict[str, dict[str, int]]:
+        """``{"topic": {"0": next_offset}}``: the legacy getCurrentOffsets answer."""
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
+        out: dict[str, dict[str, int]] = {}
+        for p in positions:
+            out.setdefault(p.topic, {})[str(p.partition)] = p.next_offset
+        return out
+
+    def positions(self, pipeline: str, consumer_group: str | None = None) -> tuple[str, list[dict[str, Any]]]:
+        """(consumer group, positions with what placed them)."""
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            return group, queries.position_details(conn, pipeline, group)
+
+    def history(
+        self, pipeline: str, consumer_group: str | None = None, *, topic: str | None = None,
+        since: datetime | None = None, until: datetime | None = None, limit: int = 100,
+        cursor: str | None = None,
+    ) -> HistoryPage:
+        """Committed batches newest first, filtered by topic and [since, until), paged by cursor."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+        if topic is not None:
+            check_topic(topic)
+        after = decode_cursor(cursor) if cursor else None
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            rows = queries.batch_history(conn, pipeline, group, topic=topic, since=since, until=until,
+                                         limit=limit + 1, after=after)
+        more = len(rows) > limit
+        rows = rows[:limit]
+        next_cursor = encode_cursor(rows[-1]["batch_time"], rows[-1]["id"]) if more else None
+        items = tuple({
+            "queryId": r["query_id"], "runId": r["run_id"], "batchId": r["batch_id"],
+            "batchTime": iso_utc(r["batch_time"]), "recordedAt": iso_utc(r["recorded_at"]),
+            "inputRows": r["input_rows"],
+            "watermark": iso_utc(r["watermark"]), "eventTimeMin": iso_utc(r["event_time_min"]),
+            "eventTimeMax": iso_utc(r["event_time_max"]), "stateRowsTotal": r["state_rows_total"],
+            "stateRowsUpdated": r["state_rows_updated"],
+            "stateRowsDroppedByWatermark": r["state_rows_dropped_by_watermark"],
+            "ranges": [{"sourceIndex": x["source_index"], "topic": x["topic"], "partition": x["partition"],
+                        "fromOffset": x["from_offset"], "untilOffset": x["until_offset"]} for x in r["ranges"]],
+        } for r in rows)
+        return HistoryPage(items, next_cursor)
+
+    def lag(self, pipeline: str, consumer_group: str | None = None) -> tuple[str, list[PartitionLag]]:
+        """(consumer group, lag per partition): every current partition of the pipeline's topics."""
+        with self._db() as conn:  # every ledger read before Kafka is asked
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            by_group, facts = self._positions_and_window(conn, pipeline, group)
+            runs = open_runs(conn, pipeline, group)
+        positions = by_group.get((pipeline, group), [])
+        marks = self._watermarks_per_topic(sorted({p.topic for p in positions}))
+        by_tp = {p.tp: p.next_offset for p in positions}
+        out = []
+        for tp in sorted(set(by_tp) | set(marks)):
+            m = marks.get(tp)
+            out.append(PartitionLag(tp.topic, tp.partition, by_tp.get(tp),
+                                    m.log_start_offset if m else None, m.log_end_offset if m else None))
+        enriched = self._enrich([(pipeline, group, x) for x in out], runs, facts, kafka=True)
+        return group, [x for _, _, x in enriched]
+
+    def topic_details(self, topic: str) -> dict[str, Any]:
+        """``{"name": T, "partitions": {"0": {"firstOffset": log_start, "lastOffset": log_end}}}``."""
+        return topic_details(self.kafka, topic)
+
+    def resets(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
+        """(consumer group, the audit list of resets, newest first)."""
+        if not 1 <= limit <= 1000:
+            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            rows = queries.reset_history(conn, pipeline, group, limit=limit)
+        return group, [{
+            "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
+            "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
+            "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
+            "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
+            "partitions": [{
+                "topic": p["topic"], "partition": p["partition"],
+                "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
+                "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
+            } for p in r["partitions"]],
+        } for r in rows]
+
+    # -- resets
+
+    def plan_reset(
+        self, pipeline: str, request: ResetRequest, consumer_group: str | None = None,
+    ) -> tuple[str, ResetPlan]:
+        """(consumer group, the plan) without writing anything."""
+        self._check_reset_names(request)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+            positions = queries.current_positions(conn, pipeline, group)
+        return group, self._plan_reset(pipeline, request, positions)
+
+    @staticmethod
+    def _check_reset_names(request: ResetRequest) -> None:
+        for topic in (request.scope or {}):
+            check_topic(topic)
+        for tp in (request.offsets or {}):
+            check_topic(tp.topic)
+
+    def _plan_reset(self, pipeline: str, request: ResetRequest, positions: list[Position]) -> ResetPlan:
+        """The plan for ``positions`` against the cluster as it is now (pure planning + Kafka reads)."""
+        topics = request.topics([p.topic for p in positions])
+        if not topics:
+            raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
+        seen = self.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
+        missing = [t for t in topics if t not in seen.partitions]
+        if request.scope or request.mode == "offsets":
+            if missing:
+                raise UnknownTopic(missing[0])
+        elif missing:
+            # Unscoped: a topic deleted since the last batch is left out (the restart drops it too).
+            if len(missing) == len(topics):
+                raise UnknownTopic(topics[0])
+            positions = [p for p in positions if p.topic in seen.partitions]
+        marks = seen.watermarks
+        times = None
+        if request.mode == "timestamp" and request.timestamp_ms is not None:
+            times = self.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
+        return plan_reset(request, positions, marks, times)
+
+    def reset(
+        self, pipeline: str, request: ResetRequest, *, actor: str, reason: str | None = None,
+        dry_run: bool = True, force: bool = False, consumer_group: str | None = None,
+    ) -> ResetOutcome:
+        """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply).
+
+        The plan is made inside the transaction that writes it, under the pipeline lock, from the
+        positions as they are then: concurrent resets apply one after the other, each audited
+        with the position it actually replaced.
+        """
+        check_name("actor", actor)
+        check_reason(reason, dry_run=dry_run)
+        self._check_reset_names(request)
+        with self._db() as conn:
+            group = self.resolve_group(conn, pipeline, consumer_group)
+        try:
+            plan, stored = record_reset(
+                self.engine, lambda positions: self._plan_reset(pipeline, request, positions),
+                pipeline=pipeline, consumer_group=group, actor=actor, reason=reason, dry_run=dry_run,
+                force=force)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, "recording the reset") from exc
+        return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason)
+
+def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
+    """The legacy getTopicDetails answer; needs only Kafka (no ledger)."""
+    check_topic(topic)
+    seen = kafka.snapshot([topic])
+    if topic not in seen.partitions:
+        raise UnknownTopic(topic)
+    marks = seen.watermarks
+    return {
+        "name": topic,
+        "partitions": {
+            str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
+            for tp, m in sorted(marks.items())
+        },
+    }
+
+
+def _lag(p: Position, m: Watermarks | None) -> int | None:
+    return None if m is None else max(0, m.log_end_offset - p.next_offset)
+
+
+__all__ = [
+    "HistoryPage", "MetricsSnapshot", "Operations", "PartitionLag", "PartitionReset", "PipelineSummary",
+    "ResetOutcome", "check_name", "check_topic", "parse_timestamp", "request_from_legacy_body", "resolve_group",
+    "scope_from_specs", "to_epoch_ms", "topic_details",
+]

@@ -1,0 +1,358 @@
+"""start_from_ledger: reconcile with the checkpoint, plan, and decide under the pipeline lock.
+
+Planning is read-only (``offset_ledger.operate.restart_plan``); ``restart_with`` reconciles the current
+generation with its checkpoint first, and writes the new checkpoint generation and the resets it
+consumes in one transaction, under the lock, only when what the plan read still holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.config import settings
+from offset_ledger.errors import ConfigError, InvalidRestartOptions, PlanConflict
+from offset_ledger.kafka.adapter import KafkaAdapter
+from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.policy_store import current_policies
+from offset_ledger.ledger.queries import pipeline_footprint
+from offset_ledger.ledger.tables import checkpoint_generations
+from offset_ledger.rules.model import Finding, RestartPlan
+from offset_ledger.rules.policies import effective
+from offset_ledger.rules.resolver import new_generation_reason
+from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
+    ClusterView,
+    LedgerView,
+    _watermarks_json,
+    choose_group,
+    ledger_changes,
+    plan_restart,
+    read_cluster,
+    read_ledger,
+    read_ledger_on,
+    recreated_topics,
+    resolved_offsets,
+    select_topics,
+)
+
+log = logging.getLogger(__name__)
+
+
+def start_from_ledger(
+    pipeline: str,
+    topics: Sequence[str] | None = None,
+    *,
+    topic_pattern: str | None = None,
+    bootstrap_servers: str | None = None,
+    checkpoint_root: str,
+    app_version: str | None = None,
+    first_run: str | int | datetime | Mapping[str, Any] | None = None,
+    on_data_loss: str | None = None,
+    dsn: str | None = None,
+    consumer_group: str | None = None,
+    new_checkpoint: bool = False,
+    kafka_options: Mapping[str, Any] | None = None,
+    allow_first_run: bool = False,
+    commit_to_kafka: bool | None = None,
+    window: str | None = None,
+    slide: str | None = None,
+    watermark_delay: str | None = None,
+    event_time_is_kafka_timestamp: bool | None = None,
+    adopt_checkpoint: str | None = None,
+) -> RestartPlan:
+    """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
+
+    ``topics`` (a list, like ``subscribe``) or ``topic_pattern`` (a regex matched against the whole
+    name, like ``subscribePattern``) selects the topics; ``bootstrap_servers`` (default
+    ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``) and Spark-style ``kafka_options`` (``kafka.security.protocol``,
+    ``kafka.sasl.*``, ``kafka.ssl.*``, ...) reach the cluster the pipeline reads. ``consumer_group``
+    defaults to the pipeline's only group in the ledger (AmbiguousConsumerGroup when it has several).
+
+    ``starting_offsets`` names every current partition of every requested topic: the ledger position,
+    ``-2`` for partitions the ledger does not know, and for positions outside the broker's log (or
+    on a topic deleted and re-created since, told by its Kafka topic id) the ``on_data_loss``
+    policy: ``"fail"`` raises ``DataLossError`` naming the partitions and records lost;
+    ``"earliest"`` resumes at the log-start offset and records a finding. With no ledger position
+    at all, ``first_run`` applies (default ``"earliest"``): ``"earliest"``, ``"latest"``, a
+    timestamp (``datetime``, naive = UTC, or epoch ms; each partition starts at its first record at
+    or after it, and at the log-end offset seen at planning when no record is that new), or explicit offsets (dict or JSON;
+    unnamed partitions start at earliest). A pipeline the ledger already knows (under another
+    consumer group, or on other topics) is never silently started as a first run: that raises
+    ``FirstRunRefused`` unless ``first_run`` is given and ``allow_first_run=True``.
+
+    Checkpoints: generations live at ``<checkpoint_root>/gen-<n>-<id>`` (any URI Spark accepts;
+    nothing is listed or deleted). The current generation is reused when nothing changed; a fresh,
+    empty one is handed out on the first run through the helper, when a reset is pending (the
+    reset is then marked consumed), when positions had to be clamped (data loss accepted), when
+    ``app_version`` differs from the current generation's, when ``checkpoint_root`` changed, or when
+    ``new_checkpoint=True``. A fresh generation is the pipeline's authority: its resolved starting
+    offsets become the positions, its findings are stored, and only runs on its checkpoint move
+    positions from then on. ``plan.fresh_checkpoint`` says which: when False, Spark resumes from
+    the checkpoint and ignores ``startingOffsets``, which are still reported for inspection.
+    Nothing is written when an error is raised.
+
+    ``commit_to_kafka=True`` mirrors the resulting positions into the Kafka consumer group (also
+    backwards, after a reset: see ``offset_ledger.kafka.mirror``); a group with active members is left
+    alone and a ``mirror_refused`` finding says so, a Kafka failure only a ``mirror_pending`` one.
+
+    Windowed (append-mode) pipelines: ``window`` (``"10 minutes"``, as in Spark's ``window()``),
+    ``slide`` for sliding windows and ``watermark_delay`` (the ``withWatermark`` delay; read back
+    from the recorded watermarks when omitted) rewind the starting offsets to where the windows the
+    old checkpoint still held open begin (``offset_ledger.rules.stateful``), always on a fresh checkpoint
+    generation. ``plan.event_time_floor`` is then the event time before which the new query must
+    drop records right after parsing; a ``state_rewind`` finding says what is read again and why.
+    With ``event_time_is_kafka_timestamp=True`` the rewind uses the brokers' offsets-for-times at
+    the floor (tighter). Refused (StatefulRestartRefused) when the ledger has no watermark.
+
+    ``adopt_checkpoint``: the checkpoint a pipeline ran on before it used the ledger. When the
+    ledger has nothing for the pipeline, that checkpoint's last committed batch is imported first
+    (``offset_ledger.operate.adopt``) as a generation at that very location, recording ``app_version`` and
+    ``checkpoint_root``: the plan then resumes the adopted checkpoint (Spark continues from its own
+    files), or, with a different ``app_version`` later, starts a fresh generation at its positions.
+    Once the ledger knows the pipeline the argument is ignored, so it can stay in the code. The
+    import is its own transaction: when the plan then fails (say, ``DataLossError``), the adopted
+    positions stay, exactly as ``offset-ledger import-checkpoint --execute`` would have left them.
+    """
+    if not checkpoint_root or not str(checkpoint_root).strip():
+        raise ConfigError("checkpoint_root is required")
+    root = str(checkpoint_root)
+    if "://" not in root and not root.startswith(("/", "file:")):
+        # A relative local root is where this process runs; Spark reports the absolute location.
+        root = os.path.abspath(root)
+    options = dict(kafka_options or {})
+    servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
+    if not servers:
+        raise ConfigError("no Kafka bootstrap servers (bootstrap_servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
+
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+
+    started = time.perf_counter()
+    engine = make_engine(dsn)
+    try:
+        ensure_schema(engine)
+        with KafkaAdapter(servers, options) as adapter:
+            if adopt_checkpoint is not None:
+                from offset_ledger.operate.adopt import adopt_if_unknown
+
+                adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
+                                 checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
+            done = restart_with(
+                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+                topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
+                on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
+                window=window, slide=slide, watermark_delay=watermark_delay,
+                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
+        log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
+        mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
+        return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
+            if mirror else done
+    finally:
+        engine.dispose()
+
+
+def restart_with(
+    engine: Engine, adapter: Any, *, pipeline: str, checkpoint_root: str, consumer_group: str | None = None,
+    topics: Sequence[str] | None = None, topic_pattern: str | None = None, app_version: str | None = None,
+    first_run: object = None, on_data_loss: str | None = None, new_checkpoint: bool = False,
+    allow_first_run: bool = False, window: str | None = None, slide: str | None = None,
+    watermark_delay: str | None = None, event_time_is_kafka_timestamp: bool | None = None,
+    commit_to_kafka: bool | None = None,
+) -> RestartPlan:
+    """``start_from_ledger`` on an open engine and Kafka adapter: reconcile, plan, decide under the lock.
+
+    Arguments left None take the pipeline's stored policies (``offset_ledger.rules.policies``), then the
+    defaults; one given where a stored policy differs is used for this call and reported
+    (``policy_override``). A stored window applies when a fresh generation is opened anyway (an
+    upgrade); ``window=`` given in the call asks for one, as before.
+    """
+    stored = _stored_policies(engine, pipeline)
+    use, overrides = effective(stored, {
+        "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
+        "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": event_time_is_kafka_timestamp,
+        "commit_to_kafka": commit_to_kafka})
+    stored_window = window is None and use["window"] is not None
+    if use["window"] is None and (slide is not None or watermark_delay is not None or event_time_is_kafka_timestamp):
+        raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
+                                    option="window")
+    # Ground truth first: what the current generation's checkpoint committed and the
+    # listener never delivered is recorded before anything is planned from the ledger.
+    truth = reconcile_current(engine, pipeline, consumer_group)
+    changes: list[str] = []
+    for attempt in range(1, _PLAN_ATTEMPTS + 1):
+        rewind = window is not None
+        plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
+                                      allow_first_run, rewind)
+        if stored_window and not ledger.pending_reset_ids and _generation_reason(
+                plan, ledger, app_version, checkpoint_root, new_checkpoint) not in (None, "first"):
+            # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
+            rewind = True
+            plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
+                                          allow_first_run, rewind)
+        done = _decide_under_lock(
+            engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
+            checkpoint_root=checkpoint_root, app_version=app_version,
+            new_checkpoint=new_checkpoint or rewind,
+            # Nobody named the group: it stays the helper's guess until a run reports its own.
+            defaulted_group=consumer_group is None and (
+                not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
+        if isinstance(done, RestartPlan):
+            # Reconciliation findings were stored when found; the plan shows them too.
+            return replace(done, findings=(*truth, *overrides, *done.findings), policies=use)
+        changes = done
+        log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
+                 pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
+    raise PlanConflict(pipeline, _PLAN_ATTEMPTS, changes)
+
+
+def _stored_policies(engine: Engine, pipeline: str) -> dict[str, Any]:
+    try:
+        with engine.connect() as conn:
+            return current_policies(conn, pipeline)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the pipeline's policies") from exc
+
+
+def _plan(engine: Engine, adapter: Any, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
+          topic_pattern: str | None, use: Mapping[str, Any], allow_first_run: bool,
+          rewind: bool) -> tuple[RestartPlan, LedgerView, ClusterView]:
+    return plan_restart(
+        engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+        topic_pattern=topic_pattern, first_run=use["first_run"], on_data_loss=use["on_data_loss"],
+        allow_first_run=allow_first_run, window=use["window"] if rewind else None,
+        slide=use["slide"] if rewind else None, watermark_delay=use["watermark_delay"] if rewind else None,
+        event_time_is_kafka_timestamp=bool(use["event_time_is_kafka_timestamp"]) if rewind else False)
+
+
+def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str | None, checkpoint_root: str,
+                       new_checkpoint: bool) -> str | None:
+    """Why this plan needs a fresh checkpoint generation (``resolver.new_generation_reason``), or None."""
+    current = ledger.generation
+    return new_generation_reason(
+        has_current=current is not None, current_app_version=current.app_version if current else None,
+        current_checkpoint_root=current.checkpoint_root if current else None, app_version=app_version,
+        checkpoint_root=checkpoint_root, pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
+        data_loss=any(f.kind == "data_loss" for f in plan.findings))
+
+
+#: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).
+_PLAN_ATTEMPTS = 3
+
+
+def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None) -> tuple[Finding, ...]:
+    """Reconcile the pipeline's current generation with its checkpoint; the findings say what happened.
+
+    Nothing to do for a pipeline without a generation (no checkpoint location is known) or with
+    several consumer groups and none named (planning raises AmbiguousConsumerGroup next).
+    """
+    from offset_ledger.capture.reconcile import reconcile
+
+    try:
+        with engine.connect() as conn:
+            footprint = pipeline_footprint(conn, pipeline)
+            if consumer_group is None and len(footprint) > 1:
+                return ()
+            group = consumer_group or choose_group(pipeline, footprint)
+            current = gens.current_generation(conn, pipeline, group, offsets=False)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the current generation") from exc
+    if current is None:
+        return ()
+    def baseline() -> dict[tuple[str, int], int]:
+        with engine.connect() as conn:
+            raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
+                               .where(checkpoint_generations.c.id == current.id)).scalar() or {}
+        return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+
+    done = reconcile(engine, current.location, pipeline=pipeline, consumer_group=group,
+                     expected_query_id=current.query_id, baseline=baseline)
+    return done.findings
+
+
+def _decide_under_lock(
+    engine: Engine, plan: RestartPlan, ledger: LedgerView, cluster: ClusterView, *, pipeline: str,
+    consumer_group: str | None, checkpoint_root: str, app_version: str | None, new_checkpoint: bool,
+    defaulted_group: bool,
+) -> RestartPlan | list[str]:
+    """Under the pipeline lock: the final plan (a new generation written, or the current one reused),
+    or what changed since ``ledger`` was read (nothing written; the caller plans again).
+
+    The lock is the one resets and the recorder take: no batch, reset or other restart can commit
+    between the check that the plan's inputs still hold and the generation written from them. So a
+    reset is consumed only by the generation whose positions carry it.
+    """
+    group = ledger.consumer_group
+    try:
+        with engine.begin() as conn:
+            lock_pipeline(conn, pipeline, group)
+            now = read_ledger_on(conn, pipeline, consumer_group, list(cluster.topics))
+            changes = ledger_changes(ledger, now, cluster.topics)
+            if changes:
+                return changes
+            current = ledger.generation
+            # A rewind only takes effect on an empty checkpoint (the old one holds the state it
+            # replaces): the caller asks for one with new_checkpoint.
+            reason = _generation_reason(plan, ledger, app_version, checkpoint_root, new_checkpoint)
+            if reason is None:
+                assert current is not None
+                log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
+                         current.generation, pipeline, current.location)
+                return replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
+                               generation=current.generation)
+            dropped = [(f.topic, f.partition) for f in plan.findings
+                       if f.kind == "removed_partition" and f.topic is not None and f.partition is not None]
+            consumed_findings = [
+                Finding("reset_consumed", f"pending reset {rid} applied through a fresh checkpoint generation",
+                        details={"reset_id": rid}) for rid in ledger.pending_reset_ids]
+            generation, consumed = gens.create_generation(
+                conn, pipeline=pipeline, consumer_group=group, checkpoint_root=checkpoint_root,
+                app_version=app_version if app_version is not None else (current.app_version if current else None),
+                reason=reason, starting_offsets=plan.starting_offsets,
+                resolved_offsets=resolved_offsets(plan, cluster), topic_ids=cluster.topic_ids,
+                watermarks=_watermarks_json(cluster), dropped_partitions=dropped,
+                restart_findings=list(plan.findings) + consumed_findings,
+                consume_reset_ids=ledger.pending_reset_ids, stateful=ledger.next_stateful,
+                group_defaulted=defaulted_group)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "recording the checkpoint generation") from exc
+    findings = list(plan.findings) + [
+        Finding("reset_consumed",
+                f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",
+                details={"reset_id": rid, "generation": generation.generation,
+                         "checkpoint_location": generation.location})
+        for rid in consumed
+    ]
+    return replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
+                   findings=tuple(findings), generation=generation.generation)
+
+
+def _mirrored(plan: RestartPlan, engine: Any, servers: str, options: Mapping[str, Any], pipeline: str,
+              group: str) -> RestartPlan:
+    """The plan after mirroring the ledger's positions into the Kafka group; problems become findings."""
+    from offset_ledger.errors import KafkaError, MirrorRefused
+    from offset_ledger.kafka.mirror import record_refusal, sync_group
+
+    try:
+        with KafkaAdapter(servers, options) as adapter:
+            sync_group(engine, adapter, pipeline, group)
+        return plan
+    except MirrorRefused as exc:
+        log.error("offset-ledger mirror: %s", exc.message)
+        record_refusal(engine, pipeline, group, exc.message, exc.members)
+        extra = Finding("mirror_refused", exc.message, details={"consumer_group": group})
+    except KafkaError as exc:
+        # The generation is recorded; a listener with commit_to_kafka (or `offset-ledger mirror`) catches up.
+        log.warning("offset-ledger mirror: consumer group %s not synced: %s", group, exc.message)
+        extra = Finding("mirror_pending", f"consumer group {group!r} not synced: {exc.message}",
+                        details={"consumer_group": group})
+    return replace(plan, findings=tuple(plan.findings) + (extra,))

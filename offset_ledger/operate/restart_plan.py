@@ -1,0 +1,292 @@
+"""The read-only half of a restart: read the ledger and the cluster, resolve startingOffsets.
+
+``read_ledger`` (one connection) -> ``read_cluster`` (the Kafka adapter) -> ``resolver.resolve``
+(pure), joined by ``plan_restart``; the CLI's ``resolve`` and the benchmarks use it as is.
+``offset_ledger.operate.restart`` decides and writes under the pipeline lock.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.errors import (
+    AmbiguousConsumerGroup,
+    FirstRunRefused,
+    InvalidRestartOptions,
+)
+from offset_ledger.kafka.adapter import KafkaAdapter
+from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.queries import current_positions, pipeline_footprint
+from offset_ledger.rules.model import (
+    EARLIEST,
+    LATEST,
+    OnDataLoss,
+    Position,
+    RestartPlan,
+    TopicPartition,
+    Watermarks,
+)
+from offset_ledger.rules.resolver import (
+    FirstRun,
+    FirstRunTimestamp,
+    TopicIncarnation,
+    is_first_run,
+    parse_first_run,
+    parse_on_data_loss,
+    resolve,
+)
+from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
+from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """What the restart reads from the ledger, read in an order that makes consuming resets safe."""
+
+    positions: tuple[Position, ...]
+    pending_reset_ids: tuple[int, ...]
+    generation: gens.CheckpointGeneration | None
+    consumer_group: str = ""
+    #: everything the ledger holds for the pipeline, per consumer group (``queries.pipeline_footprint``)
+    footprint: Mapping[str, Mapping[str, Any]] | None = None
+    #: set by ``plan_restart``: the stateful inputs a generation opened from this plan stores
+    next_stateful: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """The requested topics as resolved on the cluster, their watermarks and any time look-ups."""
+
+    topics: tuple[str, ...]
+    watermarks: Mapping[TopicPartition, Watermarks]
+    offsets_for_time: Mapping[TopicPartition, int | None] | None
+    topic_ids: Mapping[str, str] = ()  # type: ignore[assignment]
+
+
+def read_ledger(
+    engine: Engine, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
+) -> LedgerView:
+    """Pending resets, then positions, then the current generation (``topics=None``: every topic).
+
+    ``consumer_group=None`` means the pipeline's only group in the ledger (its own name when the
+    ledger has none); AmbiguousConsumerGroup when it has several.
+    """
+    try:
+        with engine.connect() as conn:
+            return read_ledger_on(conn, pipeline, consumer_group, topics)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading positions") from exc
+
+
+def read_ledger_on(
+    conn: Connection, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
+) -> LedgerView:
+    """``read_ledger`` on an open connection (the restart reads again under the pipeline lock)."""
+    footprint = pipeline_footprint(conn, pipeline)
+    group = consumer_group or choose_group(pipeline, footprint)
+    # Resets are read before positions: a reset committed in between then stays pending
+    # (a later restart applies it again, harmlessly) instead of being marked consumed
+    # without its positions being in this plan.
+    pending = gens.pending_reset_ids(conn, pipeline, group)
+    positions = current_positions(conn, pipeline, group, topics)
+    generation = gens.current_generation(conn, pipeline, group, offsets=False)
+    return LedgerView(tuple(positions), tuple(pending), generation, group, footprint)
+
+
+def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str]) -> list[str]:
+    """What differs between two reads of the ledger that a plan depends on (empty: nothing)."""
+    wanted = set(topics)
+    changed = []
+    if before.consumer_group != after.consumer_group:
+        changed.append(f"consumer group {before.consumer_group!r} -> {after.consumer_group!r}")
+    old_gen = before.generation.id if before.generation else None
+    new_gen = after.generation.id if after.generation else None
+    if old_gen != new_gen:
+        changed.append("another restart opened checkpoint generation "
+                       f"{after.generation.generation if after.generation else '?'}")
+    if before.pending_reset_ids != after.pending_reset_ids:
+        changed.append(f"pending resets {list(before.pending_reset_ids)} -> {list(after.pending_reset_ids)}")
+    mine = [p for p in before.positions if p.topic in wanted]
+    theirs = [p for p in after.positions if p.topic in wanted]
+    if mine != theirs:
+        moved = len(set(theirs) ^ set(mine))
+        changed.append(f"{moved} position row(s) moved (a batch or a reset committed)")
+    return changed
+
+
+def choose_group(pipeline: str, footprint: Mapping[str, Any]) -> str:
+    """The consumer group of a pipeline nobody named one for: its only group, else its own name."""
+    groups = sorted(footprint)
+    if len(groups) > 1:
+        raise AmbiguousConsumerGroup(pipeline, groups)
+    return groups[0] if groups else pipeline
+
+
+def select_topics(
+    adapter: KafkaAdapter, topics: Sequence[str] | None, topic_pattern: str | None,
+    ledger_topics: Sequence[str] = (),
+) -> list[str]:
+    """The requested topics: the list, or the pattern resolved on the cluster plus ledger topics it matches.
+
+    Ledger topics matching the pattern are included so a deleted topic's positions are reported as
+    removed rather than silently forgotten.
+    """
+    if (topics is None) == (topic_pattern is None):
+        raise InvalidRestartOptions("give exactly one of topics or topic_pattern (like subscribe / subscribePattern)",
+                                    option="topics")
+    if topics is not None:
+        if isinstance(topics, str):
+            topics = [t.strip() for t in topics.split(",")]
+        wanted = [t for t in topics if t]
+        if not wanted:
+            raise InvalidRestartOptions("topics is empty", option="topics")
+        return list(dict.fromkeys(wanted))
+    assert topic_pattern is not None
+    matched = adapter.topics_matching(topic_pattern)
+    regex = re.compile(topic_pattern)
+    return sorted(set(matched) | {t for t in ledger_topics if regex.fullmatch(t)})
+
+
+def read_cluster(
+    adapter: KafkaAdapter, topics: Sequence[str], *, timestamp_ms: int | None = None,
+) -> ClusterView:
+    """Watermarks of every partition of the topics, and offsets for ``timestamp_ms`` when given."""
+    seen = adapter.snapshot(list(topics))  # one metadata request: partitions, ids and watermarks agree
+    by_time = None
+    if timestamp_ms is not None:
+        by_time = adapter.offsets_for_time(sorted(seen.watermarks), timestamp_ms)
+    return ClusterView(tuple(topics), seen.watermarks, by_time, seen.topic_ids)
+
+
+def recreated_topics(
+    generation: gens.CheckpointGeneration | None, cluster: ClusterView,
+    watermarks_of: Callable[[int], Mapping[str, Mapping[str, list[int]]] | None] | None = None,
+) -> list[TopicIncarnation]:
+    """Topics whose Kafka topic id differs from the one the current generation recorded.
+
+    What the old incarnation held comes from the watermarks the generation saw: its own, or
+    ``watermarks_of(generation.id)``, asked only when a topic was re-created (the restart reads
+    generations without their per-partition JSON).
+    """
+    if generation is None or not generation.topic_ids:
+        return []
+    changed = [(topic, old_id, cluster.topic_ids[topic]) for topic, old_id in sorted(generation.topic_ids.items())
+               if cluster.topic_ids.get(topic) not in (None, old_id)]
+    if not changed:
+        return []
+    marks = generation.watermarks
+    if marks is None and watermarks_of is not None:
+        marks = watermarks_of(generation.id)
+    return [TopicIncarnation(topic, old_id, new_id,
+                             {int(p): int(w[1]) for p, w in (marks or {}).get(topic, {}).items()})
+            for topic, old_id, new_id in changed]
+
+
+def plan_restart(
+    engine: Engine,
+    adapter: KafkaAdapter,
+    *,
+    pipeline: str,
+    consumer_group: str | None = None,
+    topics: Sequence[str] | None = None,
+    topic_pattern: str | None = None,
+    first_run: object = None,
+    on_data_loss: str = "fail",
+    allow_first_run: bool = False,
+    window: str | None = None,
+    slide: str | None = None,
+    watermark_delay: str | None = None,
+    event_time_is_kafka_timestamp: bool = False,
+) -> tuple[RestartPlan, LedgerView, ClusterView]:
+    """A read-only plan (``checkpoint_location=None``) and the ledger and cluster views it was built from.
+
+    Refuses (FirstRunRefused) to treat a pipeline the ledger knows as a first run, unless
+    ``first_run`` is given and ``allow_first_run`` is True. With ``window`` the positions are
+    rewound for a windowed pipeline (``offset_ledger.rules.stateful``) and the plan carries the event-time floor.
+    """
+    spec = WindowSpec.parse(window, slide) if window is not None else None
+    if spec is None and (slide is not None or watermark_delay is not None or event_time_is_kafka_timestamp):
+        raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
+                                    option="window")
+    delay_ms = parse_duration_ms(watermark_delay, option="watermark_delay") if watermark_delay is not None else None
+    policy: FirstRun = parse_first_run("earliest" if first_run is None else first_run)
+    loss: OnDataLoss = parse_on_data_loss(on_data_loss)
+    if allow_first_run and first_run is None:
+        raise InvalidRestartOptions("allow_first_run needs first_run too: say where the pipeline starts over",
+                                    option="allow_first_run")
+    t0 = time.perf_counter()
+    if topics is not None and topic_pattern is None:
+        requested = select_topics(adapter, topics, None)
+        ledger = read_ledger(engine, pipeline, consumer_group, requested)
+    else:
+        ledger = read_ledger(engine, pipeline, consumer_group, None)
+        requested = select_topics(adapter, topics, topic_pattern, sorted({p.topic for p in ledger.positions}))
+    wanted = set(requested)
+    positions = [p for p in ledger.positions if p.topic in wanted]
+    first = is_first_run(positions, requested)
+    if first and ledger.footprint and not allow_first_run:
+        raise FirstRunRefused(pipeline, ledger.consumer_group, requested, ledger.footprint)
+    timestamp_ms = policy.timestamp_ms if isinstance(policy, FirstRunTimestamp) and first else None
+    t1 = time.perf_counter()
+    cluster = read_cluster(adapter, requested, timestamp_ms=timestamp_ms)
+    t2 = time.perf_counter()
+    rewind = None
+    stored = stored_stateful(ledger.generation)
+    if spec is not None:
+        rewind = state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
+                              event_time_is_kafka_timestamp, stored)
+        positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
+                     if o >= 0 and tp.topic in wanted]
+    def watermarks_of(generation_id: int) -> Any:
+        with engine.connect() as conn:
+            return gens.generation_watermarks(conn, generation_id)
+
+    plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
+                   on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
+                   recreated=recreated_topics(ledger.generation, cluster, watermarks_of))
+    if rewind is not None:
+        plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
+                       event_time_floor=rewind[1].event_time_floor)
+    elif stored is not None and stored.event_time_floor is not None:
+        # The generation was opened by a stateful restart: its floor holds for every later start,
+        # with or without window= (records before it were emitted in windows already).
+        plan = replace(plan, findings=(*plan.findings, stored.kept_finding()),
+                       event_time_floor=stored.event_time_floor)
+    log.debug("plan for %s over %d partitions: ledger %.1f ms, cluster %.1f ms, resolve %.1f ms", pipeline,
+              len(cluster.watermarks), (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
+    ledger = replace(ledger, next_stateful=stateful_record(rewind, stored, event_time_is_kafka_timestamp))
+    return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
+
+
+def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:
+    """The plan's starting offsets as numbers: earliest as log-start, latest as log-end, seen now."""
+    out: dict[str, dict[str, int]] = {}
+    for topic, parts in plan.starting_offsets.items():
+        for partition, offset in parts.items():
+            w = cluster.watermarks.get(TopicPartition(topic, int(partition)))
+            if offset == EARLIEST:
+                offset = w.log_start_offset if w else 0
+            elif offset == LATEST:
+                if w is None:
+                    continue
+                offset = w.log_end_offset
+            out.setdefault(topic, {})[partition] = int(offset)
+    return out
+
+
+def _watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
+    out: dict[str, dict[str, list[int]]] = {}
+    for tp, w in sorted(cluster.watermarks.items()):
+        out.setdefault(tp.topic, {})[str(tp.partition)] = [w.log_start_offset, w.log_end_offset]
+    return out

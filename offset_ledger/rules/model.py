@@ -1,0 +1,168 @@
+"""Frozen value types shared by the pure core and the adapters.
+
+Offset convention: every ``*_next_offset`` / ``until_offset`` is an *exclusive end*, the next
+offset to read, exactly Spark's ``endOffset`` and what ``startingOffsets`` takes. ``from_offset``
+is the first offset a batch read (inclusive), which is the previous batch's ``until_offset``.
+``EARLIEST`` (-2) and ``LATEST`` (-1) are Spark's sentinels.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+EARLIEST = -2
+LATEST = -1
+
+OnDataLoss = Literal["fail", "earliest"]
+FindingKind = Literal[
+    "gap",                # a batch's from_offset differs from the previous batch's until_offset
+    "regression",         # a batch ended behind the current position with no reset in between
+    "pending_reset",      # a run older than a pending reset reported a batch; the reset's position kept
+    "new_partition",      # restart: partition not in the ledger, read from earliest
+    "removed_partition",  # restart: partition in the ledger but gone from Kafka
+    "data_loss",          # restart: ledger offset below log-start (retention) or above log-end
+    "reset_consumed",     # restart: a pending reset was applied through a fresh checkpoint
+    "first_run",          # restart: no ledger entries, first_run policy applied
+    "foreign_run",        # a run not on the current checkpoint generation reported batches; positions kept
+    "shared_position",    # two active queries recorded the same partition of one pipeline; position kept
+    "mirror_refused",     # the Kafka consumer group has active members: positions not mirrored into it
+    "mirror_pending",     # the Kafka consumer group could not be reached yet: the mirror retries
+    "state_rewind",       # restart: a windowed pipeline re-reads from before its open windows (event-time floor)
+    "checkpoint_adopted", # a Spark checkpoint's last committed batch was imported as the positions
+    "other",
+]
+
+
+@dataclass(frozen=True, order=True)
+class TopicPartition:
+    """One partition of one topic."""
+
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True)
+class PartitionRange:
+    """What one batch read from one partition: ``[from_offset, until_offset)``."""
+
+    topic: str
+    partition: int
+    from_offset: int | None  # None: Spark reports no start on a fresh checkpoint's first batch
+    until_offset: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class SourceProgress:
+    """One Kafka source of one batch (a query may read several)."""
+
+    source_index: int
+    description: str
+    ranges: tuple[PartitionRange, ...]
+    input_rows: int
+
+
+@dataclass(frozen=True)
+class BatchOffsets:
+    """A committed micro-batch with the Kafka offsets of each of its Kafka sources."""
+
+    query_id: str
+    run_id: str
+    query_name: str | None
+    batch_id: int
+    batch_time: datetime
+    input_rows: int
+    sources: tuple[SourceProgress, ...]
+    duration_ms: int | None = None  # Spark's durationMs.triggerExecution
+    #: Spark's ``eventTime`` of the batch (only when the query defines a watermark): the watermark in
+    #: effect for this batch and the earliest / latest event time it saw; aware UTC datetimes.
+    watermark: datetime | None = None
+    event_time_min: datetime | None = None
+    event_time_max: datetime | None = None
+    #: Spark's ``stateOperators`` figures summed over the query's stateful operators (None: no state).
+    state_rows_total: int | None = None
+    state_rows_updated: int | None = None
+    state_rows_dropped_by_watermark: int | None = None
+    #: Who recorded the batch: None for the listener, ``"checkpoint"`` when it was read back from
+    #: Spark's commit log (reconciliation on restart, ``offset-ledger watch``).
+    recorded_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """A partition's log-start offset (first offset still stored) and log-end offset (next to be written)."""
+
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a pipeline stands on one partition: the next offset it will read."""
+
+    topic: str
+    partition: int
+    next_offset: int
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something noteworthy found while recording or restarting."""
+
+    kind: FindingKind
+    message: str
+    topic: str | None = None
+    partition: int | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message, "topic": self.topic,
+                "partition": self.partition, "details": dict(self.details)}
+
+
+StartingOffsets = dict[str, dict[str, int]]
+
+
+def starting_offsets_json(offsets: Mapping[str, Mapping[str, int]]) -> str:
+    """Render ``{"topic": {"0": 12}}`` as Spark's ``startingOffsets`` string, partitions sorted numerically."""
+    ordered = {
+        topic: {p: offsets[topic][p] for p in sorted(offsets[topic], key=int)}
+        for topic in sorted(offsets)
+    }
+    return json.dumps(ordered, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class RestartPlan:
+    """What a pipeline needs to start: complete ``startingOffsets`` and the checkpoint to use."""
+
+    pipeline: str
+    starting_offsets: StartingOffsets
+    checkpoint_location: str | None
+    findings: tuple[Finding, ...] = ()
+    fresh_checkpoint: bool = True
+    #: The checkpoint generation number the plan runs on (None for a read-only plan).
+    generation: int | None = None
+    #: The consumer group the plan is for (the pipeline's only group when none was named).
+    consumer_group: str | None = None
+    #: Stateful restart: drop records with event time before this (aware UTC) right after parsing;
+    #: None when no rewind applies.
+    event_time_floor: datetime | None = None
+    #: The restart policies this plan applied: stored with the pipeline, overridden by the call's
+    #: arguments, else the defaults (``offset_ledger.rules.policies``).
+    policies: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def starting_offsets_json(self) -> str:
+        return starting_offsets_json(self.starting_offsets)
