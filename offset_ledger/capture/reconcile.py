@@ -99,7 +99,7 @@ def batch_records(pipeline: str, consumer_group: str, query_id: str, committed: 
 
 
 def _open(location: str, storage_options: Any) -> CheckpointFiles:
-    from offset_ledger.operate.adopt import checkpoint_files
+    from offset_ledger.capture.checkpoint_files import checkpoint_files
 
     return checkpoint_files(location, storage_options)
 

@@ -61,7 +61,7 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
     from datetime import datetime, timezone
 
     from offset_ledger.errors import InvalidInput
-    from offset_ledger.rules.kcg import parse_duration, parse_offsets_csv
+    from offset_ledger.operate.kcg import parse_duration, parse_offsets_csv
     from offset_ledger.operate.operations import parse_timestamp, to_epoch_ms
     from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
 
@@ -185,7 +185,7 @@ def reset_cmd(
 
 
 def _print(outcome: Any, fmt: str, export: bool) -> None:
-    from offset_ledger.rules.kcg import export_csv
+    from offset_ledger.operate.kcg import export_csv
 
     doc = outcome.to_dict()
     if export:

@@ -14,7 +14,7 @@ The layout, as Spark writes it (``tests/fixtures/checkpoints`` holds real ones f
 Only a batch with a commit file is a position: ``offsets/<n>`` without ``commits/<n>`` was planned
 and will be re-run by Spark from ``offsets/<n-1>``. A Kafka offset is ``{"topic": {"0": 123}}``,
 the next offset to read per partition, exactly the ledger's ``next_offset``. No I/O here: files
-come through a ``CheckpointFiles`` (``offset_ledger.operate.adopt`` reads local and remote ones).
+come through a ``CheckpointFiles`` (``offset_ledger.capture.checkpoint_files`` reads local and remote ones).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from offset_ledger.errors import InvalidInput, InvalidOffset
-from offset_ledger.rules.kcg import export_csv, parse_duration, parse_offsets_csv
+from offset_ledger.operate.kcg import export_csv, parse_duration, parse_offsets_csv
 from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.resets import PartitionReset
 
