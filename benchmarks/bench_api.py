@@ -31,6 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+
 from offset_ledger.devstack import free_port  # noqa: E402
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
 

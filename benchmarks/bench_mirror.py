@@ -31,9 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import bench_record  # noqa: E402 - sibling module; benchmarks run as scripts
 from _scratch import ScratchDatabase  # noqa: E402
+
+from offset_ledger.capture.listener import OffsetLedgerListener  # noqa: E402
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
 from offset_ledger.ledger.tables import positions, runs  # noqa: E402
-from offset_ledger.capture.listener import OffsetLedgerListener  # noqa: E402
 
 TARGET_ADDED_P99_MS = 5.0
 TARGET_SCRAPE_MS = 500.0

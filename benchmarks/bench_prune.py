@@ -19,10 +19,10 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
-from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.prune import DEFAULT_CHUNK_SIZE, prune
 

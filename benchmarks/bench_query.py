@@ -102,10 +102,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import psycopg2  # noqa: E402
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
 
 TARGET_RATIO = 1.02

@@ -34,13 +34,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg2
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine, make_url
 
-from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from offset_ledger.capture.listener import OffsetLedgerListener
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import batch_offsets, findings
-from offset_ledger.capture.listener import OffsetLedgerListener
 
 TOPIC = "bench"
 

@@ -82,17 +82,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.bootstrap_servers or not args.admin_dsn:
         parser.error("needs --bootstrap-servers and --admin-dsn (or source .devstack/stack.env)")
 
+    from _scratch import ScratchDatabase
     from kafka import KafkaAdminClient
     from kafka.admin import NewTopic
     from sqlalchemy import insert
 
-    from _scratch import ScratchDatabase
     from offset_ledger.errors import KafkaError
     from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.engine import ensure_schema, make_engine
     from offset_ledger.ledger.tables import positions
-    from offset_ledger.rules.resolver import resolve
     from offset_ledger.operate.restart import read_cluster, read_ledger, select_topics, start_from_ledger
+    from offset_ledger.rules.resolver import resolve
 
     run = uuid.uuid4().hex[:6]
     topics = [f"bench_resolve_{run}_{i:03d}" for i in range(args.topics)]

@@ -16,9 +16,9 @@ __all__ = [
 
 if TYPE_CHECKING:
     from offset_ledger.capture.listener import OffsetLedgerListener
-    from offset_ledger.rules.model import RestartPlan
     from offset_ledger.operate.replay import replay_range
     from offset_ledger.operate.restart import start_from_ledger
+    from offset_ledger.rules.model import RestartPlan
 
 # Imported on first use so that `import offset_ledger` (and the CLI) does not pay for PySpark.
 _LAZY = {

@@ -25,7 +25,8 @@ from offset_ledger import __version__
 from offset_ledger.api.guard import SiteGuard, allowed_hosts, changes_state
 from offset_ledger.api.paths import PathNormalizer
 from offset_ledger.api.tokens import PRINCIPAL, ApiToken, authenticate, load_tokens
-from offset_ledger.config import Settings, settings as read_settings
+from offset_ledger.config import Settings
+from offset_ledger.config import settings as read_settings
 from offset_ledger.errors import (
     ActiveRunConflict,
     ConfigError,

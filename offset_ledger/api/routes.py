@@ -9,12 +9,12 @@ from fastapi import APIRouter, Body, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.concurrency import run_in_threadpool
 
-from offset_ledger.operate.answers import iso_utc
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
+from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operate.operations import Operations, parse_timestamp, request_from_legacy_body
 from offset_ledger.rules.resets import ResetRequest

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from offset_ledger.capture.spool import Event
 from offset_ledger.ledger.recorder import BatchRecord, Record, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.rules.progress import (
     ProgressParseError,
@@ -15,7 +16,6 @@ from offset_ledger.rules.progress import (
     parse_started,
     parse_terminated,
 )
-from offset_ledger.capture.spool import Event
 
 log = logging.getLogger(__name__)
 

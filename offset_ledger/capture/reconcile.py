@@ -29,11 +29,11 @@ from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunStart
 from offset_ledger.ledger.tables import batches, findings, runs
+from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from offset_ledger.capture.event_records import STARTED, TERMINATED, EventConverter
-from offset_ledger.ledger.recorder import Record, RecordOutcome
 from offset_ledger.capture.spool import _LIVE, Event, LedgerId, Spool
+from offset_ledger.ledger.recorder import Record, RecordOutcome
 
 log = logging.getLogger(__name__)
 

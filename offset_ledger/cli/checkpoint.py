@@ -42,8 +42,8 @@ def mirror_cmd(
     import time as _time
 
     from offset_ledger.errors import InvalidInput, KafkaError
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.kafka.mirror import sync_group
+    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.operations import resolve_group
 
     fmt = check_format(fmt)
@@ -109,8 +109,8 @@ def import_checkpoint_cmd(
     """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default)."""
     import json as _json
 
-    from offset_ledger.operate.adopt import import_checkpoint
     from offset_ledger.errors import InvalidInput
+    from offset_ledger.operate.adopt import import_checkpoint
 
     if fmt not in ("table", "json"):
         raise InvalidInput(f"unknown --format {fmt!r}; use table or json")

@@ -292,10 +292,9 @@ def serve_cmd(
     import uvicorn
 
     from offset_ledger.api import create_app
+    from offset_ledger.api.tokens import load_tokens, weak_token_names
     from offset_ledger.config import settings
     from offset_ledger.errors import ConfigError
-
-    from offset_ledger.api.tokens import load_tokens, weak_token_names
 
     s = settings()
     try:

@@ -50,8 +50,8 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
              fmt: str = FormatOption) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
-    from offset_ledger.operate.inputs import check_name
     from offset_ledger.ledger.policy_store import current_policies
+    from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
     check_format(fmt)
@@ -86,11 +86,9 @@ def set_cmd(
     Example: offset-ledger policy set orders --on-data-loss earliest --window 10m --reason "windowed since v2"
     """
 
-    from offset_ledger.errors import InvalidInput
+    from offset_ledger.errors import ConfigError, InvalidInput, LedgerWithoutSchema
+    from offset_ledger.ledger.policy_store import current_policies, set_policies
     from offset_ledger.operate.inputs import check_name
-    from offset_ledger.ledger.policy_store import set_policies
-    from offset_ledger.errors import ConfigError, LedgerWithoutSchema
-    from offset_ledger.ledger.policy_store import current_policies
     from offset_ledger.rules.policies import POLICY_KEYS, check_policies, merged
 
     check_name("pipeline", pipeline)
@@ -126,8 +124,8 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
     """Every change of PIPELINE's policies, oldest first: when, who, why, and the policies after it."""
     import json
 
-    from offset_ledger.operate.inputs import check_name
     from offset_ledger.ledger.policy_store import policy_history
+    from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
     check_format(fmt)

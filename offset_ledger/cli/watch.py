@@ -31,9 +31,9 @@ def watch_cmd(
 
     Example: offset-ledger watch s3a://lake/checkpoints/orders/gen-3-1a2b3c4d --pipeline orders
     """
-    from offset_ledger.operate.inputs import check_name
-    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine
     from offset_ledger.capture.reconcile import Reconciliation, watch
+    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine
+    from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
     engine = make_engine(dsn)
@@ -82,8 +82,8 @@ def start_watchers(specs: list[tuple[str, str]], dsn: str | None) -> Callable[[]
     """One watcher thread per (pipeline, checkpoint), every 5 s; returns the function that stops them all."""
     if not specs:
         return lambda: None
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
     from offset_ledger.capture.reconcile import watch
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
 
     engine = make_engine(dsn)
     ensure_schema(engine)

@@ -10,6 +10,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from offset_ledger import __version__
+
 _HERE = Path(__file__).parent
 STATIC_PREFIX = "/console/static"
 

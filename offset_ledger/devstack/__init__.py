@@ -20,19 +20,10 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from offset_ledger.devstack.processes import (  # noqa: F401  (moved; importable from here as before)
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+
 from offset_ledger.devstack.artifacts import (  # noqa: F401  (moved; importable from here as before)
-    KAFKA_VERSION,
     _MAVEN_DIR,
+    KAFKA_VERSION,
     _artifact_name,
     _maven_copy,
     _pyspark_version_and_jars,
@@ -45,20 +36,30 @@ from offset_ledger.devstack.artifacts import (  # noqa: F401  (moved; importable
     spark_jars_option,
     spark_kafka_jars,
 )
-from offset_ledger.devstack.postgres import (  # noqa: F401  (moved; importable from here as before)
-    _Postgres,
-    _as_pg_user,
-    _pg_bindir,
-)
 from offset_ledger.devstack.broker import (  # noqa: F401  (moved; importable from here as before)
+    _LOG4J2,
     SASL_MECHANISM,
     SASL_PASSWORD,
     SASL_USERNAME,
-    _LOG4J2,
     _raise_fd_limit,
     _start_kafka,
     _wait_kafka_ready,
     sasl_client_properties,
+)
+from offset_ledger.devstack.postgres import (  # noqa: F401  (moved; importable from here as before)
+    _as_pg_user,
+    _pg_bindir,
+    _Postgres,
+)
+from offset_ledger.devstack.processes import (  # noqa: F401  (moved; importable from here as before)
+    StackError,
+    _log,
+    _pid_alive,
+    _stop_pid,
+    _wait_port,
+    cache_dir,
+    free_port,
+    stack_dir,
 )
 
 

@@ -6,6 +6,8 @@ import argparse
 import sys
 
 from offset_ledger import devstack
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m offset_ledger.devstack",

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+
 from offset_ledger.devstack.processes import (
     StackError,
     _log,
@@ -18,7 +19,6 @@ from offset_ledger.devstack.processes import (
     free_port,
     stack_dir,
 )
-
 
 KAFKA_VERSION = "4.1.1"  # the default broker; OFFSET_LEDGER_KAFKA_VERSION picks another
 

@@ -8,19 +8,10 @@ import subprocess
 import time
 import uuid
 from pathlib import Path
-from offset_ledger.devstack.processes import (
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+
 from offset_ledger.devstack.artifacts import (
-    KAFKA_VERSION,
     _MAVEN_DIR,
+    KAFKA_VERSION,
     _artifact_name,
     _maven_copy,
     _pyspark_version_and_jars,
@@ -34,11 +25,20 @@ from offset_ledger.devstack.artifacts import (
     spark_kafka_jars,
 )
 from offset_ledger.devstack.postgres import (
-    _Postgres,
     _as_pg_user,
     _pg_bindir,
+    _Postgres,
 )
-
+from offset_ledger.devstack.processes import (
+    StackError,
+    _log,
+    _pid_alive,
+    _stop_pid,
+    _wait_port,
+    cache_dir,
+    free_port,
+    stack_dir,
+)
 
 # The broker's second listener, SASL_PLAINTEXT with PLAIN, accepts this user (tests of secured clusters).
 SASL_MECHANISM = "PLAIN"

@@ -8,19 +8,10 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
-from offset_ledger.devstack.processes import (
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+
 from offset_ledger.devstack.artifacts import (
-    KAFKA_VERSION,
     _MAVEN_DIR,
+    KAFKA_VERSION,
     _artifact_name,
     _maven_copy,
     _pyspark_version_and_jars,
@@ -32,6 +23,16 @@ from offset_ledger.devstack.artifacts import (
     kafka_version,
     spark_jars_option,
     spark_kafka_jars,
+)
+from offset_ledger.devstack.processes import (
+    StackError,
+    _log,
+    _pid_alive,
+    _stop_pid,
+    _wait_port,
+    cache_dir,
+    free_port,
+    stack_dir,
 )
 
 

@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from offset_ledger.errors import ConfigError, KafkaAuthenticationFailed, KafkaError, KafkaUnavailable
+from offset_ledger.kafka.client_config import client_configs
 from offset_ledger.kafka.snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.rules.model import TopicPartition, Watermarks
-from offset_ledger.kafka.client_config import client_configs
 
 log = logging.getLogger(__name__)
 

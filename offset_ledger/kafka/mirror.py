@@ -164,8 +164,9 @@ def sync_group(engine: Engine, kafka: Any, pipeline: str, group: str) -> SyncRes
     Raises MirrorRefused when the group has active members, KafkaError/KafkaUnavailable and
     LedgerError as they come (callers decide about retries: ``retriable`` says which).
     """
-    from offset_ledger.ledger.engine import translate_db_error
     from sqlalchemy.exc import SQLAlchemyError
+
+    from offset_ledger.ledger.engine import translate_db_error
 
     try:
         with engine.connect() as conn:

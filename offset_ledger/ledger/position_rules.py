@@ -13,16 +13,8 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
-from offset_ledger.rules.authority import PositionState, decide
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.locks import share_pipelines
-from offset_ledger.ledger.tables import (
-    checkpoint_generations,
-    findings,
-    positions,
-    resets,
-    runs,
-)
 from offset_ledger.ledger.records import (
     BatchRecord,
     MovedPosition,
@@ -36,6 +28,14 @@ from offset_ledger.ledger.records import (
     _Txn,
     utc,
 )
+from offset_ledger.ledger.tables import (
+    checkpoint_generations,
+    findings,
+    positions,
+    resets,
+    runs,
+)
+from offset_ledger.rules.authority import PositionState, decide
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
 from datetime import datetime, timedelta, timezone
+from functools import cache
 from typing import Any
 
 from sqlalchemy import Select, and_, exists, func, or_, select, tuple_, union

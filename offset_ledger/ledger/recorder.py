@@ -32,12 +32,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import LedgerError
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.finding_store import store_findings
-from offset_ledger.ledger.tables import batch_offsets, batches, listener_health
-from offset_ledger.rules.model import Finding
 from offset_ledger.ledger.fast_batch import FastBatchPath
+from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.position_rules import PositionRules
 from offset_ledger.ledger.records import (  # noqa: F401  (importable from here, as before)
+    _STATEFUL_COLUMNS,
     BatchRecord,
     MovedPosition,
     Record,
@@ -52,11 +51,12 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
     _Pos,
     _Run,
     _stateful_values,
-    _STATEFUL_COLUMNS,
     _Txn,
     utc,
 )
 from offset_ledger.ledger.run_book import RunBook
+from offset_ledger.ledger.tables import batch_offsets, batches, listener_health
+from offset_ledger.rules.model import Finding
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ from datetime import datetime, timezone
 from operator import itemgetter
 from typing import Any, NamedTuple, Union
 
-
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
 
 _Ends = dict[tuple[int, str, int], int]

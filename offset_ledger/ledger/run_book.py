@@ -15,13 +15,13 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
 from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.records import BatchRecord, RunStart, _Run, _Txn, utc
 from offset_ledger.ledger.tables import (
     checkpoint_generations,
     runs,
 )
-from offset_ledger.ledger.records import BatchRecord, RunStart, _Run, _Txn, utc
+from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
 

@@ -18,6 +18,11 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.capture.checkpoint_files import checkpoint_files
+from offset_ledger.errors import AdoptionRefused, ConfigError
+from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.rules.checkpoint import (
     CheckpointState,
     KafkaPositions,
@@ -26,11 +31,6 @@ from offset_ledger.rules.checkpoint import (
     parse_source_choice,
     read_checkpoint,
 )
-from offset_ledger.errors import AdoptionRefused, ConfigError
-from offset_ledger.ledger import generations as gens
-from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.queries import pipeline_footprint
-from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.rules.model import Finding
 
 log = logging.getLogger(__name__)

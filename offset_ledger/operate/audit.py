@@ -15,10 +15,10 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.operate.answers import iso_utc
 from offset_ledger.errors import InvalidInput
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import findings
+from offset_ledger.operate.answers import iso_utc
 
 if TYPE_CHECKING:
     from offset_ledger.operate.operations import Operations

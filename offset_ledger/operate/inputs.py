@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from offset_ledger.operate.answers import iso_utc
 from offset_ledger.errors import InvalidInput
+from offset_ledger.operate.answers import iso_utc
 from offset_ledger.rules.resets import ResetRequest
 
 MAX_NAME = 255

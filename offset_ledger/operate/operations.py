@@ -18,6 +18,17 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.errors import (
+    AmbiguousConsumerGroup,
+    ConfigError,
+    InvalidInput,
+    UnknownPipeline,
+    UnknownTopic,
+)
+from offset_ledger.ledger import queries
+from offset_ledger.ledger.activity import open_runs
+from offset_ledger.ledger.engine import read_engine, translate_db_error
+from offset_ledger.ledger.reset_store import record_reset
 from offset_ledger.operate.answers import (  # noqa: F401 - re-exported: the faces import them from here
     HistoryPage,
     MetricsSnapshot,
@@ -25,14 +36,6 @@ from offset_ledger.operate.answers import (  # noqa: F401 - re-exported: the fac
     PipelineSummary,
     ResetOutcome,
     iso_utc,
-)
-from offset_ledger.rules.coalesce import Coalescer
-from offset_ledger.errors import (
-    AmbiguousConsumerGroup,
-    ConfigError,
-    InvalidInput,
-    UnknownPipeline,
-    UnknownTopic,
 )
 from offset_ledger.operate.inputs import (  # noqa: F401 - re-exported: the faces import them from here
     check_name,
@@ -45,10 +48,7 @@ from offset_ledger.operate.inputs import (  # noqa: F401 - re-exported: the face
     scope_from_specs,
     to_epoch_ms,
 )
-from offset_ledger.ledger import queries
-from offset_ledger.ledger.activity import open_runs
-from offset_ledger.ledger.engine import read_engine, translate_db_error
-from offset_ledger.ledger.reset_store import record_reset
+from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import Position, TopicPartition, Watermarks
 from offset_ledger.rules.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
 

@@ -12,15 +12,15 @@ import logging
 import time
 from typing import Any
 
-from offset_ledger.operate.answers import (
-    MetricsSnapshot,
-    PartitionLag,
-)
 from offset_ledger.errors import (
     KafkaError,
 )
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.activity import open_runs
+from offset_ledger.operate.answers import (
+    MetricsSnapshot,
+    PartitionLag,
+)
 from offset_ledger.rules.model import TopicPartition, Watermarks
 
 log = logging.getLogger("offset_ledger.operate.operations")

@@ -28,9 +28,6 @@ from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations
-from offset_ledger.rules.model import Finding, RestartPlan
-from offset_ledger.rules.policies import effective
-from offset_ledger.rules.resolver import new_generation_reason
 from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
     ClusterView,
     LedgerView,
@@ -45,6 +42,9 @@ from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning st
     resolved_offsets,
     select_topics,
 )
+from offset_ledger.rules.model import Finding, RestartPlan
+from offset_ledger.rules.policies import effective
+from offset_ledger.rules.resolver import new_generation_reason
 
 log = logging.getLogger(__name__)
 

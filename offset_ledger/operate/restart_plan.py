@@ -26,6 +26,7 @@ from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import current_positions, pipeline_footprint
+from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
 from offset_ledger.rules.model import (
     EARLIEST,
     LATEST,
@@ -44,7 +45,6 @@ from offset_ledger.rules.resolver import (
     parse_on_data_loss,
     resolve,
 )
-from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
 from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
 
 log = logging.getLogger(__name__)

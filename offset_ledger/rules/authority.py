@@ -18,6 +18,7 @@ from datetime import datetime
 from typing import Literal
 
 from offset_ledger.rules import locations
+
 # "reset_overtaken": the position moves, and a finding says that a pending reset was passed over.
 Decision = Literal["move", "regression", "pending_reset", "foreign_run", "shared_position", "reset_overtaken"]
 

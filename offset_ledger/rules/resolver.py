@@ -44,18 +44,17 @@ from offset_ledger.rules.model import (
     Watermarks,
 )
 from offset_ledger.rules.restart_options import (  # noqa: F401  (moved; importable from here as before)
+    _SENTINELS,
+    ON_DATA_LOSS_POLICIES,
     FirstRun,
     FirstRunOffsets,
     FirstRunTimestamp,
-    ON_DATA_LOSS_POLICIES,
-    _SENTINELS,
     _datetime_ms,
     _partition_number,
     parse_first_run,
     parse_offsets,
     parse_on_data_loss,
 )
-
 
 # ---------------------------------------------------------------------------------------------
 # Policy parsing (user input: every failure is an InvalidRestartOptions, nothing else)

@@ -23,7 +23,6 @@ from offset_ledger.rules.model import (
     OnDataLoss,
 )
 
-
 ON_DATA_LOSS_POLICIES: tuple[str, ...] = ("fail", "earliest")
 
 

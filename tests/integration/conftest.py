@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import Engine, make_url
 
 from offset_ledger import devstack
 from tests.integration.kafka_helper import KafkaHelper

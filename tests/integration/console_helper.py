@@ -64,7 +64,7 @@ class Served:
 
 
 def wait_for(driver, predicate, timeout: float = WAIT, what: str = "condition") -> Any:  # type: ignore[no-untyped-def]
-    from selenium.common.exceptions import StaleElementReferenceException, NoSuchElementException
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
     def attempt(d):  # type: ignore[no-untyped-def]

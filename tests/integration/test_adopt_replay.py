@@ -18,8 +18,8 @@ import httpx
 from sqlalchemy import create_engine, inspect, text
 
 from offset_ledger import OffsetLedgerListener, replay_range, start_from_ledger
-from offset_ledger.operate.adopt import import_checkpoint
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions
+from offset_ledger.operate.adopt import import_checkpoint
 from tests.integration.test_api import serving
 from tests.integration.test_restart import _rows, _values
 

@@ -21,7 +21,6 @@ from offset_ledger.errors import AmbiguousConsumerGroup, DataLossError, FirstRun
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
 from tests.integration.test_restart import _rows, _run, _values
 
-
 _CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
 
 

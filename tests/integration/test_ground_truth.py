@@ -148,8 +148,8 @@ def test_watch_records_what_the_listener_records(spark, kafka, pg_dsn: str, tmp_
 
 def test_watch_alone_records_a_job_without_the_listener_and_the_upgrade_resumes_after_it(
         spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.capture.reconcile import watch
+    from offset_ledger.ledger.engine import make_engine
 
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, _values("a", 50))
@@ -197,8 +197,8 @@ def _listener(pg_dsn: str, tmp_path: Path) -> OffsetLedgerListener:
 
 
 def test_prune_keeps_what_a_stateful_restart_needs(spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.kafka.adapter import KafkaAdapter
+    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.ledger.prune import prune
     from offset_ledger.operate.restart import plan_restart
     from tests.integration.test_stateful import DELAY, FLUSH, _records

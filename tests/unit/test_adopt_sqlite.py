@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from offset_ledger.operate.adopt import import_checkpoint, parent_location, plan_import
-from offset_ledger.rules.authority import same_location
 from offset_ledger.errors import AdoptionRefused, CheckpointFormatError, ConfigError, InvalidInput
 from offset_ledger.ledger.engine import current_revision, make_engine
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions
+from offset_ledger.operate.adopt import import_checkpoint, parent_location, plan_import
+from offset_ledger.rules.authority import same_location
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "spark-4.2.0"
 

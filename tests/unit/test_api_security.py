@@ -21,9 +21,9 @@ from offset_ledger.api.guard import LEGACY_RESET_PATHS, changes_state, check_req
 from offset_ledger.api.tokens import ApiToken, load_tokens, parse_tokens, weak_token_names
 from offset_ledger.config import Settings
 from offset_ledger.errors import ConfigError
-from offset_ledger.operate.inputs import audit_actor, encode_cursor
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import positions, resets
+from offset_ledger.operate.inputs import audit_actor, encode_cursor
 from offset_ledger.operate.operations import Operations
 from tests.ops_seed import seed_pipeline
 from tests.unit.test_api_validation import StandInKafka

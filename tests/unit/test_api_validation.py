@@ -18,8 +18,8 @@ from offset_ledger.api import create_app
 from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import positions, resets
-from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.model import TopicPartition, Watermarks
 from tests.ops_seed import seed_pipeline
 
 TOKEN = "s3cret-token"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from offset_ledger.errors import CheckpointFormatError, InvalidInput
 from offset_ledger.rules.checkpoint import (
     classify_offset,
     kafka_positions,
@@ -14,7 +15,6 @@ from offset_ledger.rules.checkpoint import (
     parse_source_choice,
     read_checkpoint,
 )
-from offset_ledger.errors import CheckpointFormatError, InvalidInput
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 META = b'{"id":"q-1"}'

@@ -17,7 +17,6 @@ import pytest
 from sqlalchemy import insert
 
 from offset_ledger import errors
-
 from offset_ledger.cli import reset as cli_reset
 from offset_ledger.cli.main import main
 from offset_ledger.cli.support import emit, safe_text
@@ -25,8 +24,8 @@ from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.queries import current_positions
 from offset_ledger.ledger.tables import findings
-from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.model import TopicPartition, Watermarks
 from tests.ops_seed import seed_pipeline
 
 

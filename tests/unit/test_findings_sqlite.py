@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
-from offset_ledger.rules.authority import PositionState, decide
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.tables import findings
+from offset_ledger.rules.authority import PositionState, decide
 from tests.unit.test_recorder_sqlite import T0, _pending_reset, batch, finding_rows, position_map, rec, start
 
 

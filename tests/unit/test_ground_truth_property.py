@@ -27,10 +27,18 @@ from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.prune import prune
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
-from offset_ledger.rules.model import EARLIEST, LATEST, BatchOffsets, PartitionRange, SourceProgress, TopicPartition, Watermarks
 from offset_ledger.operate.operations import Operations
-from offset_ledger.rules.resets import ResetRequest
 from offset_ledger.operate.restart import restart_with
+from offset_ledger.rules.model import (
+    EARLIEST,
+    LATEST,
+    BatchOffsets,
+    PartitionRange,
+    SourceProgress,
+    TopicPartition,
+    Watermarks,
+)
+from offset_ledger.rules.resets import ResetRequest
 
 TOPIC = "t"
 PARTS = (0, 1)

@@ -7,8 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
-from offset_ledger.rules.locations import Location, normalize_location, parse_location, same_place
-from offset_ledger.rules.locations import same_root
+from offset_ledger.rules.locations import Location, normalize_location, parse_location, same_place, same_root
 
 
 @pytest.mark.parametrize("text, normal", [

@@ -10,8 +10,8 @@ import pytest
 
 from offset_ledger.errors import InvalidRestartOptions
 from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
-from offset_ledger.rules.policies import check_policies, effective, merged
 from offset_ledger.operate.restart import restart_with
+from offset_ledger.rules.policies import check_policies, effective, merged
 from tests.unit.test_ground_truth_property import TOPIC, World, _first_run, world  # noqa: F401 - fixture
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

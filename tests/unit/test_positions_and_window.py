@@ -13,9 +13,9 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from sqlalchemy import insert
 
-from offset_ledger.operate.lag_insight import WindowFacts, positions_and_window
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, positions
+from offset_ledger.operate.lag_insight import WindowFacts, positions_and_window
 from offset_ledger.rules.model import Position
 
 

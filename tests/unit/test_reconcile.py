@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from offset_ledger.capture.checkpoint_files import LocalFiles
-from offset_ledger.rules.checkpoint import committed_batch_ids, read_checkpoint, read_committed_batches
 from offset_ledger.capture.reconcile import CHECKPOINT_SOURCE, batch_records, checkpoint_run_id
+from offset_ledger.rules.checkpoint import committed_batch_ids, read_checkpoint, read_committed_batches
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "checkpoints"
 CASES = sorted(p for p in FIXTURES.glob("spark-*/kafka-one"))

@@ -13,8 +13,8 @@ from sqlalchemy import insert
 from offset_ledger.errors import InvalidInput, ReplayNotExact, UnknownBatch, UnknownPipeline
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, runs
-from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.operate.replay import RecordedRange, compute_range, recover_starts, replay_for
+from offset_ledger.rules.model import TopicPartition, Watermarks
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from offset_ledger.errors import InvalidInput
 from offset_ledger.capture.spool import Event, claim, ledger_id, spool_ledger
+from offset_ledger.errors import InvalidInput
 from tests.unit.test_writer import FakeStore, ev, progress, writer
 
 PG = "postgresql+psycopg2://etl:s3cret-pw@db.example.com:5432/ledger"

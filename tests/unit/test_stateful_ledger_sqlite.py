@@ -11,8 +11,8 @@ from sqlalchemy import inspect, select, text
 from offset_ledger.ledger.engine import current_revision, ensure_schema, make_engine, upgrade
 from offset_ledger.ledger.recorder import BatchRecord, Recorder
 from offset_ledger.ledger.tables import batches
-from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 _ADDED = ["watermark", "event_time_min", "event_time_max", "state_rows_total", "state_rows_updated",

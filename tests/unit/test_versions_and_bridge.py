@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from offset_ledger import devstack
+
+
 @pytest.mark.parametrize("pyspark, expected", [
     ("3.5.7", ("spark-sql-kafka-0-10_2.12", "3.5.7")),
     ("3.5.0", ("spark-sql-kafka-0-10_2.12", "3.5.0")),
