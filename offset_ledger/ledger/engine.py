@@ -23,7 +23,7 @@ from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable, Le
 
 log = logging.getLogger(__name__)
 
-_MIGRATIONS = Path(__file__).resolve().parent.parent / "migrations"
+_PACKAGE = Path(__file__).resolve().parents[1]
 # Serialises concurrent upgrades of one Postgres database (two listeners starting together).
 _UPGRADE_LOCK_KEY = 0x0FF5E7
 
@@ -151,11 +151,22 @@ def check_connection(engine: Engine) -> None:
         ) from exc
 
 
+def migrations_dir() -> Path:
+    """The Alembic scripts: inside the installed package (the wheel maps the checkout's top-level
+    ``migrations/`` to ``offset_ledger/migrations``), else beside the package (a checkout or an
+    editable install)."""
+    for candidate in (_PACKAGE / "migrations", _PACKAGE.parent / "migrations"):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise ConfigError(f"the schema migrations are missing from this install (looked in {_PACKAGE / 'migrations'}); "
+                      "reinstall offset-ledger")
+
+
 def _alembic_config(engine: Engine):  # type: ignore[no-untyped-def]
     from alembic.config import Config
 
     cfg = Config()
-    cfg.set_main_option("script_location", str(_MIGRATIONS))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.attributes["engine"] = engine
     return cfg
 

@@ -47,3 +47,15 @@ def test_license_and_extras() -> None:
                   if line.startswith("pyspark=="))
     major, minor = (int(x) for x in pinned.split(".")[:2])
     assert extras["spark"] == [f"pyspark>=3.5,<{major}.{minor + 1}"]
+
+
+def test_the_wheel_lists_every_folder_of_the_package() -> None:
+    """``packages`` is a list (the migrations are mapped in from the top level): a new folder is added to it."""
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(d.relative_to(ROOT).parts) for d in (ROOT / "offset_ledger").rglob("*")
+               if d.is_dir() and d.name != "__pycache__" and "-" not in str(d.relative_to(ROOT))}
+    listed = set(setuptools["packages"])
+    assert listed - {"offset_ledger", "offset_ledger.migrations", "offset_ledger.migrations.versions"} == folders
+    assert setuptools["package-dir"] == {"offset_ledger.migrations": "migrations",
+                                         "offset_ledger.migrations.versions": "migrations/versions"}
+    assert (ROOT / "migrations" / "env.py").is_file() and not (ROOT / "offset_ledger" / "migrations").exists()
