@@ -29,7 +29,8 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
 
 from offset_ledger.capture.event_records import IDLE, PROGRESS, STARTED, TERMINATED
 from offset_ledger.capture.spool import Event, ledger_id
-from offset_ledger.capture.writer import EventWriter, ListenerHealth, Store, _open_recorder
+from offset_ledger.capture.store import ListenerHealth, Store, _open_recorder
+from offset_ledger.capture.writer import EventWriter
 from offset_ledger.ledger.recorder import RecordOutcome
 
 # Re-exported: these names were importable from here before the writer and spool moved out.

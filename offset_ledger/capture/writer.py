@@ -16,53 +16,20 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from offset_ledger.capture.event_records import STARTED, TERMINATED, EventConverter
 from offset_ledger.capture.spool import _LIVE, Event, LedgerId, Spool
+from offset_ledger.capture.spool_replay import SpoolReplay
+from offset_ledger.capture.store import ListenerHealth, Store
 from offset_ledger.ledger.recorder import Record, RecordOutcome
 
 log = logging.getLogger(__name__)
 
 
-class Store(Protocol):
-    """What the writer needs from the ledger (``Recorder`` in production, fakes in unit tests)."""
-
-    def record(self, records: list[Record]) -> RecordOutcome: ...
-
-    def report_health(self, listener_id: str, pipeline: str | None, host: str,
-                      counters: dict[str, int], last_error: str | None) -> None: ...
-
-
-@dataclass(frozen=True)
-class ListenerHealth:
-    """Cumulative counters of one listener (events, not rows)."""
-
-    queued: int          # events handed to the in-memory queue
-    written: int         # events durably recorded
-    retried: int         # write attempts repeated after a retriable database error
-    spilled: int         # events appended to the spool file because the queue was full
-    failed: int          # events dead-lettered: malformed, or rejected by the ledger for good (never dropped)
-    skipped: int         # events of queries with neither a pipeline nor a name
-    pending: int         # events accepted but not yet settled
-    last_error: str | None
-    last_written_at: datetime | None
-    callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
-    mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
-    ledger: str | None = None             # the ledger this writer records to (no user, no password)
-    dead_letter_path: str | None = None   # where the failed events are, with their errors
-    foreign_spool_files: int = 0          # orphans of other ledgers (or naming none) left alone, seen at start
-    foreign_spool_paths: tuple[str, ...] = ()
-
-    def counters(self) -> dict[str, int]:
-        return {"queued": self.queued, "written": self.written, "retried": self.retried,
-                "spilled": self.spilled, "failed": self.failed}
-
-
-class EventWriter:
+class EventWriter(SpoolReplay):
     """Bounded queue + spool file + one writer thread that records events through a ``Store``."""
 
     def __init__(
@@ -265,70 +232,6 @@ class EventWriter:
             return events
         return self._next_spooled()
 
-    def _next_spooled(self) -> list[Event]:
-        """The next events from the spool, oldest file first; only called when the queue is empty."""
-        if not self._spool.replay_open:
-            with self._lock:
-                if not self._spooling:
-                    return []
-                replay = self._spool.take()
-                if replay is None:
-                    self._spooling = False  # nothing left: callbacks may use the queue again
-                    return []
-            self._spool.open_replay(replay)
-        return self._read_replay()
-
-    def _read_replay(self) -> list[Event]:
-        events, bad, ended = self._spool.read(self._max_batch)
-        for line, exc in bad:
-            self._count_failure(f"unreadable spool line: {exc!r}", line=line)
-            self._settle(1)
-        if not ended:
-            return events
-        # End of file: it is deleted once these last events are written (see _write).
-        if not events:
-            self._spool.finish_replay()
-        else:
-            events.append(Event("_end_of_replay", "", 0.0, None, None, None))
-        return events
-
-    def _adopt_orphans(self) -> None:
-        """Orphaned spool files of this writer's ledger get replayed; those of other ledgers stay put."""
-        adopted, foreign = self._spool.adopt_orphans()
-        for path, events, bad in adopted:
-            with self._lock:
-                for event in events:
-                    self._spill_locked(event)
-                    self._accepted += 1
-            for line, exc in bad:
-                self._count_failure(f"unreadable spool line in {path.name}: {exc!r}", line=line)
-            log.info("offset-ledger: adopted %d spooled events from %s", len(events), path.name)
-        self._foreign = tuple(foreign)
-        if foreign:
-            log.warning("offset-ledger: %d spool file(s) in %s belong to another ledger than %s, or name none "
-                        "(an older format); left for their own ledger's listener: %s", len(foreign),
-                        self._spool.directory, self._spool.ledger.identity, ", ".join(foreign))
-
-    def _spool_everything(self, held: list[Event]) -> None:
-        """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
-
-        Held events read from a replay file are still in that file (it is deleted only after they
-        are written), so only events held from the queue, and the queue itself, need a file: one
-        that sorts before this listener's spool, whose events are newer.
-        """
-        if self._spool.leave_replay():  # left on disk under its replay name: adopted later
-            held = []
-        with self._lock:
-            rest = [e for e in held if e.kind != "_end_of_replay"]
-            while True:
-                try:
-                    rest.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if rest:
-                self._spool.write_held(rest)
-                self._counts["spilled"] += len(rest)
-            self._spool.close()
 
     # ------------------------------------------------------------------ writing
 
@@ -446,16 +349,4 @@ class EventWriter:
         except Exception as exc:  # noqa: BLE001 - health is best effort
             log.debug("offset-ledger: health report failed: %s", exc)
 
-
-def _open_recorder(dsn: str | None) -> Store:
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
-    from offset_ledger.ledger.recorder import Recorder
-
-    engine = make_engine(dsn, pool_size=1)
-    try:
-        ensure_schema(engine)
-    except Exception:
-        engine.dispose()
-        raise
-    return Recorder(engine, owns_engine=True)
 

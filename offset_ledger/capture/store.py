@@ -1,0 +1,57 @@
+"""What the listener's writer writes to (a ``Store``: the ledger's ``Recorder``, a fake in unit tests) and
+the health counters it reports there."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from offset_ledger.ledger.recorder import Record, RecordOutcome
+
+
+class Store(Protocol):
+    """What the writer needs from the ledger (``Recorder`` in production, fakes in unit tests)."""
+
+    def record(self, records: list[Record]) -> RecordOutcome: ...
+
+    def report_health(self, listener_id: str, pipeline: str | None, host: str,
+                      counters: dict[str, int], last_error: str | None) -> None: ...
+
+
+@dataclass(frozen=True)
+class ListenerHealth:
+    """Cumulative counters of one listener (events, not rows)."""
+
+    queued: int          # events handed to the in-memory queue
+    written: int         # events durably recorded
+    retried: int         # write attempts repeated after a retriable database error
+    spilled: int         # events appended to the spool file because the queue was full
+    failed: int          # events dead-lettered: malformed, or rejected by the ledger for good (never dropped)
+    skipped: int         # events of queries with neither a pipeline nor a name
+    pending: int         # events accepted but not yet settled
+    last_error: str | None
+    last_written_at: datetime | None
+    callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
+    mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
+    ledger: str | None = None             # the ledger this writer records to (no user, no password)
+    dead_letter_path: str | None = None   # where the failed events are, with their errors
+    foreign_spool_files: int = 0          # orphans of other ledgers (or naming none) left alone, seen at start
+    foreign_spool_paths: tuple[str, ...] = ()
+
+    def counters(self) -> dict[str, int]:
+        return {"queued": self.queued, "written": self.written, "retried": self.retried,
+                "spilled": self.spilled, "failed": self.failed}
+
+
+def _open_recorder(dsn: str | None) -> Store:
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.ledger.recorder import Recorder
+
+    engine = make_engine(dsn, pool_size=1)
+    try:
+        ensure_schema(engine)
+    except Exception:
+        engine.dispose()
+        raise
+    return Recorder(engine, owns_engine=True)
