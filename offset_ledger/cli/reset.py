@@ -191,22 +191,49 @@ def _print(outcome: Any, fmt: str, export: bool) -> None:
     if export:
         sys.stdout.write(export_csv(outcome.plan.partitions))
     else:
+        costs = {(c["topic"], c["partition"]): c for c in (doc["cost"] or {}).get("partitions", [])}
         rows = [{"topic": p["topic"], "partition": p["partition"], "before": p["beforeNextOffset"],
                  # A refused target is not a target: never print a position Kafka could not hold.
                  "target": None if p["outOfRange"] and not p["clamped"] else p["targetNextOffset"],
                  "logStart": p["logStartOffset"], "logEnd": p["logEndOffset"],
                  "replay": p["recordsReplayed"], "skip": p["recordsSkipped"],
+                 "approxBytes": costs.get((p["topic"], p["partition"]), {}).get("approxBytes"),
+                 "spanSeconds": costs.get((p["topic"], p["partition"]), {}).get("spanSeconds"),
                  "outOfRange": (None if not p["outOfRange"]
                                 else f"{'clamped' if p['clamped'] else 'refused'}:{p['outOfRange']}")}
                 for p in doc["partitions"]]
-        emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "outOfRange"],
-             fmt, doc)
+        emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "approxBytes",
+                    "spanSeconds", "outOfRange"], fmt, doc)
+    if outcome.cost is not None:
+        typer.echo(cost_line(outcome.cost), err=True)
     if outcome.dry_run:
         note = " (executing would be refused: targets out of range)" if outcome.plan.refused else ""
         typer.echo(f"dry run recorded as reset {doc['resetId']}{note}; pass --execute to apply", err=True)
     else:
         typer.echo(f"reset {doc['resetId']} is pending: the next start_from_ledger applies it through a "
                    "fresh checkpoint", err=True)
+
+
+def cost_line(cost: Any) -> str:
+    """One line for people: what the move re-reads and skips, about how many bytes, over what time."""
+    from offset_ledger.rules.move_cost import human_bytes, human_span
+
+    parts = []
+    for direction, records, size in (("re-reads", cost.records_reread, cost.bytes_reread),
+                                     ("skips", cost.records_skipped, cost.bytes_skipped)):
+        first, last = cost.span("reread" if direction == "re-reads" else "skip")
+        when = "" if first is None or last is None else \
+            f", records from {_minute(first)} to {_minute(last)} ({human_span(last - first)})"
+        parts.append(f"{direction} {records:,} records" + (f" (~{human_bytes(size)}{when})" if records else ""))
+    unknown = "" if cost.complete else ("; some sizes or times unknown (Kafka did not answer in time, or "
+                                        "DESCRIBE on the cluster is not granted)")
+    return "cost: " + "; ".join(parts) + unknown
+
+
+def _minute(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def register(app: typer.Typer) -> None:

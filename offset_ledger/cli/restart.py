@@ -52,8 +52,10 @@ def resolve_cmd(
 
       offset-ledger resolve orders --pattern 'orders-.*' --on-data-loss earliest
     """
+    from offset_ledger.cli.reset import cost_line
     from offset_ledger.errors import ConfigError
     from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.operate.move_cost import plan_cost
     from offset_ledger.operate.restart import plan_restart
 
     kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
@@ -82,14 +84,17 @@ def resolve_cmd(
         on_data_loss = on_data_loss or stored.get("on_data_loss") or "fail"
         first_run = first_run if first_run is not None else stored.get("first_run")
         with kafka.adapter() as adapter:
-            plan, ledger, _cluster = plan_restart(
+            plan, ledger, cluster = plan_restart(
                 engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
                 topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
                 allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
                 event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+            cost = plan_cost(adapter, plan.starting_offsets, ledger.positions, cluster.watermarks)
     finally:
         engine.dispose()
     typer.echo(plan.starting_offsets_json)
+    if cost.records_reread or cost.records_skipped:  # on a fresh checkpoint; resuming one moves nothing
+        typer.echo(cost_line(cost) + " (when started on a fresh checkpoint)", err=True)
     if plan.event_time_floor is not None:
         typer.echo(f"event-time floor: {plan.event_time_floor.isoformat()} (drop records before it; "
                    "start_from_ledger opens a fresh checkpoint for this plan)", err=True)

@@ -196,6 +196,31 @@ class KafkaAdapter:
             for k, v in found.items()
         }
 
+    # -- log sizes (the cost of a move)
+
+    def log_sizes(self, topics: Sequence[str]) -> dict[TopicPartition, int]:
+        """Bytes each partition's log holds (its largest replica: a lagging follower holds less).
+
+        One DescribeLogDirs request per broker; needs DESCRIBE on the cluster where ACLs are on.
+        """
+        answers = self._admin_call("describe_log_dirs", list(topics))
+        wanted = set(topics)
+        sizes: dict[TopicPartition, int] = {}
+        for broker in answers or []:
+            for result in broker.get("log_dirs", []):
+                if _field(result, "error_code"):
+                    continue
+                for topic in _field(result, "topics") or []:
+                    name = _field(topic, "name")
+                    if name not in wanted:
+                        continue
+                    for part in _field(topic, "partitions") or []:
+                        if _field(part, "is_future_key"):  # a replica being moved between log dirs
+                            continue
+                        tp = TopicPartition(name, int(_field(part, "partition_index")))
+                        sizes[tp] = max(sizes.get(tp, 0), int(_field(part, "partition_size") or 0))
+        return sizes
+
     # -- record timestamps (time lag)
 
     def record_timestamps(self, wanted: Iterable[tuple[TopicPartition, int]], *,
@@ -341,6 +366,11 @@ class KafkaAdapter:
         answer = self._admin_call("alter_group_offsets", group, request)
         return {TopicPartition(k.topic, k.partition): err.__name__
                 for k, err in (answer or {}).items() if getattr(err, "errno", 0) != 0}
+
+
+def _field(item: Any, name: str) -> Any:
+    """A field of a decoded response, as a dict key or an attribute."""
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
 def _is_connection_error(exc: Exception) -> bool:

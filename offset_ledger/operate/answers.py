@@ -11,6 +11,7 @@ from typing import Any
 
 from offset_ledger.ledger.activity import RunActivity
 from offset_ledger.ledger.reset_store import StoredReset
+from offset_ledger.rules.move_cost import MoveCost
 from offset_ledger.rules.resets import ResetPlan
 
 
@@ -106,6 +107,8 @@ class ResetOutcome:
     dry_run: bool
     actor: str
     reason: str | None
+    #: what the move re-reads or skips (records, about how many bytes, the time span), when Kafka answered
+    cost: MoveCost | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -117,6 +120,7 @@ class ResetOutcome:
             "activeRunIds": list(self.stored.active_run_ids),
             "partitions": [p.to_dict() for p in self.plan.partitions],
             "newPositions": self.plan.new_positions(),
+            "cost": None if self.cost is None else self.cost.to_dict(),
         }
 
 

@@ -48,6 +48,7 @@ from offset_ledger.operate.inputs import (  # noqa: F401 - re-exported: the face
     scope_from_specs,
     to_epoch_ms,
 )
+from offset_ledger.operate.move_cost import reset_cost
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import Position, TopicPartition, Watermarks
 from offset_ledger.rules.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
@@ -390,7 +391,8 @@ class Operations(MetricsReads):
                 force=force)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "recording the reset") from exc
-        return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason)
+        cost = reset_cost(self.kafka, plan) if plan.partitions else None
+        return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason, cost)
 
 def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
     """The legacy getTopicDetails answer; needs only Kafka (no ledger)."""

@@ -28,6 +28,7 @@ from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations
+from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
     ClusterView,
     LedgerView,
@@ -207,8 +208,12 @@ def restart_with(
             defaulted_group=consumer_group is None and (
                 not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
         if isinstance(done, RestartPlan):
+            # What starting away from the ledger's positions costs; Spark ignores startingOffsets
+            # when it resumes a checkpoint, so only a fresh one moves anything.
+            cost = plan_cost(adapter, done.starting_offsets, ledger.positions, cluster.watermarks) \
+                if done.fresh_checkpoint else None
             # Reconciliation findings were stored when found; the plan shows them too.
-            return replace(done, findings=(*truth, *overrides, *done.findings), policies=use)
+            return replace(done, findings=(*truth, *overrides, *done.findings), policies=use, cost=cost)
         changes = done
         log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
                  pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)

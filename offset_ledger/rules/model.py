@@ -12,7 +12,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from offset_ledger.rules.move_cost import MoveCost
 
 EARLIEST = -2
 LATEST = -1
@@ -162,6 +165,9 @@ class RestartPlan:
     #: The restart policies this plan applied: stored with the pipeline, overridden by the call's
     #: arguments, else the defaults (``offset_ledger.rules.policies``).
     policies: Mapping[str, Any] = field(default_factory=dict)
+    #: On a fresh checkpoint: what starting away from the ledger's positions re-reads or skips (a
+    #: stateful rewind, an applied reset, data lost to retention); None when nothing was computed.
+    cost: MoveCost | None = None
 
     @property
     def starting_offsets_json(self) -> str:

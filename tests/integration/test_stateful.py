@@ -114,6 +114,10 @@ def _upgrade_matches_oracle(spark, kafka, pg_dsn: str, tmp_path: Path, window: s
     assert plan2.fresh_checkpoint and plan2.event_time_floor is not None
     rewinds = [f for f in plan2.findings if f.kind == "state_rewind"]
     assert len(rewinds) == 1 and rewinds[0].details["records_reread"] > 0
+    # The plan's cost agrees with the rewind's own count, with the records' times and sizes read from Kafka.
+    assert plan2.cost is not None and plan2.cost.complete
+    assert (plan2.cost.records_reread, plan2.cost.records_skipped) == (rewinds[0].details["records_reread"], 0)
+    assert plan2.cost.bytes_reread and plan2.cost.span("reread")[0] is not None
     _run(spark, kafka, topic, plan2.starting_offsets_json, plan2.checkpoint_location, tmp_path / "v2",
          window=window, slide=slide, floor=plan2.event_time_floor, listener=listener())
 

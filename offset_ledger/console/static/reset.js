@@ -79,6 +79,22 @@
     }
   }
 
+  // Sizes and times of the records a reset passes over (the API's cost; estimates, see docs/operations.md).
+  function bytes(n) {
+    if (n == null) return "?";
+    const units = ["B", "KB", "MB", "GB", "TB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+    return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+  }
+  function span(seconds) {
+    if (seconds < 120) return `${seconds.toFixed(1)} s`;
+    if (seconds < 7200) return `${(seconds / 60).toFixed(1)} min`;
+    if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+    return `${(seconds / 86400).toFixed(1)} d`;
+  }
+  function when(iso) { return iso ? iso.replace("T", " ").replace(/\.\d+/, "").replace("+00:00", "Z") : ""; }
+
   function renderPreview(plan) {
     const warnings = [];
     if (plan.wouldBeRefused) warnings.push("Some targets lie outside the retained log and the policy is “refuse”: executing will be refused. Choose “clamp” or other targets.");
@@ -87,17 +103,27 @@
     if (clamped) warnings.push(`${clamped} target(s) clamped to the retained log.`);
     const replayed = plan.partitions.reduce((s, p) => s + p.recordsReplayed, 0);
     const skipped = plan.partitions.reduce((s, p) => s + p.recordsSkipped, 0);
+    const cost = plan.cost || { reread: {}, skip: {}, partitions: [], complete: true };
+    const costOf = new Map(cost.partitions.map((c) => [`${c.topic}\u0000${c.partition}`, c]));
+    const moved = (p) => { const c = costOf.get(`${p.topic}\u0000${p.partition}`); return c && c.records ? c : null; };
+    const about = (part) => part.records
+      ? ` (≈ ${bytes(part.approxBytes)}${part.spanSeconds == null ? "" : `, ${span(part.spanSeconds)} of records`})` : "";
     document.getElementById("preview-heading").textContent =
-      `Dry run #${plan.resetId} (${plan.mode}): ${num(replayed)} records replayed, ${num(skipped)} skipped`;
+      `Dry run #${plan.resetId} (${plan.mode}): ${num(replayed)} records replayed${about(cost.reread)}, ` +
+      `${num(skipped)} skipped${about(cost.skip)}`;
+    if (!cost.complete) warnings.push("Some sizes or record times are unknown: Kafka did not answer in time, or DESCRIBE on the cluster is not granted.");
     document.getElementById("preview-warnings").replaceChildren(...warnings.map((w) => el("li", { class: "warning" }, w)));
     fill(document.querySelector("#preview-table tbody"), plan.partitions.map((p) => el("tr", { "data-topic": p.topic, "data-partition": p.partition },
       el("td", {}, p.topic), el("td", { class: "num" }, p.partition), el("td", { class: "num" }, num(p.beforeNextOffset)),
       el("td", { class: "num", "data-col": "target" }, num(p.targetNextOffset)),
       el("td", { class: "num" }, num(p.recordsReplayed)), el("td", { class: "num" }, num(p.recordsSkipped)),
+      el("td", { class: "num", "data-col": "bytes" }, moved(p) ? bytes(moved(p).approxBytes) : ""),
+      el("td", { "data-col": "span" }, moved(p) && moved(p).firstRecordTime
+        ? `${when(moved(p).firstRecordTime)} – ${when(moved(p).lastRecordTime)}` : ""),
       el("td", { class: p.outOfRange ? "warning" : "" }, p.outOfRange
         ? `${p.outOfRange.replaceAll("_", " ")}: requested ${num(p.requestedNextOffset)}, log ${num(p.logStartOffset)}–${num(p.logEndOffset)}${p.clamped ? ", clamped" : ""}`
         : ""),
-    )), "The reset touches no partition.", 7);
+    )), "The reset touches no partition.", 9);
     const confirm = document.getElementById("reset-confirm");
     confirm.reset();
     document.getElementById("reset-preview").hidden = false;
