@@ -249,6 +249,9 @@ class KafkaAdapter:
                     if not todo or time.monotonic() >= deadline:
                         break
                     sampler.assign(list(todo))
+                    # A partition paused in an earlier round stays paused across assign(): without
+                    # this, offsets beyond one fetch (max_poll_records) were never read.
+                    sampler.resume(*todo)
                     for ktp, offsets in todo.items():
                         sampler.seek(ktp, min(offsets))
                     waiting = set(todo)

@@ -45,7 +45,7 @@ def iso_ms(text: str) -> int:
 def test_a_reset_states_what_it_rereads_and_skips(pg_dsn: str, kafka) -> None:  # type: ignore[no-untyped-def]
     topic = kafka.create_topic(partitions=2)
     producer = KafkaProducer(bootstrap_servers=kafka.bootstrap_servers, acks="all", linger_ms=20)
-    for i in range(100):  # partition 0: one record a second of producer time
+    for i in range(1000):  # partition 0: one record a second of producer time
         producer.send(topic, value=VALUE, partition=0, timestamp_ms=T0 + 1000 * i)
     for i in range(50):
         producer.send(topic, value=VALUE, partition=1, timestamp_ms=T0 + 60_000 * i)
@@ -54,18 +54,17 @@ def test_a_reset_states_what_it_rereads_and_skips(pg_dsn: str, kafka) -> None:  
     kafka.delete_records(topic, {0: 10})  # log-start 10: what retention took is not the move's doing
     engine = make_engine(pg_dsn)
     upgrade(engine)
-    seed_pipeline(engine, "costly", {topic: {0: 80, 1: 20}})
+    seed_pipeline(engine, "costly", {topic: {0: 980, 1: 20}})
     engine.dispose()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
     env.update(OFFSET_LEDGER_DSN=pg_dsn, OFFSET_LEDGER_BOOTSTRAP_SERVERS=kafka.bootstrap_servers)
 
-    # Back 75: partition 0 would go to 5, clamped to the log-start 10 (re-reads 10..79); partition 1
-    # to 0 (re-reads 0..19).
+    # Back 75: partition 0 re-reads 905..979; partition 1 would go to -55, clamped to 0 (re-reads 0..19).
     r = subprocess.run([*CLI, "reset", "costly", "--shift-by", "-75", "--dry-run", "-f", "json"],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     cost = json.loads(r.stdout)["cost"]
-    expected = {0: (10, 80), 1: (0, 20)}
+    expected = {0: (905, 980), 1: (0, 20)}
     assert cost["complete"] is True and cost["skip"]["records"] == 0
     total_bytes = 0
     for part in cost["partitions"]:
@@ -79,10 +78,20 @@ def test_a_reset_states_what_it_rereads_and_skips(pg_dsn: str, kafka) -> None:  
         # The broker's log size spread over its records: the payload plus record and batch framing.
         assert payload <= part["approxBytes"] <= 1.8 * payload, (part["approxBytes"], payload)
         total_bytes += part["approxBytes"]
-    assert cost["reread"]["records"] == 70 + 20 and cost["reread"]["approxBytes"] == total_bytes
+    assert cost["reread"]["records"] == 75 + 20 and cost["reread"]["approxBytes"] == total_bytes
     assert iso_ms(cost["reread"]["firstRecordTime"]) == T0  # partition 1's offset 0
     assert iso_ms(cost["reread"]["lastRecordTime"]) == T0 + 60_000 * 19  # partition 1's offset 19, the latest
-    assert "cost: re-reads 90 records" in r.stderr and "skips 0 records" in r.stderr
+    assert "cost: re-reads 95 records" in r.stderr and "skips 0 records" in r.stderr
+
+    # To earliest: partition 0 re-reads 10..979 (log-start 10: what retention took is not the move's),
+    # far more than one fetch returns; partition 1 0..19.
+    r = subprocess.run([*CLI, "reset", "costly", "--to-earliest", "--dry-run", "-f", "json"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    cost = json.loads(r.stdout)["cost"]
+    assert cost["complete"] is True and cost["reread"]["records"] == 970 + 20
+    far = next(p for p in cost["partitions"] if p["partition"] == 0)
+    assert (iso_ms(far["firstRecordTime"]), iso_ms(far["lastRecordTime"])) == (T0 + 10_000, T0 + 979_000)
 
     # Ahead 15: skips 80..94 and 20..34; the table names the size and span per partition.
     r = subprocess.run([*CLI, "reset", "costly", "--shift-by", "15", "--dry-run", "-f", "csv"],
