@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OffsetLedgerListener",
+    "Pipeline",
     "RestartPlan",
     "__version__",
     "replay_range",
@@ -17,12 +18,14 @@ __all__ = [
 if TYPE_CHECKING:
     from offset_ledger.listener import OffsetLedgerListener
     from offset_ledger.model import RestartPlan
+    from offset_ledger.pipeline import Pipeline
     from offset_ledger.replay import replay_range
     from offset_ledger.restart import start_from_ledger
 
 # Imported on first use so that `import offset_ledger` (and the CLI) does not pay for PySpark.
 _LAZY = {
     "OffsetLedgerListener": "offset_ledger.listener",
+    "Pipeline": "offset_ledger.pipeline",
     "RestartPlan": "offset_ledger.model",
     "replay_range": "offset_ledger.replay",
     "start_from_ledger": "offset_ledger.restart",
