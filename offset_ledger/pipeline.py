@@ -12,7 +12,7 @@ does not import PySpark.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from offset_ledger.inputs import check_name
@@ -90,6 +90,7 @@ class Pipeline:
 
     name: str
     topics: Sequence[str] | None = None
+    _: KW_ONLY
     topic_pattern: str | None = None
     dsn: str | None = None
     bootstrap_servers: str | None = None

@@ -164,3 +164,9 @@ def test_listener_is_the_offset_ledger_listener_for_the_pipeline(tmp_path) -> No
         listener.close(timeout=5)
     with pytest.raises(TypeError, match="belong"):
         p.listener(pipeline="other")
+
+
+def test_only_name_and_topics_are_positional() -> None:
+    assert Pipeline("orders", ["orders"]).topics == ("orders",)
+    with pytest.raises(TypeError):
+        Pipeline("orders", ["orders"], "orders-.*")  # type: ignore[misc]
