@@ -125,7 +125,7 @@ class BearerAuth:
         if not token.may_operate and changes_state(scope["method"], scope["path"]):
             await _send_json(send, 403, {"error": "Forbidden",
                                          "message": f"token {token.name!r} has role {token.role!r}; "
-                                                    "resets need an operate token"})
+                                                    "resets and policy changes need an operate token"})
             return
         await self.app(dict(scope, **{PRINCIPAL: token}), receive, send)
 
