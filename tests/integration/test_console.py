@@ -414,3 +414,40 @@ def test_api_docs_open_from_the_console_with_the_token(browser, recorded: Ledger
         browser.execute_script("sessionStorage.clear()")
     finally:
         server.stop()
+
+
+def test_the_pipeline_page_shows_stored_policies_their_last_change_and_the_history(
+        browser, served: Served, recorded: Ledger) -> None:  # type: ignore[no-untyped-def]
+    browser.get(served.url + "/pipelines/orders")
+    value = '#policies tbody tr[data-policy="{}"] [data-col={}]'
+    wait_for(browser, lambda d: css(d, value.format("onDataLoss", "value")).text == "fail", what="the default policies")
+    assert "Never set" in css(browser, "#policies-last").text
+    assert css(browser, value.format("onDataLoss", "source")).text == "default"
+
+    url = f"{served.url}/api/v1/pipelines/orders/policies"
+    first = httpx.put(url, headers={"X-Actor": "alice"},
+                      json={"policies": {"onDataLoss": "earliest", "window": "10 minutes"}, "reason": "windowed since v2"})
+    assert first.status_code == 200, first.text
+    second = httpx.put(url, headers={"X-Actor": "bob"},
+                       json={"policies": {"window": None, "firstRun": "latest"}, "reason": "not windowed any more"})
+    assert second.status_code == 200, second.text
+
+    browser.get(served.url + "/pipelines/orders")
+    wait_for(browser, lambda d: css(d, value.format("onDataLoss", "value")).text == "earliest", what="the stored policies")
+    assert css(browser, value.format("onDataLoss", "source")).text == "stored"
+    assert css(browser, value.format("firstRun", "value")).text == "latest"
+    assert css(browser, value.format("window", "source")).text == "default"
+    assert css(browser, "#policies-actor").text == "bob"
+    assert css(browser, "#policies-reason").text == "not windowed any more"
+    assert css(browser, "#policies-last time").get_attribute("datetime") == second.json()["lastChange"]["createdAt"]
+    # Read-only: the page offers no way to change them.
+    assert not css_all(browser, "#policies input, #policies select, #policies button")
+
+    assert not css(browser, "#policy-history").is_displayed()
+    css(browser, "#policy-history-link").click()
+    wait_for(browser, lambda d: len(css_all(d, "#policy-history-table tbody tr[data-change]")) == 2, what="the history")
+    rows = [r.text for r in css_all(browser, "#policy-history-table tbody tr[data-change]")]
+    assert "bob" in rows[0] and "not windowed any more" in rows[0] and "firstRun: latest" in rows[0]
+    assert "alice" in rows[1] and "window: 10 minutes" in rows[1]
+    assert browser.current_url.endswith("#policy-history")
+    screenshot(browser, "console-policies.png")
