@@ -2,7 +2,8 @@
 
 ``GET /api/v1/pipelines/{pipeline}/policies``, ``PUT`` the same path (a change: the named policies set,
 ``null`` removes one, the others stay; needs an ``operate`` token like resets; audited with the
-token's name), ``GET .../policies/history``. The same checks as ``offset-ledger policy set``: bad
+token's name; ``dryRun`` checks it and answers the policies after it without writing),
+``GET .../policies/history``. The same checks as ``offset-ledger policy set``: bad
 input is a 400 naming the field, and nothing is written. The names are the API's camelCase spelling
 of ``offset_ledger.policies.POLICY_KEYS``.
 """
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 from fastapi import APIRouter, Body, Header, Path, Request
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.answers import iso_utc
@@ -48,9 +49,12 @@ class PolicyChangeBody(BaseModel):
     policies: dict[str, Any] = Field(
         description="policies to set (camelCase: " + ", ".join(API_NAMES.values())
                     + "); null removes one (back to its default); policies not named keep their value")
-    reason: StrictStr = Field(max_length=10_000, description="why (required, kept in the history)")
+    reason: Optional[StrictStr] = Field(default=None, max_length=10_000,
+                                        description="why (required unless dryRun, kept in the history)")
     actor: Optional[StrictStr] = Field(default=None, min_length=1, max_length=255,
                                        description="who, as detail beside the token's name")
+    dryRun: StrictBool = Field(default=False, description="check the change and answer the policies after it; "
+                                                          "nothing is written")
 
 
 def to_api(policies: Mapping[str, Any]) -> dict[str, Any]:
@@ -121,9 +125,13 @@ def _read(ops: Operations, work: Any, doing: str) -> Any:
         raise translate_db_error(exc, doing) from exc
 
 
-def policies_document(pipeline: str, history: list[Any]) -> dict[str, Any]:
-    """The GET answer: stored policies, what a restart applies (stored, else the default), the last change."""
-    stored = dict(history[-1].policies) if history else {}
+def policies_document(pipeline: str, history: list[Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The GET answer: stored policies, what a restart applies (stored, else the default), the last change.
+
+    ``stored``: the policies to show instead of the last change's (a dry run's policies after it).
+    """
+    if stored is None:
+        stored = dict(history[-1].policies) if history else {}
     return {
         "pipeline": pipeline,
         "policies": to_api(stored),
@@ -154,26 +162,30 @@ def put_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
     check_name("pipeline", pipeline)
     changes = changes_from_api(body.policies)
     _check_text(body.reason, "reason")
-    if not body.reason.strip():
+    if not body.dryRun and not (body.reason and body.reason.strip()):
         raise InvalidInput('a policy change needs a reason ("reason"); it is kept in the history')
     token = request.scope.get(PRINCIPAL)
     actor = audit_actor(token.name if token is not None else None, body.actor or x_actor, "api")
     ops = _ops(request)
     # A set that is wrong as a whole (a slide with no window) is refused with the field named; the
     # store checks it again under the pipeline lock.
+    before = _read(ops, lambda conn: current_policies(conn, pipeline), "reading policies")
     try:
-        merged(_read(ops, lambda conn: current_policies(conn, pipeline), "reading policies"), changes)
+        after = merged(before, changes)
     except InvalidInput as exc:
         option = exc.details.get("option")
         name = API_NAMES.get(option, option) if isinstance(option, str) else None
         raise InvalidInput(f"policies{'.' + name if name else ''}: {exc.message}", option=name) from exc
+    if body.dryRun:
+        history = _read(ops, lambda conn: policy_history(conn, pipeline), "reading policies")
+        return {**policies_document(pipeline, history, after), "dryRun": True, "before": to_api(before)}
     try:
         with ops.engine.begin() as conn:
             set_policies(conn, pipeline, changes, actor=actor, reason=body.reason)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "storing policies") from exc
     history = _read(ops, lambda conn: policy_history(conn, pipeline), "reading policies")
-    return policies_document(pipeline, history)
+    return {**policies_document(pipeline, history), "dryRun": False, "before": to_api(before)}
 
 
 @router.get("/pipelines/{pipeline:name}/policies/history",

@@ -91,7 +91,8 @@ def test_show_set_and_history_round_trip_audited_with_the_token_name(engine) -> 
     with engine.connect() as conn:  # what a restart reads
         assert current_policies(conn, "orders-etl") == {"first_run": "latest", "on_data_loss": "earliest",
                                                         "window": "10 minutes", "commit_to_kafka": True}
-    assert client.get(URL, headers=_auth(READ)).json() == second.json()
+    shown = client.get(URL, headers=_auth(READ)).json()
+    assert {**shown, "dryRun": False, "before": first.json()["policies"]} == second.json()
 
     history = client.get(URL + "/history", headers=_auth(READ))
     assert history.status_code == 200
@@ -123,8 +124,11 @@ BAD: list[tuple[dict[str, Any], int, str]] = [
     ({"policies": {"commitToKafka": "yes"}, "reason": "r"}, 400, "policies.commitToKafka"),
     ({"policies": {"slide": "5 minutes"}, "reason": "r"}, 400, "policies.slide: a slide policy needs a window"),
     ({"policies": {"onDataLoss": "earliest"}, "reason": "  "}, 400, "needs a reason"),
-    ({"policies": {"onDataLoss": "earliest"}}, 422, "reason"),
-    ({"policies": {"onDataLoss": "earliest"}, "reason": "r", "dryRun": True}, 422, "dryRun"),
+    ({"policies": {"onDataLoss": "earliest"}}, 400, "needs a reason"),
+    ({"policies": {"onDataLoss": "earliest"}, "reason": 7}, 422, "reason"),
+    ({"policies": {"onDataLoss": "earliest"}, "reason": "r", "dryRun": "yes"}, 422, "dryRun"),
+    ({"policies": {"onDataLoss": "earliest"}, "reason": "r", "force": True}, 422, "force"),
+    ({"policies": {"slide": "5 minutes"}, "reason": "r", "dryRun": True}, 400, "needs a window"),
     ({"policies": ["onDataLoss"], "reason": "r"}, 422, "policies"),
 ]
 
@@ -180,3 +184,16 @@ def test_explicit_first_run_offsets_are_stored_as_given(engine) -> None:  # type
     done = client.put(URL, json={"policies": {"firstRun": {"orders": {"0": 12, "1": -2}}}, "reason": "r"})
     assert done.status_code == 200, done.text
     assert done.json()["policies"]["firstRun"] == {"orders": {"0": 12, "1": -2}}
+
+
+def test_a_dry_run_answers_the_policies_after_the_change_and_writes_nothing(engine) -> None:  # type: ignore[no-untyped-def]
+    client = _client(engine)
+    client.put(URL, json={"policies": {"onDataLoss": "earliest"}, "reason": "first"})
+    dry = client.put(URL, json={"policies": {"onDataLoss": None, "window": "5 minutes"}, "dryRun": True})
+    assert dry.status_code == 200, dry.text
+    doc = dry.json()
+    assert doc["dryRun"] is True and doc["before"] == {"onDataLoss": "earliest"}
+    assert doc["policies"] == {"window": "5 minutes"} and doc["effective"]["onDataLoss"] == "fail"
+    assert doc["lastChange"]["reason"] == "first"  # the stored state did not move
+    assert _changes(engine) == 1
+    assert client.get(URL).json()["policies"] == {"onDataLoss": "earliest"}
