@@ -440,8 +440,6 @@ def test_the_pipeline_page_shows_stored_policies_their_last_change_and_the_histo
     assert css(browser, "#policies-actor").text == "bob"
     assert css(browser, "#policies-reason").text == "not windowed any more"
     assert css(browser, "#policies-last time").get_attribute("datetime") == second.json()["lastChange"]["createdAt"]
-    # Read-only: the page offers no way to change them.
-    assert not css_all(browser, "#policies input, #policies select, #policies button")
 
     assert not css(browser, "#policy-history").is_displayed()
     css(browser, "#policy-history-link").click()
@@ -451,3 +449,51 @@ def test_the_pipeline_page_shows_stored_policies_their_last_change_and_the_histo
     assert "alice" in rows[1] and "window: 10 minutes" in rows[1]
     assert browser.current_url.endswith("#policy-history")
     screenshot(browser, "console-policies.png")
+
+
+def test_policies_are_changed_from_the_console_after_a_dry_run_and_with_a_reason(
+        browser, served: Served, recorded: Ledger) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.support.ui import Select
+
+    url = f"{served.url}/api/v1/pipelines/orders/policies"
+    changes_before = len(httpx.get(url + "/history").json()["changes"])
+    browser.get(served.url + "/pipelines/orders")
+    wait_for(browser, lambda d: css_all(d, '#policies tbody tr[data-policy="onDataLoss"]'), what="the policies")
+    wait_for(browser, lambda d: css_all(d, "#policy-unset input[value=firstRun]"), what="the form")
+
+    Select(css(browser, "#policy-onDataLoss")).select_by_value("fail")
+    css(browser, "#policy-window").send_keys("5 minutes")
+    css(browser, "#policy-unset input[value=firstRun]").click()
+    css(browser, "#policy-preview-button").click()
+    wait_for(browser, lambda d: css(d, "#policy-preview").is_displayed(), what="the dry run")
+    after = {r.get_attribute("data-policy"): r.find_element("css selector", "[data-col=after]").text
+             for r in css_all(browser, "#policy-preview-table tbody tr[data-policy]")}
+    assert after["window"] == "5 minutes changed"
+    assert after["onDataLoss"].startswith("fail")
+    assert after["firstRun"].startswith("— (default)")
+    assert len(httpx.get(url + "/history").json()["changes"]) == changes_before, "a dry run stored policies"
+
+    # No reason: nothing is sent.
+    css(browser, "#policy-confirmed").click()
+    css(browser, "#policy-save").click()
+    wait_for(browser, lambda d: "reason" in css(d, "#policy-message").text, what="the missing-reason message")
+    assert len(httpx.get(url + "/history").json()["changes"]) == changes_before
+
+    css(browser, "#policy-reason").send_keys("shorter windows from v3")
+    css(browser, "#policy-save").click()
+    wait_for(browser, lambda d: "Policies stored" in css(d, "#policy-result").text, what="the stored change")
+    doc = httpx.get(url).json()
+    assert doc["policies"]["onDataLoss"] == "fail" and doc["policies"]["window"] == "5 minutes"
+    assert "firstRun" not in doc["policies"]
+    assert (doc["lastChange"]["actor"], doc["lastChange"]["reason"]) == ("console", "shorter windows from v3")
+    value = '#policies tbody tr[data-policy="window"] [data-col={}]'
+    wait_for(browser, lambda d: css(d, value.format("value")).text == "5 minutes", what="the table after the change")
+    assert css(browser, value.format("source")).text == "stored"
+    assert css(browser, "#policies-reason").text == "shorter windows from v3"
+
+    # A bad value is refused with the API's own message, and nothing is stored.
+    css(browser, "#policy-slide").send_keys("soon")
+    css(browser, "#policy-preview-button").click()
+    wait_for(browser, lambda d: css(d, "#policy-message").text.startswith("Refused: 400"), what="the refusal")
+    assert "policies.slide" in css(browser, "#policy-message").text
+    assert len(httpx.get(url + "/history").json()["changes"]) == changes_before + 1
