@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "OffsetLedgerListener",
+    "Pipeline",
     "RestartPlan",
     "__version__",
     "replay_range",
@@ -16,6 +17,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from offset_ledger.capture.listener import OffsetLedgerListener
+    from offset_ledger.operate.pipeline import Pipeline
     from offset_ledger.operate.replay import replay_range
     from offset_ledger.operate.restart import start_from_ledger
     from offset_ledger.rules.model import RestartPlan
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 # Imported on first use so that `import offset_ledger` (and the CLI) does not pay for PySpark.
 _LAZY = {
     "OffsetLedgerListener": "offset_ledger.capture.listener",
+    "Pipeline": "offset_ledger.operate.pipeline",
     "RestartPlan": "offset_ledger.rules.model",
     "replay_range": "offset_ledger.operate.replay",
     "start_from_ledger": "offset_ledger.operate.restart",

@@ -126,7 +126,7 @@ class BearerAuth:
         if not token.may_operate and changes_state(scope["method"], scope["path"]):
             await _send_json(send, 403, {"error": "Forbidden",
                                          "message": f"token {token.name!r} has role {token.role!r}; "
-                                                    "resets need an operate token"})
+                                                    "resets and policy changes need an operate token"})
             return
         await self.app(dict(scope, **{PRINCIPAL: token}), receive, send)
 
@@ -192,7 +192,7 @@ def create_app(
 
     ``tokens`` replaces every configured token; ``hosts`` adds to the allowed ``Host`` names.
     """
-    from offset_ledger.api import console_routes, routes
+    from offset_ledger.api import console_routes, policy_routes, routes
     from offset_ledger.console import pages as console_pages
 
     s = settings or read_settings()
@@ -259,6 +259,7 @@ def create_app(
     # Every status the middleware and handlers can answer is in the schema (schemathesis checks it).
     app.include_router(routes.legacy, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
     app.include_router(routes.resource, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503))
+    app.include_router(policy_routes.router, responses=error_responses(400, 401, 403, 404, 413, 415, 422, 503))
     app.include_router(routes.service, responses=error_responses(400, 401, 503))
     app.include_router(console_routes.router, responses=error_responses(400, 401, 404, 422, 503))
     console_pages.mount(app)

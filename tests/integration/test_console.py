@@ -418,3 +418,86 @@ def test_api_docs_open_from_the_console_with_the_token(browser, recorded: Ledger
         browser.execute_script("sessionStorage.clear()")
     finally:
         server.stop()
+
+
+def test_the_pipeline_page_shows_stored_policies_their_last_change_and_the_history(
+        browser, served: Served, recorded: Ledger) -> None:  # type: ignore[no-untyped-def]
+    browser.get(served.url + "/pipelines/orders")
+    value = '#policies tbody tr[data-policy="{}"] [data-col={}]'
+    wait_for(browser, lambda d: css(d, value.format("onDataLoss", "value")).text == "fail", what="the default policies")
+    assert "Never set" in css(browser, "#policies-last").text
+    assert css(browser, value.format("onDataLoss", "source")).text == "default"
+
+    url = f"{served.url}/api/v1/pipelines/orders/policies"
+    first = httpx.put(url, headers={"X-Actor": "alice"},
+                      json={"policies": {"onDataLoss": "earliest", "window": "10 minutes"}, "reason": "windowed since v2"})
+    assert first.status_code == 200, first.text
+    second = httpx.put(url, headers={"X-Actor": "bob"},
+                       json={"policies": {"window": None, "firstRun": "latest"}, "reason": "not windowed any more"})
+    assert second.status_code == 200, second.text
+
+    browser.get(served.url + "/pipelines/orders")
+    wait_for(browser, lambda d: css(d, value.format("onDataLoss", "value")).text == "earliest", what="the stored policies")
+    assert css(browser, value.format("onDataLoss", "source")).text == "stored"
+    assert css(browser, value.format("firstRun", "value")).text == "latest"
+    assert css(browser, value.format("window", "source")).text == "default"
+    assert css(browser, "#policies-actor").text == "bob"
+    assert css(browser, "#policies-reason").text == "not windowed any more"
+    assert css(browser, "#policies-last time").get_attribute("datetime") == second.json()["lastChange"]["createdAt"]
+
+    assert not css(browser, "#policy-history").is_displayed()
+    css(browser, "#policy-history-link").click()
+    wait_for(browser, lambda d: len(css_all(d, "#policy-history-table tbody tr[data-change]")) == 2, what="the history")
+    rows = [r.text for r in css_all(browser, "#policy-history-table tbody tr[data-change]")]
+    assert "bob" in rows[0] and "not windowed any more" in rows[0] and "firstRun: latest" in rows[0]
+    assert "alice" in rows[1] and "window: 10 minutes" in rows[1]
+    assert browser.current_url.endswith("#policy-history")
+    screenshot(browser, "console-policies.png")
+
+
+def test_policies_are_changed_from_the_console_after_a_dry_run_and_with_a_reason(
+        browser, served: Served, recorded: Ledger) -> None:  # type: ignore[no-untyped-def]
+    from selenium.webdriver.support.ui import Select
+
+    url = f"{served.url}/api/v1/pipelines/orders/policies"
+    changes_before = len(httpx.get(url + "/history").json()["changes"])
+    browser.get(served.url + "/pipelines/orders")
+    wait_for(browser, lambda d: css_all(d, '#policies tbody tr[data-policy="onDataLoss"]'), what="the policies")
+    wait_for(browser, lambda d: css_all(d, "#policy-unset input[value=firstRun]"), what="the form")
+
+    Select(css(browser, "#policy-onDataLoss")).select_by_value("fail")
+    css(browser, "#policy-window").send_keys("5 minutes")
+    css(browser, "#policy-unset input[value=firstRun]").click()
+    css(browser, "#policy-preview-button").click()
+    wait_for(browser, lambda d: css(d, "#policy-preview").is_displayed(), what="the dry run")
+    after = {r.get_attribute("data-policy"): r.find_element("css selector", "[data-col=after]").text
+             for r in css_all(browser, "#policy-preview-table tbody tr[data-policy]")}
+    assert after["window"] == "5 minutes changed"
+    assert after["onDataLoss"].startswith("fail")
+    assert after["firstRun"].startswith("— (default)")
+    assert len(httpx.get(url + "/history").json()["changes"]) == changes_before, "a dry run stored policies"
+
+    # No reason: nothing is sent.
+    css(browser, "#policy-confirmed").click()
+    css(browser, "#policy-save").click()
+    wait_for(browser, lambda d: "reason" in css(d, "#policy-message").text, what="the missing-reason message")
+    assert len(httpx.get(url + "/history").json()["changes"]) == changes_before
+
+    css(browser, "#policy-reason").send_keys("shorter windows from v3")
+    css(browser, "#policy-save").click()
+    wait_for(browser, lambda d: "Policies stored" in css(d, "#policy-result").text, what="the stored change")
+    doc = httpx.get(url).json()
+    assert doc["policies"]["onDataLoss"] == "fail" and doc["policies"]["window"] == "5 minutes"
+    assert "firstRun" not in doc["policies"]
+    assert (doc["lastChange"]["actor"], doc["lastChange"]["reason"]) == ("console", "shorter windows from v3")
+    value = '#policies tbody tr[data-policy="window"] [data-col={}]'
+    wait_for(browser, lambda d: css(d, value.format("value")).text == "5 minutes", what="the table after the change")
+    assert css(browser, value.format("source")).text == "stored"
+    assert css(browser, "#policies-reason").text == "shorter windows from v3"
+
+    # A bad value is refused with the API's own message, and nothing is stored.
+    css(browser, "#policy-slide").send_keys("soon")
+    css(browser, "#policy-preview-button").click()
+    wait_for(browser, lambda d: css(d, "#policy-message").text.startswith("Refused: 400"), what="the refusal")
+    assert "policies.slide" in css(browser, "#policy-message").text
+    assert len(httpx.get(url + "/history").json()["changes"]) == changes_before + 1

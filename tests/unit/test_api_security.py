@@ -86,12 +86,12 @@ ATTACKS = {
 def test_cross_site_requests_to_every_state_changing_route_are_refused(engine, attack: str, with_token: bool) -> None:  # type: ignore[no-untyped-def]
     client = _client(engine, [OPERATE] if with_token else None)
     operations = _state_changing_operations(client)
-    # Three legacy resets on GET and POST, and the resource reset.
-    assert len(operations) == 7 and {p.split("?")[0] for _, p in operations} >= LEGACY_RESET_PATHS
+    # Three legacy resets on GET and POST, the resource reset, and the policy change (PUT).
+    assert len(operations) == 8 and {p.split("?")[0] for _, p in operations} >= LEGACY_RESET_PATHS
     method, headers, body = ATTACKS[attack]
     auth = {"Authorization": f"Bearer {OPERATE.secret.decode()}"} if with_token else {}
     for route_method, path in operations:
-        verb = route_method if attack == "rebound-host" else method
+        verb = route_method if attack == "rebound-host" or route_method == "PUT" else method
         if verb == "GET" and not path.startswith("/v1/"):
             continue  # the resource reset has no GET route
         content = body

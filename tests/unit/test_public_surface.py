@@ -8,6 +8,7 @@ import offset_ledger
 def test_all_is_pinned() -> None:
     assert offset_ledger.__all__ == [
         "OffsetLedgerListener",
+        "Pipeline",
         "RestartPlan",
         "__version__",
         "replay_range",
@@ -25,5 +26,15 @@ def test_importing_the_package_does_not_import_pyspark() -> None:
     import sys
 
     code = "import offset_ledger, sys; print('pyspark' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_the_pipeline_surface_does_not_import_pyspark_either() -> None:
+    import subprocess
+    import sys
+
+    code = ("import offset_ledger, sys; p = offset_ledger.Pipeline('orders', topics=['orders']); "
+            "print('pyspark' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
