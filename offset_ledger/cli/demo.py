@@ -50,6 +50,7 @@ class Demo(DemoStack):
 
     def _plan(self, app_version: str):  # type: ignore[no-untyped-def]
         from offset_ledger import start_from_ledger
+
         return start_from_ledger(
             PIPELINE, [TOPIC], bootstrap_servers=self.bootstrap,
             checkpoint_root=str(self.root / "checkpoints"), app_version=app_version,
@@ -57,6 +58,7 @@ class Demo(DemoStack):
 
     def _listener(self, app_version: str):  # type: ignore[no-untyped-def]
         from offset_ledger import OffsetLedgerListener
+
         listener = OffsetLedgerListener(dsn=self.dsn, pipeline=PIPELINE, app_version=app_version,
                                         spool_dir=self.root / "spool")
         self.spark.streams.addListener(listener)

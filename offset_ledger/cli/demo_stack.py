@@ -207,6 +207,7 @@ class DemoStack:
 
     def start_stack(self) -> None:
         from offset_ledger import devstack
+
         self.step("1. Local stack")
         stack_root = self.root / "stack"
         self.on_exit(f"local stack in {stack_root}", lambda: devstack.down(stack_root))

@@ -338,6 +338,7 @@ def _register_commands() -> None:
     from offset_ledger.cli import reset as cli_reset
     from offset_ledger.cli import restart as cli_restart
     from offset_ledger.cli import watch as cli_watch
+
     cli_audit.register(app)
     cli_checkpoint.register(app)
     cli_policy.register(app)

@@ -285,6 +285,7 @@ def test_reset_over_http_then_spark_resumes_from_it(ledger, pg_dsn: str, kafka, 
     """The path that matters, all real: Spark + listener record -> HTTP reset -> start_from_ledger
     consumes it -> Spark really reads from the reset offsets -> the ledger moves on from there."""
     from offset_ledger import OffsetLedgerListener, start_from_ledger
+
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"v{i}" for i in range(100)])  # 50 per partition
     name = "resume_" + topic[-6:]

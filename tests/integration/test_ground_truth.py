@@ -188,6 +188,7 @@ def test_watch_alone_records_a_job_without_the_listener_and_the_upgrade_resumes_
 
 def _stateful_start(kafka, pg_dsn: str, topic: str, tmp_path: Path, **kw: Any):  # type: ignore[no-untyped-def]
     from offset_ledger import start_from_ledger
+
     return start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers,
                              checkpoint_root=str(tmp_path / "ckpt"), dsn=pg_dsn, **kw)
 

@@ -169,6 +169,7 @@ def test_a_spark_pipeline_on_the_sasl_listener_records_and_restarts(spark, pg_ds
                                                                     tmp_path: Path) -> None:
     """The options the job gives Spark's reader are the options start_from_ledger takes: one dict."""
     from offset_ledger import OffsetLedgerListener
+
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"a{i}" for i in range(30)])  # 15 per partition
     reader_options = {"kafka.bootstrap.servers": sasl,

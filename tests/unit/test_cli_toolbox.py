@@ -110,6 +110,7 @@ def test_each_exit_code_from_the_command_line(dsn: str, capsys: pytest.CaptureFi
     assert code == 5 and "ledger database" in err and err.count("\n") == 1
 
     from offset_ledger.operate import operations
+
     for raised, expected in ((errors.ActiveRunConflict("etl", ["r1"]), 3), (errors.DataLossError("lost", []), 4),
                              (ZeroDivisionError("boom"), 1)):
         def fail(*_a: Any, raised: BaseException = raised, **_k: Any) -> Any:

@@ -77,6 +77,7 @@ def test_the_listener_refuses_to_be_pickled_with_a_clear_message(tmp_path) -> No
     from pyspark import cloudpickle
 
     from offset_ledger import OffsetLedgerListener
+
     listener = OffsetLedgerListener(dsn=f"sqlite:///{tmp_path / 'l.db'}", pipeline="p", spool_dir=tmp_path / "spool")
     try:
         for dumps in (pickle.dumps, cloudpickle.dumps):
