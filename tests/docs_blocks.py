@@ -9,7 +9,8 @@ An HTML comment on the line right before a fence (blank lines between are allowe
 - ``<!-- docs-test: output -->`` on a fence without a language: the output of the runnable block
   before it; its first line's words must all appear in that block's stdout.
 
-Shell blocks are split into commands (``\\`` continuations and multi-line quotes joined). A
+Shell blocks are split into commands (in a ``console`` block, the ``$ `` lines; the lines after
+one are its output, and those without digits must appear in what it prints) (``\\`` continuations and multi-line quotes joined). A
 trailing comment starting ``# exit N`` is the command's expected exit code (default 0); a comment
 that shows JSON (``# {"a": {...}, "b": ...}`` or a next line ``# stdout: {...}``) names keys the
 command's JSON stdout must have, and its string values (numbers vary, ``...`` elides).
@@ -106,6 +107,23 @@ class Command:
     comment: str  # its trailing comment, '' if none
     exit_code: int = 0
     shown_json: str | None = None  # the JSON the doc shows as its output
+    shown_lines: list[str] = field(default_factory=list)  # a console block's output lines
+
+
+def console_commands(script: str) -> list[Command]:
+    """A ``console`` block: ``$ `` lines are commands, the lines after one are its output."""
+    out: list[Command] = []
+    for line in script.split("\n"):
+        if line.startswith("$ "):
+            out.extend(commands(line[2:]))
+        elif out and line.strip():
+            out[-1].shown_lines.append(line)
+    return out
+
+
+def label_lines(lines: list[str]) -> list[list[str]]:
+    """The output lines a run must reproduce: those without digits (headers, labels); the words of each."""
+    return [line.split() for line in lines if not re.search(r"\d", line)]
 
 
 def _scan(text: str) -> tuple[str | None, int | None]:

@@ -49,6 +49,8 @@ from tests.docs_blocks import (
     Block,
     all_blocks,
     commands,
+    console_commands,
+    label_lines,
     shape_mismatches,
     shown_shape,
     top_level_print_labels,
@@ -220,9 +222,10 @@ def run_shell(docs: Docs, block: Block, dsn: str, work: Path, carried: list[str]
     """
     port = _free_port()
     api = f"http://127.0.0.1:{port}"
-    cmds = commands(docs.substitute(block.text, dsn, work, api))
+    split = console_commands if block.lang == "console" else commands
+    cmds = split(docs.substitute(block.text, dsn, work, api))
     preset = [docs.substitute(line, dsn, work, api) for line in carried]
-    carried.extend(c.text for c in commands(block.text) if _ASSIGNMENT.match(c.text))
+    carried.extend(c.text for c in split(block.text) if _ASSIGNMENT.match(c.text))
     env = docs.environment(dsn)
     server = None
     serves_itself = any(_SERVE.search(c.text) for c in cmds)
@@ -252,6 +255,10 @@ def run_shell(docs: Docs, block: Block, dsn: str, work: Path, carried: list[str]
         if rc != cmd.exit_code:
             failures.append(f"{block.where}: exit {rc}, the doc expects {cmd.exit_code}:{said}")
             continue
+        printed_lines = [line.split() for line in out.split("\n")]
+        for words in label_lines(cmd.shown_lines):
+            if words not in printed_lines:
+                failures.append(f"{block.where}: the doc shows the line {' '.join(words)!r}, not printed:{said}")
         if cmd.shown_json is not None:
             try:
                 actual = json.loads(out)

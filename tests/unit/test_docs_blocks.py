@@ -64,3 +64,12 @@ def test_commands_split_continuations_quotes_and_comments() -> None:
 def test_top_level_print_labels() -> None:
     src = 'print("plan:", p)\nfor f in fs:\n    print("finding:", f)\nprint(x)\n'
     assert top_level_print_labels(src) == ["plan:"]
+
+
+def test_console_blocks_split_prompts_from_output() -> None:
+    from tests.docs_blocks import console_commands, label_lines
+
+    cmds = console_commands("$ offset-ledger pipelines --no-lag\nPIPELINE  STATE\norders    stopped 3\n$ echo hi\nhi\n")
+    assert [c.text for c in cmds] == ["offset-ledger pipelines --no-lag", "echo hi"]
+    assert cmds[0].shown_lines == ["PIPELINE  STATE", "orders    stopped 3"]
+    assert label_lines(cmds[0].shown_lines) == [["PIPELINE", "STATE"]]  # lines with numbers vary
