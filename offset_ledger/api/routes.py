@@ -121,10 +121,17 @@ for _method in ("GET", "POST"):
 # -- resources ------------------------------------------------------------------------------
 
 
-@resource.get("/pipelines", summary="Every pipeline with state, last batch time and lag")
+@resource.get("/pipelines", summary="Every pipeline with state, last batch time, lag and findings")
 def list_pipelines(request: Request, lag: bool = Query(True, description="ask Kafka for lag")) -> Any:
+    from offset_ledger.operate.audit import findings_counts
+
+    ops = _ops(request)
+    rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag)]
+    counts = findings_counts(ops)  # the CLI's FINDINGS column: findings recorded, a repeated one once
+    for row in rows:
+        row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
     # Already JSON-ready: returned as a response, FastAPI skips jsonable_encoder (17x json.dumps here).
-    return JSONResponse({"pipelines": [p.to_dict() for p in _ops(request).list_pipelines(with_lag=lag)]})
+    return JSONResponse({"pipelines": rows})
 
 
 @resource.get("/pipelines/{pipeline:name}/offsets", summary="Current positions with what placed them")

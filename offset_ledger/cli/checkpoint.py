@@ -85,9 +85,13 @@ def mirror_cmd(
 
 
 def import_checkpoint_cmd(
-    checkpoint: str = typer.Argument(..., help="The running query's checkpoint location (a path or s3a://, "
-                                               "abfss://, gs://, hdfs:// URI)."),
-    pipeline: str = typer.Option(..., "--pipeline", help="Pipeline name in the ledger."),
+    pipeline: Optional[str] = typer.Argument(None, metavar="PIPELINE", show_default=False,
+                                             help="Pipeline name in the ledger."),
+    checkpoint: Optional[str] = typer.Argument(None, metavar="CHECKPOINT", show_default=False,
+                                               help="The running query's checkpoint location (a path or s3a://, "
+                                                    "abfss://, gs://, hdfs:// URI)."),
+    pipeline_option: Optional[str] = typer.Option(None, "--pipeline", hidden=True,
+                                                  help="Deprecated: give the pipeline positionally."),
     consumer_group: Optional[str] = typer.Option(None, "--consumer-group", help="Default: the pipeline name."),
     app_version: Optional[str] = typer.Option(None, "--app-version", help="Application version running on it."),
     source: Optional[str] = typer.Option(None, "--source", help="Kafka source index when the query has several, "
@@ -105,20 +109,30 @@ def import_checkpoint_cmd(
     command_config: Optional[str] = CommandConfigOption,
     dsn: Optional[str] = DsnOption,
     fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json."),
+    timeout: Optional[int] = TimeoutOption,
 ) -> None:
-    """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default)."""
+    """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default).
+
+    Examples:
+
+      offset-ledger import-checkpoint orders /checkpoints/orders
+
+      offset-ledger import-checkpoint orders /checkpoints/orders --app-version 1.0 --execute
+    """
     import json as _json
 
+    from offset_ledger.cli.positional import pipeline_and_checkpoint
     from offset_ledger.errors import InvalidInput
     from offset_ledger.operate.adopt import import_checkpoint
 
+    pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option)
     if fmt not in ("table", "json"):
         raise InvalidInput(f"unknown --format {fmt!r}; use table or json")
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
     result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
                                app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
                                checkpoint_root=checkpoint_root, bootstrap_servers=kafka.bootstrap_servers,
-                               kafka_options=kafka.options)
+                               kafka_options=kafka.options, kafka_timeout_ms=kafka.timeout_ms)
     if fmt == "json":
         typer.echo(_json.dumps(result.to_dict(), indent=2))
     else:

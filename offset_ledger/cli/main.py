@@ -279,7 +279,7 @@ def serve_cmd(
                                   help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
     watch: Optional[list[str]] = typer.Option(
         None, "--watch", metavar="PIPELINE=CHECKPOINT",
@@ -312,7 +312,7 @@ def serve_cmd(
                           "print(secrets.token_urlsafe(32))'")
     if not 0 < port < 65536:
         raise ConfigError(f"invalid --port {port}")
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config)
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
     from offset_ledger.cli.watch import parse_watch_specs, start_watchers
 
     specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
@@ -321,7 +321,7 @@ def serve_cmd(
     stop_watchers = start_watchers(specs, dsn)
     try:
         uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
-                               tokens=tokens, hosts=hosts),
+                               kafka_timeout_ms=kafka.timeout_ms, tokens=tokens, hosts=hosts),
                     host=host, port=port, log_level=log_level)
     finally:
         stop_watchers()

@@ -164,6 +164,7 @@ def import_checkpoint(
     engine: Engine | None = None,
     bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, Any] | None = None,
+    kafka_timeout_ms: int = 10_000,
 ) -> AdoptResult:
     """Import a Spark checkpoint's last committed batch as the pipeline's positions (dry run by default).
 
@@ -188,7 +189,7 @@ def import_checkpoint(
     if bootstrap_servers and execute:
         from offset_ledger.kafka.adapter import KafkaAdapter
 
-        with KafkaAdapter(bootstrap_servers, kafka_options) as adapter:
+        with KafkaAdapter(bootstrap_servers, kafka_options, request_timeout_ms=kafka_timeout_ms) as adapter:
             topic_ids = adapter.topic_ids(sorted(chosen.positions))
     own = engine is None
     engine = engine or make_engine(dsn)

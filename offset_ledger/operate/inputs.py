@@ -21,8 +21,9 @@ from offset_ledger.rules.resets import ResetRequest
 MAX_NAME = 255
 #: The largest value a BIGINT column holds: numbers from input are checked against it before SQL.
 MAX_BIGINT = 2**63 - 1
-# Kafka's own rule for topic names (kafka.common.internals.Topic).
-_TOPIC_NAME = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+# Kafka's own rule for topic names (kafka.common.internals.Topic): legal characters, at most 249,
+# and not "." or ".." (spelled without a lookahead: it is also the API's JSON-schema pattern).
+_TOPIC_NAME = re.compile(r"^([a-zA-Z0-9_-]|[a-zA-Z0-9._-][a-zA-Z0-9_-]|[a-zA-Z0-9_-]\.|[a-zA-Z0-9._-]{3,249})$")
 #: The same rules as JSON-schema patterns, for the API's parameters (documented, and checked there first).
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]{1,255}$"
 TOPIC_PATTERN = _TOPIC_NAME.pattern

@@ -243,7 +243,7 @@ def plan_restart(
     t2 = time.perf_counter()
     rewind = None
     stored = stored_stateful(ledger.generation)
-    if spec is not None:
+    if spec is not None and not first:  # a first run has no windows open yet: nothing to rewind
         rewind = state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
                               event_time_is_kafka_timestamp, stored)
         positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())

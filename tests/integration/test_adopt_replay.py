@@ -88,10 +88,10 @@ def test_import_checkpoint_then_upgrade_reads_every_record_once(spark, kafka, pg
     assert len(first) >= 5 and _total(first) == Counter(_values("a", 60))
 
     kafka.produce(topic, _values("b", 30))
-    dry = _cli("import-checkpoint", str(job), "--pipeline", "orders", "--dsn", pg_dsn)
+    dry = _cli("import-checkpoint", "orders", str(job), "--dsn", pg_dsn)
     assert dry.returncode == 0, dry.stderr
     assert f"last committed batch {max(first)}" in dry.stdout and not _has_schema(pg_dsn)  # wrote nothing
-    done = _cli("import-checkpoint", str(job), "--pipeline", "orders", "--app-version", "1", "--dsn", pg_dsn,
+    done = _cli("import-checkpoint", "orders", str(job), "--app-version", "1", "--dsn", pg_dsn,
                 "--execute", "--format", "json", "--bootstrap-servers", kafka.bootstrap_servers)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["positions"] == {topic: {"0": 20, "1": 20, "2": 20}}

@@ -119,24 +119,24 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_cli_import_checkpoint_dry_run_execute_and_errors(checkpoint: Path, dsn: str) -> None:
-    dry = _cli("import-checkpoint", str(checkpoint), "--pipeline", "orders", "--dsn", dsn)
+    dry = _cli("import-checkpoint", "orders", str(checkpoint), "--dsn", dsn)
     assert dry.returncode == 0, dry.stderr
     assert "last committed batch 3" in dry.stdout and "dry run" in dry.stderr
-    done = _cli("import-checkpoint", str(checkpoint), "--pipeline", "orders", "--dsn", dsn, "--execute",
+    done = _cli("import-checkpoint", "orders", str(checkpoint), "--dsn", dsn, "--execute",
                 "--format", "json")
     assert done.returncode == 0, done.stderr
     assert '"generation": 1' in done.stdout and "generation 1" in done.stderr
-    again = _cli("import-checkpoint", str(checkpoint), "--pipeline", "orders", "--dsn", dsn, "--execute")
+    again = _cli("import-checkpoint", "orders", str(checkpoint), "--dsn", dsn, "--execute")
     assert again.returncode == 3 and again.stderr.count("\n") == 1 and "--force" in again.stderr  # refused
     (checkpoint / "metadata").write_text("{corrupt")
-    bad = _cli("import-checkpoint", str(checkpoint), "--pipeline", "p2", "--dsn", dsn, "--execute")
+    bad = _cli("import-checkpoint", "p2", str(checkpoint), "--dsn", dsn, "--execute")
     assert bad.returncode == 2 and f"{checkpoint}/metadata" in bad.stderr and "Traceback" not in bad.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [
-    (["import-checkpoint", "/nowhere"], "--pipeline"),
-    (["import-checkpoint", "/nowhere", "--pipeline", "p"], "no such directory"),
-    (["import-checkpoint", "/nowhere", "--pipeline", "p", "--format", "csv"], "--format"),
+    (["import-checkpoint", "/nowhere"], "missing argument CHECKPOINT"),
+    (["import-checkpoint", "p", "/nowhere"], "no such directory"),
+    (["import-checkpoint", "p", "/nowhere", "--format", "csv"], "--format"),
     (["replay", "orders"], "--batch N"),
     (["replay", "orders", "--batch", "1", "--from", "2024-01-01"], "not both"),
     (["replay", "orders", "--from", "yesterday"], "invalid timestamp"),
