@@ -20,7 +20,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "offset_ledger"
 
 RULES = {"model", "errors", "resolver", "authority", "stateful", "checkpoint", "progress", "resets", "status",
-         "locations", "coalesce", "restart_options", "policies"}
+         "locations", "coalesce", "restart_options", "policies", "verify"}
 FACES = {"api", "console", "demo"}  # and every cli* module
 CAPTURE = {"listener", "writer", "spool", "event_records"}
 # The consumer-group mirror is a Kafka adapter (the listener's commit_to_kafka uses it), not a verb.
