@@ -30,8 +30,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 160}
 app = typer.Typer(
     name="offset-ledger",
     help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
-         "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable "
-         "(docs/cli.md).",
+         "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable, "
+         "6 verify found unexplained gaps or overlaps (docs/cli.md).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -333,13 +333,14 @@ _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 def _register_commands() -> None:
     # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
-    from offset_ledger import cli_audit, cli_checkpoint, cli_policy, cli_reset, cli_restart, cli_watch
+    from offset_ledger import cli_audit, cli_checkpoint, cli_policy, cli_reset, cli_restart, cli_verify, cli_watch
 
     cli_audit.register(app)
     cli_checkpoint.register(app)
     cli_policy.register(app)
     cli_reset.register(app)
     cli_restart.register(app)
+    cli_verify.register(app)
     cli_watch.register(app)
 
 
