@@ -216,3 +216,16 @@ def test_the_endpoint_answers_like_the_command_behind_the_same_token(engine: Eng
     group = client.get("/api/v1/pipelines/orders/verify?consumerGroup=other", headers=auth)
     assert group.status_code == 404 and "error" in group.json()
     assert "/api/v1/pipelines/{pipeline}/verify" in client.get("/openapi.json", headers=auth).json()["paths"]
+
+
+def test_the_console_page_has_the_verify_section_and_its_script(engine: Engine) -> None:
+    from fastapi.testclient import TestClient
+
+    from offset_ledger.api import create_app
+
+    client = TestClient(create_app(operations=Operations(engine), api_token=""), base_url="http://localhost")
+    page = client.get("/pipelines/orders")
+    assert page.status_code == 200
+    assert 'id="verify-run"' in page.text and "/console/static/verify.js" in page.text
+    script = client.get("/console/static/verify.js")
+    assert script.status_code == 200 and "/verify" in script.text
