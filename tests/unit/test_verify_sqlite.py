@@ -229,3 +229,25 @@ def test_the_console_page_has_the_verify_section_and_its_script(engine: Engine) 
     assert 'id="verify-run"' in page.text and "/console/static/verify.js" in page.text
     script = client.get("/console/static/verify.js")
     assert script.status_code == 200 and "/verify" in script.text
+
+
+def test_a_first_batch_recorded_without_its_start_begins_where_its_generation_resolved(engine: Engine) -> None:
+    _tiling(engine, partitions=1)  # [0, 50)
+    with engine.begin() as conn:
+        conn.execute(insert(checkpoint_generations).values(
+            pipeline="orders", consumer_group="orders", generation=1, checkpoint_root="/ck", location="/ck/gen-1",
+            reason="requested", created_at=T0 + timedelta(hours=1), query_id="q2",
+            resolved_offsets={"t": {"0": 45}}))
+        # Batch 0 of q2 as an older recorder left it: no start. Its generation says 45: [45, 50) twice.
+        conn.execute(insert(batch_offsets), [
+            {"pipeline": "orders", "consumer_group": "orders", "query_id": "q2", "batch_id": b, "source_index": 0,
+             "topic": "t", "partition": 0, "from_offset": f, "until_offset": u,
+             "batch_time": T0 + timedelta(hours=2, seconds=b)}
+            for b, f, u in ((0, None, 60), (1, 60, 70))])
+        conn.execute(update(positions).values(next_offset=70))
+    report = _verify(engine)
+    got = [(s.from_offset, s.until_offset, s.kind, s.explained) for s in report.stretches]
+    assert got == [(45, 50, "overlap", False)]
+    assert report.results[0].unknown_starts == 0
+    (s,) = report.to_dict()["stretches"]
+    assert {b["queryId"]: b["generation"] for b in s["batches"]} == {"q1": None, "q2": 1}
