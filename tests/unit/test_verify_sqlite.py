@@ -251,3 +251,24 @@ def test_a_first_batch_recorded_without_its_start_begins_where_its_generation_re
     assert report.results[0].unknown_starts == 0
     (s,) = report.to_dict()["stretches"]
     assert {b["queryId"]: b["generation"] for b in s["batches"]} == {"q1": None, "q2": 1}
+
+
+def test_a_stateful_rewind_explains_what_its_generation_reads_again(engine: Engine) -> None:
+    _tiling(engine, partitions=1)  # [0, 50)
+    with engine.begin() as conn:
+        gen = conn.execute(insert(checkpoint_generations).values(
+            pipeline="orders", consumer_group="orders", generation=1, checkpoint_root="/ck", location="/ck/gen-1",
+            reason="requested", created_at=T0 + timedelta(hours=1), query_id="q2",
+            resolved_offsets={"t": {"0": 40}}).returning(checkpoint_generations.c.id)).scalar()
+        conn.execute(insert(findings).values(
+            pipeline="orders", consumer_group="orders", kind="state_rewind", generation_id=gen,
+            details={"offsets": {"t:0": 40}, "event_time_floor": "2026-11-22T11:50:00+00:00"},
+            message="stateful restart of tumbling windows", created_at=T0 + timedelta(hours=1)))
+        conn.execute(update(positions).values(next_offset=40, generation_id=gen, query_id=None, batch_id=None))
+    recorder = Recorder(engine)
+    recorder.record([start(run="r2", query="q2", at=T0 + timedelta(hours=2))])
+    recorder.record([rec(batch(0, {("t", 0): (None, 55)}, query="q2", run="r2"))])
+    report = _verify(engine)
+    assert report.ok, json.dumps(report.to_dict(), default=str)
+    (s,) = report.stretches
+    assert (s.from_offset, s.until_offset, s.kind, [r.kind for r in s.reasons]) == (40, 50, "overlap", ["state_rewind"])
