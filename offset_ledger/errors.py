@@ -227,6 +227,10 @@ class DataLossError(OffsetLedgerError):
         self.lost = [dict(x) for x in lost]
 
 
+class HistoryUnverified(OffsetLedgerError):
+    """``verify`` found stretches of the recorded history (gaps, overlaps) that nothing explains."""
+
+
 class LedgerError(OffsetLedgerError):
     """The ledger database failed."""
 
@@ -287,6 +291,7 @@ EXIT_USAGE = 2        # bad arguments or input; nothing was written
 EXIT_REFUSED = 3      # understood, but refused: active run, targets out of range, group in use, ...
 EXIT_DATA_LOSS = 4    # offsets fall outside the broker's log and the policy is fail
 EXIT_UNAVAILABLE = 5  # the ledger database or Kafka cannot be reached, or refused the login
+EXIT_UNVERIFIED = 6   # verify: the history has gaps or overlaps nothing explains (the report says which)
 
 _EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
     # Most specific first: refusals are InvalidInput subclasses, so they come before it.
@@ -298,6 +303,7 @@ _EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
     (PlanConflict, EXIT_REFUSED),
     (MirrorRefused, EXIT_REFUSED),
     (DataLossError, EXIT_DATA_LOSS),
+    (HistoryUnverified, EXIT_UNVERIFIED),
     (LedgerUnavailable, EXIT_UNAVAILABLE),
     (KafkaUnavailable, EXIT_UNAVAILABLE),
     (KafkaAuthenticationFailed, EXIT_UNAVAILABLE),

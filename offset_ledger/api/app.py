@@ -192,7 +192,7 @@ def create_app(
 
     ``tokens`` replaces every configured token; ``hosts`` adds to the allowed ``Host`` names.
     """
-    from offset_ledger.api import console_routes, policy_routes, routes
+    from offset_ledger.api import console_routes, policy_routes, routes, verify_routes
     from offset_ledger.console import pages as console_pages
 
     s = settings or read_settings()
@@ -260,6 +260,7 @@ def create_app(
     app.include_router(routes.legacy, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 503))
     app.include_router(routes.resource, responses=error_responses(400, 401, 403, 404, 409, 413, 415, 422, 503))
     app.include_router(policy_routes.router, responses=error_responses(400, 401, 403, 404, 413, 415, 422, 503))
+    app.include_router(verify_routes.router, responses=error_responses(400, 401, 404, 422, 503))
     app.include_router(routes.service, responses=error_responses(400, 401, 503))
     app.include_router(console_routes.router, responses=error_responses(400, 401, 404, 422, 503))
     console_pages.mount(app)

@@ -30,8 +30,8 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 160}
 app = typer.Typer(
     name="offset-ledger",
     help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
-         "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable "
-         "(docs/cli.md).",
+         "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable, "
+         "6 verify found unexplained gaps or overlaps (docs/cli.md).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
@@ -337,6 +337,7 @@ def _register_commands() -> None:
     from offset_ledger.cli import policy as cli_policy
     from offset_ledger.cli import reset as cli_reset
     from offset_ledger.cli import restart as cli_restart
+    from offset_ledger.cli import verify as cli_verify
     from offset_ledger.cli import watch as cli_watch
 
     cli_audit.register(app)
@@ -344,6 +345,7 @@ def _register_commands() -> None:
     cli_policy.register(app)
     cli_reset.register(app)
     cli_restart.register(app)
+    cli_verify.register(app)
     cli_watch.register(app)
 
 

@@ -1,0 +1,68 @@
+"""``offset-ledger verify``: has this pipeline read every record exactly once, ever?"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from offset_ledger.cli.support import DsnOption, FormatOption, GroupOption, check_format, emit, operations
+
+COLUMNS = ["status", "topic", "partition", "incarnation", "fromOffset", "untilOffset", "records", "kind", "times",
+           "explanation", "borders", "notes"]
+
+
+def verify_cmd(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
+    topic: Optional[str] = typer.Option(None, "--topic", metavar="TOPIC", help="Only this topic."),
+    unexplained_only: bool = typer.Option(False, "--unexplained-only",
+                                          help="List only the stretches nothing explains."),
+    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+) -> None:
+    """Check that the recorded batch ranges tile every partition from its first start to the current
+    position: no gap, no overlap, except where a reset or a finding explains it (each explained
+    stretch names it).
+
+    Exit 0 when everything is accounted for, 6 when a stretch is not (the report says which, with the
+    batches and generations around it); the usual codes for errors.
+
+    Example: offset-ledger verify orders --format json
+    """
+    from offset_ledger.operate.verifying import verify_pipeline
+
+    fmt = check_format(fmt)
+    ops = operations(dsn)
+    try:
+        report = verify_pipeline(ops, pipeline, consumer_group, topic=topic)
+    finally:
+        ops.close()
+    rows = report.table_rows()
+    if unexplained_only:
+        rows = [r for r in rows if r["status"] != "explained"]
+    document = report.to_dict()
+    if unexplained_only:
+        document["stretches"] = [s for s in document["stretches"] if not s["explained"]]
+    counts = document["summary"]
+    if fmt == "table" and not rows:
+        typer.echo("no gap and no overlap" if not report.stretches else "no unexplained stretch")
+    elif fmt != "table" or rows:
+        emit(rows, COLUMNS, fmt, document)
+    if fmt == "table":
+        verdict = "every record read exactly once, or explained" if report.ok else "NOT accounted for"
+        typer.echo(f"{pipeline} ({report.consumer_group}): {counts['partitions']} partition(s), "
+                   f"{counts['ranges']:,} ranges, {counts['explained']} explained stretch(es), "
+                   f"{counts['unexplained']} unexplained ({counts['unexplainedGaps']} gap(s), "
+                   f"{counts['unexplainedOverlaps']} overlap(s)): {verdict} [{report.seconds:.2f}s]")
+    if not report.ok:
+        # After the report on stdout: one line on stderr and exit code 6 (errors.EXIT_UNVERIFIED).
+        from offset_ledger.errors import HistoryUnverified
+
+        raise HistoryUnverified(
+            f"pipeline {pipeline!r}: {counts['unexplained']} unexplained stretch(es) "
+            f"({counts['unexplainedGaps']} gap(s), {counts['unexplainedOverlaps']} overlap(s))",
+            pipeline=pipeline, unexplained=counts["unexplained"])
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``verify`` to the command line."""
+    app.command("verify")(verify_cmd)

@@ -1,0 +1,359 @@
+"""What ``offset-ledger verify`` reads: the range rows as an ordered stream, and what explains them.
+
+The history (``batch_offsets``) is never loaded: it is streamed from a server-side cursor
+(``stream_results`` / ``yield_per``) ordered by (topic, partition, from_offset, until_offset) and
+swept by ``offset_ledger.rules.verify.verify_ranges``, which keeps only the ranges open at the current
+offset. Everything else read here is small: generations, runs, resets, findings, positions, and the
+ranges whose start Spark did not report (a fresh checkpoint's first batch, recorded before the
+recorder filled it in).
+
+Explanations, by source (``docs/operations.md`` has the table):
+
+- executed resets (``reset_partitions``: before -> after) skip or re-read the stretch between;
+- ``data_loss`` findings of a restart that clamped to log-start (``expected_offset`` -> ``actual_offset``)
+  skip the records retention deleted; ``topic_recreated`` / ``above_log_end`` ones, and a Kafka topic
+  id that changed between two generations, start a new incarnation of the topic's partitions (its
+  offsets are never compared with the old ones; the old one ends where that finding says it stood);
+- a ``state_rewind`` finding re-reads from its rewound offsets up to where the history stood before
+  its generation; a ``checkpoint_adopted`` import moves each partition from there to the imported
+  offsets;
+- ``foreign_run``, ``regression``, ``pending_reset``, ``shared_position`` and ``reset_overtaken``
+  findings account for the extra reads of the run they name (every partition for ``foreign_run``,
+  the finding's partition for the others).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, literal, null, select
+from sqlalchemy.engine import Connection
+
+from offset_ledger.ledger.batch_ranges import first_batch_starts
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    batches,
+    checkpoint_generations,
+    findings,
+    positions,
+    reset_partitions,
+    resets,
+    runs,
+)
+from offset_ledger.rules.verify import (
+    NEW_INCARNATION,
+    RUN_FINDINGS,
+    Explanation,
+    RangeRow,
+    Reason,
+    move_explanation,
+    reset_explanations,
+    sort_key,
+)
+
+#: Rows fetched per round trip from the server-side cursor.
+YIELD_PER = 20_000
+
+
+def _utc(value: datetime | None) -> datetime | None:
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)  # SQLite drops the zone; everything is written in UTC
+    return value
+
+
+@dataclass
+class VerifyInputs:
+    """Everything but the range rows: explanations, positions, incarnations, and names for the report."""
+
+    explanations: list[Explanation] = field(default_factory=list)
+    positions: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    #: query id -> generation number (the generation its runs were on, or the one it claimed)
+    generation_of_query: dict[str, int] = field(default_factory=dict)
+    #: (query id, batch id) -> [(topic or None for every partition, partition, reason)]
+    run_flags: dict[tuple[str, int], list[tuple[str | None, int | None, Reason]]] = field(default_factory=dict)
+    #: (topic, partition) -> generation numbers that start a new incarnation
+    boundaries: dict[tuple[str, int], list[int]] = field(default_factory=dict)
+    topic_boundaries: dict[str, list[int]] = field(default_factory=dict)
+    #: gap findings the recorder stored: (topic, partition, expected, actual) -> finding id
+    gap_findings: dict[tuple[str, int, int, int], int] = field(default_factory=dict)
+    #: context per (topic, partition, incarnation): what started or ended it (new partition, re-created topic, ...)
+    context: dict[tuple[str, int, int], list[Reason]] = field(default_factory=dict)
+    #: first batch time of every query (only read when incarnations need it)
+    query_started: dict[str, datetime] = field(default_factory=dict)
+    generation_times: list[tuple[datetime, int]] = field(default_factory=list)
+
+    def bounds(self, topic: str, partition: int) -> list[int]:
+        found = self.boundaries.get((topic, partition))
+        by_topic = self.topic_boundaries.get(topic)
+        if not by_topic:
+            return found or []
+        return sorted(set(found or ()) | set(by_topic))
+
+    def incarnation(self, topic: str, partition: int, generation: int) -> int:
+        """Incarnations of the partition begun at or before ``generation``."""
+        b = self.bounds(topic, partition)
+        return bisect.bisect_right(b, generation) if b else 0
+
+    def generation_at(self, at: datetime | None) -> int:
+        """The newest generation created at or before ``at`` (0: before any)."""
+        if at is None:
+            return 0
+        number = 0
+        for created, gen in self.generation_times:
+            if created <= at:
+                number = max(number, gen)
+        return number
+
+    @property
+    def needs_tagging(self) -> bool:
+        return bool(self.run_flags or self.boundaries or self.topic_boundaries)
+
+
+def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> VerifyInputs:
+    """The small tables, turned into explanations, positions and incarnation boundaries."""
+    out = VerifyInputs()
+    g = checkpoint_generations
+    gens = conn.execute(select(g.c.id, g.c.generation, g.c.created_at, g.c.reason, g.c.query_id, g.c.topic_ids,
+                               g.c.resolved_offsets)
+                        .where(g.c.pipeline == pipeline, g.c.consumer_group == group)
+                        .order_by(g.c.generation)).all()
+    number_of = {r.id: r.generation for r in gens}
+    out.generation_times = [(_utc(r.created_at), r.generation) for r in gens]  # type: ignore[misc]
+    for r in gens:
+        if r.query_id:
+            out.generation_of_query[r.query_id] = r.generation
+    if number_of:
+        for r in conn.execute(select(runs.c.query_id, runs.c.generation_id).distinct()
+                              .where(runs.c.pipeline == pipeline, runs.c.consumer_group == group,
+                                     runs.c.generation_id.in_(sorted(number_of)))):
+            out.generation_of_query.setdefault(r.query_id, number_of[r.generation_id])
+    # A topic whose Kafka id changed between two generations was re-created: a new incarnation.
+    seen_ids: dict[str, str] = {}
+    for r in gens:
+        for t, tid in (r.topic_ids or {}).items():
+            if t in seen_ids and seen_ids[t] != tid:
+                out.topic_boundaries.setdefault(t, []).append(r.generation)
+            seen_ids[t] = tid
+
+    f = findings
+    found = conn.execute(select(f.c.id, f.c.kind, f.c.topic, f.c.partition, f.c.expected_offset, f.c.actual_offset,
+                                f.c.details, f.c.generation_id, f.c.run_id, f.c.message)
+                         .where(f.c.pipeline == pipeline, f.c.consumer_group == group).order_by(f.c.id)).all()
+    ended: dict[tuple[str, int, int], int] = {}  # (topic, partition, generation) -> where the old incarnation stood
+    for r in found:
+        details = r.details or {}
+        if r.kind == "data_loss" and details.get("kind") in NEW_INCARNATION and r.topic is not None \
+                and r.partition is not None and r.generation_id in number_of:
+            gen = number_of[r.generation_id]
+            out.boundaries.setdefault((r.topic, r.partition), []).append(gen)
+            if r.expected_offset is not None:
+                ended[(r.topic, r.partition, gen)] = r.expected_offset
+    for b in out.boundaries.values():
+        b.sort()
+
+    positions_now = {(r.topic, r.partition): r.next_offset for r in conn.execute(
+        select(positions.c.topic, positions.c.partition, positions.c.next_offset)
+        .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group))}
+    for (t, p), offset in positions_now.items():
+        out.positions[(t, p, len(out.bounds(t, p)))] = offset
+    for (t, p, gen), offset in ended.items():
+        out.positions.setdefault((t, p, out.incarnation(t, p, gen) - 1), offset)
+
+    rewinds: list[tuple[Any, int]] = []
+    flagged_runs: dict[str, list[tuple[str | None, int | None, Reason]]] = {}
+    for r in found:
+        details = r.details or {}
+        gen = number_of.get(r.generation_id) if r.generation_id is not None else None
+        if r.kind == "data_loss":
+            why = Reason("data_loss", r.id, _short(r.message))
+            if details.get("kind") in NEW_INCARNATION:
+                if r.topic is not None and r.partition is not None and gen is not None:
+                    inc = out.incarnation(r.topic, r.partition, gen)
+                    out.context.setdefault((r.topic, r.partition, inc), []).append(why)
+                continue
+            if r.topic is not None and r.partition is not None and r.expected_offset is not None \
+                    and r.actual_offset is not None:
+                e = move_explanation(r.topic, r.partition, r.expected_offset, r.actual_offset, why,
+                                     out.incarnation(r.topic, r.partition, gen or 0))
+                if e is not None:
+                    out.explanations.append(e)
+        elif r.kind == "state_rewind" and gen is not None:
+            rewinds.append((r, gen))
+        elif r.kind in RUN_FINDINGS and r.run_id:
+            flagged_runs.setdefault(r.run_id, []).append(
+                (None if r.kind == "foreign_run" else r.topic, None if r.kind == "foreign_run" else r.partition,
+                 Reason(r.kind, r.id, _short(r.message))))
+        elif r.kind == "gap" and r.topic is not None and r.partition is not None \
+                and r.expected_offset is not None and r.actual_offset is not None:
+            out.gap_findings[(r.topic, r.partition, r.expected_offset, r.actual_offset)] = r.id
+        elif r.kind in ("new_partition", "removed_partition") and r.topic is not None and r.partition is not None:
+            inc = out.incarnation(r.topic, r.partition, gen or 0)
+            out.context.setdefault((r.topic, r.partition, inc), []).append(Reason(r.kind, r.id, _short(r.message)))
+
+    # Restarts that moved positions on purpose: a stateful rewind, a checkpoint imported over history.
+    adopted = [r for r in gens if r.reason == "adopted" and r.resolved_offsets]
+    adoption_finding = {r.generation_id: r.id for r in found if r.kind == "checkpoint_adopted"}
+    for r, gen in rewinds:
+        created = next(x.created_at for x in gens if x.generation == gen)
+        before = _ends_before(conn, pipeline, group, created, topic)
+        floor = (r.details or {}).get("event_time_floor")
+        why = Reason("state_rewind", r.id, f"stateful restart, event-time floor {floor}" if floor else "stateful restart")
+        for key, offset in ((r.details or {}).get("offsets") or {}).items():
+            t, _, p = str(key).rpartition(":")
+            if not t or not p.isdigit():
+                continue
+            e = move_explanation(t, int(p), before.get((t, int(p))), int(offset), why,
+                                 out.incarnation(t, int(p), gen))
+            if e is not None:
+                out.explanations.append(e)
+    for r in adopted:
+        before = _ends_before(conn, pipeline, group, r.created_at, topic)
+        if not before:
+            continue
+        why = Reason("checkpoint_adopted", adoption_finding.get(r.id), f"checkpoint imported as generation {r.generation}")
+        for t, parts in r.resolved_offsets.items():
+            for p, offset in parts.items():
+                e = move_explanation(t, int(p), before.get((t, int(p))), int(offset), why,
+                                     out.incarnation(t, int(p), r.generation))
+                if e is not None:
+                    out.explanations.append(e)
+
+    for reset in conn.execute(select(resets.c.id, resets.c.actor, resets.c.reason, resets.c.mode, resets.c.created_at)
+                              .where(resets.c.pipeline == pipeline, resets.c.consumer_group == group,
+                                     resets.c.dry_run.is_(False)).order_by(resets.c.id)).all():
+        parts = conn.execute(select(reset_partitions.c.topic, reset_partitions.c.partition,
+                                    reset_partitions.c.before_next_offset, reset_partitions.c.after_next_offset)
+                             .where(reset_partitions.c.reset_id == reset.id)).all()
+        at = out.generation_at(_utc(reset.created_at))
+        incs = {(x.topic, x.partition): out.incarnation(x.topic, x.partition, at) for x in parts}
+        out.explanations.extend(reset_explanations(reset.id, reset.actor, reset.reason, reset.mode,
+                                                   [tuple(x) for x in parts], incs))  # type: ignore[misc]
+
+    if flagged_runs:
+        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id)
+                              .where(batches.c.pipeline == pipeline, batches.c.consumer_group == group,
+                                     batches.c.run_id.in_(sorted(flagged_runs)))):
+            out.run_flags.setdefault((r.query_id, r.batch_id), []).extend(flagged_runs[r.run_id])
+    if out.boundaries or out.topic_boundaries:
+        out.query_started = {r.query_id: _utc(r.started) for r in conn.execute(  # type: ignore[misc]
+            select(batches.c.query_id, func.min(batches.c.batch_time).label("started"))
+            .where(batches.c.pipeline == pipeline, batches.c.consumer_group == group)
+            .group_by(batches.c.query_id))}
+    if topic is not None:
+        out.explanations = [e for e in out.explanations if e.topic == topic]
+    return out
+
+
+def _short(message: str | None) -> str:
+    text = " ".join((message or "").split())
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _ends_before(conn: Connection, pipeline: str, group: str, at: datetime,
+                 topic: str | None) -> dict[tuple[str, int], int]:
+    """Per partition, the furthest offset read by batches before ``at`` (where a restart found the history)."""
+    b = batch_offsets
+    stmt = (select(b.c.topic, b.c.partition, func.max(b.c.until_offset))
+            .where(b.c.pipeline == pipeline, b.c.consumer_group == group, b.c.batch_time < at)
+            .group_by(b.c.topic, b.c.partition))
+    if topic is not None:
+        stmt = stmt.where(b.c.topic == topic)
+    return {(t, p): int(u) for t, p, u in conn.execute(stmt)}
+
+
+def _topic_order(conn: Connection) -> Any:
+    # Byte order, as Python compares str, whatever the database's collation.
+    return batch_offsets.c.topic.collate("C") if conn.dialect.name == "postgresql" else batch_offsets.c.topic
+
+
+def unknown_start_rows(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> list[RangeRow]:
+    """Ranges recorded without a start, given the start their generation resolved where there is one; sorted."""
+    b = batch_offsets
+    stmt = select(b.c.topic, b.c.partition, b.c.until_offset, b.c.query_id, b.c.batch_id).where(
+        b.c.pipeline == pipeline, b.c.consumer_group == group, b.c.from_offset.is_(None))
+    if topic is not None:
+        stmt = stmt.where(b.c.topic == topic)
+    rows = conn.execute(stmt).all()
+    if not rows:
+        return []
+    starts = first_batch_starts(conn, pipeline, group, {r.query_id for r in rows if r.batch_id == 0})
+    out = []
+    for r in rows:
+        start = starts.get((r.query_id, r.topic, r.partition)) if r.batch_id == 0 else None
+        if start is not None and start > r.until_offset:
+            start = None  # not where this range can have begun: keep it unknown
+        out.append(RangeRow(r.topic, r.partition, start, r.until_offset, r.query_id, r.batch_id))
+    out.sort(key=sort_key)
+    return out
+
+
+def stream_rows(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> Iterator[Any]:
+    """Every range with a start, ordered (topic, partition, from, until), from a server-side cursor.
+
+    The rows carry ``incarnation`` 0 and no ``extra_read`` (literal columns) so the sweep can take
+    them as they come when nothing needs tagging.
+    """
+    b = batch_offsets
+    stmt = (select(b.c.topic, b.c.partition, b.c.from_offset, b.c.until_offset, b.c.query_id, b.c.batch_id,
+                   literal(0).label("incarnation"), null().label("extra_read"))
+            .where(b.c.pipeline == pipeline, b.c.consumer_group == group, b.c.from_offset.is_not(None))
+            .order_by(_topic_order(conn), b.c.partition, b.c.from_offset, b.c.until_offset))
+    if topic is not None:
+        stmt = stmt.where(b.c.topic == topic)
+    result = conn.execution_options(stream_results=True, yield_per=YIELD_PER).execute(stmt)
+    try:
+        yield from result
+    finally:
+        result.close()
+
+
+def merged(main: Iterable[Any], side: Sequence[RangeRow]) -> Iterator[Any]:
+    """The ordered stream with the (few, sorted) rows whose start was resolved apart merged in."""
+    if not side:
+        yield from main
+        return
+    i, n = 0, len(side)
+    nxt = sort_key(side[0])
+    for row in main:
+        key = (row[0], row[1], row[2], row[3])
+        while i < n and nxt <= key:
+            yield side[i]
+            i += 1
+            if i < n:
+                nxt = sort_key(side[i])
+        yield row
+    while i < n:
+        yield side[i]
+        i += 1
+
+
+def tagged(rows: Iterable[Any], inputs: VerifyInputs) -> Iterator[Any]:
+    """Rows with their incarnation and the finding that accounts for their extra reads (when any)."""
+    if not inputs.needs_tagging:
+        yield from rows
+        return
+    flags = inputs.run_flags
+    gen_of = inputs.generation_of_query
+    has_bounds = bool(inputs.boundaries or inputs.topic_boundaries)
+    for r in rows:
+        t, p, q, bid = r[0], r[1], r[4], r[5]
+        inc = 0
+        if has_bounds:
+            gen = gen_of.get(q)
+            if gen is None:
+                gen = inputs.generation_at(inputs.query_started.get(q))
+            inc = inputs.incarnation(t, p, gen)
+        flag = None
+        if flags:
+            for ft, fp, why in flags.get((q, bid), ()):
+                if ft is None or (ft == t and fp == p):
+                    flag = why
+                    break
+        if inc or flag is not None:
+            yield RangeRow(t, p, r[2], r[3], q, bid, inc, flag)
+        else:
+            yield r

@@ -1,0 +1,149 @@
+"""``verify_pipeline``: has this pipeline read every record exactly once? (the verb behind
+``offset-ledger verify`` and ``GET /api/v1/pipelines/{pipeline}/verify``).
+
+Reads the ledger (``offset_ledger.ledger.verify_reads``: explanations, then the history as an
+ordered stream from a server-side cursor, in one consistent snapshot), sweeps it with the pure rule
+(``offset_ledger.rules.verify``) and names what borders each stretch (batches, their generations, the
+recorder's own gap findings).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.verify_reads import (
+    VerifyInputs,
+    merged,
+    read_inputs,
+    stream_rows,
+    tagged,
+    unknown_start_rows,
+)
+from offset_ledger.operate.inputs import check_topic
+from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, summarize, verify_ranges
+
+if TYPE_CHECKING:
+    from offset_ledger.operate.operations import Operations
+
+
+@dataclass
+class VerifyReport:
+    """The outcome: every partition swept, every stretch found, and how long it took."""
+
+    pipeline: str
+    consumer_group: str
+    results: list[PartitionResult]
+    inputs: VerifyInputs
+    seconds: float
+    topic: str | None = None
+
+    @property
+    def stretches(self) -> list[Stretch]:
+        return [s for r in self.results for s in r.stretches]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.explained for s in self.stretches)
+
+    def _batch(self, ref: BatchRef | None) -> dict[str, Any] | None:
+        if ref is None:
+            return None
+        return {**ref.to_dict(), "generation": self.inputs.generation_of_query.get(ref.query_id)}
+
+    def _notes(self, s: Stretch) -> list[str]:
+        notes = []
+        if s.kind == "gap":
+            expected = self.inputs.gap_findings.get((s.topic, s.partition, s.from_offset, s.until_offset))
+            if expected is not None:
+                notes.append(f"the recorder saw it too: gap finding {expected}")
+            b, a = s.before, s.after
+            if b is not None and a is not None and b.query_id == a.query_id and a.batch_id > b.batch_id + 1:
+                notes.append(f"batches {b.batch_id + 1}-{a.batch_id - 1} of query {b.query_id} are not in the "
+                             "ledger (pruned, or never recorded)")
+            if a is None:
+                notes.append("between the last batch and the current position")
+        else:
+            found = self.inputs.gap_findings.get((s.topic, s.partition, s.until_offset, s.from_offset))
+            if found is not None:
+                notes.append(f"the recorder saw it too: gap finding {found}")
+            if s.beyond_position:
+                notes.append("at or after the current position: read already, and to be read again")
+        return notes
+
+    def stretch_dict(self, s: Stretch) -> dict[str, Any]:
+        return {
+            "topic": s.topic, "partition": s.partition, "incarnation": s.incarnation,
+            "fromOffset": s.from_offset, "untilOffset": s.until_offset, "records": s.records, "kind": s.kind,
+            "times": s.times, "explained": s.explained, "reasons": [r.to_dict() for r in s.reasons],
+            "before": self._batch(s.before), "after": self._batch(s.after),
+            "batches": [self._batch(b) for b in s.batches], "beyondPosition": s.beyond_position,
+            "notes": self._notes(s),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "topic": self.topic, "ok": self.ok,
+            "summary": {**summarize(self.results), "seconds": round(self.seconds, 3)},
+            "stretches": [self.stretch_dict(s) for s in self.stretches],
+            "partitions": [{
+                "topic": r.topic, "partition": r.partition, "incarnation": r.incarnation,
+                "firstOffset": r.first_offset, "endOffset": r.end_offset, "position": r.position,
+                "ranges": r.ranges, "unknownStarts": r.unknown_starts,
+                "unexplained": sum(1 for s in r.stretches if not s.explained),
+                "explained": sum(1 for s in r.stretches if s.explained),
+                "context": [c.to_dict() for c in self.inputs.context.get((r.topic, r.partition, r.incarnation), ())],
+            } for r in self.results],
+        }
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """One row per stretch, for the table and CSV formats."""
+        out = []
+        for s in self.stretches:
+            if s.kind == "gap":
+                around = [f"after {_label(self._batch(s.before))}" if s.before else None,
+                          f"before {_label(self._batch(s.after))}" if s.after else "before the position"]
+                borders = "; ".join(x for x in around if x)
+            else:
+                borders = "read by " + ", ".join(_label(self._batch(b)) for b in s.batches)
+            out.append({
+                "status": "explained" if s.explained else "UNEXPLAINED", "topic": s.topic,
+                "partition": s.partition, "incarnation": s.incarnation, "fromOffset": s.from_offset,
+                "untilOffset": s.until_offset, "records": s.records, "kind": s.kind, "times": s.times,
+                "explanation": "; ".join(r.label() for r in s.reasons) or None, "borders": borders,
+                "notes": "; ".join(self._notes(s)) or None,
+            })
+        return out
+
+
+def _label(batch: dict[str, Any] | None) -> str:
+    if batch is None:
+        return "-"
+    gen = f" (gen {batch['generation']})" if batch.get("generation") is not None else ""
+    return f"batch {batch['batchId']} of {batch['queryId'][:8]}{gen}"
+
+
+def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None = None, *,
+                    topic: str | None = None) -> VerifyReport:
+    """Sweep the pipeline's whole history (one consumer group: the named one, else its only one)."""
+    if topic is not None:
+        check_topic(topic)
+    started = time.perf_counter()
+    try:
+        with ops.engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                # One snapshot for the explanations and the streamed history; a read-only transaction.
+                conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+            with conn.begin():
+                group = ops.resolve_group(conn, pipeline, consumer_group)
+                inputs = read_inputs(conn, pipeline, group, topic)
+                side = unknown_start_rows(conn, pipeline, group, topic)
+                rows = tagged(merged(stream_rows(conn, pipeline, group, topic), side), inputs)
+                results = list(verify_ranges(rows, inputs.explanations, inputs.positions))
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "verifying the history") from exc
+    return VerifyReport(pipeline, group, results, inputs, time.perf_counter() - started, topic)
