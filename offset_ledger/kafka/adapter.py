@@ -59,6 +59,7 @@ class KafkaAdapter:
         self._consumer: Any = None
         self._sampler: Any = None  # a second group-less consumer that reads record timestamps
         self._admin: Any = None    # consumer-group offsets: read, and committed by the mirror
+        self._connect_error: Exception | None = None  # from connect_in_background, for the next call
         self._lock = threading.Lock()
 
     @property
@@ -87,7 +88,26 @@ class KafkaAdapter:
                 self._sampler = None
             self._close_admin()
 
+    def connect_in_background(self) -> None:
+        """Start making the client (import, bootstrap: connect, API versions) on a daemon thread.
+
+        For a caller with other work first (a restart reads the ledger before it asks the cluster):
+        the handshake's round trips overlap that work instead of following it. The first question
+        waits for it under the adapter's lock; a failure is kept and raised by that question.
+        """
+        def connect() -> None:
+            with self._lock:
+                try:
+                    self._client()
+                except Exception as exc:  # noqa: BLE001 - raised again by the first question
+                    self._connect_error = exc
+
+        threading.Thread(target=connect, name="offset-ledger-kafka-connect", daemon=True).start()
+
     def _client(self) -> Any:
+        if self._connect_error is not None:
+            failed, self._connect_error = self._connect_error, None
+            raise failed
         if self._consumer is None:
             from kafka import KafkaConsumer
 
