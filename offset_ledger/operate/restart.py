@@ -28,6 +28,7 @@ from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations
+from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
     ClusterView,
     LedgerView,
@@ -137,33 +138,37 @@ def start_from_ledger(
 
     from offset_ledger.ledger.engine import ensure_schema, make_engine
 
-    started = time.perf_counter()
-    adapter = KafkaAdapter(servers, options)
-    # The Kafka handshake (connect, API versions) overlaps the engine, the schema check and the
-    # ledger reads; the cluster is only asked after the ledger was read (the plan's order).
-    adapter.connect_in_background()
-    engine = make_engine(dsn)
-    try:
-        ensure_schema(engine)
-        with adapter:
-            if adopt_checkpoint is not None:
-                from offset_ledger.operate.adopt import adopt_if_unknown
+    # The collector paused for the call: 10,000 partitions' reads and writes make ~100,000
+    # short-lived objects, and collections walking the caller's whole heap cost tens of ms each
+    # (``offset_ledger.operate.gc_pause``).
+    with gc_paused():
+        started = time.perf_counter()
+        adapter = KafkaAdapter(servers, options)
+        # The Kafka handshake (connect, API versions) overlaps the engine, the schema check and the
+        # ledger reads; the cluster is only asked after the ledger was read (the plan's order).
+        adapter.connect_in_background()
+        engine = make_engine(dsn)
+        try:
+            ensure_schema(engine)
+            with adapter:
+                if adopt_checkpoint is not None:
+                    from offset_ledger.operate.adopt import adopt_if_unknown
 
-                adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
-                                 checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
-            done = restart_with(
-                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-                topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
-                on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
-                window=window, slide=slide, watermark_delay=watermark_delay,
-                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
-        log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
-        mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
-        return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
-            if mirror else done
-    finally:
-        adapter.close()  # closed already unless the schema check failed (it waits for the handshake)
-        engine.dispose()
+                    adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
+                                     checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
+                done = restart_with(
+                    engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+                    topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
+                    on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
+                    window=window, slide=slide, watermark_delay=watermark_delay,
+                    event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
+            log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
+            mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
+            return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
+                if mirror else done
+        finally:
+            adapter.close()  # closed already unless the schema check failed (it waits for the handshake)
+            engine.dispose()
 
 
 def restart_with(
