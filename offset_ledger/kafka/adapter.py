@@ -61,6 +61,7 @@ class KafkaAdapter:
         self._sampler: Any = None  # a second group-less consumer that reads record timestamps
         self._admin: Any = None    # consumer-group offsets: read, and committed by the mirror
         self._connect_error: Exception | None = None  # from connect_in_background, for the next call
+        self._closes = 0
         self._lock = threading.Lock()
 
     @property
@@ -74,6 +75,7 @@ class KafkaAdapter:
         self.close()
 
     def close(self) -> None:
+        self._closes += 1  # a handshake started before this close makes no client afterwards
         with self._lock:
             if self._consumer is not None:
                 try:
@@ -100,9 +102,12 @@ class KafkaAdapter:
         """
         if self._consumer is not None and (self._sampler is not None or not sampler):
             return
+        closes = self._closes
 
         def connect() -> None:
             with self._lock:
+                if self._closes != closes:
+                    return  # closed before the thread got the lock: nothing to make (or leak)
                 try:
                     self._client()
                     if sampler:
