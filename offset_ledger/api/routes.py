@@ -15,6 +15,7 @@ from offset_ledger.api.schemas import ResetBody
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operate.operations import Operations, parse_timestamp, request_from_legacy_body
 from offset_ledger.rules.resets import ResetRequest
@@ -222,5 +223,8 @@ def healthz(request: Request) -> Any:
 
 @service.get("/metrics", summary="Prometheus text format", response_class=PlainTextResponse)
 def metrics(request: Request) -> PlainTextResponse:
-    text = render_metrics(_ops(request).metrics())
+    # A sync route: Starlette runs it on its thread pool, so a scrape never holds the event loop
+    # (other requests are served meanwhile, sharing the GIL with it).
+    with gc_paused():
+        text = render_metrics(_ops(request).metrics())
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

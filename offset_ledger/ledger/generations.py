@@ -20,6 +20,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from offset_ledger.errors import LedgerError
+from offset_ledger.ledger.fast_batch import _int_array, _text_array
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
 from offset_ledger.rules.model import Finding
@@ -217,13 +218,30 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+# The rows as three array literals, unnested once. Rows the pipeline already has (every one, after its
+# first restart) are UPDATEd; only partitions it never had are INSERTed. An upsert of all of them
+# did the same work plus a row lock per existing row before its update (a second write per row on
+# the page and in the WAL): 79 against 63 ms of Postgres time at 10,000 partitions. Both run under
+# the pipeline's exclusive lock, which every position writer takes before any row lock, so the
+# UPDATE's row order (the join's, not sorted) cannot deadlock with another writer.
 _PG_BASELINE = text("""
+    WITH u AS (
+        SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
+               AS u (topic, part, next_offset)
+    ), moved AS (
+        UPDATE positions AS p SET next_offset = u.next_offset, updated_at = :at, query_id = NULL, batch_id = NULL,
+                                  reset_id = NULL, generation_id = :generation_id
+        FROM u
+        WHERE p.pipeline = :pipeline AND p.consumer_group = :consumer_group AND p.topic = u.topic
+          AND p."partition" = u.part
+        RETURNING p.topic, p."partition"
+    )
     INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
                            query_id, batch_id, reset_id, generation_id)
     SELECT :pipeline, :consumer_group, u.topic, u.part, u.next_offset, :at, NULL, NULL, NULL, :generation_id
-    FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
-         AS u (topic, part, next_offset)
-    ORDER BY u.topic, u.part
+    FROM u
+    WHERE NOT EXISTS (SELECT FROM moved WHERE moved.topic = u.topic AND moved."partition" = u.part)
+    ORDER BY u.topic COLLATE "C", u.part
     ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE SET
         next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = NULL,
         batch_id = NULL, reset_id = NULL, generation_id = EXCLUDED.generation_id
@@ -234,7 +252,7 @@ def _write_baseline(
     conn: Connection, pipeline: str, consumer_group: str, generation_id: int,
     resolved: Mapping[str, Mapping[str, int]], dropped: Sequence[tuple[str, int]], at: datetime,
 ) -> None:
-    """The generation's resolved starting offsets as positions (update or insert, in lock order)."""
+    """The generation's resolved starting offsets as positions (updated, or inserted when new)."""
     if dropped:
         conn.execute(delete(positions).where(
             positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group,
@@ -242,11 +260,13 @@ def _write_baseline(
     ordered = sorted((t, int(p), int(o)) for t, parts in resolved.items() for p, o in parts.items())
     if conn.dialect.name == "postgresql":
         # Three array parameters instead of a 10-parameter VALUES row per partition: compiling and
-        # parsing a 10,000-row VALUES list cost seconds; unnest is one small statement.
+        # parsing a 10,000-row VALUES list cost seconds; unnest is one small statement. Each array
+        # goes as one text literal ('{...}'): a Python list becomes ARRAY[e1, e2, ...], whose 30,000
+        # elements Postgres parsed as separate expressions (10-15 ms of planning). One round trip.
         conn.execute(_PG_BASELINE, {
             "pipeline": pipeline, "consumer_group": consumer_group, "at": at, "generation_id": generation_id,
-            "topics": [t for t, _, _ in ordered], "partitions": [p for _, p, _ in ordered],
-            "offsets": [o for _, _, o in ordered]})
+            "topics": _text_array([t for t, _, _ in ordered]), "partitions": _int_array([p for _, p, _ in ordered]),
+            "offsets": _int_array([o for _, _, o in ordered])})
         return
     from sqlalchemy.dialects.sqlite import insert as upsert
 

@@ -27,11 +27,21 @@ log = logging.getLogger("offset_ledger.operate.operations")
 
 
 class MetricsReads:
-    """What ``Operations.metrics`` needs: ``_db``, ``list_pipelines``, ``kafka`` and ``has_kafka``."""
+    """What ``Operations.metrics`` needs: ``_db``, ``_coalesce``, ``list_pipelines``, ``kafka`` and ``has_kafka``."""
 
 
     def metrics(self) -> MetricsSnapshot:
-        """Positions, lag and last batch per pipeline, plus listener health, for /metrics."""
+        """Positions, lag and last batch per pipeline, plus listener health, for /metrics.
+
+        Concurrent scrapes (a Prometheus pair) share one computation that started after they all
+        arrived (``offset_ledger.rules.coalesce``), as the pipelines list does.
+        """
+        return self._coalesce.run(("metrics",), self._metrics)
+
+    def _metrics(self) -> MetricsSnapshot:
+        connect = getattr(self.kafka, "connect_in_background", None) if self.has_kafka else None
+        if connect is not None:
+            connect(sampler=True)  # a first scrape: the Kafka handshakes overlap the ledger reads below
         summaries = self.list_pipelines(with_lag=False)
         with self._db() as conn:
             pos, facts = self._positions_and_window(conn)  # the status needs the facts read with the positions

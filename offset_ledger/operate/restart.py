@@ -28,6 +28,7 @@ from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations
+from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
     ClusterView,
@@ -138,28 +139,37 @@ def start_from_ledger(
 
     from offset_ledger.ledger.engine import ensure_schema, make_engine
 
-    started = time.perf_counter()
-    engine = make_engine(dsn)
-    try:
-        ensure_schema(engine)
-        with KafkaAdapter(servers, options) as adapter:
-            if adopt_checkpoint is not None:
-                from offset_ledger.operate.adopt import adopt_if_unknown
+    # The collector paused for the call: 10,000 partitions' reads and writes make ~100,000
+    # short-lived objects, and collections walking the caller's whole heap cost tens of ms each
+    # (``offset_ledger.operate.gc_pause``).
+    with gc_paused():
+        started = time.perf_counter()
+        adapter = KafkaAdapter(servers, options)
+        # The Kafka handshake (connect, API versions) overlaps the engine, the schema check and the
+        # ledger reads; the cluster is only asked after the ledger was read (the plan's order).
+        adapter.connect_in_background()
+        engine = make_engine(dsn)
+        try:
+            ensure_schema(engine)
+            with adapter:
+                if adopt_checkpoint is not None:
+                    from offset_ledger.operate.adopt import adopt_if_unknown
 
-                adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
-                                 checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
-            done = restart_with(
-                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-                topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
-                on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
-                window=window, slide=slide, watermark_delay=watermark_delay,
-                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
-        log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
-        mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
-        return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
-            if mirror else done
-    finally:
-        engine.dispose()
+                    adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
+                                     checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
+                done = restart_with(
+                    engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
+                    topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
+                    on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
+                    window=window, slide=slide, watermark_delay=watermark_delay,
+                    event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
+            log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
+            mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
+            return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
+                if mirror else done
+        finally:
+            adapter.close()  # closed already unless the schema check failed (it waits for the handshake)
+            engine.dispose()
 
 
 def restart_with(
@@ -188,7 +198,9 @@ def restart_with(
                                     option="window")
     # Ground truth first: what the current generation's checkpoint committed and the
     # listener never delivered is recorded before anything is planned from the ledger.
+    t0 = time.perf_counter()
     truth = reconcile_current(engine, pipeline, consumer_group)
+    log.debug("reconciled %s with its checkpoint in %.1f ms", pipeline, (time.perf_counter() - t0) * 1000)
     changes: list[str] = []
     for attempt in range(1, _PLAN_ATTEMPTS + 1):
         rewind = window is not None
@@ -297,11 +309,13 @@ def _decide_under_lock(
     reset is consumed only by the generation whose positions carry it.
     """
     group = ledger.consumer_group
+    t0 = time.perf_counter()
     try:
         with engine.begin() as conn:
             lock_pipeline(conn, pipeline, group)
             now = read_ledger_on(conn, pipeline, consumer_group, list(cluster.topics))
             changes = ledger_changes(ledger, now, cluster.topics)
+            t1 = time.perf_counter()
             if changes:
                 return changes
             current = ledger.generation
@@ -328,8 +342,11 @@ def _decide_under_lock(
                 restart_findings=list(plan.findings) + consumed_findings,
                 consume_reset_ids=ledger.pending_reset_ids, stateful=ledger.next_stateful,
                 group_defaulted=defaulted_group)
+            t2 = time.perf_counter()
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording the checkpoint generation") from exc
+    log.debug("new generation of %s under the lock: re-read and compare %.1f ms, generation and baseline %.1f ms, "
+              "commit %.1f ms", pipeline, (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
     findings = list(plan.findings) + [
         Finding("reset_consumed",
                 f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",

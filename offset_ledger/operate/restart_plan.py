@@ -271,10 +271,12 @@ def plan_restart(
 
 def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:
     """The plan's starting offsets as numbers: earliest as log-start, latest as log-end, seen now."""
+    marks = _marks_by_topic(cluster)
     out: dict[str, dict[str, int]] = {}
     for topic, parts in plan.starting_offsets.items():
+        seen = marks.get(topic, {})
         for partition, offset in parts.items():
-            w = cluster.watermarks.get(TopicPartition(topic, int(partition)))
+            w = seen.get(int(partition))
             if offset == EARLIEST:
                 offset = w.log_start_offset if w else 0
             elif offset == LATEST:
@@ -285,8 +287,17 @@ def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[
     return out
 
 
-def _watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
-    out: dict[str, dict[str, list[int]]] = {}
-    for tp, w in sorted(cluster.watermarks.items()):
-        out.setdefault(tp.topic, {})[str(tp.partition)] = [w.log_start_offset, w.log_end_offset]
+def _marks_by_topic(cluster: ClusterView) -> dict[str, dict[int, Watermarks]]:
+    """topic -> partition -> watermarks: plain keys, where a ``TopicPartition`` per look-up (a frozen
+    dataclass, built and hashed field by field) cost ~25 ms at 10,000 partitions."""
+    out: dict[str, dict[int, Watermarks]] = {}
+    for tp, w in cluster.watermarks.items():
+        out.setdefault(tp.topic, {})[tp.partition] = w
     return out
+
+
+def _watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
+    # Sorted by topic, then partition number, as before; sorting TopicPartition objects through
+    # their generated __lt__ cost ~50 ms at 10,000 partitions, sorting plain keys a few.
+    return {topic: {str(p): [w.log_start_offset, w.log_end_offset] for p, w in sorted(parts.items())}
+            for topic, parts in sorted(_marks_by_topic(cluster).items())}

@@ -51,22 +51,30 @@ class PartitionWindow:
 
 def partition_status(w: PartitionWindow) -> State | None:
     """The status of one partition (module docstring: the rule)."""
-    lag = w.lag
-    if lag is None:
+    return status_of(w.next_offset, w.log_end_offset, w.run_active, w.moved_in_window, w.consumed_in_window,
+                     w.highest_recent_end, w.lag_samples)
+
+
+def status_of(next_offset: int | None, log_end_offset: int | None, run_active: bool, moved_in_window: bool,
+              consumed_in_window: int = 0, highest_recent_end: int | None = None,
+              lag_samples: Sequence[int] = ()) -> State | None:
+    """``partition_status`` over the fields of a ``PartitionWindow``, without building one: /metrics
+    evaluates every partition of every pipeline on each scrape."""
+    if next_offset is None or log_end_offset is None:
         return None
-    assert w.next_offset is not None
-    if not w.run_active and lag > 0:
+    lag = max(0, log_end_offset - next_offset)
+    if not run_active and lag > 0:
         return "STOPPED"
-    if w.highest_recent_end is not None and w.next_offset < w.highest_recent_end:
+    if highest_recent_end is not None and next_offset < highest_recent_end:
         return "REWOUND"
     if lag == 0:
         return "OK"
-    if not w.moved_in_window:
+    if not moved_in_window:
         return "STALLED"
-    if w.lag_samples:
-        growing = lag > w.lag_samples[0] and all(s > 0 for s in w.lag_samples)
+    if lag_samples:
+        growing = lag > lag_samples[0] and all(s > 0 for s in lag_samples)
     else:
-        growing = lag > w.consumed_in_window
+        growing = lag > consumed_in_window
     return "LAGGING" if growing else "OK"
 
 
