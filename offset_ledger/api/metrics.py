@@ -24,7 +24,7 @@ def render_metrics(snap: MetricsSnapshot) -> str:
     """The /metrics body."""
     out: list[str] = []
 
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float | str]]) -> None:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
@@ -44,6 +44,13 @@ def render_metrics(snap: MetricsSnapshot) -> str:
            "Age in seconds of the record at the pipeline's position (its Kafka timestamp); 0 when caught up.",
            [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), float(x.lag_seconds))
             for p, g, x in snap.partitions if x.lag_seconds is not None])
+    family("offset_ledger_retention_headroom_seconds", "gauge",
+           "Seconds until retention may delete the segment holding the pipeline's position (an estimate, the "
+           "earliest bound; see offset_ledger.rules.retention); 0 when due or records were lost, +Inf when "
+           "nothing unread can be deleted; absent when unknown or the topic is compacted.",
+           [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition),
+             "+Inf" if x.headroom.seconds is None else float(round(x.headroom.seconds, 3)))
+            for p, g, x in snap.partitions if x.headroom is not None and x.headroom.status is not None])
     family("offset_ledger_group_drift_records", "gauge",
            "Kafka consumer group's committed offset minus the ledger position (groups that committed any).",
            [(_labels(pipeline=p, consumer_group=g, topic=x.topic, partition=x.partition), x.drift)
