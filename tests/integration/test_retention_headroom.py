@@ -8,6 +8,7 @@ Set ``OFFSET_LEDGER_CAPTURE_DIR`` to keep the CLI's output (docs/operations.md q
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -118,6 +119,9 @@ def test_headroom_counts_down_warns_then_turns_err_when_the_broker_deletes_the_p
                        for x in metrics.splitlines())
         table = cli(ledger, kafka.bootstrap_servers, "lag", pipeline)
         assert "WARN:" in table and "compacted" in table
+        doc = {x["topic"]: x for x in json.loads(cli(ledger, kafka.bootstrap_servers, "lag", pipeline, "--format", "json"))}
+        assert doc[short]["headroomStatus"] == "WARN" and doc[short]["headroomBasis"] == "time"
+        assert doc[compacted]["headroomSeconds"] is None and doc[compacted]["headroomBasis"] == "compacted"
 
         # The broker deletes the segment (the whole log here: its newest record aged past retention.ms).
         deleted = wait_until(lambda: (m := ops.kafka.watermarks([short])[tp]).log_start_offset > 5 and m,
@@ -160,5 +164,28 @@ def test_default_retention_is_ok_and_a_caught_up_partition_has_nothing_at_risk(
         metrics = render_metrics(ops.metrics())
         assert any(x.startswith("offset_ledger_retention_headroom_seconds{") and 'partition="1"' in x
                    and f'topic="{topic}"' in x and x.endswith(" +Inf") for x in metrics.splitlines())
+    finally:
+        ops.close()
+
+
+def test_a_size_limited_topic_gets_the_size_bound_from_the_broker_s_partition_size(
+        ledger: Engine, kafka) -> None:  # type: ignore[no-untyped-def]
+    from offset_ledger.kafka.retention_reads import partition_sizes, topic_retention
+
+    topic = create_topic(kafka, {"retention.ms": "-1", "retention.bytes": "10000000"})
+    kafka.produce(topic, [f"value-{i:04d}" for i in range(20)], partition=0)
+    pipeline = f"ret_{uuid.uuid4().hex[:6]}"
+    seed_pipeline(ledger, pipeline, {topic: {0: 5}})
+    ops = Operations(ledger, bootstrap_servers=kafka.bootstrap_servers)
+    try:
+        settings = topic_retention(ops.kafka, [topic])[topic]
+        assert (settings.retention_ms, settings.retention_bytes, settings.cleanup_policy) == (-1, 10_000_000, "delete")
+        assert settings.segment_bytes == 1048576  # the devstack broker's log.segment.bytes, as the topic applies it
+        size = partition_sizes(ops.kafka, [topic])[TopicPartition(topic, 0)]
+        assert 20 * len("value-0000") < size < 20_000  # 20 small records and their batch headers
+        time.sleep(1.0)  # the record at the position has an age: the append rate is the unread span's
+        _group, (x,) = ops.lag(pipeline)
+        # 15 unread records are far from 10 MB: a long way off, by size (retention.ms is -1).
+        assert x.headroom.basis == "size" and x.headroom.status == "OK" and x.headroom.seconds > 3600
     finally:
         ops.close()
