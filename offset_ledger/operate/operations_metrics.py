@@ -27,7 +27,8 @@ log = logging.getLogger("offset_ledger.operate.operations")
 
 
 class MetricsReads:
-    """What ``Operations.metrics`` needs: ``_db``, ``list_pipelines``, ``_enrich``, ``_headroom``, ``kafka`` and ``has_kafka``."""
+    """What ``Operations.metrics`` needs: ``_db``, ``list_pipelines``, ``_enrich``, ``_headroom``, ``kafka``
+    and ``has_kafka``."""
 
 
     def metrics(self) -> MetricsSnapshot:

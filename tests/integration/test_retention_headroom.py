@@ -119,7 +119,8 @@ def test_headroom_counts_down_warns_then_turns_err_when_the_broker_deletes_the_p
                        for x in metrics.splitlines())
         table = cli(ledger, kafka.bootstrap_servers, "lag", pipeline)
         assert "WARN:" in table and "compacted" in table
-        doc = {x["topic"]: x for x in json.loads(cli(ledger, kafka.bootstrap_servers, "lag", pipeline, "--format", "json"))}
+        listed = json.loads(cli(ledger, kafka.bootstrap_servers, "lag", pipeline, "--format", "json"))
+        doc = {x["topic"]: x for x in listed}
         assert doc[short]["headroomStatus"] == "WARN" and doc[short]["headroomBasis"] == "time"
         assert doc[compacted]["headroomSeconds"] is None and doc[compacted]["headroomBasis"] == "compacted"
 
