@@ -147,7 +147,7 @@ def test_headroom_counts_down_warns_then_turns_err_when_the_broker_deletes_the_p
 
 
 def test_default_retention_is_ok_and_a_caught_up_partition_has_nothing_at_risk(
-        ledger: Engine, kafka) -> None:  # type: ignore[no-untyped-def]
+        ledger: Engine, pg_dsn: str, kafka) -> None:  # type: ignore[no-untyped-def]
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"v{i}" for i in range(20)])  # 10 per partition
     pipeline = f"ret_{uuid.uuid4().hex[:6]}"
@@ -167,6 +167,19 @@ def test_default_retention_is_ok_and_a_caught_up_partition_has_nothing_at_risk(
                    and f'topic="{topic}"' in x and x.endswith(" +Inf") for x in metrics.splitlines())
     finally:
         ops.close()
+
+    # The REST resources carry the same fields; the legacy /v1 answer keeps its exact shape.
+    import httpx
+
+    from tests.integration.test_api import serving
+
+    with serving(pg_dsn, kafka.bootstrap_servers) as srv, httpx.Client(base_url=srv.url) as c:
+        (p,) = [x for x in c.get("/api/v1/pipelines").json()["pipelines"] if x["pipeline"] == pipeline]
+        assert (p["headroomStatus"], p["headroomBasis"]) == ("OK", "time") and p["headroomSeconds"] > week - 120
+        lag = c.get(f"/api/v1/pipelines/{pipeline}/lag").json()["partitions"]
+        assert [(x["headroomStatus"], x["headroomBasis"]) for x in lag] == [("OK", "time"), ("OK", "caught-up")]
+        assert lag[1]["headroomSeconds"] is None
+        assert c.get(f"/v1/getCurrentOffsets/?pipelineName={pipeline}").json() == {topic: {"0": 4, "1": 10}}
 
 
 def test_a_size_limited_topic_gets_the_size_bound_from_the_broker_s_partition_size(
