@@ -1,10 +1,9 @@
-"""The cluster's retention facts for the headroom (``offset_ledger.rules.retention``): each topic's
-retention settings (DescribeConfigs) and partition sizes (DescribeLogDirs, only for topics limited
-by size).
+"""Each topic's retention settings for the headroom (``offset_ledger.rules.retention``), from one
+DescribeConfigs request for every topic asked.
 
-Both go through the adapter's admin client (``KafkaAdapter._admin_call``: retriable answers retried
-within the request timeout, errors translated onto ``offset_ledger.errors``). One DescribeConfigs
-request answers every topic; one DescribeLogDirs request per broker answers every partition asked.
+It goes through the adapter's admin client (``KafkaAdapter._admin_call``: retriable answers retried
+within the request timeout, errors translated onto ``offset_ledger.errors``). Partition sizes, for
+topics limited by ``retention.bytes``, are ``KafkaAdapter.log_sizes`` (DescribeLogDirs).
 """
 
 from __future__ import annotations
@@ -12,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.retention import RetentionSettings
 
 if TYPE_CHECKING:
@@ -43,26 +41,6 @@ def topic_retention(kafka: KafkaAdapter, topics: Sequence[str]) -> dict[str, Ret
             segment_bytes=_int(_value(configs, "segment.bytes")),
             segment_ms=_int(_value(configs, "segment.ms")))
     return out
-
-
-def partition_sizes(kafka: KafkaAdapter, topics: Sequence[str]) -> dict[TopicPartition, int]:
-    """Bytes on the broker per partition of ``topics`` (the leader's log dir; the largest replica
-    when several brokers report one)."""
-    if not topics:
-        return {}
-    answer = kafka._admin_call("describe_log_dirs", sorted(set(topics))) or []
-    sizes: dict[TopicPartition, int] = {}
-    for broker in answer:
-        for log_dir in broker.get("log_dirs") or []:
-            for topic in log_dir.get("topics") or []:
-                name = topic.get("name")
-                for part in topic.get("partitions") or []:
-                    index, size = part.get("partition_index"), part.get("partition_size")
-                    if name is None or index is None or size is None:
-                        continue
-                    tp = TopicPartition(str(name), int(index))
-                    sizes[tp] = max(int(size), sizes.get(tp, 0))
-    return sizes
 
 
 def _value(configs: dict[str, Any], key: str) -> Any:

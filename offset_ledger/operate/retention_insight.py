@@ -8,8 +8,8 @@ whose watermarks are known. What it asks the cluster, and how often:
 - the timestamp of the record at each position, only for partitions with something unread on a
   topic that deletes by age or size, through ``LagInsight.timestamps`` (the same read and the same
   (partition, offset) cache as time lag: where time lag was just read, this costs nothing);
-- partition sizes (one DescribeLogDirs per broker), only for topics with a ``retention.bytes``
-  limit, kept for ``SIZE_TTL`` seconds.
+- partition sizes (``KafkaAdapter.log_sizes``: one DescribeLogDirs per broker), only for topics with
+  a ``retention.bytes`` limit, kept for ``SIZE_TTL`` seconds.
 
 No state beyond those caches: the append rate for the size bound is the average over the unread
 span (``rules.retention``), not samples kept in this process. A read that fails leaves the
@@ -106,8 +106,6 @@ class RetentionInsight:
             return {t: got for t in topics if t in self._configs and (got := self._configs[t][1]) is not None}
 
     def _partition_sizes(self, kafka: KafkaAdapter, topics: list[str]) -> dict[TopicPartition, int]:
-        from offset_ledger.kafka.retention_reads import partition_sizes
-
         if not topics:
             return {}
         key = frozenset(topics)
@@ -116,7 +114,7 @@ class RetentionInsight:
             if cached is not None and cached[1] >= key and time.monotonic() - cached[0] < self._size_ttl:
                 return cached[2]
         try:
-            sizes = partition_sizes(kafka, topics)
+            sizes = kafka.log_sizes(topics)
         except KafkaError as exc:
             log.warning("partition sizes unavailable: %s", exc.message)
             return {}

@@ -182,9 +182,9 @@ def test_default_retention_is_ok_and_a_caught_up_partition_has_nothing_at_risk(
         assert c.get(f"/v1/getCurrentOffsets/?pipelineName={pipeline}").json() == {topic: {"0": 4, "1": 10}}
 
 
-def test_a_size_limited_topic_gets_the_size_bound_from_the_broker_s_partition_size(
+def test_a_size_limited_topic_gets_the_size_bound_from_the_broker_s_log_size(
         ledger: Engine, kafka) -> None:  # type: ignore[no-untyped-def]
-    from offset_ledger.kafka.retention_reads import partition_sizes, topic_retention
+    from offset_ledger.kafka.retention_reads import topic_retention
 
     topic = create_topic(kafka, {"retention.ms": "-1", "retention.bytes": "10000000"})
     kafka.produce(topic, [f"value-{i:04d}" for i in range(20)], partition=0)
@@ -195,7 +195,7 @@ def test_a_size_limited_topic_gets_the_size_bound_from_the_broker_s_partition_si
         settings = topic_retention(ops.kafka, [topic])[topic]
         assert (settings.retention_ms, settings.retention_bytes, settings.cleanup_policy) == (-1, 10_000_000, "delete")
         assert settings.segment_bytes == 1048576  # the devstack broker's log.segment.bytes, as the topic applies it
-        size = partition_sizes(ops.kafka, [topic])[TopicPartition(topic, 0)]
+        size = ops.kafka.log_sizes([topic])[TopicPartition(topic, 0)]
         assert 20 * len("value-0000") < size < 20_000  # 20 small records and their batch headers
         time.sleep(1.0)  # the record at the position has an age: the append rate is the unread span's
         _group, (x,) = ops.lag(pipeline)

@@ -9,6 +9,7 @@ from offset_ledger.api.metrics import render_metrics
 from offset_ledger.errors import KafkaUnavailable
 from offset_ledger.operate.answers import MetricsSnapshot, PartitionLag
 from offset_ledger.operate.retention_insight import RetentionInsight, pipeline_headroom
+from offset_ledger.rules.model import TopicPartition
 
 NOW = 1_700_000_000_000
 
@@ -20,6 +21,8 @@ def cfg(policy: str = "delete", ms: int = 600_000, size: int = -1) -> dict[str, 
 
 
 class FakeAdmin:
+    """The adapter's two calls the insight makes: DescribeConfigs through ``_admin_call``, and ``log_sizes``."""
+
     def __init__(self, configs: dict[str, dict[str, Any]], sizes: dict[str, int] | None = None) -> None:
         self.configs, self.sizes, self.calls = configs, sizes or {}, []
         self.fail = False
@@ -28,12 +31,14 @@ class FakeAdmin:
         self.calls.append((name, args))
         if self.fail:
             raise KafkaUnavailable("down")
-        if name == "describe_configs":
-            return {"topic": {r.name: self.configs.get(r.name, {}) for r in args[0]}}
-        assert name == "describe_log_dirs"
-        return [{"broker": 1, "log_dirs": [{"log_dir": "/d", "topics": [
-            {"name": t, "partitions": [{"partition_index": 0, "partition_size": n, "offset_lag": 0}]}
-            for t, n in self.sizes.items() if t in args[0]]}]}]
+        assert name == "describe_configs"
+        return {"topic": {r.name: self.configs.get(r.name, {}) for r in args[0]}}
+
+    def log_sizes(self, topics: Sequence[str]) -> dict[TopicPartition, int]:
+        self.calls.append(("log_sizes", (list(topics),)))
+        if self.fail:
+            raise KafkaUnavailable("down")
+        return {TopicPartition(t, 0): n for t, n in self.sizes.items() if t in topics}
 
 
 def rows() -> list[tuple[str, str, PartitionLag]]:
@@ -62,11 +67,11 @@ def test_reads_once_per_ttl_and_only_what_the_rule_needs() -> None:
     assert got[("sized", 0)].basis == "size" and abs(got[("sized", 0)].seconds - 60) < 1e-6
     # Timestamps only where a figure needs one: unread partitions of deleting topics (not compacted, caught up, lost).
     assert sorted((x.topic, x.partition) for x in asked[0]) == [("sized", 0), ("timed", 0)]
-    assert [c[0] for c in kafka.calls] == ["describe_configs", "describe_log_dirs"]
+    assert [c[0] for c in kafka.calls] == ["describe_configs", "log_sizes"]
     assert kafka.calls[1][1] == (["sized"],)  # sizes only for the size-limited topic
 
     insight.apply(kafka, rows(), stamps, now_ms=NOW, warn=3600)  # type: ignore[arg-type]
-    assert [c[0] for c in kafka.calls] == ["describe_configs", "describe_log_dirs"]  # both cached
+    assert [c[0] for c in kafka.calls] == ["describe_configs", "log_sizes"]  # both cached
     assert pipeline_headroom(out)[("p", "p")].status == "ERR"
 
 
