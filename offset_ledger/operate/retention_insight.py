@@ -61,9 +61,7 @@ class RetentionInsight:
 
     def apply(self, kafka: KafkaAdapter, rows: Rows, timestamps: Timestamps, *, now_ms: int | None = None,
               warn: float | None = None) -> list[tuple[str, str, PartitionLag]]:
-        """``rows`` with ``headroom_seconds``, ``headroom_status`` and ``headroom_basis`` set."""
-        from dataclasses import replace
-
+        """``rows`` with ``headroom`` set (``offset_ledger.rules.retention.Headroom``)."""
         warn = warn_seconds() if warn is None else warn
         at_risk = [x for _, _, x in rows if _unread(x)]
         configs = self._settings(kafka, sorted({x.topic for x in at_risk}))
@@ -78,7 +76,9 @@ class RetentionInsight:
                 x.next_offset, x.log_start_offset, x.log_end_offset, configs.get(x.topic), now_ms,
                 None if x.next_offset is None else stamps.get((x.topic, x.partition, x.next_offset)),
                 sizes.get(tp)), warn)
-            out.append((pipeline, group, replace(x, headroom=h)))
+            # The constructor, not dataclasses.replace (as LagInsight.enrich: this runs for every partition).
+            out.append((pipeline, group, type(x)(x.topic, x.partition, x.next_offset, x.log_start_offset,
+                                                 x.log_end_offset, x.lag_seconds, x.committed_offset, x.status, h)))
         return out
 
     def _settings(self, kafka: KafkaAdapter, topics: list[str]) -> dict[str, RetentionSettings]:
