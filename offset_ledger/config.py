@@ -32,6 +32,8 @@ class Settings(BaseSettings):
                                                         "(at least 3 x its longest batch)")
     status_window: str = Field(default="5m", description="window the pipeline status (OK, LAGGING, STALLED, "
                                                           "STOPPED, REWOUND) is evaluated over")
+    retention_warn: str = Field(default="1h", description="retention headroom below which a partition is WARN "
+                                                          "(retention may soon delete records it has not read)")
 
     def resolved_dsn(self, dsn: str | None = None) -> str:
         """The DSN to use: the argument, else OFFSET_LEDGER_DSN, else the embedded SQLite file."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from datetime import datetime, timezone
 from operator import attrgetter
@@ -26,7 +27,7 @@ def render_metrics(snap: MetricsSnapshot) -> str:
     """The /metrics body."""
     out: list[str] = []
 
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> None:
+    def family(name: str, kind: str, help_text: str, samples: list[tuple[str, float | str]]) -> None:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
@@ -52,7 +53,10 @@ def render_metrics(snap: MetricsSnapshot) -> str:
         for labels, x in rows:
             v = value(x)
             if v is not None:
-                out.append(f"{name}{labels} {v:g}" if isinstance(v, float) else f"{name}{labels} {v}")
+                if isinstance(v, float):
+                    out.append(f"{name}{labels} +Inf" if v == math.inf else f"{name}{labels} {v:g}")
+                else:
+                    out.append(f"{name}{labels} {v}")
 
     per_partition("offset_ledger_position_next_offset", "gauge",
                   "Next offset the pipeline will read per partition (ledger position).", attrgetter("next_offset"))
@@ -63,6 +67,12 @@ def render_metrics(snap: MetricsSnapshot) -> str:
     per_partition("offset_ledger_lag_seconds", "gauge",
                   "Age in seconds of the record at the pipeline's position (its Kafka timestamp); 0 when caught up.",
                   lambda x: None if x.lag_seconds is None else float(x.lag_seconds))
+    per_partition("offset_ledger_retention_headroom_seconds", "gauge",
+                  "Seconds until retention may delete the segment holding the pipeline's position (an estimate, the "
+                  "earliest bound; see offset_ledger.rules.retention); 0 when due or records were lost, +Inf when "
+                  "nothing unread can be deleted; absent when unknown or the topic is compacted.",
+                  lambda x: None if x.headroom is None or x.headroom.status is None
+                  else math.inf if x.headroom.seconds is None else float(round(x.headroom.seconds, 3)))
     per_partition("offset_ledger_group_drift_records", "gauge",
                   "Kafka consumer group's committed offset minus the ledger position (groups that committed any).",
                   attrgetter("drift"))

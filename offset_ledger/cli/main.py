@@ -158,8 +158,9 @@ def pipelines_cmd(
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
             row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
+            row["headroom"] = _headroom_cell(row, fmt)
         columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
-                   "lastBatchTime", "lastBatchId", "lag", "findings", "why"]
+                   "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
     _emit(rows, columns, fmt)
@@ -267,8 +268,32 @@ def lag_cmd(
     finally:
         ops.close()
     rows = [p.to_dict() for p in parts]
-    _emit(rows, ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag", "lagSeconds",
-                 "committedOffset", "drift", "status"], fmt)
+    columns = ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag", "lagSeconds",
+               "committedOffset", "drift", "status"]
+    if fmt == "table":
+        for row in rows:
+            row["headroom"] = _headroom_cell(row, fmt)
+        columns.append("headroom")
+    else:
+        columns += ["headroomSeconds", "headroomStatus", "headroomBasis"]
+    _emit(rows, columns, fmt)
+
+
+def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
+    """Retention headroom for a table: ``WARN:14m02s``, ``ERR:lost``, ``OK:caught-up``, ``compacted``;
+    CSV: the seconds (``headroomStatus`` and ``headroomBasis`` are their own columns in ``lag``)."""
+    from offset_ledger.rules.retention import human_duration
+
+    seconds, status, basis = row.get("headroomSeconds"), row.get("headroomStatus"), row.get("headroomBasis")
+    if fmt == "csv":
+        return None if seconds is None else str(seconds)
+    if basis is None or basis == "unknown":
+        return None
+    if status is None:
+        return basis
+    if basis == "lost":
+        return "ERR:lost"
+    return f"{status}:{basis if seconds is None else human_duration(seconds)}"
 
 
 @app.command("serve")

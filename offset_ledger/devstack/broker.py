@@ -127,6 +127,9 @@ def _start_kafka(root: Path) -> tuple[str, str, int]:
             # Deleted partitions keep their files open for a minute by default; tests and
             # benchmarks that create and delete thousands of partitions would exhaust descriptors.
             "file.delete.delay.ms=1000",
+            # Retention runs every second (default: every 5 minutes), so a test topic with a short
+            # retention.ms loses its old segments within seconds (tests of the retention headroom).
+            "log.retention.check.interval.ms=1000",
             "",
         ])
     )

@@ -13,6 +13,7 @@ from offset_ledger.ledger.activity import RunActivity
 from offset_ledger.ledger.reset_store import StoredReset
 from offset_ledger.rules.move_cost import MoveCost
 from offset_ledger.rules.resets import ResetPlan
+from offset_ledger.rules.retention import Headroom
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -40,6 +41,7 @@ class PipelineSummary:
     generation: dict[str, Any] | None = None  # the current checkpoint generation, if any
     foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
     status: str | None = None  # OK | LAGGING | STALLED | STOPPED | REWOUND (offset_ledger.rules.status); None: lag unknown
+    headroom: Headroom | None = None  # its most severe partition's retention headroom (offset_ledger.rules.retention)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +54,7 @@ class PipelineSummary:
                 "checkpointLocation": self.generation["location"]},
             "foreignRunIds": list(self.foreign_run_ids),
             "status": self.status,
+            **_headroom_dict(self.headroom),
         }
 
 
@@ -67,6 +70,7 @@ class PartitionLag:
     lag_seconds: float | None = None  # age of the record at the position (0 when caught up)
     committed_offset: int | None = None  # the Kafka consumer group's committed offset, if any
     status: str | None = None  # offset_ledger.rules.status
+    headroom: Headroom | None = None  # offset_ledger.rules.retention (None: not asked)
 
     @property
     def lag(self) -> int | None:
@@ -85,7 +89,16 @@ class PartitionLag:
         return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
                 "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag,
                 "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
-                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status}
+                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status,
+                **_headroom_dict(self.headroom)}
+
+
+def _headroom_dict(h: Headroom | None) -> dict[str, Any]:
+    """headroomSeconds (None: no figure), headroomStatus (OK | WARN | ERR | None), headroomBasis (why)."""
+    if h is None:
+        return {"headroomSeconds": None, "headroomStatus": None, "headroomBasis": None}
+    return {"headroomSeconds": None if h.seconds is None else round(h.seconds, 3), "headroomStatus": h.status,
+            "headroomBasis": h.basis}
 
 
 @dataclass(frozen=True)

@@ -194,6 +194,11 @@ class LagInsight:
                                                      x.log_end_offset, seconds, got, state)))
         return out
 
+    def timestamps(self, kafka: KafkaAdapter, rows: Sequence[PartitionLag]) -> dict[tuple[str, int, int], int]:
+        """(topic, partition, next offset) -> timestamp of the record there, for rows with lag; from the
+        cache, else one ``record_timestamps`` read (the retention headroom reuses time lag's reads)."""
+        return self._timestamps_for(kafka, rows)
+
     def _timestamps_for(self, kafka: KafkaAdapter, rows: Sequence[PartitionLag]) -> dict[tuple[str, int, int], int]:
         wanted = {(x.topic, x.partition, x.next_offset) for x in rows
                   if x.lag and x.next_offset is not None}

@@ -106,6 +106,9 @@ class Operations(MetricsReads):
         from offset_ledger.operate.lag_insight import LagInsight
 
         self._insight = LagInsight()
+        from offset_ledger.operate.retention_insight import RetentionInsight
+
+        self._retention = RetentionInsight()
 
     @classmethod
     def connect(
@@ -186,7 +189,7 @@ class Operations(MetricsReads):
             if with_lag and rows and self.has_kafka:  # without Kafka there is no lag to compute
                 pos, facts = self._positions_and_window(conn)
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
-        statuses = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else {}
+        statuses, headrooms = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else ({}, {})
         out = []
         for r in rows:
             key = (r["pipeline"], r["consumer_group"])
@@ -206,25 +209,34 @@ class Operations(MetricsReads):
             out.append(PipelineSummary(
                 r["pipeline"], r["consumer_group"], state, active,
                 int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
-                acts, gen, foreign, statuses.get(key),
+                acts, gen, foreign, statuses.get(key), headrooms.get(key),
             ))
         return out
 
     def _statuses(self, rows: list[dict[str, Any]], open_by_group: Mapping[tuple[str, str], Any],
                   pos: Mapping[tuple[str, str], list[Position]],
                   marks: Mapping[TopicPartition, Watermarks],
-                  facts: Mapping[Any, Any]) -> dict[tuple[str, str], str | None]:
-        """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips)."""
+                  facts: Mapping[Any, Any]) -> tuple[dict[tuple[str, str], str | None], dict[tuple[str, str], Any]]:
+        """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips), and
+        retention headroom per pipeline (its reads are cached: ``offset_ledger.operate.retention_insight``)."""
+        from offset_ledger.operate.retention_insight import pipeline_headroom
         from offset_ledger.rules.status import overall_status
 
-        parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset, None,
+        parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset,
+                                                marks[p.tp].log_start_offset if p.tp in marks else None,
                                                 marks[p.tp].log_end_offset if p.tp in marks else None))
                  for (pipeline, group), ps in pos.items() for p in ps]
         enriched = self._enrich(parts, open_by_group, facts, kafka=False)
         by: dict[tuple[str, str], list[Any]] = {}
         for pipeline, group, x in enriched:
             by.setdefault((pipeline, group), []).append(x.status)
-        return {k: overall_status(v) for k, v in by.items()}
+        return {k: overall_status(v) for k, v in by.items()}, pipeline_headroom(self._headroom(enriched))
+
+    def _headroom(self, parts: list[tuple[str, str, PartitionLag]]) -> list[tuple[str, str, PartitionLag]]:
+        """Retention headroom for ``parts`` (``offset_ledger.operate.retention_insight``), reusing time lag's reads."""
+        if not self.has_kafka:
+            return parts
+        return self._retention.apply(self.kafka, parts, lambda xs: self._insight.timestamps(self.kafka, xs))
 
     def _enrich(self, parts: list[tuple[str, str, PartitionLag]], open_by_group: Mapping[tuple[str, str], Any],
                 facts: Mapping[Any, Any], *, kafka: bool) -> list[tuple[str, str, PartitionLag]]:
@@ -303,7 +315,7 @@ class Operations(MetricsReads):
             m = marks.get(tp)
             out.append(PartitionLag(tp.topic, tp.partition, by_tp.get(tp),
                                     m.log_start_offset if m else None, m.log_end_offset if m else None))
-        enriched = self._enrich([(pipeline, group, x) for x in out], runs, facts, kafka=True)
+        enriched = self._headroom(self._enrich([(pipeline, group, x) for x in out], runs, facts, kafka=True))
         return group, [x for _, _, x in enriched]
 
     def topic_details(self, topic: str) -> dict[str, Any]:

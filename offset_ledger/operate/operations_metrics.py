@@ -27,7 +27,8 @@ log = logging.getLogger("offset_ledger.operate.operations")
 
 
 class MetricsReads:
-    """What ``Operations.metrics`` needs: ``_db``, ``_coalesce``, ``list_pipelines``, ``kafka`` and ``has_kafka``."""
+    """What ``Operations.metrics`` needs: ``_db``, ``_coalesce``, ``list_pipelines``, ``_enrich``, ``_headroom``,
+    ``kafka`` and ``has_kafka``."""
 
 
     def metrics(self) -> MetricsSnapshot:
@@ -63,13 +64,16 @@ class MetricsReads:
         if kafka_up:
             from dataclasses import replace
 
+            from offset_ledger.operate.retention_insight import pipeline_headroom
             from offset_ledger.rules.status import overall_status
 
-            parts = self._enrich(parts, open_by_group, facts, kafka=True)
+            parts = self._headroom(self._enrich(parts, open_by_group, facts, kafka=True))
             by: dict[tuple[str, str], list[Any]] = {}
             for pipeline, group, x in parts:
                 by.setdefault((pipeline, group), []).append(x.status)
-            summaries = [replace(s, status=overall_status(by.get((s.pipeline, s.consumer_group), [])))
+            headrooms = pipeline_headroom(parts)
+            summaries = [replace(s, status=overall_status(by.get((s.pipeline, s.consumer_group), [])),
+                                 headroom=headrooms.get((s.pipeline, s.consumer_group)))
                          for s in summaries]
         return MetricsSnapshot(tuple(summaries), tuple(parts), tuple(listeners), kafka_up)
 

@@ -43,10 +43,12 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     assert r.returncode == 0, r.stderr
     header, row = r.stdout.splitlines()
     assert header.split() == ["PIPELINE", "CONSUMER_GROUP", "STATE", "STATUS", "GENERATION", "FOREIGN_RUNS",
-                              "PARTITIONS", "LAST_BATCH_TIME", "LAST_BATCH_ID", "LAG", "FINDINGS", "WHY"]
+                              "PARTITIONS", "LAST_BATCH_TIME", "LAST_BATCH_ID", "LAG", "HEADROOM", "FINDINGS",
+                              "WHY"]
     cells = row.split()
     assert cells[:3] == ["etl", "etl", "stopped"] and cells[4:7] == ["-", "-", "2"]
-    assert cells[9] == "8" and cells[10] == "0" and cells[11] == "-"
+    # the default retention (7 days) minus the age of the record at partition 0's position
+    assert cells[9] == "8" and cells[10].startswith("OK:6d") and cells[11] == "0" and cells[12] == "-"
 
     r = run(env, "offsets", "etl", "--format", "json")
     assert json.loads(r.stdout) == {topic: {"0": 12, "1": 20}}

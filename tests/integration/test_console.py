@@ -134,6 +134,9 @@ def test_pipelines_table_shows_the_pipeline_its_lag_and_refreshes_by_itself(
     row = '#pipelines tbody tr[data-pipeline="orders"]'
     wait_for(browser, lambda d: css(d, f"{row} [data-col=lag]").text == "30", what="lag 30 in the pipelines table")
     assert css(browser, f"{row} [data-col=state]").text == "stopped"
+    # Retention headroom: the broker's default retention (7 days) less the unread record's age, coloured OK.
+    wait_for(browser, lambda d: css(d, f"{row} [data-col=headroomSeconds]").text.startswith("6d"), what="headroom")
+    assert "headroom-OK" in css(browser, f"{row} [data-col=headroomSeconds] .badge").get_attribute("class")
     assert css(browser, f"{row} [data-col=appVersion]").text == "1.0"
     assert css(browser, f"{row} [data-col=generation]").text == "1"
     # The restart's own finding (a first run from earliest) is stored with its generation.
@@ -170,6 +173,11 @@ def test_pipeline_page_shows_each_partition_position_in_its_log(
     meters = css_all(browser, "#partitions [role=meter]")
     assert sorted((m.get_attribute("aria-valuenow"), m.get_attribute("aria-valuemax")) for m in meters) == sorted(
         (str(PER_PARTITION), str(ends[p])) for p in range(PARTITIONS))
+
+    # Retention headroom per partition: 7 days less the unread record's age, or nothing unread (caught up).
+    wait_for(browser, lambda d: all(c.text.startswith("6d") or c.text == "caught-up"
+                                    for c in css_all(d, "#partitions tbody [data-col=headroom]")), what="headroom")
+    assert len(css_all(browser, "#partitions tbody [data-col=headroom] .headroom-OK")) == PARTITIONS
 
     # History: the real batches, newest first, paged with the API's cursor.
     wait_for(browser, lambda d: len(css_all(d, "#history tbody tr")) >= 3, what="batch history rows")

@@ -132,6 +132,35 @@ window.OL = (() => {
     return el("span", { class: `badge state-${state}` }, state);
   }
 
+  // Retention headroom (offset_ledger.rules.retention): "12m05s" coloured by its status, or why there is no figure.
+  function duration(seconds) {
+    let s = Math.floor(seconds);
+    const d = Math.floor(s / 86400); s -= d * 86400;
+    const h = Math.floor(s / 3600); s -= h * 3600;
+    const m = Math.floor(s / 60); s -= m * 60;
+    const two = (n) => String(n).padStart(2, "0");
+    return d ? `${d}d${h}h` : h ? `${h}h${two(m)}m` : m ? `${m}m${two(s)}s` : `${s}s`;
+  }
+
+  const HEADROOM_WHY = {
+    lost: "records below the log-start were deleted before the pipeline read them",
+    "caught-up": "nothing unread: retention cannot delete anything the pipeline has not read",
+    unlimited: "retention.ms and retention.bytes are -1: nothing is deleted",
+    compacted: "cleanup.policy=compact: nothing is deleted by age or size (compaction may drop superseded values)",
+    "beyond-log-end": "the position is beyond log-end (topic re-created or truncated)",
+    time: "earliest time the broker may delete the position's segment: the record's timestamp + retention.ms (an estimate)",
+    size: "when the unread bytes reach retention.bytes at the append rate (an estimate)",
+  };
+
+  function headroomBadge(p) {
+    const basis = p.headroomBasis;
+    if (!basis || basis === "unknown") return el("span", { class: "muted", title: "unknown (Kafka not asked or not reachable)" }, "—");
+    const text = basis === "lost" ? "lost" : p.headroomSeconds === null ? basis : duration(p.headroomSeconds);
+    const status = p.headroomStatus;
+    return el("span", { class: status ? `badge headroom-${status}` : "muted", title: `${status || "no figure"}: ${HEADROOM_WHY[basis] || basis}`,
+      "data-headroom-status": status || "" }, status && status !== "OK" ? `${status} ${text}` : text);
+  }
+
   function showError(node, err) {
     node.hidden = false;
     node.textContent = describe(err);
@@ -168,5 +197,5 @@ window.OL = (() => {
 
   document.addEventListener("DOMContentLoaded", wireTokenPanel);
 
-  return { api, ApiError, el, fill, num, time, ago, stateBadge, showError, describe, every, stamp, token };
+  return { api, ApiError, el, fill, num, time, ago, stateBadge, headroomBadge, showError, describe, every, stamp, token };
 })();

@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { api, ApiError, el, fill, num, time, stateBadge, showError, describe, every, stamp } = window.OL;
+  const { api, ApiError, el, fill, num, time, stateBadge, headroomBadge, showError, describe, every, stamp } = window.OL;
   const body = document.body;
   const pipeline = body.dataset.pipeline;
   let group = body.dataset.group || "";
@@ -29,7 +29,8 @@
     const item = (term, value) => el("div", {}, el("dt", {}, term), el("dd", {}, value));
     dl.replaceChildren(...(row ? [
       item("Consumer group", row.consumerGroup), item("State", stateBadge(row.state)),
-      item("Lag (records)", num(row.lag)), item("Last batch", time(row.lastBatchTime, true)),
+      item("Lag (records)", num(row.lag)), item("Retention headroom", headroomBadge(row)),
+      item("Last batch", time(row.lastBatchTime, true)),
       item("App version", row.appVersion || "—"), item("Generation", num(row.generation)),
       item("Findings", num(row.findings)),
     ] : []));
@@ -82,9 +83,10 @@
       el("td", { class: "num" }, num(p.logStartOffset)),
       el("td", { class: "num", "data-col": "position" }, num(p.nextOffset)),
       el("td", { class: "num" }, num(p.logEndOffset)), el("td", { class: "num" }, num(p.lag)),
+      el("td", { class: "num", "data-col": "headroom" }, lag ? headroomBadge(p) : "—"),
       el("td", { class: "bar-col" }, bar(p)),
       el("td", {}, p.placedBy === "reset" ? `reset #${p.resetId}` : p.placedBy === "batch" ? `batch ${p.batchId}` : "no position yet"),
-    )), "No positions recorded.", 8);
+    )), "No positions recorded.", 9);
     const seen = [...new Set(rows.map((r) => r.topic))].sort();
     if (seen.join() !== topics.join()) {
       topics = seen;

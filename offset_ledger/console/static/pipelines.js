@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { api, el, fill, num, time, stateBadge, showError, every, stamp } = window.OL;
+  const { api, el, fill, num, time, stateBadge, headroomBadge, showError, every, stamp } = window.OL;
   let rows = [];
   let sortKey = "pipeline";
   let ascending = true;
@@ -32,11 +32,12 @@
       el("td", {}, p.consumerGroup),
       el("td", { "data-col": "state" }, stateBadge(p.state)),
       el("td", { class: "num", "data-col": "lag", title: p.lag === null ? "Kafka not reachable or no positions" : null }, num(p.lag)),
+      el("td", { class: "num", "data-col": "headroomSeconds" }, headroomBadge(p)),
       el("td", { "data-col": "lastBatchTime" }, time(p.lastBatchTime, true)),
       el("td", { class: p.findings ? "num attention" : "num", "data-col": "findings" }, num(p.findings)),
       el("td", { "data-col": "appVersion" }, p.appVersion || "—"),
       el("td", { class: "num", "data-col": "generation" }, num(p.generation)),
-    )), "No pipelines.", 8);
+    )), "No pipelines.", 9);
     document.getElementById("pipelines-empty").hidden = rows.length > 0;
     for (const th of document.querySelectorAll("#pipelines thead th")) {
       const key = th.querySelector("button").dataset.key;
