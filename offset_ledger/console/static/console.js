@@ -197,5 +197,16 @@ window.OL = (() => {
 
   document.addEventListener("DOMContentLoaded", wireTokenPanel);
 
-  return { api, ApiError, el, fill, num, time, ago, stateBadge, headroomBadge, showError, describe, every, stamp, token };
+  // A form's message line (the element with ``id``): text, or hidden when there is none.
+  function messageLine(id) {
+    return (text, kind) => {
+      const node = document.getElementById(id);
+      node.hidden = !text;
+      node.className = kind || "";
+      node.textContent = text || "";
+    };
+  }
+
+  return { api, ApiError, el, fill, num, time, ago, stateBadge, headroomBadge, showError, describe, every, stamp, token,
+           messageLine };
 })();

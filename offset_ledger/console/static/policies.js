@@ -75,12 +75,7 @@
   const TEXT_FIELDS = ["firstRun", "window", "slide", "watermarkDelay"];
   const CHOICE_FIELDS = ["onDataLoss", "eventTimeIsKafkaTimestamp", "commitToKafka"];
 
-  function message(text, kind) {
-    const node = document.getElementById("policy-message");
-    node.hidden = !text;
-    node.className = kind || "";
-    node.textContent = text || "";
-  }
+  const message = window.OL.messageLine("policy-message");
 
   function hidePreview() {
     previewed = null;

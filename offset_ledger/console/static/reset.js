@@ -39,12 +39,7 @@
     return out;
   }
 
-  function message(text, kind) {
-    const node = document.getElementById("reset-message");
-    node.hidden = !text;
-    node.className = kind || "";
-    node.textContent = text || "";
-  }
+  const message = window.OL.messageLine("reset-message");
 
   function hidePreview() {
     previewed = null;
