@@ -18,9 +18,12 @@ from offset_ledger.cli.support import DsnOption
 
 
 def watch_cmd(
-    checkpoint: str = typer.Argument(..., metavar="CHECKPOINT",
-                                     help="The query's checkpoint location (a path, file: or fsspec URI)."),
-    pipeline: str = typer.Option(..., "--pipeline", help="The pipeline the batches belong to."),
+    pipeline: Optional[str] = typer.Argument(None, metavar="PIPELINE", show_default=False,
+                                             help="The pipeline the batches belong to."),
+    checkpoint: Optional[str] = typer.Argument(None, metavar="CHECKPOINT", show_default=False,
+                                               help="The query's checkpoint location (a path, file: or fsspec URI)."),
+    pipeline_option: Optional[str] = typer.Option(None, "--pipeline", hidden=True,
+                                                  help="Deprecated: give the pipeline positionally."),
     consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
                                                  help="Its consumer group (default: the pipeline's name)."),
     interval: float = typer.Option(5.0, "--interval", min=0.1, help="Seconds between two looks at the checkpoint."),
@@ -29,12 +32,14 @@ def watch_cmd(
 ) -> None:
     """Record a pipeline's committed batches from its checkpoint, without the Python listener.
 
-    Example: offset-ledger watch s3a://lake/checkpoints/orders/gen-3-1a2b3c4d --pipeline orders
+    Example: offset-ledger watch orders s3a://lake/checkpoints/orders/gen-3-1a2b3c4d
     """
     from offset_ledger.capture.reconcile import Reconciliation, watch
+    from offset_ledger.cli.positional import pipeline_and_checkpoint
     from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine
     from offset_ledger.operate.inputs import check_name
 
+    pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option, "watch")
     check_name("pipeline", pipeline)
     engine = make_engine(dsn)
     check_connection(engine)

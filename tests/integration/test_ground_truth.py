@@ -130,7 +130,7 @@ def test_watch_records_what_the_listener_records(spark, kafka, pg_dsn: str, tmp_
     plan = _start(kafka, pg_dsn, topic, tmp_path, app_version="1")
     _recorded_run(spark, kafka, pg_dsn, topic, plan, tmp_path, max_per_trigger=20)
     watched = f"sqlite:///{tmp_path / 'watched.db'}"
-    main(["watch", plan.checkpoint_location or "", "--pipeline", "orders", "--once", "--dsn", watched])
+    main(["watch", "orders", plan.checkpoint_location or "", "--once", "--dsn", watched])
 
     def history(dsn: str) -> list[tuple[Any, ...]]:
         return sorted(_sql(dsn, 'SELECT batch_id, topic, "partition", from_offset, until_offset FROM batch_offsets'))

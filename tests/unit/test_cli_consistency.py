@@ -154,3 +154,29 @@ def test_pipelines_resource_counts_findings_like_the_cli(dsn: str, capsys: pytes
     legacy = client.get("/v1/getCurrentOffsets/", params={"pipelineName": "etl"}).json()
     assert legacy == {"orders": {"0": 12, "1": 17}}  # {topic: {partition: offset}}
     engine.dispose()
+
+
+# -- watch PIPELINE CHECKPOINT (the same shape as import-checkpoint) -------------------------------
+
+
+def test_watch_takes_the_pipeline_positionally_and_the_old_option_with_a_note(
+        checkpoint: str, dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(["watch", "orders", checkpoint, "--once", "--dsn", dsn], capsys)
+    assert code == 0, err
+    assert "orders: recorded batch(es)" in out and "deprecated" not in err
+    code, out, err = cli(["watch", checkpoint, "--pipeline", "orders", "--once", "--dsn", dsn], capsys)
+    assert code == 0, err
+    notes = [line for line in err.splitlines() if "deprecated" in line]
+    assert len(notes) == 1 and "watch PIPELINE CHECKPOINT" in notes[0]
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    (["watch", "orders", "CKPT", "--pipeline", "other", "--once"], "given twice, differently"),
+    (["watch", "CKPT", "--once"], "missing argument CHECKPOINT (watch PIPELINE CHECKPOINT)"),
+    (["watch", "--once"], "missing argument PIPELINE and CHECKPOINT"),
+])
+def test_watch_usage_errors_exit_2(argv: list[str], fragment: str, dsn: str,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli([*argv, "--dsn", dsn], capsys)
+    assert code == 2 and fragment in err and err.count("error:") == 1, err
+    assert not Path(dsn.removeprefix("sqlite:///")).exists()  # nothing written, not even a ledger file
