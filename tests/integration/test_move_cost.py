@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import datetime
 
 from kafka import KafkaConsumer, KafkaProducer
@@ -29,10 +30,10 @@ def records(bootstrap: str, topic: str, partition: int, first: int, end: int) ->
         consumer.assign([tp])
         consumer.seek(tp, first)
         got: list = []  # type: ignore[type-arg]
-        while len(got) < end - first:
-            batch = consumer.poll(timeout_ms=5000).get(tp, [])
-            assert batch, f"Kafka returned nothing at {topic}/{partition}@{first + len(got)}"
-            got += [r for r in batch if r.offset < end]
+        deadline = time.monotonic() + 30  # the first polls may return nothing while the client connects
+        while len(got) < end - first and time.monotonic() < deadline:
+            got += [r for r in consumer.poll(timeout_ms=1000).get(tp, []) if r.offset < end]
+        assert len(got) == end - first, f"Kafka returned {len(got)} of {topic}/{partition} [{first}, {end})"
         return got
     finally:
         consumer.close()
