@@ -430,9 +430,14 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ok = [s["pipelines"] for s in mine if s["p99"] <= args.ceiling]
             over = [s["pipelines"] for s in mine if s["p99"] > args.ceiling]
-            ceiling = (f"ceiling {max(ok) if ok else 0} pipelines ({max(ok or [0]) * args.partitions / args.interval:,.0f}"
-                       f" rows/s): p99 passed {args.ceiling:g} s at P={over[0]}" if over else
-                       f"no ceiling reached: p99 <= {args.ceiling:g} s up to P={max(ok)}")
+            rate = args.partitions / args.interval
+            if over and ok:
+                ceiling = (f"ceiling {max(ok)} pipelines ({max(ok) * rate:,.0f} rows/s): p99 passed"
+                           f" {args.ceiling:g} s at P={over[0]} ({over[0] * rate:,.0f} rows/s offered)")
+            elif over:
+                ceiling = f"p99 passed {args.ceiling:g} s at the first step, P={over[0]} ({over[0] * rate:,.0f} rows/s)"
+            else:
+                ceiling = f"no ceiling reached: p99 <= {args.ceiling:g} s up to P={max(ok)} ({max(ok) * rate:,.0f} rows/s)"
             print(f"prefill {fill:,}: {method}: {ceiling}")
     target = [s for s in steps if s["method"] == "writer" and s["pipelines"] >= 200 and s["prefill"] == 0]
     if target:
