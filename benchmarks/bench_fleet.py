@@ -439,12 +439,17 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 ceiling = f"no ceiling reached: p99 <= {args.ceiling:g} s up to P={max(ok)} ({max(ok) * rate:,.0f} rows/s)"
             print(f"prefill {fill:,}: {method}: {ceiling}")
+    # The target: 200 pipelines x 100 partitions, one batch each per 5 s, p99 < 100 ms.
     target = [s for s in steps if s["method"] == "writer" and s["pipelines"] >= 200 and s["prefill"] == 0]
+    missed = False
     if target:
         s = target[0]
-        print(f"target 200 x {args.partitions} every {args.interval:g} s: writer p99 {fmt_ms(s['p99'])} ms"
-              f" ({'met' if s['p99'] < 0.1 else 'MISSED'}: < 100 ms)")
-    return 0
+        at_target_load = args.partitions >= 100 and args.interval <= 5
+        missed = at_target_load and s["p99"] >= 0.1
+        print(f"target 200 x 100 every 5 s: writer p99 {fmt_ms(s['p99'])} ms at {s['pipelines']} x {args.partitions}"
+              f" every {args.interval:g} s ({'MISSED' if missed else 'met' if at_target_load else 'not this load'}:"
+              " < 100 ms)")
+    return 1 if missed else 0
 
 
 if __name__ == "__main__":
