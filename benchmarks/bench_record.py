@@ -24,7 +24,6 @@ p99 under 1 ms.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -34,30 +33,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psycopg2
-from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from _progress import TOPIC, progress_json  # noqa: E402 - sibling modules; benchmarks run as scripts
+from _scratch import ScratchDatabase  # noqa: E402
 from sqlalchemy import func, select
 from sqlalchemy.engine import Engine, make_url
 
 from offset_ledger.capture.listener import OffsetLedgerListener
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import batch_offsets, findings
-
-TOPIC = "bench"
-
-
-def progress_json(query_id: str, batch_id: int, partitions: int, per_batch: int = 10) -> str:
-    """A Spark-shaped progress event whose batch reads ``per_batch`` records from each partition."""
-    since = {str(p): batch_id * per_batch for p in range(partitions)}
-    until = {str(p): (batch_id + 1) * per_batch for p in range(partitions)}
-    return json.dumps({
-        "id": query_id, "runId": query_id[::-1], "name": None, "timestamp": "2026-11-22T20:42:12.804Z",
-        "batchId": batch_id, "batchDuration": 10, "numInputRows": per_batch * partitions,
-        "durationMs": {"triggerExecution": 10}, "stateOperators": [],
-        "sources": [{"description": f"KafkaV2[Subscribe[{TOPIC}]]",
-                     "startOffset": {TOPIC: since} if batch_id else None,
-                     "endOffset": {TOPIC: until}, "latestOffset": {TOPIC: until},
-                     "numInputRows": per_batch * partitions}],
-        "sink": {"description": "NoopSink", "numOutputRows": -1}})
 
 
 def offset_rows(pipeline: str, query_id: str, batch_id: int, partitions: int) -> list[dict]:

@@ -172,8 +172,16 @@ class Recorder(FastBatchPath, RunBook, PositionRules):
             index_elements=[listener_health.c.listener_id],
             set_={k: stmt.excluded[k] for k in row if k != "listener_id"})
         try:
-            with self.engine.begin() as conn:
-                conn.execute(stmt, [row])
+            # On the connection record() holds (the same writer thread calls both): a second one
+            # would stay in the pool, two server connections per listener for the process's life.
+            if self._conn is None or self._conn.closed or self._conn.invalidated:
+                self._conn = self.engine.connect()
+            try:
+                with self._conn.begin():
+                    self._conn.execute(stmt, [row])
+            except BaseException as exc:
+                self._drop_connection(invalidate=isinstance(exc, Exception) and translate(exc).retriable)
+                raise
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
 

@@ -291,3 +291,19 @@ def test_any_delivery_order_keeps_the_ledger_consistent(tmp_path_factory: pytest
     assert len({(r.run_id, r.topic, r.partition) for r in rows if r.kind == "regression"}) == kinds.count("regression")
     assert set(kinds) <= {"regression", "gap"}
     engine.dispose()
+
+
+def test_health_reports_share_the_recording_connection(tmp_path: Path) -> None:
+    """A listener holds one ledger connection: a second (health's) would stay pooled for the process's life."""
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(engine)
+    recorder = Recorder(engine)
+    recorder.record([RunHeartbeat("orders", "orders", "q1", "r1", T0)])
+    recorder.report_health("L1", "orders", "host", {"queued": 1, "written": 1}, None)
+    recorder.record([RunHeartbeat("orders", "orders", "q1", "r1", T0 + timedelta(seconds=30))])
+    recorder.report_health("L1", "orders", "host", {"queued": 2, "written": 2}, None)
+    assert (engine.pool.checkedout(), engine.pool.checkedin()) == (1, 0)
+    with engine.connect() as conn:
+        assert conn.execute(select(listener_health.c.written)).scalar_one() == 2
+    recorder.close()
+    engine.dispose()
