@@ -18,7 +18,9 @@ from offset_ledger.ledger.engine import make_engine, upgrade
 from tests.ops_seed import seed_pipeline
 
 CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
-T0 = 1_700_000_000_000
+# Record times an hour ago: well inside the topic's retention (the devstack broker checks retention
+# every second, and a segment of records older than retention.ms would be deleted under the test).
+T0 = (int(time.time()) - 3600) * 1000
 VALUE = b"x" * 200
 
 
