@@ -49,128 +49,17 @@ from collections import Counter
 from pathlib import Path
 
 import psycopg2
-from _progress import progress_json  # noqa: E402 - sibling modules; benchmarks run as scripts
+from _fleet_sim import _child
 from _scratch import ScratchDatabase  # noqa: E402
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from offset_ledger.capture.spool import Event, ledger_id
-from offset_ledger.capture.store import _open_recorder
-from offset_ledger.capture.writer import EventWriter
-from offset_ledger.config import settings
 from offset_ledger.ledger.engine import make_engine, upgrade
 
 TICK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------------------- pipelines
-
-
-def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
-                     conn: multiprocessing.connection.Connection) -> dict:
-    """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it."""
-    writer = EventWriter(lambda: _open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
-                         queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
-                         health_pipeline=pipeline)
-    query_id = str(uuid.uuid4())
-    events = [progress_json(query_id, b, partitions) for b in range(batches + 1)]
-
-    def submit(b: int) -> None:  # = OffsetLedgerListener._accept(PROGRESS, payload)
-        writer.submit(Event("progress", events[b], time.time(), pipeline, None, None))
-
-    submit(0)  # warm-up: engine, connection, schema check, first positions
-    writer.flush(120)
-    settled_at: dict[int, float] = {}
-    done = threading.Event()
-
-    def watch() -> None:
-        last = writer.settled_batch(query_id) or 0
-        while last < batches and not done.is_set():
-            writer.wait_for(lambda: (writer.settled_batch(query_id) or 0) > last, time.monotonic() + 0.5)
-            now = time.perf_counter()
-            current = writer.settled_batch(query_id) or 0
-            for b in range(last + 1, current + 1):
-                settled_at[b] = now
-            last = max(last, current)
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
-    go, phase, interval, drain = _ready(conn)
-    handed: dict[int, float] = {}
-    max_pending = 0
-    for b in range(1, batches + 1):
-        _sleep_until(go + phase + (b - 1) * interval)
-        handed[b] = time.perf_counter()
-        submit(b)
-        max_pending = max(max_pending, writer.health().pending)
-    watcher.join(drain)
-    done.set()
-    health = writer.health()
-    writer.close(5)
-    return {"latencies": [settled_at[b] - handed[b] if b in settled_at else None for b in range(1, batches + 1)],
-            "max_pending": max(max_pending, health.pending), "spilled": health.spilled, "retried": health.retried,
-            "failed": health.failed, "last_error": health.last_error, "end": time.time()}
-
-
-def _naive_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
-                    conn: multiprocessing.connection.Connection) -> dict:
-    """The pattern people copy: a new connection per batch, one INSERT per partition row (bench_record's naive)."""
-    url = make_url(dsn)
-    params = {k: v for k, v in {"host": url.host, "port": url.port, "user": url.username, "password": url.password,
-                                "dbname": url.database}.items() if v is not None}
-    query_id = str(uuid.uuid4())
-    sql = ("INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, partition,"
-           " from_offset, until_offset, batch_time) VALUES (%s, %s, %s, %s, 0, 'bench', %s, %s, %s, now())")
-
-    def write(b: int) -> None:
-        db = psycopg2.connect(**params)
-        with db, db.cursor() as cur:
-            for p in range(partitions):
-                cur.execute(sql, (pipeline, pipeline, query_id, b, p, b * 10, (b + 1) * 10))
-        db.close()
-
-    write(0)
-    go, phase, interval, drain = _ready(conn)
-    latencies: list[float | None] = []
-    for b in range(1, batches + 1):
-        due = go + phase + (b - 1) * interval
-        _sleep_until(due)
-        write(b)
-        latencies.append(time.time() - due)  # late batches count their wait: the driver was blocked
-    return {"latencies": latencies, "max_pending": 0, "spilled": 0, "retried": 0, "failed": 0,
-            "last_error": None, "end": time.time()}
-
-
-_CPU_AT_GO = [0.0]
-
-
-def _ready(conn: multiprocessing.connection.Connection) -> tuple[float, float, float, float]:
-    conn.send("ready")
-    plan = conn.recv()  # (go wall time, phase, interval, drain)
-    cpu = os.times()
-    _CPU_AT_GO[0] = cpu.user + cpu.system  # start-up and the warm-up batch are not in the step's CPU
-    return plan
-
-
-def _sleep_until(wall: float) -> None:
-    delay = wall - time.time()
-    if delay > 0:
-        time.sleep(delay)
-
-
-def _child(method: str, dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
-           conn: multiprocessing.connection.Connection) -> None:
-    try:
-        run = _writer_pipeline if method == "writer" else _naive_pipeline
-        result = run(dsn, pipeline, partitions, batches, spool, conn)
-        cpu = os.times()
-        result["cpu"] = cpu.user + cpu.system - _CPU_AT_GO[0]
-        conn.send(result)
-    except Exception as exc:  # noqa: BLE001 - reported by the parent
-        conn.send({"error": repr(exc)})
-    finally:
-        conn.close()
-        os._exit(0)
 
 
 # ---------------------------------------------------------------------------------------- server side
