@@ -19,18 +19,17 @@ rules for runs and generations live in ``run_book``, those for positions and fin
 
 from __future__ import annotations
 
-import csv
-import io
 import logging
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Table, select
+from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import LedgerError
+from offset_ledger.ledger.bulk_write import _COPY_MIN_ROWS, BulkWrites
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
@@ -60,9 +59,6 @@ from offset_ledger.rules.model import Finding
 
 log = logging.getLogger(__name__)
 
-# Below this many rows a multi-row VALUES statement beats COPY's extra round trip.
-_COPY_MIN_ROWS = 200
-
 
 
 def translate(exc: Exception) -> LedgerError:
@@ -70,7 +66,7 @@ def translate(exc: Exception) -> LedgerError:
     return translate_db_error(exc, "writing")
 
 
-class Recorder(FastBatchPath, RunBook, PositionRules):
+class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
     """Writes listener events to the ledger; not thread-safe (one writer thread owns it)."""
 
     def __init__(self, engine: Engine, *, owns_engine: bool = False) -> None:
@@ -187,94 +183,6 @@ class Recorder(FastBatchPath, RunBook, PositionRules):
 
     # ------------------------------------------------------------------ the transaction
 
-    def _copy_upsert(self, conn: Connection, table: Table, columns: list[str], csv_text: str,
-                     tail: str, returning: bool) -> list[tuple[Any, ...]]:
-        """COPY ``csv_text`` into a session-temporary stage, then INSERT ... SELECT ``tail`` from it."""
-        quote = conn.dialect.identifier_preparer.quote
-        cols = ", ".join(quote(c) for c in columns)
-        stage = quote(f"_ol_stage_{table.name}")
-        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-        try:
-            made = conn.connection.info.setdefault("offset_ledger_stages", set())
-            if stage not in made:
-                cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS {stage} AS "
-                               f"SELECT {cols} FROM {quote(table.name)} WITH NO DATA")
-                made.add(stage)
-            cursor.copy_expert(f"COPY {stage} ({cols}) FROM STDIN WITH (FORMAT csv)", io.StringIO(csv_text))
-            # Emptying the stage in the same statement leaves it clean even if we fail later.
-            cursor.execute(f"WITH staged AS (DELETE FROM {stage} RETURNING {cols}) "
-                           f"INSERT INTO {quote(table.name)} ({cols}) SELECT {cols} FROM staged {tail}")
-            return [tuple(r) for r in cursor.fetchall()] if returning else []
-        finally:
-            cursor.close()
-
-    def _copy_offsets(self, conn: Connection, recs: list[BatchRecord]) -> None:
-        """batch_offsets rows straight to CSV text: the hot path of a many-partition batch."""
-        quoted: dict[str, str] = {}
-
-        def q(value: str) -> str:
-            out = quoted.get(value)
-            if out is None:
-                out = quoted[value] = _csv_text(value)
-            return out
-
-        lines: list[str] = []
-        for rec in recs:
-            b = rec.batch
-            head = f"{q(rec.pipeline)},{q(rec.consumer_group)},{q(b.query_id)},{b.batch_id},"
-            end = f",{utc(b.batch_time).isoformat()}\n"
-            for s in b.sources:
-                for r in s.ranges:
-                    since = "" if r.from_offset is None else r.from_offset
-                    lines.append(f"{head}{s.source_index},{q(r.topic)},{r.partition},{since},{r.until_offset}{end}")
-        quote = conn.dialect.identifier_preparer.quote
-        columns = ["pipeline", "consumer_group", "query_id", "batch_id", "source_index", "topic", "partition",
-                   "from_offset", "until_offset", "batch_time"]
-        conflict = ", ".join(quote(c) for c in ("query_id", "batch_id", "source_index", "topic", "partition"))
-        self._copy_upsert(conn, batch_offsets, columns, "".join(lines),
-                          f"ON CONFLICT ({conflict}) DO NOTHING", False)
-
-    def _bulk(self, conn: Connection, table: Table, rows: list[dict[str, Any]], conflict: tuple[str, ...],
-              *, update: tuple[str, ...] = (), returning: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
-        """Multi-row ``INSERT ... ON CONFLICT (conflict) DO NOTHING | DO UPDATE`` of ``rows``.
-
-        On psycopg2, small sets go as one ``VALUES (...), (...)`` statement (``execute_values``;
-        SQLAlchemy would send an ON CONFLICT executemany row by row), large ones are COPYed into a
-        session-temporary staging table and inserted from there with the same ON CONFLICT clause:
-        for 1000 rows, COPY plus INSERT ... SELECT measured 3-4x cheaper than one multi-row INSERT,
-        whose parsing dominates.
-        """
-        if self._execute_values is not None:
-            quote = conn.dialect.identifier_preparer.quote
-            columns = list(rows[0])
-            cols = ", ".join(quote(c) for c in columns)
-            action = ("DO UPDATE SET " + ", ".join(f"{quote(c)} = EXCLUDED.{quote(c)}" for c in update)
-                      if update else "DO NOTHING")
-            tail = f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) {action}"
-            if returning:
-                tail += " RETURNING " + ", ".join(quote(c) for c in returning)
-            cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
-            try:
-                if len(rows) < _COPY_MIN_ROWS:
-                    result = self._execute_values(
-                        cursor, f"INSERT INTO {quote(table.name)} ({cols}) VALUES %s {tail}",
-                        [tuple(r[c] for c in columns) for r in rows], page_size=1000, fetch=bool(returning))
-                    return [tuple(r) for r in result] if returning else []
-            finally:
-                cursor.close()
-            buffer = io.StringIO()
-            csv.writer(buffer).writerows(_csv_rows(rows, columns))
-            return self._copy_upsert(conn, table, columns, buffer.getvalue(), tail, bool(returning))
-        stmt = self._insert(table)
-        if update:
-            stmt = stmt.on_conflict_do_update(index_elements=list(conflict),
-                                              set_={c: stmt.excluded[c] for c in update})
-        else:
-            stmt = stmt.on_conflict_do_nothing(index_elements=list(conflict))
-        if returning:
-            return [tuple(r) for r in conn.execute(stmt.returning(*(table.c[c] for c in returning)), rows)]
-        conn.execute(stmt, rows)
-        return []
 
     def _record(self, conn: Connection, records: Sequence[Record], txn: _Txn) -> RecordOutcome:
         for rec in records:
