@@ -207,6 +207,12 @@ window.OL = (() => {
     };
   }
 
+  // What a form says when the API refused its request (4xx but an expired login) or failed.
+  function refusal(err) {
+    if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) return "Refused: " + describe(err);
+    return describe(err);
+  }
+
   return { api, ApiError, el, fill, num, time, ago, stateBadge, headroomBadge, showError, describe, every, stamp, token,
-           messageLine };
+           messageLine, refusal };
 })();

@@ -3,7 +3,7 @@
 "use strict";
 
 (() => {
-  const { api, ApiError, el, fill, time, showError, every, describe } = window.OL;
+  const { api, el, fill, time, showError, every } = window.OL;
   const pipeline = document.body.dataset.pipeline;
   const url = "/api/v1/pipelines/" + encodeURIComponent(pipeline) + "/policies";
   const LABELS = {
@@ -110,10 +110,7 @@
     return out;
   }
 
-  function refusal(err) {
-    if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) return "Refused: " + describe(err);
-    return describe(err);
-  }
+  const refusal = window.OL.refusal;
 
   async function preview(ev) {
     ev.preventDefault();

@@ -2,7 +2,7 @@
 "use strict";
 
 (() => {
-  const { api, ApiError, el, fill, num, describe } = window.OL;
+  const { api, el, fill, num } = window.OL;
   const page = window.OLPipeline;
   const base = page.base;
 
@@ -51,10 +51,7 @@
     for (const node of document.querySelectorAll(".mode-field")) node.hidden = node.dataset.mode !== mode;
   }
 
-  function refusal(err) {
-    if (err instanceof ApiError && err.status >= 400 && err.status < 500 && err.status !== 401) return "Refused: " + describe(err);
-    return describe(err);
-  }
+  const refusal = window.OL.refusal;
 
   async function preview(ev) {
     ev.preventDefault();
