@@ -403,6 +403,7 @@ def test_markers_are_well_formed() -> None:
     assert setups <= {n.removeprefix("setup_") for n in dir(Docs) if n.startswith("setup_")}
 
 
+@pytest.mark.long  # ~50 s: every block against the real stack; ./scripts/test --long and CI run it
 def test_every_doc_example_runs(docs: Docs, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     blocks = [b for b in all_blocks() if b.kind and b.skip is None]
     seen: set[str] = set()

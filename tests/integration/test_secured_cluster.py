@@ -24,6 +24,8 @@ from offset_ledger.ledger.queries import current_positions
 from tests.ops_seed import seed_pipeline
 
 CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
+# A SASL listener beside the plain one: ~40 s, so ./scripts/test --long (CI runs it).
+pytestmark = pytest.mark.long
 # Without credentials a client waits this long for the broker before exit code 5 (not a hang).
 FAST = "3000"
 

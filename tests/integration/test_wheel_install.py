@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_PYSPARK = "3.5.7"  # what a Spark 3.5 cluster's Python already has; the install must keep it
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # builds and installs a wheel: ./scripts/test --long
 
 
 def _run(cmd: list[str], cwd: Path, timeout: int = 600) -> str:
