@@ -100,6 +100,8 @@ def prune_cmd(
     if not report.executed:
         typer.echo("dry run: nothing deleted; add --execute to delete")
     else:
+        if report.islands:
+            typer.echo(f"  recorded {report.islands:,} pruned ranges: verify explains their stretches as pruned")
         typer.echo(f"done in {report.seconds:.1f}s")
 
 

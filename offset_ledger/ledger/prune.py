@@ -5,7 +5,9 @@ reset, every finding, every run and checkpoint generation, and these batches wit
 partition rows: the latest batch of each (pipeline, consumer group, topic, partition), the batch
 that placed each current position, every batch a finding refers to, and the whole history of each
 pipeline's live windowed query (``live_stateful_queries``: a stateful restart rewinds through it).
-Only ``batches`` and ``batch_offsets`` rows lose history.
+Only ``batches`` and ``batch_offsets`` rows lose history, and what they lose is recorded first as
+islands in ``pruned_ranges`` (``ledger.prune_record``), so ``verify`` can tell a pruned stretch from
+one never recorded.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ from sqlalchemy.sql.elements import ColumnElement
 
 from offset_ledger.errors import InvalidDuration
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.prune_record import record_pruned
 from offset_ledger.ledger.queries import live_query_id
-from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, findings, positions
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    batches,
+    checkpoint_generations,
+    findings,
+    positions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +80,8 @@ class PruneReport:
     seconds: float
     #: live windowed queries whose whole history was kept
     protected_queries: tuple[str, ...] = ()
+    #: islands of deleted ranges recorded in ``pruned_ranges`` (verify explains their gaps by them)
+    islands: int = 0
 
 
 def _pipeline_filter(table: Table, pipeline: str | None) -> list[ColumnElement[bool]]:
@@ -205,6 +216,10 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
             older_b = _count_older(conn, batches, cutoff, pipeline)
         todo_bo, todo_b = older_bo - len(keep_bo), older_b - len(keep_b)
         done_bo, done_b = todo_bo, todo_b
+        islands = 0
+        if execute and todo_bo > 0:
+            with engine.begin() as conn:
+                islands = record_pruned(conn, cutoff, pipeline, keep_bo, datetime.now(timezone.utc))
         if execute:
             # Offsets first: an interrupted prune then leaves batches without ranges, never the reverse.
             done_bo = _delete_in_chunks(engine, batch_offsets, cutoff, pipeline, keep_bo, todo_bo,
@@ -218,6 +233,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         batches=TableCounts(older_b, len(keep_b), done_b),
         batch_offsets=TableCounts(older_bo, len(keep_bo), done_bo),
         protected_batches=len(keys), seconds=time.perf_counter() - started, protected_queries=tuple(sorted(live)),
+        islands=islands,
     )
     log.info("prune %s: %s", "executed" if execute else "dry run", report)
     return report

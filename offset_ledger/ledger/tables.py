@@ -251,3 +251,27 @@ pipeline_policies = Table(
     Column("created_at", _tz(), nullable=False),
     Index(None, "pipeline", "id"),
 )
+
+
+#: 0009: what ``prune`` deleted, so ``verify`` can tell pruned history from history never recorded.
+#: One row per island: consecutive ranges of one query on one partition whose offsets tile
+#: ``[from_offset, until_offset)`` (a hole among the deleted ranges starts a new island and stays a gap).
+pruned_ranges = Table(
+    "pruned_ranges",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("query_id", String(64), nullable=False),
+    Column("topic", String(_NAME), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("from_batch_id", BigInteger, nullable=False),
+    Column("until_batch_id", BigInteger, nullable=False),  # inclusive: the island's last batch
+    Column("from_offset", BigInteger, nullable=False),
+    Column("until_offset", BigInteger, nullable=False),
+    Column("batches", BigInteger, nullable=False),
+    Column("first_batch_time", _tz(), nullable=False),
+    Column("cutoff", _tz(), nullable=False),
+    Column("pruned_at", _tz(), nullable=False),
+    Index(None, "pipeline", "consumer_group", "topic", "partition"),
+)

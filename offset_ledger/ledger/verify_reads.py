@@ -40,6 +40,7 @@ from offset_ledger.ledger.tables import (
     checkpoint_generations,
     findings,
     positions,
+    pruned_ranges,
     reset_partitions,
     resets,
     runs,
@@ -232,6 +233,24 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
         incs = {(x.topic, x.partition): out.incarnation(x.topic, x.partition, at) for x in parts}
         out.explanations.extend(reset_explanations(reset.id, reset.actor, reset.reason, reset.mode,
                                                    [tuple(x) for x in parts], incs))  # type: ignore[misc]
+
+    # History prune deleted: its islands account for the gaps they cover (a hole among them does not).
+    pr = pruned_ranges
+    for r in conn.execute(select(pr.c.id, pr.c.query_id, pr.c.topic, pr.c.partition, pr.c.from_offset,
+                                 pr.c.until_offset, pr.c.from_batch_id, pr.c.until_batch_id, pr.c.pruned_at,
+                                 pr.c.first_batch_time)
+                          .where(pr.c.pipeline == pipeline, pr.c.consumer_group == group,
+                                 *([pr.c.topic == topic] if topic is not None else []))
+                          .order_by(pr.c.id)):
+        pruned_at = _utc(r.pruned_at)
+        when = pruned_at.isoformat(timespec="seconds") if pruned_at is not None else "?"
+        why = Reason("pruned", r.id, f"batches {r.from_batch_id}-{r.until_batch_id} of query {r.query_id}, "
+                                     f"pruned {when}")
+        gen = out.generation_of_query.get(r.query_id)
+        if gen is None:
+            gen = out.generation_at(_utc(r.first_batch_time))
+        out.explanations.append(Explanation(r.topic, r.partition, r.from_offset, r.until_offset, "skip", why,
+                                            out.incarnation(r.topic, r.partition, gen)))
 
     if flagged_runs:
         for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id)

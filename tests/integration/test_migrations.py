@@ -6,9 +6,20 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select, text
 
-from offset_ledger.ledger.engine import current_revision, head_revision, make_engine, upgrade
+from offset_ledger.ledger.engine import (
+    current_revision,
+    head_revision,
+    make_engine,
+    upgrade,
+)
 from offset_ledger.ledger.recorder import BatchRecord, Recorder
-from offset_ledger.ledger.tables import batches, checkpoint_generations, findings, positions, runs
+from offset_ledger.ledger.tables import (
+    batches,
+    checkpoint_generations,
+    findings,
+    positions,
+    runs,
+)
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)

@@ -185,3 +185,19 @@ def test_prune_on_the_embedded_sqlite_ledger(tmp_path) -> None:  # type: ignore[
     report = prune(engine, timedelta(days=30), now=NOW, execute=True, chunk_size=5)
     assert report.batch_offsets.deleted == 29
     assert batch_keys(engine) == KEPT_AFTER_30D
+
+
+def test_verify_after_prune_on_postgres_names_pruned_stretches_and_keeps_the_hole(pg_dsn: str) -> None:
+    """The SQLite test of tests/unit/test_prune_verify_sqlite.py on Postgres (server-side cursors)."""
+    from tests.unit.test_prune_verify_sqlite import _stretches, history_with_a_hole
+    from tests.unit.test_recorder_sqlite import T0
+
+    pg_engine = make_engine(pg_dsn)
+    upgrade(pg_engine)
+    history_with_a_hole(pg_engine)
+    assert _stretches(pg_engine) == [(0, 50, 60, "gap", False, [])]
+    report = prune(pg_engine, timedelta(seconds=1), now=T0 + timedelta(seconds=8), execute=True)
+    assert (report.batch_offsets.deleted, report.islands) == (11, 5)
+    assert _stretches(pg_engine) == [(0, 20, 50, "gap", True, ["pruned"]), (0, 50, 60, "gap", False, []),
+                                     (0, 60, 70, "gap", True, ["pruned"]), (1, 20, 70, "gap", True, ["pruned"])]
+    pg_engine.dispose()

@@ -1,0 +1,62 @@
+"""Prune, then verify, over a real (SQLite) ledger: pruned history reads as pruned, a hole stays a hole.
+
+Before this, every routine prune turned into an unexplained gap in verify ("batches 2-6 ... are not
+in the ledger (pruned, or never recorded)"), so exit 6 after a prune meant nothing. The Postgres
+path runs in tests/integration/test_prune.py.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import delete, insert, select
+from sqlalchemy.engine import Engine
+
+from offset_ledger.ledger.prune import prune
+from offset_ledger.ledger.tables import batch_offsets, findings, pruned_ranges
+from tests.unit.test_recorder_sqlite import T0
+from tests.unit.test_verify_sqlite import _tiling, _verify, engine  # noqa: F401  (the fixture)
+
+
+def _stretches(engine: Engine) -> list[tuple]:
+    return [(s.partition, s.from_offset, s.until_offset, s.kind, s.explained, sorted({r.kind for r in s.reasons}))
+            for s in _verify(engine).stretches]
+
+
+def history_with_a_hole(engine: Engine) -> None:
+    """Ten batches of 10 records on two partitions; batch 5 of partition 0 never recorded; batch 1 kept by a finding."""
+    _tiling(engine, n=10)
+    with engine.begin() as conn:
+        conn.execute(delete(batch_offsets).where(batch_offsets.c.batch_id == 5, batch_offsets.c.partition == 0))
+        conn.execute(insert(findings).values(pipeline="orders", consumer_group="orders", kind="regression",
+                                             query_id="q1", batch_id=1, message="kept by prune",
+                                             created_at=T0))
+
+
+def test_verify_after_prune_names_the_pruned_stretches_and_still_reports_the_hole(engine: Engine) -> None:
+    history_with_a_hole(engine)
+    assert _stretches(engine) == [(0, 50, 60, "gap", False, [])]
+    report = prune(engine, timedelta(seconds=1), now=T0 + timedelta(seconds=8), execute=True)  # cutoff: batch 7
+    assert report.batch_offsets.deleted == 11 and report.islands == 5  # p0: [0,10) [20,50) [60,70); p1: [0,10) [20,70)
+    with engine.connect() as conn:
+        kept = sorted(set(conn.execute(select(batch_offsets.c.batch_id)).scalars()))
+    assert kept == [1, 7, 8, 9]
+    assert _stretches(engine) == [(0, 20, 50, "gap", True, ["pruned"]), (0, 50, 60, "gap", False, []),
+                                  (0, 60, 70, "gap", True, ["pruned"]), (1, 20, 70, "gap", True, ["pruned"])]
+    label = next(s for s in _verify(engine).stretches if s.partition == 1).reasons[0].label()
+    assert "batches 2-6 of query q1, pruned " in label
+    # A second prune over the same cutoff deletes and records nothing more.
+    again = prune(engine, timedelta(seconds=1), now=T0 + timedelta(seconds=8), execute=True)
+    assert (again.batch_offsets.deleted, again.islands) == (0, 0)
+    # Without the record the pruned stretches are unexplained again: the record is what explains them.
+    with engine.begin() as conn:
+        conn.execute(delete(pruned_ranges))
+    assert [s[:5] for s in _stretches(engine)] == [(0, 20, 70, "gap", False), (1, 20, 70, "gap", False)]
+
+
+def test_a_dry_run_records_nothing(engine: Engine) -> None:
+    history_with_a_hole(engine)
+    report = prune(engine, timedelta(seconds=1), now=T0 + timedelta(seconds=8))
+    assert report.batch_offsets.deleted == 11 and report.islands == 0
+    with engine.connect() as conn:
+        assert conn.execute(select(pruned_ranges)).all() == []
