@@ -160,6 +160,11 @@ def main() -> int:
         print(f"prune --older-than 30d --execute: {real.seconds:.2f}s, {rows:,} rows deleted "
               f"({rows / real.seconds:,.0f} rows/s) in {len(progress_marks)} transactions of <= {args.chunk_size:,} rows; "
               f"kept {real.batch_offsets.kept} old batch_offsets rows of {real.protected_batches} protected batches")
+        with engine.connect() as conn:
+            recorded = conn.execute(text("SELECT count(*) FROM pruned_ranges")).scalar_one()
+        checks["deleted ranges recorded as islands"] = recorded == real.islands > 0
+        print(f"  of which recording {real.islands:,} pruned-range islands (for verify): {real.islands_seconds:.2f}s "
+              f"({real.islands_seconds / real.seconds:.0%} of the prune)")
         for label, ok in checks.items():
             print(f"  [{'ok' if ok else 'FAIL'}] {label}")
         return 0 if all(checks.values()) else 1

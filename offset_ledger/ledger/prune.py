@@ -82,6 +82,8 @@ class PruneReport:
     protected_queries: tuple[str, ...] = ()
     #: islands of deleted ranges recorded in ``pruned_ranges`` (verify explains their gaps by them)
     islands: int = 0
+    #: of ``seconds``, the time spent reading the doomed ranges and writing their islands
+    islands_seconds: float = 0.0
 
 
 def _pipeline_filter(table: Table, pipeline: str | None) -> list[ColumnElement[bool]]:
@@ -216,10 +218,11 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
             older_b = _count_older(conn, batches, cutoff, pipeline)
         todo_bo, todo_b = older_bo - len(keep_bo), older_b - len(keep_b)
         done_bo, done_b = todo_bo, todo_b
-        islands = 0
+        islands, islands_started = 0, time.perf_counter()
         if execute and todo_bo > 0:
             with engine.begin() as conn:
                 islands = record_pruned(conn, cutoff, pipeline, keep_bo, datetime.now(timezone.utc))
+        islands_seconds = time.perf_counter() - islands_started
         if execute:
             # Offsets first: an interrupted prune then leaves batches without ranges, never the reverse.
             done_bo = _delete_in_chunks(engine, batch_offsets, cutoff, pipeline, keep_bo, todo_bo,
@@ -233,7 +236,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         batches=TableCounts(older_b, len(keep_b), done_b),
         batch_offsets=TableCounts(older_bo, len(keep_bo), done_bo),
         protected_batches=len(keys), seconds=time.perf_counter() - started, protected_queries=tuple(sorted(live)),
-        islands=islands,
+        islands=islands, islands_seconds=islands_seconds,
     )
     log.info("prune %s: %s", "executed" if execute else "dry run", report)
     return report

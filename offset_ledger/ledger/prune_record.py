@@ -1,4 +1,9 @@
-"""Before prune deletes ranges, record their islands in ``pruned_ranges`` (``rules.pruned``).
+"""Before prune deletes ranges, record their islands in ``pruned_ranges`` (the rule: ``rules.pruned``).
+
+One ``INSERT ... SELECT`` with window functions computes the islands in the database (Postgres and
+SQLite alike): Python would have to fetch and walk every doomed row (10 s for 500,000 rows in
+``bench_prune``). The statement follows ``rules.pruned.islands`` step for step; the tests compare
+the two on the same rows.
 
 Written in one transaction before the first delete: an interrupted prune then has recorded more
 than it deleted, which explains nothing wrongly (a range still in the ledger leaves no gap to
@@ -7,53 +12,62 @@ explain), where the reverse order could leave a deleted stretch nobody accounts 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import DateTime, Integer, bindparam, column, table, text
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.tables import batch_offsets, pruned_ranges
-from offset_ledger.rules.pruned import DeletedRange, islands
+_KEEP = "prune_keep_ids"
+_KEEP_ROWS = 5_000
+_KEY = 'pipeline, consumer_group, query_id, topic, "partition"'
 
-_STREAM_ROWS = 10_000
-_INSERT_ROWS = 1_000
-
-
-def _deleted_rows(conn: Connection, cutoff: datetime, pipeline: str | None, keep_ids: set[int]) -> Iterator[DeletedRange]:
-    bo = batch_offsets
-    stmt = (select(bo.c.id, bo.c.pipeline, bo.c.consumer_group, bo.c.query_id, bo.c.topic, bo.c.partition,
-                   bo.c.batch_id, bo.c.from_offset, bo.c.until_offset, bo.c.batch_time)
-            .where(bo.c.batch_time < cutoff, *([bo.c.pipeline == pipeline] if pipeline is not None else []))
-            .order_by(bo.c.pipeline, bo.c.consumer_group, bo.c.query_id, bo.c.topic, bo.c.partition, bo.c.batch_id,
-                      bo.c.id)
-            # On the statement, not the connection: Connection.execution_options changes the connection
-            # in place, and the inserts on it would then be declared as server-side cursors too.
-            .execution_options(yield_per=_STREAM_ROWS))
-    last: tuple[object, ...] | None = None
-    for r in conn.execute(stmt):
-        if r.id in keep_ids:
-            continue
-        key = (r.pipeline, r.consumer_group, r.query_id, r.topic, r.partition, r.batch_id)
-        if key == last:  # one batch, two sources on the same partition: one read of its range
-            continue
-        last = key
-        yield DeletedRange(r.pipeline, r.consumer_group, r.query_id, r.topic, r.partition, r.batch_id,
-                           r.from_offset, r.until_offset, r.batch_time)
+# brk = 1 where a new island starts: the first range of its key, or one that does not start where
+# the one before ended (a hole, an overlap, offsets going back). A range with no reported start
+# continues the island (the recorder's and verify's rule). DISTINCT folds two sources of one batch
+# reading the same range.
+_ISLANDS = f"""
+INSERT INTO pruned_ranges ({_KEY}, from_batch_id, until_batch_id, from_offset, until_offset, batches,
+                           first_batch_time, cutoff, pruned_at)
+SELECT {_KEY}, MIN(batch_id), MAX(batch_id), MIN(COALESCE(from_offset, until_offset)), MAX(until_offset),
+       COUNT(*), MIN(batch_time), :cutoff, :pruned_at
+FROM (
+    SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time,
+           SUM(brk) OVER (PARTITION BY {_KEY} ORDER BY batch_id ROWS UNBOUNDED PRECEDING) AS island
+    FROM (
+        SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time,
+               CASE WHEN LAG(until_offset) OVER w IS NULL THEN 1
+                    WHEN (from_offset IS NULL OR from_offset = LAG(until_offset) OVER w)
+                         AND until_offset >= LAG(until_offset) OVER w THEN 0
+                    ELSE 1 END AS brk
+        FROM (
+            SELECT DISTINCT {_KEY}, batch_id, from_offset, until_offset, batch_time
+            FROM batch_offsets bo
+            WHERE bo.batch_time < :cutoff {{pipeline}}
+              AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = bo.id)
+        ) doomed
+        WINDOW w AS (PARTITION BY {_KEY} ORDER BY batch_id)
+    ) marked
+) numbered
+GROUP BY {_KEY}, island
+"""
 
 
 def record_pruned(conn: Connection, cutoff: datetime, pipeline: str | None, keep_ids: set[int],
                   pruned_at: datetime) -> int:
-    """Insert the islands of the rows about to be deleted; returns how many."""
-    pending: list[dict[str, object]] = []
-    written = 0
-    for island in islands(_deleted_rows(conn, cutoff, pipeline, keep_ids)):
-        pending.append({**island.__dict__, "cutoff": cutoff, "pruned_at": pruned_at})
-        if len(pending) >= _INSERT_ROWS:
-            conn.execute(pruned_ranges.insert(), pending)
-            written += len(pending)
-            pending = []
-    if pending:
-        conn.execute(pruned_ranges.insert(), pending)
-        written += len(pending)
-    return written
+    """Insert the islands of the rows about to be deleted (old, not in ``keep_ids``); returns how many."""
+    conn.execute(text(f"CREATE TEMPORARY TABLE {_KEEP} (id BIGINT PRIMARY KEY)"))
+    try:
+        keep = table(_KEEP, column("id", Integer))
+        ids = sorted(keep_ids)
+        for i in range(0, len(ids), _KEEP_ROWS):
+            conn.execute(keep.insert(), [{"id": x} for x in ids[i:i + _KEEP_ROWS]])
+        where = "AND bo.pipeline = :pipeline" if pipeline is not None else ""
+        stmt = text(_ISLANDS.format(pipeline=where)).bindparams(
+            # Typed: on SQLite a bare datetime would be compared as ISO text ('T' between date and
+            # time) with the stored 'YYYY-MM-DD HH:MM:SS' form, and every row of the day would match.
+            bindparam("cutoff", cutoff, type_=DateTime(timezone=True)),
+            bindparam("pruned_at", pruned_at, type_=DateTime(timezone=True)))
+        params = {"pipeline": pipeline} if pipeline is not None else {}
+        return conn.execute(stmt, params).rowcount or 0
+    finally:
+        conn.execute(text(f"DROP TABLE {_KEEP}"))

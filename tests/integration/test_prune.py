@@ -201,3 +201,16 @@ def test_verify_after_prune_on_postgres_names_pruned_stretches_and_keeps_the_hol
     assert _stretches(pg_engine) == [(0, 20, 50, "gap", True, ["pruned"]), (0, 50, 60, "gap", False, []),
                                      (0, 60, 70, "gap", True, ["pruned"]), (1, 20, 70, "gap", True, ["pruned"])]
     pg_engine.dispose()
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_the_islands_postgres_records_are_the_rule_over_the_deleted_rows(pg_dsn: str, seed: int) -> None:
+    from tests.unit.test_prune_verify_sqlite import recorded_equals_the_rule
+    from tests.unit.test_recorder_sqlite import T0
+
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    try:
+        recorded_equals_the_rule(engine, T0 + timedelta(seconds=40), seed)
+    finally:
+        engine.dispose()

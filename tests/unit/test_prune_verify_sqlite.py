@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, insert, select
+import pytest
+from sqlalchemy import delete, insert, select, update
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.prune import prune
 from offset_ledger.ledger.tables import batch_offsets, findings, pruned_ranges
+from offset_ledger.rules.pruned import DeletedRange, islands
 from tests.unit.test_recorder_sqlite import T0
 from tests.unit.test_verify_sqlite import _tiling, _verify, engine  # noqa: F401  (the fixture)
 
@@ -52,6 +54,45 @@ def test_verify_after_prune_names_the_pruned_stretches_and_still_reports_the_hol
     with engine.begin() as conn:
         conn.execute(delete(pruned_ranges))
     assert [s[:5] for s in _stretches(engine)] == [(0, 20, 70, "gap", False), (1, 20, 70, "gap", False)]
+
+
+def recorded_equals_the_rule(engine: Engine, cutoff_now, seed: int) -> None:  # type: ignore[no-untyped-def]
+    """Oracle: the islands prune writes (SQL) are ``rules.pruned.islands`` over the rows it deletes."""
+    import random
+
+    rnd = random.Random(seed)
+    for q in range(3):  # three queries, holes and overlaps punched at random, a start sometimes unreported
+        _tiling(engine, query=f"q{q}", run=f"r{q}", first=q * 100, n=12, at=timedelta(seconds=q * 20))
+    with engine.begin() as conn:
+        for row in conn.execute(select(batch_offsets.c.id, batch_offsets.c.from_offset)).all():
+            roll = rnd.random()
+            if roll < 0.1:
+                conn.execute(delete(batch_offsets).where(batch_offsets.c.id == row.id))
+            elif roll < 0.2:
+                conn.execute(update(batch_offsets).where(batch_offsets.c.id == row.id)
+                             .values(from_offset=row.from_offset + rnd.choice([-3, 2])))
+            elif roll < 0.25:
+                conn.execute(update(batch_offsets).where(batch_offsets.c.id == row.id).values(from_offset=None))
+        before = {r.id: r for r in conn.execute(select(batch_offsets)).all()}
+    report = prune(engine, timedelta(seconds=1), now=cutoff_now, execute=True)
+    with engine.connect() as conn:
+        left = set(conn.execute(select(batch_offsets.c.id)).scalars())
+        got = sorted(tuple(r) for r in conn.execute(select(
+            pruned_ranges.c.query_id, pruned_ranges.c.topic, pruned_ranges.c.partition, pruned_ranges.c.from_batch_id,
+            pruned_ranges.c.until_batch_id, pruned_ranges.c.from_offset, pruned_ranges.c.until_offset,
+            pruned_ranges.c.batches)))
+    doomed = sorted((r for i, r in before.items() if i not in left),
+                    key=lambda r: (r.pipeline, r.consumer_group, r.query_id, r.topic, r.partition, r.batch_id))
+    want = sorted((i.query_id, i.topic, i.partition, i.from_batch_id, i.until_batch_id, i.from_offset, i.until_offset,
+                   i.batches) for i in islands(DeletedRange(r.pipeline, r.consumer_group, r.query_id, r.topic,
+                                                            r.partition, r.batch_id, r.from_offset, r.until_offset,
+                                                            r.batch_time) for r in doomed))
+    assert report.islands == len(want) and got == want and len(doomed) > 0
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_recorded_islands_are_the_rule_over_the_deleted_rows(engine: Engine, seed: int) -> None:
+    recorded_equals_the_rule(engine, T0 + timedelta(seconds=40), seed)
 
 
 def test_a_dry_run_records_nothing(engine: Engine) -> None:
