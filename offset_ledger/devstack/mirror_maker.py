@@ -18,7 +18,12 @@ from pathlib import Path
 
 from offset_ledger.devstack.artifacts import _maven_copy, kafka_version
 from offset_ledger.devstack.broker import _LOG4J2, _raise_fd_limit, _start_kafka
-from offset_ledger.devstack.processes import StackError, _pid_alive, _stop_pid, cache_dir
+from offset_ledger.devstack.processes import (
+    StackError,
+    _pid_alive,
+    _stop_pid,
+    cache_dir,
+)
 
 
 def kafka_mirror_jars() -> Path:

@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offset_ledger.errors import FailoverRefused, KafkaError
+from offset_ledger.errors import FailoverRefused, InvalidInput, KafkaError
 from offset_ledger.rules.model import Finding, TopicPartition, Watermarks
 
 Uncheckpointed = Literal["fail", "earliest"]
@@ -135,9 +135,9 @@ def target_topic(topic: str, *, source_alias: str, target_alias: str | None = No
     if policy == "identity":
         return topic
     if policy != "default":
-        raise FailoverRefused(f"unknown replication policy {policy!r} (default or identity)", reason="policy")
+        raise InvalidInput(f"unknown replication policy {policy!r} (default or identity)")
     if not separator:
-        raise FailoverRefused("the replication policy separator must not be empty", reason="policy")
+        raise InvalidInput("the replication policy separator must not be empty")
     head, sep, rest = topic.partition(separator)
     if target_alias is not None and sep and head == target_alias and rest:
         return rest
@@ -230,8 +230,7 @@ def plan_failover(
     that re-reads. Nothing is ever started past what the ledger read.
     """
     if uncheckpointed not in ("fail", "earliest"):
-        raise FailoverRefused(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}",
-                              reason="policy")
+        raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
     by_target: dict[str, dict[int, Watermarks]] = {}
     for tp, wm in target_watermarks.items():
         by_target.setdefault(tp.topic, {})[tp.partition] = wm
