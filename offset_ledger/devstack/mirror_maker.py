@@ -122,12 +122,17 @@ def start_mirror_maker(root: Path, *, source: str, target: str, source_alias: st
     }
     props = root / "mm2.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-    (root / "log4j2.xml").write_text(_LOG4J2)
+    # MM2's own decisions (which groups it checkpoints, what it translates) at INFO: the log is the
+    # only way to see why a checkpoint did not come.
+    (root / "log4j2.xml").write_text(_LOG4J2.replace(
+        '<Logger name="org.apache.kafka" level="WARN"/>',
+        '<Logger name="org.apache.kafka" level="WARN"/>\n    <Logger name="org.apache.kafka.connect.mirror" level="INFO"/>'))
     log = open(root / "mm2.log", "ab")
     proc = subprocess.Popen(
         ["java", "-Xms128m", "-Xmx512m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
          f"-Dlog4j2.configurationFile={root / 'log4j2.xml'}", "-cp", f"{jars}/*",
-         "org.apache.kafka.connect.mirror.MirrorMaker", "--clusters", target_alias, str(props)],
+         # The properties file first: --clusters takes one or more names and would swallow it.
+         "org.apache.kafka.connect.mirror.MirrorMaker", str(props), "--clusters", target_alias],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         preexec_fn=_raise_fd_limit)
     (root / "mm2.pid").write_text(str(proc.pid))
