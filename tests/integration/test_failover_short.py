@@ -9,6 +9,7 @@ the rest for real.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -67,6 +68,14 @@ def test_failover_cli_refuses_uncheckpointed_partitions_then_records_the_generat
     assert refused.returncode == 3, refused.stderr
     assert f"{target}:1 (no_checkpoint)" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     assert position_map(ledger, pipeline) == {("orders", 0): 6, ("orders", 1): 5}  # nothing written
+
+    dry = _cli(*base, "--uncheckpointed", "earliest", "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    doc = json.loads(dry.stdout)
+    assert doc["dryRun"] and doc["generation"] is None and doc["checkpointLocation"] is None
+    assert doc["startingOffsets"] == {target: {"0": 4, "1": 0}} and doc["rereadMax"] == 6
+    assert [(p["partition"], p["reason"]) for p in doc["problems"]] == [(1, "no_checkpoint")]
+    assert position_map(ledger, pipeline) == {("orders", 0): 6, ("orders", 1): 5}  # still nothing written
 
     done = _cli(*base, "--uncheckpointed", "earliest")
     print(done.stdout, done.stderr)
