@@ -26,6 +26,7 @@ from offset_ledger.errors import (
     ConfigError,
     FailoverRefused,
     InvalidInput,
+    KafkaError,
     PlanConflict,
     UnknownPipeline,
 )
@@ -164,7 +165,11 @@ def failover(
             cps = read_checkpoints(to_bootstrap, checkpoints_topic(source_alias), group, options=kafka_options)
             plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed)
             plan = _with_spans(adapter, plan, watermarks)
-        target_id = cluster_id(to_bootstrap, kafka_options)
+        try:
+            target_id = cluster_id(to_bootstrap, kafka_options)
+        except KafkaError as exc:  # the id is for the record; the plan stands without it
+            log.warning("failover of %s: the target's cluster id could not be read: %s", pipeline, exc.message)
+            target_id = None
         findings = failover_findings(plan, source_alias=source_alias, target_bootstrap=to_bootstrap,
                                      target_cluster_id=target_id, source_cluster_id=None)
         result = FailoverResult(pipeline, group, source_alias, to_bootstrap, target_id, plan, dry_run,
