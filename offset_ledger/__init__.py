@@ -11,12 +11,14 @@ __all__ = [
     "Pipeline",
     "RestartPlan",
     "__version__",
+    "failover",
     "replay_range",
     "start_from_ledger",
 ]
 
 if TYPE_CHECKING:
     from offset_ledger.capture.listener import OffsetLedgerListener
+    from offset_ledger.operate.failover import failover
     from offset_ledger.operate.pipeline import Pipeline
     from offset_ledger.operate.replay import replay_range
     from offset_ledger.operate.restart import start_from_ledger
@@ -27,6 +29,7 @@ _LAZY = {
     "OffsetLedgerListener": "offset_ledger.capture.listener",
     "Pipeline": "offset_ledger.operate.pipeline",
     "RestartPlan": "offset_ledger.rules.model",
+    "failover": "offset_ledger.operate.failover",
     "replay_range": "offset_ledger.operate.replay",
     "start_from_ledger": "offset_ledger.operate.restart",
 }

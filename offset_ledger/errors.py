@@ -15,6 +15,7 @@
     │   ├── AdoptionRefused           importing a checkpoint into a pipeline that already has positions
     │   ├── UnknownBatch              no such batch (or no batch in the time range) to replay
     │   ├── ReplayNotExact            a replayed range has a start the ledger neither recorded nor can recover
+    │   ├── FailoverRefused           no safe MirrorMaker 2 translation for a failover (names the partitions)
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
@@ -160,6 +161,10 @@ class ReplayNotExact(InvalidInput):
         self.unknown_starts = [dict(x) for x in unknown_starts]
 
 
+class FailoverRefused(InvalidInput):
+    """A failover has no safe MirrorMaker 2 translation (partitions uncheckpointed, topics missing, ...)."""
+
+
 class InvalidRestartOptions(InvalidInput):
     """A restart option (first_run, on_data_loss, topics, explicit offsets) is malformed."""
 
@@ -297,6 +302,7 @@ _EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
     # Most specific first: refusals are InvalidInput subclasses, so they come before it.
     (OffsetOutOfRange, EXIT_REFUSED),
     (AdoptionRefused, EXIT_REFUSED),
+    (FailoverRefused, EXIT_REFUSED),
     (FirstRunRefused, EXIT_REFUSED),
     (StatefulRestartRefused, EXIT_REFUSED),
     (ActiveRunConflict, EXIT_REFUSED),

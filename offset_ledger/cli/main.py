@@ -361,6 +361,7 @@ def _register_commands() -> None:
     # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
     from offset_ledger.cli import audit as cli_audit
     from offset_ledger.cli import checkpoint as cli_checkpoint
+    from offset_ledger.cli import failover as cli_failover
     from offset_ledger.cli import policy as cli_policy
     from offset_ledger.cli import reset as cli_reset
     from offset_ledger.cli import restart as cli_restart
@@ -369,6 +370,7 @@ def _register_commands() -> None:
 
     cli_audit.register(app)
     cli_checkpoint.register(app)
+    cli_failover.register(app)
     cli_policy.register(app)
     cli_reset.register(app)
     cli_restart.register(app)

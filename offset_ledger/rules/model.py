@@ -36,6 +36,7 @@ FindingKind = Literal[
     "mirror_pending",     # the Kafka consumer group could not be reached yet: the mirror retries
     "state_rewind",       # restart: a windowed pipeline re-reads from before its open windows (event-time floor)
     "checkpoint_adopted", # a Spark checkpoint's last committed batch was imported as the positions
+    "failover",           # the pipeline moved to a MirrorMaker 2 backup cluster (the translation gap)
     "other",
 ]
 

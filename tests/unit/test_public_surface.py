@@ -11,6 +11,7 @@ def test_all_is_pinned() -> None:
         "Pipeline",
         "RestartPlan",
         "__version__",
+        "failover",
         "replay_range",
         "start_from_ledger",
     ]

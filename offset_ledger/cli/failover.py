@@ -1,0 +1,108 @@
+"""``offset-ledger failover``: move a pipeline to the MirrorMaker 2 backup cluster (or back)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Optional
+
+import typer
+
+from offset_ledger.cli.support import (
+    CommandConfigOption,
+    DsnOption,
+    GroupOption,
+    KafkaOptionOption,
+    safe_text,
+)
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def failover_cmd(
+    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    to_bootstrap: str = typer.Option(..., "--to-bootstrap", metavar="HOST:PORT",
+                                     help="Bootstrap servers of the cluster to fail over to (the MM2 target)."),
+    source_alias: str = typer.Option("primary", "--source-alias",
+                                     help="MirrorMaker 2's alias of the cluster the pipeline read (the MM2 source)."),
+    target_alias: Optional[str] = typer.Option(
+        None, "--target-alias", help="MM2's alias of the target: topics that came from it map back (failing back)."),
+    replication_policy: str = typer.Option("default", "--replication-policy", metavar="default|identity",
+                                           help="MM2's replication policy: default (<alias>.<topic>) or identity."),
+    separator: str = typer.Option(".", "--separator", help="The default policy's separator (replication.policy.separator)."),
+    uncheckpointed: str = typer.Option(
+        "fail", "--uncheckpointed", metavar="fail|earliest",
+        help="Partitions MM2 has no safe translation for: fail (default, names them) or earliest (the backup's log start)."),
+    topic: Optional[list[str]] = typer.Option(None, "--topic", "-t",
+                                              help="Only these ledger topics (repeatable; default: all of the pipeline's)."),
+    consumer_group: Optional[str] = GroupOption,
+    checkpoint_root: Optional[str] = typer.Option(
+        None, "--checkpoint-root", help="Where the new generation goes (default: the current generation's root)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print; write nothing."),
+    force: bool = typer.Option(False, "--force", help="Fail over although the ledger shows an active run."),
+    as_json: bool = typer.Option(False, "--json", help="Print the whole plan as JSON."),
+    kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption,
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Start PIPELINE on the MirrorMaker 2 backup cluster from MM2's translation of its mirrored group.
+
+    The pipeline's consumer-group mirror (commit_to_kafka) must have committed its positions on the
+    primary, and MM2 must checkpoint that group into the backup. Prints, per partition, where the
+    backup starts and how many records at most are read again, then the startingOffsets JSON and
+    the new checkpoint location. The Kafka options (-o, --command-config) are the target's.
+
+    Examples:
+
+      offset-ledger failover orders --to-bootstrap backup:9092 --source-alias primary --dry-run
+
+      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary
+    """
+    from offset_ledger.errors import InvalidInput
+    from offset_ledger.kafka.client_config import gather
+    from offset_ledger.operate.failover import dumps, failover
+
+    # Bad values fail before anything connects.
+    if uncheckpointed not in ("fail", "earliest"):
+        raise InvalidInput(f"--uncheckpointed must be fail or earliest, not {uncheckpointed!r}")
+    if replication_policy not in ("default", "identity"):
+        raise InvalidInput(f"--replication-policy must be default or identity, not {replication_policy!r}")
+    if not to_bootstrap.strip():
+        raise InvalidInput("--to-bootstrap must name the target cluster's brokers")
+    result = failover(
+        pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
+        replication_policy=replication_policy,  # type: ignore[arg-type]
+        separator=separator, uncheckpointed=uncheckpointed,  # type: ignore[arg-type]
+        consumer_group=consumer_group, topics=topic or None, checkpoint_root=checkpoint_root, dsn=dsn,
+        kafka_options=gather(kafka_option, command_config), dry_run=dry_run, force=force)
+    if as_json:
+        typer.echo(dumps(result))
+        return
+    typer.echo(f"{'topic on target':<28} {'part':>4} {'status':<13} {'ledger':>9} {'mm2 upstream':>12} "
+               f"{'start':>9} {'re-read max':>11}  record time span")
+    for p in result.plan.partitions:
+        typer.echo(safe_text(
+            f"{p.target_topic:<28} {p.partition:>4} {p.status:<13} {_num(p.ledger_next_offset):>9} "
+            f"{_num(p.checkpoint_upstream_offset):>12} {p.start_next_offset:>9} {p.reread_max:>11}  "
+            f"{_when(p.reread_from_ms)} .. {_when(p.reread_until_ms)}" if p.reread_max else
+            f"{p.target_topic:<28} {p.partition:>4} {p.status:<13} {_num(p.ledger_next_offset):>9} "
+            f"{_num(p.checkpoint_upstream_offset):>12} {p.start_next_offset:>9} {p.reread_max:>11}  -"))
+    typer.echo(f"startingOffsets: {result.starting_offsets_json}")
+    if result.dry_run:
+        typer.echo("dry run: nothing written", err=True)
+    else:
+        typer.echo(f"checkpoint: {result.checkpoint_location} (generation {result.generation})")
+    for finding in result.findings:
+        typer.echo(safe_text(f"{finding.kind}: {finding.message}"), err=True)
+
+
+def _num(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``failover`` to the command line."""
+    app.command("failover")(failover_cmd)

@@ -1,0 +1,332 @@
+"""Failing a pipeline over to a MirrorMaker 2 backup cluster: MM2's records, topic names, the plan. Pure.
+
+MirrorMaker 2's checkpoint connector translates each consumer group's committed offsets to the
+target cluster and writes them to ``<source alias>.checkpoints.internal`` there. offset-ledger's
+consumer-group mirror commits a pipeline's positions to a Kafka group, so MM2 translates them like
+any group's; this module reads those records and turns them into ``startingOffsets`` on the backup.
+
+Checkpoint records (``org.apache.kafka.connect.mirror.Checkpoint``) use Kafka's protocol types,
+big-endian: a STRING is an int16 byte length and UTF-8 bytes, INT32/INT64 fixed width.
+
+- key: consumer group (STRING), topic (STRING, the *target* cluster's name), partition (INT32);
+- value: a header, the format version (INT16, 0 is the only one), then the upstream offset
+  (INT64), the downstream offset (INT64) and the committed metadata (STRING).
+
+Both offsets follow Kafka's committed-offset convention: the *next* offset to read, on the source
+and on the target cluster. MM2's translation is conservative: the downstream offset never lies
+past the replica of the upstream one, so a failover re-reads records and never skips any. How
+many at most: everything the backup holds from the downstream start on (``reread_max``), of which
+``U - C`` upstream offsets (ledger position minus the checkpoint's upstream offset) are certain.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from offset_ledger.errors import FailoverRefused, InvalidInput, KafkaError
+from offset_ledger.rules.model import Finding, TopicPartition, Watermarks
+
+Uncheckpointed = Literal["fail", "earliest"]
+ReplicationPolicy = Literal["default", "identity"]
+PartitionStatus = Literal["translated", "earliest", "new_partition"]
+
+#: The only checkpoint value format MM2 writes (Checkpoint.VERSION).
+CHECKPOINT_VERSION = 0
+
+
+def checkpoints_topic(source_alias: str) -> str:
+    """MM2's checkpoints topic on the target for flows from ``source_alias``."""
+    return f"{source_alias}.checkpoints.internal"
+
+
+@dataclass(frozen=True)
+class Mm2Checkpoint:
+    """One MM2 checkpoint: a group's committed offset on the source and its translation on the target."""
+
+    consumer_group: str
+    topic: str  # the target cluster's topic name (already renamed by the replication policy)
+    partition: int
+    upstream_next_offset: int
+    downstream_next_offset: int
+    metadata: str = ""
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+class _Reader:
+    def __init__(self, data: bytes, what: str) -> None:
+        self.data, self.at, self.what = data, 0, what
+
+    def take(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        if self.at + size > len(self.data):
+            raise KafkaError(f"MM2 checkpoint {self.what} is truncated ({len(self.data)} bytes)")
+        (value,) = struct.unpack_from(fmt, self.data, self.at)
+        self.at += size
+        return value
+
+    def string(self) -> str:
+        length = self.take(">h")
+        if length < 0 or self.at + length > len(self.data):
+            raise KafkaError(f"MM2 checkpoint {self.what} has a bad string length {length}")
+        raw = self.data[self.at:self.at + length]
+        self.at += length
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise KafkaError(f"MM2 checkpoint {self.what} has a string that is not UTF-8") from exc
+
+
+def decode_checkpoint(key: bytes, value: bytes) -> Mm2Checkpoint:
+    """A checkpoint record's key and value; KafkaError on a truncated record or an unknown version."""
+    if key is None or value is None:
+        raise KafkaError("MM2 checkpoint record without key or value")
+    k = _Reader(bytes(key), "key")
+    group, topic, partition = k.string(), k.string(), k.take(">i")
+    v = _Reader(bytes(value), "value")
+    version = v.take(">h")
+    if version != CHECKPOINT_VERSION:
+        raise KafkaError(f"MM2 checkpoint value format version {version} is unknown (this offset-ledger "
+                         f"reads version {CHECKPOINT_VERSION}); refusing to guess", version=version)
+    upstream, downstream, meta = v.take(">q"), v.take(">q"), v.string()
+    return Mm2Checkpoint(group, topic, partition, upstream, downstream, meta)
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode("utf-8")
+    return struct.pack(">h", len(raw)) + raw
+
+
+def encode_checkpoint(cp: Mm2Checkpoint) -> tuple[bytes, bytes]:
+    """(key, value) exactly as MM2 writes them; for tests and fixtures."""
+    key = _string(cp.consumer_group) + _string(cp.topic) + struct.pack(">i", cp.partition)
+    value = struct.pack(">hqq", CHECKPOINT_VERSION, cp.upstream_next_offset, cp.downstream_next_offset) \
+        + _string(cp.metadata)
+    return key, value
+
+
+def latest_checkpoints(records: Sequence[Mm2Checkpoint], consumer_group: str) -> dict[TopicPartition, Mm2Checkpoint]:
+    """The newest checkpoint per target partition of one group (records in topic order; the last wins,
+    as in the compacted topic)."""
+    out: dict[TopicPartition, Mm2Checkpoint] = {}
+    for cp in records:
+        if cp.consumer_group == consumer_group:
+            out[cp.tp] = cp
+    return out
+
+
+# -- topic names ---------------------------------------------------------------------------------
+
+
+def target_topic(topic: str, *, source_alias: str, target_alias: str | None = None,
+                 policy: ReplicationPolicy = "default", separator: str = ".") -> str:
+    """The name MM2 gives ``topic`` of cluster ``source_alias`` on the target cluster.
+
+    ``default`` (DefaultReplicationPolicy) prefixes the source alias: ``orders`` -> ``primary.orders``;
+    a topic that came from the target in the first place (``backup.orders`` failing back to
+    ``backup``) maps to its original name, as MM2's checkpoint connector does. ``identity``
+    (IdentityReplicationPolicy) keeps the name.
+    """
+    if policy == "identity":
+        return topic
+    if policy != "default":
+        raise InvalidInput(f"unknown replication policy {policy!r} (default or identity)")
+    if not separator:
+        raise InvalidInput("the replication policy separator must not be empty")
+    head, sep, rest = topic.partition(separator)
+    if target_alias is not None and sep and head == target_alias and rest:
+        return rest
+    return f"{source_alias}{separator}{topic}"
+
+
+# -- the plan ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailoverPartition:
+    """One partition of the failover: where the ledger was, what MM2 translated, where the backup starts."""
+
+    source_topic: str
+    target_topic: str
+    partition: int
+    status: PartitionStatus
+    ledger_next_offset: int | None          # on the source cluster
+    checkpoint_upstream_offset: int | None  # the group's committed offset MM2 last translated
+    start_next_offset: int                  # on the target cluster (a number, never a sentinel)
+    #: Upstream offsets the ledger is past MM2's checkpoint: records certainly read again.
+    behind_checkpoint: int
+    #: Records the backup holds from the start on when planned: the most the pipeline re-reads.
+    reread_max: int
+    #: Timestamps (epoch ms) of the first and last record that may be read again; None when unknown.
+    reread_from_ms: int | None = None
+    reread_until_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sourceTopic": self.source_topic, "targetTopic": self.target_topic, "partition": self.partition,
+                "status": self.status, "ledgerNextOffset": self.ledger_next_offset,
+                "checkpointUpstreamOffset": self.checkpoint_upstream_offset,
+                "startNextOffset": self.start_next_offset, "behindCheckpoint": self.behind_checkpoint,
+                "rereadMax": self.reread_max, "rereadFromMs": self.reread_from_ms,
+                "rereadUntilMs": self.reread_until_ms}
+
+
+@dataclass(frozen=True)
+class FailoverProblem:
+    """A partition the translation cannot start safely; ``uncheckpointed`` decides what happens."""
+
+    source_topic: str
+    target_topic: str
+    partition: int
+    reason: Literal["no_checkpoint", "checkpoint_ahead", "below_log_start", "beyond_log_end"]
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sourceTopic": self.source_topic, "targetTopic": self.target_topic, "partition": self.partition,
+                "reason": self.reason, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class FailoverPlan:
+    """Where a pipeline starts on the target cluster, partition by partition."""
+
+    topic_map: Mapping[str, str]
+    partitions: tuple[FailoverPartition, ...]
+    problems: tuple[FailoverProblem, ...] = ()
+    findings: tuple[Finding, ...] = field(default_factory=tuple)
+
+    @property
+    def starting_offsets(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for p in self.partitions:
+            out.setdefault(p.target_topic, {})[str(p.partition)] = p.start_next_offset
+        return out
+
+    @property
+    def reread_max(self) -> int:
+        return sum(p.reread_max for p in self.partitions)
+
+
+def plan_failover(
+    ledger: Mapping[TopicPartition, int],
+    checkpoints: Mapping[TopicPartition, Mm2Checkpoint],
+    target_watermarks: Mapping[TopicPartition, Watermarks],
+    topic_map: Mapping[str, str],
+    *,
+    uncheckpointed: Uncheckpointed = "fail",
+) -> FailoverPlan:
+    """The failover plan from the ledger's positions (source names, next offsets), MM2's checkpoints
+    (target names) and the target's watermarks, for the topics in ``topic_map`` (source -> target).
+
+    Every target partition of a mapped topic gets a start. A partition the ledger never read starts
+    at the log start (a new partition, as on any restart). A partition the ledger read but MM2 has
+    no safe translation for (no checkpoint yet, a checkpoint *ahead* of the ledger, which would skip
+    records, or a translation outside the target's log) is a problem: ``uncheckpointed="fail"``
+    raises FailoverRefused naming them all; ``"earliest"`` starts it at the log start and says what
+    that re-reads. Nothing is ever started past what the ledger read.
+    """
+    if uncheckpointed not in ("fail", "earliest"):
+        raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
+    by_target: dict[str, dict[int, Watermarks]] = {}
+    for tp, wm in target_watermarks.items():
+        by_target.setdefault(tp.topic, {})[tp.partition] = wm
+    missing_topics = sorted(t for s, t in topic_map.items() if t not in by_target)
+    if missing_topics:
+        raise FailoverRefused(
+            f"not on the target cluster: {', '.join(missing_topics)} (is MirrorMaker 2 replicating them, and "
+            "is the source alias right?)", reason="topic_missing", topics=missing_topics)
+    parts: list[FailoverPartition] = []
+    problems: list[FailoverProblem] = []
+    lost: list[str] = []
+    for source in sorted(topic_map):
+        target = topic_map[source]
+        on_target = by_target[target]
+        ledger_parts = {tp.partition for tp in ledger if tp.topic == source}
+        for p in sorted(ledger_parts - set(on_target)):
+            lost.append(f"{source}:{p}")
+        for p in sorted(on_target):
+            wm = on_target[p]
+            upstream = ledger.get(TopicPartition(source, p))
+            cp = checkpoints.get(TopicPartition(target, p))
+            if upstream is None:
+                parts.append(FailoverPartition(source, target, p, "new_partition", None, None, wm.log_start_offset,
+                                               0, wm.log_end_offset - wm.log_start_offset))
+                continue
+            problem = _problem(source, target, p, upstream, cp, wm)
+            if problem is not None:
+                problems.append(problem)
+                parts.append(FailoverPartition(
+                    source, target, p, "earliest", upstream, cp.upstream_next_offset if cp else None,
+                    wm.log_start_offset, 0, wm.log_end_offset - wm.log_start_offset))
+                continue
+            assert cp is not None
+            start = cp.downstream_next_offset
+            parts.append(FailoverPartition(source, target, p, "translated", upstream, cp.upstream_next_offset, start,
+                                           upstream - cp.upstream_next_offset, wm.log_end_offset - start))
+    if lost:
+        raise FailoverRefused(
+            f"partitions the ledger read are not on the target cluster: {', '.join(lost)}; starting without "
+            "them would skip their records", reason="partition_missing", partitions=lost)
+    if problems and uncheckpointed == "fail":
+        names = ", ".join(f"{x.target_topic}:{x.partition} ({x.reason})" for x in problems)
+        raise FailoverRefused(
+            f"no safe MM2 translation for {len(problems)} partition(s): {names}; wait for MirrorMaker 2 to "
+            "checkpoint them, or choose --uncheckpointed earliest to read them from the start of the backup's log",
+            reason="uncheckpointed", problems=[x.to_dict() for x in problems])
+    return FailoverPlan(dict(topic_map), tuple(parts), tuple(problems))
+
+
+def _problem(source: str, target: str, p: int, upstream: int, cp: Mm2Checkpoint | None,
+             wm: Watermarks) -> FailoverProblem | None:
+    if cp is None:
+        return FailoverProblem(source, target, p, "no_checkpoint", "MirrorMaker 2 has not checkpointed it")
+    if cp.upstream_next_offset > upstream:
+        # The group was committed past the ledger (by someone else, or before a reset moved the
+        # pipeline back): its translation would skip what the pipeline has not read.
+        return FailoverProblem(source, target, p, "checkpoint_ahead",
+                               f"MM2 translated upstream offset {cp.upstream_next_offset}, the ledger is at {upstream}")
+    if cp.downstream_next_offset < wm.log_start_offset:
+        return FailoverProblem(source, target, p, "below_log_start",
+                               f"translated offset {cp.downstream_next_offset} is below the backup's log start "
+                               f"{wm.log_start_offset} (retention)")
+    if cp.downstream_next_offset > wm.log_end_offset:
+        return FailoverProblem(source, target, p, "beyond_log_end",
+                               f"translated offset {cp.downstream_next_offset} is past the backup's log end "
+                               f"{wm.log_end_offset} (the topic was re-created?)")
+    return None
+
+
+def with_time_spans(plan: FailoverPlan, first_ms: Mapping[TopicPartition, int],
+                    last_ms: Mapping[TopicPartition, int]) -> FailoverPlan:
+    """The plan with each partition's re-read time span (timestamps read from the target, by target name)."""
+    from dataclasses import replace
+
+    parts = tuple(replace(p, reread_from_ms=first_ms.get(TopicPartition(p.target_topic, p.partition)),
+                          reread_until_ms=last_ms.get(TopicPartition(p.target_topic, p.partition)))
+                  if p.reread_max > 0 else p for p in plan.partitions)
+    return replace(plan, partitions=parts)
+
+
+def failover_findings(plan: FailoverPlan, *, source_alias: str, target_bootstrap: str,
+                      target_cluster_id: str | None, source_cluster_id: str | None) -> tuple[Finding, ...]:
+    """The stored findings: one ``failover`` finding stating the translation gap, one per problem."""
+    spans = [(p.reread_from_ms, p.reread_until_ms) for p in plan.partitions
+             if p.reread_from_ms is not None and p.reread_until_ms is not None]
+    span_ms = (max(u for _, u in spans) - min(f for f, _ in spans)) if spans else 0
+    translated = sum(1 for p in plan.partitions if p.status == "translated")
+    summary = Finding(
+        "failover",
+        f"failed over from {source_alias} to {target_bootstrap}: {translated} partition(s) translated by "
+        f"MirrorMaker 2, {len(plan.problems)} from the backup's log start; at most {plan.reread_max} record(s) "
+        f"are read again, spanning {span_ms / 1000:.1f} s of record time",
+        details={"source_alias": source_alias, "target_bootstrap": target_bootstrap,
+                 "source_cluster_id": source_cluster_id, "target_cluster_id": target_cluster_id,
+                 "topic_map": dict(plan.topic_map), "reread_max": plan.reread_max, "reread_span_ms": span_ms,
+                 "partitions": [p.to_dict() for p in plan.partitions]})
+    extra = tuple(Finding("failover", f"{x.target_topic}:{x.partition} starts at the backup's log start: {x.detail}",
+                          topic=x.target_topic, partition=x.partition, details=x.to_dict()) for x in plan.problems)
+    return (summary, *extra)
