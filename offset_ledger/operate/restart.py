@@ -29,6 +29,7 @@ from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
+from offset_ledger.ledger.position_check import positions_moved
 from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations
 from offset_ledger.operate.gc_pause import gc_paused
@@ -314,8 +315,9 @@ def _decide_under_lock(
     try:
         with engine.begin() as conn:
             lock_pipeline(conn, pipeline, group)
-            now = read_ledger_on(conn, pipeline, consumer_group, list(cluster.topics))
-            changes = ledger_changes(ledger, now, cluster.topics)
+            now = read_ledger_on(conn, pipeline, consumer_group, list(cluster.topics), with_positions=False)
+            moved = positions_moved(conn, pipeline, now.consumer_group, cluster.topics, ledger.positions)
+            changes = ledger_changes(ledger, now, cluster.topics, moved=moved)
             t1 = time.perf_counter()
             if changes:
                 return changes
