@@ -15,7 +15,7 @@
    Targets: cold < 500 ms, warm p99 < 250 ms. Each of ``--rounds`` rounds runs the scrapes in a
    fresh process; with ``--baseline-tree DIR`` (a checkout of the commit to compare with, e.g.
    ``git archive <commit> | tar -x -C DIR``) the rounds alternate between that code and this one,
-   over the same database and topics, and the ratios are printed side by side.
+   over the same topics and rows (the baseline on a copy of the database at its own schema revision), and the ratios are printed side by side.
 """
 
 from __future__ import annotations

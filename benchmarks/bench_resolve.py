@@ -16,7 +16,7 @@ Topics and the database are deleted afterwards unless ``--keep``.
 ``--rounds N`` then times N more cold restarts on a new generation (each an upgrade: a new
 ``app_version``), each in a fresh process; with ``--baseline-tree DIR`` (a checkout of the commit to
 compare with, e.g. ``git archive <commit> | tar -x -C DIR``) they alternate between that code and
-this one over the same database and topics, and the medians are printed side by side. The exit
+this one over the same topics and positions (the baseline in its own database, its schema made by its code), and the medians are printed side by side. The exit
 status then follows the median of this code's rounds.
 
 Broker safety: every partition keeps file descriptors open on the broker (about two), and a deleted
