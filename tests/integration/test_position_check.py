@@ -48,3 +48,30 @@ def test_positions_moved_counts_what_a_reread_would_find(ledger: Engine) -> None
         # Rows seen that are gone now (a dropped partition) count once each.
         assert positions_moved(conn, "p", "p", wanted, [*seen, Position("orders", 99, 5)]) == 4
         assert positions_moved(conn, "p", "p", wanted, []) == 101 == _oracle(conn, [], wanted)
+
+
+def test_pipeline_footprint_topics_by_index_skip_equal_a_distinct(ledger: Engine) -> None:
+    """The (group, topic) pairs the restart reads by skipping through the primary key, against a DISTINCT."""
+    from sqlalchemy import select
+
+    from offset_ledger.ledger.queries import pipeline_footprint
+
+    rows = [{"pipeline": pipe, "consumer_group": group, "topic": topic, "partition": n, "next_offset": n,
+             "updated_at": T0}
+            for pipe in ("p", "p2", "o")
+            for group in ("g", "G", "g-2", "ä")
+            for topic in (*TOPICS, "a", "Z", "z_")
+            for n in range(3 if pipe == "p" else 1)]
+    with ledger.begin() as conn:
+        conn.execute(insert(positions), rows)
+    with ledger.connect() as conn:
+        for pipe in ("p", "p2", "none"):
+            got = {g: f["topics"] for g, f in pipeline_footprint(conn, pipe).items()}
+            expected: dict[str, list[str]] = {}
+            for g, t in conn.execute(select(positions.c.consumer_group, positions.c.topic).distinct()
+                                     .where(positions.c.pipeline == pipe)
+                                     .order_by(positions.c.consumer_group, positions.c.topic)):
+                expected.setdefault(g, []).append(t)
+            assert got == expected
+            assert list(got) == list(expected)  # the same order
+        assert len(pipeline_footprint(conn, "p")) == 4 and len(pipeline_footprint(conn, "p")["g"]["topics"]) == 6
