@@ -15,7 +15,7 @@
    Targets: cold < 500 ms, warm p99 < 250 ms. Each of ``--rounds`` rounds runs the scrapes in a
    fresh process; with ``--baseline-tree DIR`` (a checkout of the commit to compare with, e.g.
    ``git archive <commit> | tar -x -C DIR``) the rounds alternate between that code and this one,
-   over the same database and topics, and the ratios are printed side by side.
+   over the same topics and rows (the baseline on a copy of the database at its own schema revision), and the ratios are printed side by side.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, os.environ.get("BENCH_CODE_ROOT") or str(ROOT))
 
 import bench_record  # noqa: E402 - sibling module; benchmarks run as scripts
-from _scratch import ScratchDatabase  # noqa: E402
+from _scratch import ScratchDatabase, baseline_copy  # noqa: E402
 
 from offset_ledger.capture.listener import OffsetLedgerListener  # noqa: E402
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
@@ -208,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         return scrape_worker(args)
     failures: list[str] = []
     scratch = ScratchDatabase(args.dsn, "bench_mirror")
+    base_db: ScratchDatabase | None = None
     topics: list[str] = []
     try:
         engine = make_engine(scratch.dsn)
@@ -218,11 +219,15 @@ def main(argv: list[str] | None = None) -> int:
 
         topics = seed_scrape(scratch.dsn, args.bootstrap_servers, args.pipelines)
         sides = [("baseline", args.baseline_tree), ("now", None)] if args.baseline_tree else [("now", None)]
+        dsn_of = {"now": scratch.dsn}
+        if args.baseline_tree:
+            base_db = baseline_copy(scratch, args.baseline_tree)  # the same rows at the baseline's schema
+            dsn_of["baseline"] = base_db.dsn
         got: dict[str, list[dict[str, float]]] = {label: [] for label, _ in sides}
         series = 0
         for r in range(args.rounds):
             for label, tree in (sides if r % 2 == 0 else sides[::-1]):  # alternate who goes first
-                one = scrape_in_worker(tree, scratch.dsn, args.bootstrap_servers, args.scrapes)
+                one = scrape_in_worker(tree, dsn_of[label], args.bootstrap_servers, args.scrapes)
                 got[label].append(one)
                 series = int(one["series"])
                 print(f"  round {r + 1} {label:>8}: cold {one['cold']:7.1f} ms  warm p50 {one['warm_p50']:6.1f} "
@@ -252,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
             admin.delete_topics(topics)
             admin.close()
         scratch.drop()
+        if base_db is not None:
+            base_db.drop()
     for failure in failures:
         print(f"MISSED: {failure}")
     return 1 if failures else 0

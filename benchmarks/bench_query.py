@@ -599,6 +599,24 @@ class Bench:
               f"(run {run.wall_s:.1f} s){extra}", flush=True)
 
 
+# Student's t, two-sided 95% (0.975 quantile) by degrees of freedom; 2.0 past the table (df > 30: 1.96-2.04).
+_T975 = [12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
+
+
+def paired_ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
+    """(geometric mean, low, high): a 95% t interval of paired ratios on the log scale."""
+    import math
+
+    logs = [math.log(r) for r in ratios]
+    mean = statistics.fmean(logs)
+    if len(logs) < 2:
+        return math.exp(mean), float("nan"), float("nan")
+    t = _T975[len(logs) - 2] if len(logs) - 1 <= len(_T975) else 2.0
+    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
+    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
+
+
 def report(result: dict[str, Any], failures: list[str]) -> None:
     partitions, rounds, latency = result["partitions"], result["rounds"], result["latency"]
     others = [side for side in result["sides"] if side != "without"]
@@ -624,6 +642,7 @@ def report(result: dict[str, Any], failures: list[str]) -> None:
         print(f"other work on the machine during these runs: median {statistics.median(loads):.2f}, "
               f"max {max(loads):.2f} CPU cores; {result['discarded']} round(s) discarded for more than "
               f"{result['max_foreign']} cores")
+    paired: list[tuple[str, str, list[float]]] = []
     for side in others:  # "bridge" (PySpark's listener bus + the py4j fetch only) is shown, never held
         held_side = side == "with"
         runs = [got[side] for got in rounds]
@@ -639,6 +658,8 @@ def report(result: dict[str, Any], failures: list[str]) -> None:
                   f"{f'{min(per_round):.3f}-{max(per_round):.3f}':<13} {f'<= {TARGET_RATIO}x' if held else '-':>8}")
             if held and ratio > TARGET_RATIO:
                 failures.append(f"{partitions} partitions: {label} ratio {ratio:.3f}x (target <= {TARGET_RATIO}x)")
+            if label in ("batch p50 ms", "records/s (first to last batch)"):
+                paired.append((side, label, per_round))
         if all(r.cpu_s for got in rounds for r in got.values()):
             n = len(without[0].batch_ids)  # the whole run, batch 0 included
             split = []
@@ -652,6 +673,13 @@ def report(result: dict[str, Any], failures: list[str]) -> None:
         if callbacks:
             print(f"{'listener callback p99 ms':>34} {'':>9} {statistics.median(callbacks):>9.2f} {'':>7}  "
                   f"median of runs, max {max(callbacks):.2f} (py4j fetch of the JSON included)")
+    # The effect with its uncertainty: each round is a pair (one run without, one with, run back to
+    # back in alternating order), so the per-round ratios are the paired samples; their geometric
+    # mean with a 95% t interval on the log scale says what the listener costs and how sure that is.
+    for side, label, per_round in paired:
+        mean, lo, hi = paired_ratio_interval(per_round)
+        print(f"{f'paired {side}/without, {label}':>34}  {mean:.3f}x, 95% CI {lo:.3f}-{hi:.3f}x "
+              f"({len(per_round)} rounds; geometric mean of the per-round ratios)")
     durable = [s for r in latency for s in r.durable_s.values()]
     segments = [
         ("commit -> trigger end (Spark)", [r.ended_s[b] for r in latency for b in r.durable_s],

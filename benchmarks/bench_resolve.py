@@ -16,7 +16,7 @@ Topics and the database are deleted afterwards unless ``--keep``.
 ``--rounds N`` then times N more cold restarts on a new generation (each an upgrade: a new
 ``app_version``), each in a fresh process; with ``--baseline-tree DIR`` (a checkout of the commit to
 compare with, e.g. ``git archive <commit> | tar -x -C DIR``) they alternate between that code and
-this one over the same database and topics, and the medians are printed side by side. The exit
+this one over the same topics and positions (the baseline in its own database, its schema made by its code), and the medians are printed side by side. The exit
 status then follows the median of this code's rounds.
 
 Broker safety: every partition keeps file descriptors open on the broker (about two), and a deleted
@@ -112,11 +112,13 @@ def _cold_worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cold_rounds(args: argparse.Namespace, dsn: str, topics: list[str], root: str) -> dict[str, list[dict[str, Any]]]:
+def _cold_rounds(args: argparse.Namespace, dsn: str, topics: list[str], root: str,
+                 baseline_dsn: str | None = None) -> dict[str, list[dict[str, Any]]]:
     import json
     import subprocess
 
     sides = [("baseline", args.baseline_tree), ("now", None)] if args.baseline_tree else [("now", None)]
+    dsn_of = {"baseline": baseline_dsn or dsn, "now": dsn}
     out: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in sides}
     for r in range(args.rounds):
         for label, tree in (sides if r % 2 == 0 else sides[::-1]):  # alternate who goes first
@@ -125,7 +127,7 @@ def _cold_rounds(args: argparse.Namespace, dsn: str, topics: list[str], root: st
                 env["BENCH_CODE_ROOT"] = os.path.abspath(tree)
                 env["PYTHONPATH"] = env["BENCH_CODE_ROOT"] + os.pathsep + env.get("PYTHONPATH", "")
             done = subprocess.run(
-                [sys.executable, __file__, "--cold-worker", "--admin-dsn", dsn, "--bootstrap-servers",
+                [sys.executable, __file__, "--cold-worker", "--admin-dsn", dsn_of[label], "--bootstrap-servers",
                  args.bootstrap_servers, "--worker-topics", ",".join(topics), "--worker-root", root,
                  "--worker-version", f"{label}-{r}"], env=env, capture_output=True, text=True, timeout=600)
             if done.returncode != 0:
@@ -275,7 +277,30 @@ def main(argv: list[str] | None = None) -> int:
             print(f"    {line}")
         if not args.rounds:
             return 0 if cold <= TARGET_SECONDS else 1
-        rounds = _cold_rounds(args, dsn, topics, root)
+        baseline_dsn = None
+        if args.baseline_tree:
+            # The baseline's own database with the same positions, its schema made by its own code: a
+            # schema revision this code added (0008) is unknown there, and the rounds compare code and
+            # schema together.
+            import subprocess
+
+            base_scratch = ScratchDatabase(args.admin_dsn, "bench_resolve_base")
+            baseline_dsn = base_scratch.dsn
+            tree = os.path.abspath(args.baseline_tree)
+            subprocess.run([sys.executable, "-c", "import sys; from offset_ledger.ledger.engine import ensure_schema, "
+                            "make_engine; ensure_schema(make_engine(sys.argv[1]))", baseline_dsn], check=True, cwd=tree,
+                           env={**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")})
+            base_engine = make_engine(baseline_dsn)
+            with base_engine.begin() as conn:
+                conn.execute(insert(positions), [
+                    {"pipeline": pipeline, "consumer_group": pipeline, "topic": t, "partition": p,
+                     "next_offset": 0, "updated_at": now} for t in topics for p in range(args.partitions)])
+            base_engine.dispose()
+        try:
+            rounds = _cold_rounds(args, dsn, topics, root, baseline_dsn)
+        finally:
+            if baseline_dsn and not args.keep:
+                base_scratch.drop()
         print(f"  cold restarts on a new generation (an upgrade), {args.rounds} rounds, each in a fresh process; "
               "median [range]:")
         med = {}

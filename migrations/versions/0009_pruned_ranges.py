@@ -1,7 +1,7 @@
 """What prune deleted: ``pruned_ranges``, so verify tells pruned history from history never recorded.
 
 Revision ID: 0009
-Revises: 0005
+Revises: 0008
 Create Date: 2026-11-25
 
 One row per island of deleted ranges (one query, one partition, offsets that tile). New table only;
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0009"
-down_revision = "0005"
+down_revision = "0008"
 branch_labels = None
 depends_on = None
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from offset_ledger.errors import ConfigError, KafkaAuthenticationFailed, KafkaError, KafkaUnavailable
 from offset_ledger.kafka.client_config import client_configs
+from offset_ledger.kafka.record_times import record_times_by_fetch
 from offset_ledger.kafka.snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.rules.model import TopicPartition, Watermarks
 
@@ -267,6 +268,28 @@ class KafkaAdapter:
         per partition. Each fetch returns a run of records, which answers every wanted offset it
         covers (pipelines at different offsets of one partition); further rounds seek to the rest.
         """
+        by_key: dict[tuple[str, int], set[int]] = {}
+        for tp, offset in wanted:
+            by_key.setdefault((tp.topic, tp.partition), set()).add(int(offset))
+        if not by_key:
+            return {}
+        # Our own Fetch per leader, reading only batch and record headers (``kafka/record_times.py``);
+        # what it cannot answer goes to the consumer below, which decodes every record it fetches.
+        found: dict[tuple[TopicPartition, int], int] = {}
+        left = {key: sorted(offsets) for key, offsets in by_key.items()}
+        try:
+            with self._lock:
+                found, left = record_times_by_fetch(self._client()._manager, left, rounds=rounds)
+        except Exception as exc:  # noqa: BLE001 - the consumer path below answers (or reports) it
+            log.debug("record timestamps by our own fetch failed (%s); the consumer reads them", exc)
+        if left:
+            found.update(self._record_timestamps_by_consumer(
+                [(TopicPartition(t, p), o) for (t, p), offsets in left.items() for o in offsets],
+                timeout_ms=timeout_ms, rounds=rounds))
+        return found
+
+    def _record_timestamps_by_consumer(self, wanted: Iterable[tuple[TopicPartition, int]], *,
+                                       timeout_ms: int, rounds: int) -> dict[tuple[TopicPartition, int], int]:
         from kafka import TopicPartition as KTP
 
         todo: dict[KTP, set[int]] = {}

@@ -42,7 +42,10 @@ class MetricsReads:
     def _metrics(self) -> MetricsSnapshot:
         connect = getattr(self.kafka, "connect_in_background", None) if self.has_kafka else None
         if connect is not None:
-            connect(sampler=True)  # a first scrape: the Kafka handshakes overlap the ledger reads below
+            # A first scrape: the client's handshake overlaps the ledger reads below. Not the
+            # timestamp consumer's: record timestamps come from the client's own Fetch now
+            # (kafka/record_times.py); that consumer is made only for what the Fetch leaves.
+            connect()
         summaries = self.list_pipelines(with_lag=False)
         with self._db() as conn:
             pos, facts = self._positions_and_window(conn)  # the status needs the facts read with the positions

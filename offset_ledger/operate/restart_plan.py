@@ -91,21 +91,27 @@ def read_ledger(
 
 def read_ledger_on(
     conn: Connection, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
+    *, with_positions: bool = True,
 ) -> LedgerView:
-    """``read_ledger`` on an open connection (the restart reads again under the pipeline lock)."""
+    """``read_ledger`` on an open connection (the restart reads again under the pipeline lock, where
+    ``with_positions=False`` leaves the positions out: ``ledger.position_check`` compares them)."""
     footprint = pipeline_footprint(conn, pipeline)
     group = consumer_group or choose_group(pipeline, footprint)
     # Resets are read before positions: a reset committed in between then stays pending
     # (a later restart applies it again, harmlessly) instead of being marked consumed
     # without its positions being in this plan.
     pending = gens.pending_reset_ids(conn, pipeline, group)
-    positions = current_positions(conn, pipeline, group, topics)
+    positions = current_positions(conn, pipeline, group, topics) if with_positions else []
     generation = gens.current_generation(conn, pipeline, group, offsets=False)
     return LedgerView(tuple(positions), tuple(pending), generation, group, footprint)
 
 
-def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str]) -> list[str]:
-    """What differs between two reads of the ledger that a plan depends on (empty: nothing)."""
+def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str], *,
+                   moved: int | None = None) -> list[str]:
+    """What differs between two reads of the ledger that a plan depends on (empty: nothing).
+
+    ``moved``: the position rows that differ, counted by the database (``ledger.position_check``);
+    None compares the two views' positions here."""
     wanted = set(topics)
     changed = []
     if before.consumer_group != after.consumer_group:
@@ -117,10 +123,11 @@ def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str])
                        f"{after.generation.generation if after.generation else '?'}")
     if before.pending_reset_ids != after.pending_reset_ids:
         changed.append(f"pending resets {list(before.pending_reset_ids)} -> {list(after.pending_reset_ids)}")
-    mine = [p for p in before.positions if p.topic in wanted]
-    theirs = [p for p in after.positions if p.topic in wanted]
-    if mine != theirs:
-        moved = len(set(theirs) ^ set(mine))
+    if moved is None:
+        mine = [p for p in before.positions if p.topic in wanted]
+        theirs = [p for p in after.positions if p.topic in wanted]
+        moved = len(set(theirs) ^ set(mine)) if mine != theirs else 0
+    if moved:
         changed.append(f"{moved} position row(s) moved (a batch or a reset committed)")
     return changed
 

@@ -6,12 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select, text
 
-from offset_ledger.ledger.engine import (
-    current_revision,
-    head_revision,
-    make_engine,
-    upgrade,
-)
+from offset_ledger.ledger.engine import current_revision, downgrade, head_revision, make_engine, upgrade
 from offset_ledger.ledger.recorder import BatchRecord, Recorder
 from offset_ledger.ledger.tables import (
     batches,
@@ -87,5 +82,36 @@ def test_upgrade_from_0002_with_data_keeps_it_and_tells_current_runs_from_foreig
             kinds = sorted(r.kind for r in conn.execute(select(findings)))
             assert kinds == ["foreign_run", "gap"]
             assert conn.execute(select(batches.c.batch_id).order_by(batches.c.batch_id)).scalars().all() == [4, 7]
+    finally:
+        engine.dispose()
+
+
+def test_0008_leaves_room_on_positions_pages_and_updates_stay_on_their_page(pg_dsn: str) -> None:
+    engine = make_engine(pg_dsn)
+    try:
+        upgrade(engine, "0005")
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO positions (pipeline, consumer_group, topic, \"partition\", next_offset, updated_at) "
+                "SELECT 'orders', 'orders', 't', p, p, :at FROM generate_series(0, 999) AS p"), {"at": T0})
+        upgrade(engine)
+        assert current_revision(engine) == head_revision()
+        with engine.begin() as conn:
+            options = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'positions'")).scalar()
+            assert options == ["fillfactor=50"]
+            assert conn.execute(text("SELECT count(*), sum(next_offset) FROM positions")).one() == (1000, 499500)
+            before = conn.execute(text("SELECT pg_relation_size('pk_positions')")).scalar()
+        # The existing rows were rewritten with free space: updating all of them at once (a
+        # restart's baseline), three times, adds no index entries (each new version stays on its
+        # page; the page's dead versions are pruned when it is updated again).
+        for _ in range(3):
+            with engine.begin() as conn:
+                conn.execute(text("UPDATE positions SET next_offset = next_offset + 1, generation_id = 1"))
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT pg_relation_size('pk_positions')")).scalar() == before
+            assert conn.execute(text("SELECT sum(next_offset) FROM positions")).scalar() == 499500 + 3000
+        downgrade(engine, "0005")
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'positions'")).scalar() is None
     finally:
         engine.dispose()

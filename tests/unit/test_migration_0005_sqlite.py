@@ -7,14 +7,7 @@ from pathlib import Path
 
 from sqlalchemy import inspect, select, text
 
-from offset_ledger.ledger.engine import (
-    current_revision,
-    downgrade,
-    ensure_schema,
-    head_revision,
-    make_engine,
-    upgrade,
-)
+from offset_ledger.ledger.engine import current_revision, downgrade, ensure_schema, head_revision, make_engine, upgrade
 from offset_ledger.ledger.tables import batches, checkpoint_generations, findings
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)

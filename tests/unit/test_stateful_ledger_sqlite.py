@@ -8,13 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import inspect, select, text
 
-from offset_ledger.ledger.engine import (
-    current_revision,
-    ensure_schema,
-    head_revision,
-    make_engine,
-    upgrade,
-)
+from offset_ledger.ledger.engine import current_revision, ensure_schema, head_revision, make_engine, upgrade
 from offset_ledger.ledger.recorder import BatchRecord, Recorder
 from offset_ledger.ledger.tables import batches
 from offset_ledger.operate.operations import Operations
