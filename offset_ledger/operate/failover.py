@@ -48,6 +48,7 @@ from offset_ledger.rules.failover import (
     checkpoints_topic,
     failover_findings,
     plan_failover,
+    returns_home,
     target_topic,
     with_time_spans,
 )
@@ -162,8 +163,11 @@ def failover(
             present = adapter.partitions(sorted(set(topic_map.values())))
             watermarks = adapter.watermarks(sorted(present)) if present else {}
             ids = adapter.topic_ids(sorted(present)) if present else {}
-            cps = read_checkpoints(to_bootstrap, checkpoints_topic(source_alias), group, options=kafka_options)
-            plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed)
+            returning = {t for t in topic_map if returns_home(t, target_alias=target_alias, policy=replication_policy,
+                                                              separator=separator)}
+            cps = _checkpoints(to_bootstrap, source_alias, group, kafka_options, failing_back=returning == set(topic_map))
+            plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed,
+                                 returning=returning)
             plan = _with_spans(adapter, plan, watermarks)
         try:
             target_id = cluster_id(to_bootstrap, kafka_options)
@@ -179,6 +183,21 @@ def failover(
         return _record(engine, result, before, root, version, ids, watermarks, force)
     finally:
         engine.dispose()
+
+
+def _checkpoints(bootstrap: str, source_alias: str, group: str, options: Mapping[str, Any] | None, *,
+                 failing_back: bool) -> dict[TopicPartition, Any]:
+    """MM2's checkpoints of ``group``; failing back, a missing checkpoints topic is simply none.
+
+    MM2 never checkpoints a topic back to the cluster it came from, so a failback must not demand
+    that a reverse flow ran: the plan then names the partitions (``not_translated_back``).
+    """
+    try:
+        return read_checkpoints(bootstrap, checkpoints_topic(source_alias), group, options=options)
+    except FailoverRefused as exc:
+        if failing_back and exc.details.get("reason") == "no_checkpoints_topic":
+            return {}
+        raise
 
 
 def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpoint_root: str | None,
