@@ -28,6 +28,7 @@ from offset_ledger.kafka.mm2_checkpoints import read_checkpoints
 from offset_ledger.rules.failover import checkpoints_topic
 from tests.integration.kafka_helper import KafkaHelper
 from tests.integration.test_failover import _end_offsets, _run, _wait, clusters  # noqa: F401 - fixture
+from tests.integration.test_failover_short import _cli
 from tests.integration.test_listener import listeners, position_map, register  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.long
@@ -151,10 +152,11 @@ def test_failing_back_to_the_primary_after_a_failover(
     assert "does not translate" in refused.value.message and f"{remote}:0" in refused.value.message
     assert position_map(ledger, pipeline) == ledger_backup  # nothing written
 
-    cli = runner.invoke(app, ["failover", pipeline, "--to-bootstrap", primary.bootstrap_servers,
-                              "--source-alias", "backup", "--target-alias", "primary", "--dsn", dsn])
-    print(cli.output)
-    assert cli.exit_code == 3, cli.output
+    cli = _cli("failover", pipeline, "--to-bootstrap", primary.bootstrap_servers, "--source-alias", "backup",
+               "--target-alias", "primary", "--dsn", dsn)
+    print(cli.stderr)
+    assert cli.returncode == 3 and len(cli.stderr.strip().splitlines()) == 1, cli.stderr
+    assert "not_translated_back" not in cli.stderr and "does not translate" in cli.stderr
 
     dry = runner.invoke(app, ["failover", pipeline, "--to-bootstrap", primary.bootstrap_servers,
                               "--source-alias", "backup", "--target-alias", "primary",

@@ -22,7 +22,13 @@ from offset_ledger.errors import ActiveRunConflict, FailoverRefused
 from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets, runs
+from offset_ledger.ledger.tables import (
+    checkpoint_generations,
+    findings,
+    positions,
+    resets,
+    runs,
+)
 from offset_ledger.operate import failover as fo
 from offset_ledger.operate.restart import restart_with
 from offset_ledger.rules.failover import Mm2Checkpoint
