@@ -354,12 +354,12 @@ def failover_findings(plan: FailoverPlan, *, source_alias: str, target_bootstrap
     summary = Finding(
         "failover",
         f"failed over from {source_alias} to {target_bootstrap}: {translated} partition(s) translated by "
-        f"MirrorMaker 2, {len(plan.problems)} from the backup's log start; at most {plan.reread_max} record(s) "
+        f"MirrorMaker 2, {len(plan.problems)} from the target's log start; at most {plan.reread_max} record(s) "
         f"are read again, spanning {span_ms / 1000:.1f} s of record time",
         details={"source_alias": source_alias, "target_bootstrap": target_bootstrap,
                  "source_cluster_id": source_cluster_id, "target_cluster_id": target_cluster_id,
                  "topic_map": dict(plan.topic_map), "reread_max": plan.reread_max, "reread_span_ms": span_ms,
                  "partitions": [p.to_dict() for p in plan.partitions]})
-    extra = tuple(Finding("failover", f"{x.target_topic}:{x.partition} starts at the backup's log start: {x.detail}",
+    extra = tuple(Finding("failover", f"{x.target_topic}:{x.partition} starts at the target's log start: {x.detail}",
                           topic=x.target_topic, partition=x.partition, details=x.to_dict()) for x in plan.problems)
     return (summary, *extra)
