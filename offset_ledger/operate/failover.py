@@ -150,7 +150,8 @@ def failover(
     engine = make_engine(dsn, create=False)  # a mistyped SQLite path is an error, never a new ledger
     try:
         ensure_schema(engine)
-        group, before, root, version = _read_ledger(engine, pipeline, consumer_group, checkpoint_root, app_version)
+        group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
+                                                              app_version)
         wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
         unknown = sorted(set(wanted) - {tp.topic for tp in before})
         if unknown:
@@ -163,8 +164,11 @@ def failover(
             present = adapter.partitions(sorted(set(topic_map.values())))
             watermarks = adapter.watermarks(sorted(present)) if present else {}
             ids = adapter.topic_ids(sorted(present)) if present else {}
-            returning = {t for t in topic_map if returns_home(t, target_alias=target_alias, policy=replication_policy,
-                                                              separator=separator)}
+            # Failing back: the name says so (default policy), or the target topic is one the pipeline
+            # read before (its Kafka id is in an earlier generation: the identity policy's case).
+            returning = {s for s, t in topic_map.items()
+                         if returns_home(s, target_alias=target_alias, policy=replication_policy, separator=separator)
+                         or (t in ids and ids[t] in read_ids.get(t, set()))}
             cps = _checkpoints(to_bootstrap, source_alias, group, kafka_options, failing_back=returning == set(topic_map))
             plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed,
                                  returning=returning)
@@ -201,7 +205,8 @@ def _checkpoints(bootstrap: str, source_alias: str, group: str, options: Mapping
 
 
 def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpoint_root: str | None,
-                 app_version: str | None) -> tuple[str, dict[TopicPartition, int], str | None, str | None]:
+                 app_version: str | None
+                 ) -> tuple[str, dict[TopicPartition, int], str | None, str | None, dict[str, set[str]]]:
     try:
         with engine.connect() as conn:
             footprint = pipeline_footprint(conn, pipeline)
@@ -215,6 +220,10 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
             positions = {TopicPartition(p.topic, p.partition): p.next_offset
                          for p in current_positions(conn, pipeline, group)}
             current = gens.current_generation(conn, pipeline, group, offsets=False)
+            read_ids: dict[str, set[str]] = {}
+            for g in gens.generations(conn, pipeline, group):
+                for t, tid in (g.topic_ids or {}).items():
+                    read_ids.setdefault(t, set()).add(str(tid))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the pipeline") from exc
     if not positions:
@@ -222,7 +231,7 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
                               reason="no_positions")
     root = checkpoint_root or (current.checkpoint_root if current else None)
     version = app_version if app_version is not None else (current.app_version if current else None)
-    return group, positions, root, version
+    return group, positions, root, version, read_ids
 
 
 def _with_spans(adapter: KafkaAdapter, plan: FailoverPlan, watermarks: Mapping[TopicPartition, Any]) -> FailoverPlan:

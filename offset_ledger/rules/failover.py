@@ -246,7 +246,8 @@ def plan_failover(
     that re-reads. Nothing is ever started past what the ledger read.
 
     ``returning`` names source topics that are MM2's replicas of the target's own topics (failing
-    back, ``returns_home``): MM2 never checkpoints them, so their partitions are refused with
+    back: ``returns_home`` by name, or the target topic's Kafka id is one the pipeline read before):
+    MM2 has no valid translation for them, so their partitions are refused with
     ``not_translated_back`` and a message that says waiting will not help.
     """
     if uncheckpointed not in ("fail", "earliest"):
@@ -297,7 +298,8 @@ def plan_failover(
         raise FailoverRefused(
             f"failing back: MirrorMaker 2 does not translate offsets on {names} back to the cluster the topic "
             "came from (the reverse flow never replicates a topic whose source is its target cluster, so it has "
-            "no offset syncs for it and checkpoints none of it; waiting does not help); choose --uncheckpointed "
+            "no offset syncs for it and checkpoints none of it; with the identity policy it replicates the copy "
+            "back onto the original topic; waiting does not help); choose --uncheckpointed "
             "earliest to read the original topic from its log start (nothing skipped; the plan states how many "
             "records are read again)",
             reason="uncheckpointed", problems=[x.to_dict() for x in problems])
@@ -312,9 +314,18 @@ def plan_failover(
 
 def _problem(source: str, target: str, p: int, upstream: int, cp: Mm2Checkpoint | None,
              wm: Watermarks, returning: bool = False) -> FailoverProblem | None:
-    if cp is None and returning:
+    if returning and cp is None:
         return FailoverProblem(source, target, p, "not_translated_back",
                                f"MirrorMaker 2 does not translate offsets on {source} back to the cluster it came from")
+    if returning:
+        # A checkpoint onto the topic the pipeline already read there cannot be a position among its
+        # own records: IdentityReplicationPolicy has no cycle detection, so the reverse flow appends
+        # the backup's copy to the original topic and translates into that copy (past records that
+        # never reached the backup); MM2 before 3.5 "translated" topics it had no offset sync for
+        # as the same number on the other cluster.
+        return FailoverProblem(source, target, p, "not_translated_back",
+                               f"MM2's checkpoint (offset {cp.downstream_next_offset}) lands on the topic the pipeline "
+                               f"read before the failover: not a translation of {source}'s records back")
     if cp is None:
         return FailoverProblem(source, target, p, "no_checkpoint", "MirrorMaker 2 has not checkpointed it")
     if cp.upstream_next_offset > upstream:

@@ -266,3 +266,27 @@ def test_without_the_target_alias_a_failback_is_an_ordinary_missing_topic(world:
     with pytest.raises(FailoverRefused) as exc:
         fo.failover("orders", to_bootstrap="primary:9092", source_alias="backup", dsn=dsn)
     assert exc.value.details["reason"] == "topic_missing" and "backup.primary.orders" in exc.value.message
+
+
+def test_an_identity_policy_failback_never_trusts_mm2s_translation_onto_the_original_topic(world: Any) -> None:
+    """Identity names carry no origin: the target topic's Kafka id (read in generation 1) says it is home."""
+    engine, dsn, backup = world
+    backup.add_topic("orders", {0: (0, 8), 1: (0, 7)}, "id-backup-orders")  # the identity policy's replica
+    backup.checkpoints["primary"] = [Mm2Checkpoint("orders", "orders", 0, 6, 6), Mm2Checkpoint("orders", "orders", 1, 5, 5)]
+    over = fo.failover("orders", to_bootstrap=BACKUP, source_alias="primary", replication_policy="identity", dsn=dsn)
+    assert over.topics == ["orders"] and {p.status for p in over.plan.partitions} == {"translated"}
+    assert _generations(engine)[-1].topic_ids == {"orders": "id-backup-orders"}  # another cluster's topic
+    primary = FakeCluster("primary-cluster")
+    primary.add_topic("orders", {0: (0, 17), 1: (0, 14)}, "id-primary")  # the backup's copy appended
+    # The reverse flow translated the group into the appended copy, past the primary's own records.
+    primary.checkpoints["backup"] = [Mm2Checkpoint("orders", "orders", 0, 6, 15), Mm2Checkpoint("orders", "orders", 1, 5, 12)]
+    backup.clusters["primary:9092"] = primary  # type: ignore[attr-defined]
+    with pytest.raises(FailoverRefused) as exc:
+        fo.failover("orders", to_bootstrap="primary:9092", source_alias="backup", replication_policy="identity",
+                    dsn=dsn)
+    assert "failing back" in exc.value.message and "orders:0, orders:1" in exc.value.message
+    assert [p["reason"] for p in exc.value.details["problems"]] == ["not_translated_back"] * 2
+    assert len(_generations(engine)) == 2
+    back = fo.failover("orders", to_bootstrap="primary:9092", source_alias="backup", replication_policy="identity",
+                       uncheckpointed="earliest", dsn=dsn)
+    assert back.starting_offsets == {"orders": {"0": 0, "1": 0}} and back.reread_max == 31
