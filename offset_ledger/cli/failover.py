@@ -59,7 +59,8 @@ def failover_cmd(
 
       offset-ledger failover orders --to-bootstrap backup:9092 --source-alias primary --dry-run
 
-      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary
+      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary \
+          --uncheckpointed earliest     # failing back: MM2 translates nothing back (docs/failover.md)
     """
     from offset_ledger.errors import InvalidInput
     from offset_ledger.kafka.client_config import gather

@@ -8,7 +8,9 @@ loud choice), measures the re-read gap in records and record time, and records t
 restart: a fresh checkpoint generation whose starting offsets become the positions, keyed by the
 backup's topic names and Kafka topic ids (ids are per cluster, so a restart that reaches the wrong
 cluster sees a different topic). Later restarts, resets, the mirror and ``verify`` then work on the
-backup; failing back is the same call with the aliases swapped.
+backup. Failing back is the same call with the aliases swapped, but MM2 never translates a
+topic back onto the topic it came from (docs/failover.md, "Failing back"): such partitions are
+refused (``not_translated_back``) unless started from the original topic's log start.
 """
 
 from __future__ import annotations
