@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from sqlalchemy import insert, select
@@ -53,7 +53,7 @@ class FakeCluster:
         self.ids[topic] = topic_id
 
     # -- what operate/failover.py asks of a KafkaAdapter
-    def __enter__(self) -> FakeCluster:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
