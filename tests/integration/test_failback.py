@@ -194,3 +194,140 @@ def test_failing_back_to_the_primary_after_a_failover(
     verify = runner.invoke(app, ["verify", pipeline, "--dsn", dsn])
     print(verify.output)
     assert verify.exit_code == 0, verify.output
+
+
+IDENTITY = {"replication.policy.class": "org.apache.kafka.connect.mirror.IdentityReplicationPolicy"}
+
+
+def _values(bootstrap: str, topic: str) -> list[str]:
+    """Every value on the topic now (the oracle: what the pipeline must read from the log start)."""
+    from kafka import TopicPartition as KTP
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    try:
+        parts = [KTP(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        ends = consumer.end_offsets(parts)
+        out: list[str] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position(tp) < ends[tp] for tp in parts) and time.monotonic() < deadline:
+            for batch in consumer.poll(timeout_ms=500).values():
+                out.extend(r.value.decode() for r in batch)
+        return out
+    finally:
+        consumer.close()
+
+
+def test_an_identity_policy_failback_is_refused_and_reads_the_copy_mm2_appended(
+        spark, clusters, ledger: Engine, listeners, tmp_path: Path) -> None:  # noqa: F811
+    """IdentityReplicationPolicy both ways: what the reverse flow does to the original topic, and the refusal."""
+    primary, backup = clusters["primary"], clusters["backup"]
+    dsn = ledger.url.render_as_string(hide_password=False)
+    on_primary = KafkaHelper(primary.bootstrap_servers)
+    try:
+        topic = on_primary.create_topic(2, name=f"orders_{uuid.uuid4().hex[:6]}")
+        first = [f"a{i}" for i in range(20)]
+        on_primary.produce(topic, first)
+    finally:
+        on_primary.close()
+    pipeline = f"fbi_{uuid.uuid4().hex[:6]}"
+    mm2 = start_mirror_maker(tmp_path / "mm2", source=primary.bootstrap_servers, target=backup.bootstrap_servers,
+                             topics=topic, groups=pipeline, extra=IDENTITY)
+    clusters["started"].append(mm2)
+    register(spark, listeners, tmp_path, dsn=dsn, pipeline=pipeline, commit_to_kafka=True,
+             bootstrap_servers=primary.bootstrap_servers)
+    root = str(tmp_path / "checkpoints")
+    plan = start_from_ledger(pipeline, [topic], bootstrap_servers=primary.bootstrap_servers, dsn=dsn,
+                             checkpoint_root=root, app_version="1", first_run="earliest")
+    read_on_primary = _run(spark, primary.bootstrap_servers, topic, plan, tmp_path / "out-primary")
+    assert sorted(read_on_primary) == sorted(first)
+    assert listeners[0].flush(30) and listeners[0].flush_mirror(60)
+    ledger_primary = position_map(ledger, pipeline)
+
+    def checkpointed() -> bool:
+        cps = read_checkpoints(backup.bootstrap_servers, checkpoints_topic("primary"), pipeline)
+        return {tp.partition: cp.upstream_next_offset for tp, cp in cps.items()} == {
+            p: o for (_t, p), o in ledger_primary.items()}
+
+    _wait(lambda: sum(_end_offsets(backup.bootstrap_servers, topic).values()) == 20, 120, "replication", mm2)
+    _wait(checkpointed, 120, "MM2 to checkpoint the pipeline's group", mm2)
+    mm2.stop()
+    on_primary = KafkaHelper(primary.bootstrap_servers)
+    try:
+        stranded = [f"s{i}" for i in range(4)]  # never reach the backup
+        on_primary.produce(topic, stranded)
+    finally:
+        on_primary.close()
+    primary_ends = _end_offsets(primary.bootstrap_servers, topic)
+    primary.stop()
+
+    over = failover(pipeline, to_bootstrap=backup.bootstrap_servers, source_alias="primary",
+                    replication_policy="identity", dsn=dsn)
+    assert over.topics == [topic] and {p.status for p in over.plan.partitions} == {"translated"}
+    spark.streams.removeListener(listeners[0])
+    listeners[0].close(10)
+    register(spark, listeners, tmp_path, dsn=dsn, pipeline=pipeline, commit_to_kafka=True,
+             bootstrap_servers=backup.bootstrap_servers)
+    on_backup = KafkaHelper(backup.bootstrap_servers)
+    try:
+        during = [f"d{i}" for i in range(6)]  # produced on the backup during the outage
+        on_backup.produce(topic, during)
+    finally:
+        on_backup.close()
+    plan = start_from_ledger(pipeline, [topic], bootstrap_servers=backup.bootstrap_servers, dsn=dsn,
+                             checkpoint_root=root, app_version="1")
+    read_on_backup = _run(spark, backup.bootstrap_servers, topic, plan, tmp_path / "out-backup")
+    assert set(during) <= set(read_on_backup)
+    assert listeners[1].flush(30) and listeners[1].flush_mirror(60)
+    backup_total = sum(_end_offsets(backup.bootstrap_servers, topic).values())
+
+    primary = start_broker(primary.root)
+    clusters["started"].append(primary)
+    back = start_mirror_maker(tmp_path / "mm2-back", source=backup.bootstrap_servers,
+                              target=primary.bootstrap_servers, source_alias="backup", target_alias="primary",
+                              topics=topic, groups=pipeline, extra=IDENTITY)
+    clusters["started"].append(back)
+    # What MM2 does with the identity policy: no cycle detection, the backup's whole copy (the
+    # primary's own records replicated, plus what the backup took) is appended to the original topic.
+    _wait(lambda: sum(_end_offsets(primary.bootstrap_servers, topic).values())
+          == sum(primary_ends.values()) + backup_total, 120, "the reverse flow to append the backup's copy", back)
+
+    def translated() -> bool:
+        cps = read_checkpoints(primary.bootstrap_servers, checkpoints_topic("backup"), pipeline)
+        return len(cps) == 2
+
+    _wait(translated, 120, "MM2 to checkpoint the group backup->primary", back)
+    cps = read_checkpoints(primary.bootstrap_servers, checkpoints_topic("backup"), pipeline)
+    print(f"identity backup->primary checkpoints: {cps}; primary ends before: {primary_ends}")
+    # The translation lands in the appended copy: past the stranded records of the original log.
+    assert all(cp.downstream_next_offset >= primary_ends[tp.partition] for tp, cp in cps.items())
+    back.stop()
+
+    with pytest.raises(FailoverRefused) as refused:
+        failover(pipeline, to_bootstrap=primary.bootstrap_servers, source_alias="backup", target_alias="primary",
+                 replication_policy="identity", dsn=dsn)
+    print(refused.value.message)
+    assert {p["reason"] for p in refused.value.details["problems"]} == {"not_translated_back"}
+    result = failover(pipeline, to_bootstrap=primary.bootstrap_servers, source_alias="backup", target_alias="primary",
+                      replication_policy="identity", uncheckpointed="earliest", dsn=dsn)
+    print(result.to_dict()["findings"][0]["message"])
+    spark.streams.removeListener(listeners[1])
+    listeners[1].close(10)
+    register(spark, listeners, tmp_path, dsn=dsn, pipeline=pipeline, commit_to_kafka=True,
+             bootstrap_servers=primary.bootstrap_servers)
+    plan = start_from_ledger(pipeline, [topic], bootstrap_servers=primary.bootstrap_servers, dsn=dsn,
+                             checkpoint_root=root, app_version="1")
+    assert plan.checkpoint_location == result.checkpoint_location
+    read_back = _run(spark, primary.bootstrap_servers, topic, plan, tmp_path / "out-failback")
+    on_topic = _values(primary.bootstrap_servers, topic)
+    assert sorted(read_back) == sorted(on_topic)  # nothing skipped, the appended duplicates included
+    assert set(stranded) <= set(read_back) and len(read_back) <= result.reread_max
+    print(f"identity failback read {len(read_back)} record(s) (plan: at most {result.reread_max}); "
+          f"{len(read_back) - len(set(read_back))} duplicate(s) MM2 appended")
+    assert listeners[2].flush(30) and listeners[2].flush_mirror(60)
+    from offset_ledger.cli.main import app
+
+    verify = CliRunner().invoke(app, ["verify", pipeline, "--dsn", dsn])
+    print(verify.output)
+    assert verify.exit_code == 0, verify.output
