@@ -59,7 +59,10 @@ def failover_cmd(
 
       offset-ledger failover orders --to-bootstrap backup:9092 --source-alias primary --dry-run
 
-      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary
+      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary --uncheckpointed earliest
+
+    Failing back (the second example): MM2 translates nothing back onto the original topic, so it
+    starts at that topic's log start (docs/failover.md, "Failing back").
     """
     from offset_ledger.errors import InvalidInput
     from offset_ledger.kafka.client_config import gather

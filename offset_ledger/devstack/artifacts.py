@@ -69,6 +69,12 @@ def kafka_broker_jars() -> Path:
     return _maven_copy("kafka-broker", cache_dir() / f"kafka-broker-{version}", {"kafka.version": version})
 
 
+def kafka_mirror_jars() -> Path:
+    """MirrorMaker 2 and its Connect runtime (the broker's Kafka version), resolved once and cached."""
+    version = kafka_version()
+    return _maven_copy("kafka-mirror", cache_dir() / f"kafka-mirror-{version}", {"kafka.version": version})
+
+
 def kafka_tools_jars() -> Path:
     """Kafka's command-line tools (kafka-consumer-groups.sh's ConsumerGroupCommand lives here since 4.x)."""
     return _maven_copy("kafka-tools", cache_dir() / f"kafka-tools-{KAFKA_VERSION}")
@@ -143,6 +149,9 @@ def fetch() -> None:
     """Resolve every Maven artifact the stack needs (idempotent)."""
     kafka_broker_jars()
     kafka_tools_jars()
+    # Only the long failover tests start MirrorMaker 2, but resolving it mid-test (a Connect
+    # runtime's closure, once per Kafka version) would eat the test's time budget.
+    kafka_mirror_jars()
     jars = spark_kafka_jars()
     _log("spark.jars = " + spark_jars_option(jars))
 

@@ -16,20 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from offset_ledger.devstack.artifacts import _maven_copy, kafka_version
+from offset_ledger.devstack.artifacts import kafka_mirror_jars
 from offset_ledger.devstack.broker import _LOG4J2, _raise_fd_limit, _start_kafka
 from offset_ledger.devstack.processes import (
     StackError,
     _pid_alive,
     _stop_pid,
-    cache_dir,
 )
 
-
-def kafka_mirror_jars() -> Path:
-    """MirrorMaker 2 and its Connect runtime (the broker's Kafka version), resolved once and cached."""
-    version = kafka_version()
-    return _maven_copy("kafka-mirror", cache_dir() / f"kafka-mirror-{version}", {"kafka.version": version})
+__all__ = ["Broker", "MirrorMaker", "kafka_mirror_jars", "start_broker", "start_mirror_maker"]
 
 
 @dataclass(frozen=True)

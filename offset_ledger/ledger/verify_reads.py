@@ -223,6 +223,8 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                 if e is not None:
                     out.explanations.append(e)
 
+    _failback_explanations(conn, pipeline, group, topic, gens, found, out)
+
     for reset in conn.execute(select(resets.c.id, resets.c.actor, resets.c.reason, resets.c.mode, resets.c.created_at)
                               .where(resets.c.pipeline == pipeline, resets.c.consumer_group == group,
                                      resets.c.dry_run.is_(False)).order_by(resets.c.id)).all():
@@ -270,6 +272,32 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
 def _short(message: str | None) -> str:
     text = " ".join((message or "").split())
     return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _failback_explanations(conn: Connection, pipeline: str, group: str, topic: str | None, gens: Sequence[Any],
+                           found: Sequence[Any], out: VerifyInputs) -> None:
+    """Failing back onto a topic the pipeline read before re-reads it from the failover's start.
+
+    Only where the failover generation's Kafka topic id is the one last recorded for that name (the
+    original cluster's own topic; another cluster's topic is another incarnation anyway), and only
+    re-reads: a failover never explains a skip. The ``failover`` finding states the bound.
+    """
+    finding_of = {r.generation_id: r.id for r in found if r.kind == "failover" and r.topic is None}
+    last_ids: dict[str, str] = {}
+    for r in gens:
+        ids = r.topic_ids or {}
+        same = {t for t, tid in ids.items() if last_ids.get(t) == tid}
+        if r.reason == "failover" and r.resolved_offsets and same:
+            before = _ends_before(conn, pipeline, group, r.created_at, topic)
+            why = Reason("failover", finding_of.get(r.id), f"failed back as generation {r.generation}")
+            for t, parts in r.resolved_offsets.items():
+                for p, offset in (parts.items() if t in same else ()):
+                    done = before.get((t, int(p)))
+                    if done is not None and int(offset) < done:
+                        e = move_explanation(t, int(p), done, int(offset), why, out.incarnation(t, int(p), r.generation))
+                        if e is not None:
+                            out.explanations.append(e)
+        last_ids.update(ids)
 
 
 def _ends_before(conn: Connection, pipeline: str, group: str, at: datetime,

@@ -8,7 +8,9 @@ loud choice), measures the re-read gap in records and record time, and records t
 restart: a fresh checkpoint generation whose starting offsets become the positions, keyed by the
 backup's topic names and Kafka topic ids (ids are per cluster, so a restart that reaches the wrong
 cluster sees a different topic). Later restarts, resets, the mirror and ``verify`` then work on the
-backup; failing back is the same call with the aliases swapped.
+backup. Failing back is the same call with the aliases swapped, but MM2 never translates a
+topic back onto the topic it came from (docs/failover.md, "Failing back"): such partitions are
+refused (``not_translated_back``) unless started from the original topic's log start.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from offset_ledger.rules.failover import (
     checkpoints_topic,
     failover_findings,
     plan_failover,
+    returns_home,
     target_topic,
     with_time_spans,
 )
@@ -149,7 +152,8 @@ def failover(
     engine = make_engine(dsn, create=False)  # a mistyped SQLite path is an error, never a new ledger
     try:
         ensure_schema(engine)
-        group, before, root, version = _read_ledger(engine, pipeline, consumer_group, checkpoint_root, app_version)
+        group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
+                                                              app_version)
         wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
         unknown = sorted(set(wanted) - {tp.topic for tp in before})
         if unknown:
@@ -162,8 +166,14 @@ def failover(
             present = adapter.partitions(sorted(set(topic_map.values())))
             watermarks = adapter.watermarks(sorted(present)) if present else {}
             ids = adapter.topic_ids(sorted(present)) if present else {}
-            cps = read_checkpoints(to_bootstrap, checkpoints_topic(source_alias), group, options=kafka_options)
-            plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed)
+            # Failing back: the name says so (default policy), or the target topic is one the pipeline
+            # read before (its Kafka id is in an earlier generation: the identity policy's case).
+            returning = {s for s, t in topic_map.items()
+                         if returns_home(s, target_alias=target_alias, policy=replication_policy, separator=separator)
+                         or (t in ids and ids[t] in read_ids.get(t, set()))}
+            cps = _checkpoints(to_bootstrap, source_alias, group, kafka_options, failing_back=returning == set(topic_map))
+            plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed,
+                                 returning=returning)
             plan = _with_spans(adapter, plan, watermarks)
         try:
             target_id = cluster_id(to_bootstrap, kafka_options)
@@ -181,8 +191,24 @@ def failover(
         engine.dispose()
 
 
+def _checkpoints(bootstrap: str, source_alias: str, group: str, options: Mapping[str, Any] | None, *,
+                 failing_back: bool) -> dict[TopicPartition, Any]:
+    """MM2's checkpoints of ``group``; failing back, a missing checkpoints topic is simply none.
+
+    MM2 never checkpoints a topic back to the cluster it came from, so a failback must not demand
+    that a reverse flow ran: the plan then names the partitions (``not_translated_back``).
+    """
+    try:
+        return read_checkpoints(bootstrap, checkpoints_topic(source_alias), group, options=options)
+    except FailoverRefused as exc:
+        if failing_back and exc.details.get("reason") == "no_checkpoints_topic":
+            return {}
+        raise
+
+
 def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpoint_root: str | None,
-                 app_version: str | None) -> tuple[str, dict[TopicPartition, int], str | None, str | None]:
+                 app_version: str | None
+                 ) -> tuple[str, dict[TopicPartition, int], str | None, str | None, dict[str, set[str]]]:
     try:
         with engine.connect() as conn:
             footprint = pipeline_footprint(conn, pipeline)
@@ -196,6 +222,10 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
             positions = {TopicPartition(p.topic, p.partition): p.next_offset
                          for p in current_positions(conn, pipeline, group)}
             current = gens.current_generation(conn, pipeline, group, offsets=False)
+            read_ids: dict[str, set[str]] = {}
+            for g in gens.generations(conn, pipeline, group):
+                for t, tid in (g.topic_ids or {}).items():
+                    read_ids.setdefault(t, set()).add(str(tid))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the pipeline") from exc
     if not positions:
@@ -203,7 +233,7 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
                               reason="no_positions")
     root = checkpoint_root or (current.checkpoint_root if current else None)
     version = app_version if app_version is not None else (current.app_version if current else None)
-    return group, positions, root, version
+    return group, positions, root, version, read_ids
 
 
 def _with_spans(adapter: KafkaAdapter, plan: FailoverPlan, watermarks: Mapping[TopicPartition, Any]) -> FailoverPlan:

@@ -22,7 +22,7 @@ many at most: everything the backup holds from the downstream start on (``reread
 from __future__ import annotations
 
 import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -144,6 +144,21 @@ def target_topic(topic: str, *, source_alias: str, target_alias: str | None = No
     return f"{source_alias}{separator}{topic}"
 
 
+def returns_home(topic: str, *, target_alias: str | None, policy: ReplicationPolicy = "default",
+                 separator: str = ".") -> bool:
+    """Whether ``topic`` is a replica MM2 made *from* ``target_alias`` (failing back to where it came from).
+
+    MM2 (3.5 and later) never checkpoints such a topic in the reverse flow: the reverse source
+    connector skips a topic whose source is its own target (cycle detection), so the reverse flow
+    has no offset syncs for it and its checkpoint connector translates nothing. Only knowable with
+    the default policy (``identity`` keeps no trace of where a topic came from).
+    """
+    if policy != "default" or target_alias is None or not separator:
+        return False
+    head, sep, rest = topic.partition(separator)
+    return bool(sep and rest and head == target_alias)
+
+
 # -- the plan ------------------------------------------------------------------------------------
 
 
@@ -182,7 +197,7 @@ class FailoverProblem:
     source_topic: str
     target_topic: str
     partition: int
-    reason: Literal["no_checkpoint", "checkpoint_ahead", "below_log_start", "beyond_log_end"]
+    reason: Literal["no_checkpoint", "not_translated_back", "checkpoint_ahead", "below_log_start", "beyond_log_end"]
     detail: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -218,6 +233,7 @@ def plan_failover(
     topic_map: Mapping[str, str],
     *,
     uncheckpointed: Uncheckpointed = "fail",
+    returning: Collection[str] = (),
 ) -> FailoverPlan:
     """The failover plan from the ledger's positions (source names, next offsets), MM2's checkpoints
     (target names) and the target's watermarks, for the topics in ``topic_map`` (source -> target).
@@ -228,6 +244,11 @@ def plan_failover(
     records, or a translation outside the target's log) is a problem: ``uncheckpointed="fail"``
     raises FailoverRefused naming them all; ``"earliest"`` starts it at the log start and says what
     that re-reads. Nothing is ever started past what the ledger read.
+
+    ``returning`` names source topics that are MM2's replicas of the target's own topics (failing
+    back: ``returns_home`` by name, or the target topic's Kafka id is one the pipeline read before):
+    MM2 has no valid translation for them, so their partitions are refused with
+    ``not_translated_back`` and a message that says waiting will not help.
     """
     if uncheckpointed not in ("fail", "earliest"):
         raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
@@ -256,7 +277,7 @@ def plan_failover(
                 parts.append(FailoverPartition(source, target, p, "new_partition", None, None, wm.log_start_offset,
                                                0, wm.log_end_offset - wm.log_start_offset))
                 continue
-            problem = _problem(source, target, p, upstream, cp, wm)
+            problem = _problem(source, target, p, upstream, cp, wm, source in returning)
             if problem is not None:
                 problems.append(problem)
                 parts.append(FailoverPartition(
@@ -271,6 +292,17 @@ def plan_failover(
         raise FailoverRefused(
             f"partitions the ledger read are not on the target cluster: {', '.join(lost)}; starting without "
             "them would skip their records", reason="partition_missing", partitions=lost)
+    back = [x for x in problems if x.reason == "not_translated_back"]
+    if back and uncheckpointed == "fail":
+        names = ", ".join(f"{x.source_topic}:{x.partition}" for x in back)
+        raise FailoverRefused(
+            f"failing back: MirrorMaker 2 does not translate offsets on {names} back to the cluster the topic "
+            "came from (the reverse flow never replicates a topic whose source is its target cluster, so it has "
+            "no offset syncs for it and checkpoints none of it; with the identity policy it replicates the copy "
+            "back onto the original topic; waiting does not help); choose --uncheckpointed "
+            "earliest to read the original topic from its log start (nothing skipped; the plan states how many "
+            "records are read again)",
+            reason="uncheckpointed", problems=[x.to_dict() for x in problems])
     if problems and uncheckpointed == "fail":
         names = ", ".join(f"{x.target_topic}:{x.partition} ({x.reason})" for x in problems)
         raise FailoverRefused(
@@ -281,7 +313,19 @@ def plan_failover(
 
 
 def _problem(source: str, target: str, p: int, upstream: int, cp: Mm2Checkpoint | None,
-             wm: Watermarks) -> FailoverProblem | None:
+             wm: Watermarks, returning: bool = False) -> FailoverProblem | None:
+    if returning and cp is None:
+        return FailoverProblem(source, target, p, "not_translated_back",
+                               f"MirrorMaker 2 does not translate offsets on {source} back to the cluster it came from")
+    if returning:
+        # A checkpoint onto the topic the pipeline already read there cannot be a position among its
+        # own records: IdentityReplicationPolicy has no cycle detection, so the reverse flow appends
+        # the backup's copy to the original topic and translates into that copy (past records that
+        # never reached the backup); MM2 before 3.5 "translated" topics it had no offset sync for
+        # as the same number on the other cluster.
+        return FailoverProblem(source, target, p, "not_translated_back",
+                               f"MM2's checkpoint (offset {cp.downstream_next_offset}) lands on the topic the pipeline "
+                               f"read before the failover: not a translation of {source}'s records back")
     if cp is None:
         return FailoverProblem(source, target, p, "no_checkpoint", "MirrorMaker 2 has not checkpointed it")
     if cp.upstream_next_offset > upstream:
@@ -321,12 +365,12 @@ def failover_findings(plan: FailoverPlan, *, source_alias: str, target_bootstrap
     summary = Finding(
         "failover",
         f"failed over from {source_alias} to {target_bootstrap}: {translated} partition(s) translated by "
-        f"MirrorMaker 2, {len(plan.problems)} from the backup's log start; at most {plan.reread_max} record(s) "
+        f"MirrorMaker 2, {len(plan.problems)} from the target's log start; at most {plan.reread_max} record(s) "
         f"are read again, spanning {span_ms / 1000:.1f} s of record time",
         details={"source_alias": source_alias, "target_bootstrap": target_bootstrap,
                  "source_cluster_id": source_cluster_id, "target_cluster_id": target_cluster_id,
                  "topic_map": dict(plan.topic_map), "reread_max": plan.reread_max, "reread_span_ms": span_ms,
                  "partitions": [p.to_dict() for p in plan.partitions]})
-    extra = tuple(Finding("failover", f"{x.target_topic}:{x.partition} starts at the backup's log start: {x.detail}",
+    extra = tuple(Finding("failover", f"{x.target_topic}:{x.partition} starts at the target's log start: {x.detail}",
                           topic=x.target_topic, partition=x.partition, details=x.to_dict()) for x in plan.problems)
     return (summary, *extra)

@@ -17,6 +17,7 @@ from offset_ledger.rules.failover import (
     failover_findings,
     latest_checkpoints,
     plan_failover,
+    returns_home,
     target_topic,
     with_time_spans,
 )
@@ -174,3 +175,29 @@ def test_no_record_is_skipped_and_the_bound_holds(data: st.DataObject) -> None:
         assert part.start_next_offset <= replica  # nothing the ledger did not read is skipped
         assert replica - part.start_next_offset <= part.reread_max
         assert wms[TP("p.t", part.partition)].log_start_offset <= part.start_next_offset
+
+
+def test_a_topic_returns_home_only_by_the_default_policys_prefix_of_the_target_alias() -> None:
+    assert returns_home("primary.orders", target_alias="primary")
+    assert returns_home("primary_orders", target_alias="primary", separator="_")
+    assert not returns_home("primary.orders", target_alias="backup")
+    assert not returns_home("primary.orders", target_alias=None)
+    assert not returns_home("primary.", target_alias="primary")
+    assert not returns_home("primary.orders", target_alias="primary", policy="identity")  # names carry no origin
+
+
+def test_a_returning_topic_never_takes_mm2s_translation() -> None:
+    """Failing back: with or without a checkpoint, the partition is not_translated_back (never a silent start)."""
+    ledger = {TP("primary.orders", 0): 25, TP("primary.orders", 1): 25}
+    marks = {TP("orders", 0): Watermarks(0, 29), TP("orders", 1): Watermarks(0, 28)}
+    cps = {TP("orders", 0): Mm2Checkpoint("g", "orders", 0, 25, 27)}
+    with pytest.raises(FailoverRefused) as exc:
+        plan_failover(ledger, cps, marks, {"primary.orders": "orders"}, returning={"primary.orders"})
+    assert "failing back" in exc.value.message and "primary.orders:0, primary.orders:1" in exc.value.message
+    plan = plan_failover(ledger, cps, marks, {"primary.orders": "orders"}, returning={"primary.orders"},
+                         uncheckpointed="earliest")
+    assert plan.starting_offsets == {"orders": {"0": 0, "1": 0}} and plan.reread_max == 57
+    assert [x.reason for x in plan.problems] == ["not_translated_back"] * 2
+    # Not returning: the same checkpoint is an ordinary translation.
+    plan = plan_failover(ledger, cps, marks, {"primary.orders": "orders"}, uncheckpointed="earliest")
+    assert plan.starting_offsets == {"orders": {"0": 27, "1": 0}}

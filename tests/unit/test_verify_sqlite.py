@@ -272,3 +272,46 @@ def test_a_stateful_rewind_explains_what_its_generation_reads_again(engine: Engi
     assert report.ok, json.dumps(report.to_dict(), default=str)
     (s,) = report.stretches
     assert (s.from_offset, s.until_offset, s.kind, [r.kind for r in s.reasons]) == (40, 50, "overlap", ["state_rewind"])
+
+
+def _failback(engine: Engine, *, topic_id: str, back_at: int) -> None:
+    """Generation 1 read t (id-t) to 50; generation 2 failed over to the backup's replica; generation 3 failed back."""
+    with engine.begin() as conn:
+        conn.execute(insert(checkpoint_generations).values(
+            pipeline="orders", consumer_group="orders", generation=1, checkpoint_root="/ck", location="/ck/gen-1",
+            reason="first", created_at=T0 - timedelta(hours=1), query_id="q1", topic_ids={"t": "id-t"},
+            resolved_offsets={"t": {"0": 0}}))
+        conn.execute(insert(checkpoint_generations).values(
+            pipeline="orders", consumer_group="orders", generation=2, checkpoint_root="/ck", location="/ck/gen-2",
+            reason="failover", created_at=T0 + timedelta(hours=1), topic_ids={"primary.t": "id-b"},
+            resolved_offsets={"primary.t": {"0": 50}}))
+        gen = conn.execute(insert(checkpoint_generations).values(
+            pipeline="orders", consumer_group="orders", generation=3, checkpoint_root="/ck", location="/ck/gen-3",
+            reason="failover", created_at=T0 + timedelta(hours=2), query_id="q3", topic_ids={"t": topic_id},
+            resolved_offsets={"t": {"0": back_at}}).returning(checkpoint_generations.c.id)).scalar()
+        conn.execute(insert(findings).values(
+            pipeline="orders", consumer_group="orders", kind="failover", generation_id=gen,
+            details={"reread_max": 55}, message="failed over from backup to primary:9092",
+            created_at=T0 + timedelta(hours=2)))
+        conn.execute(update(positions).values(next_offset=back_at, generation_id=gen, query_id=None, batch_id=None))
+    recorder = Recorder(engine)
+    recorder.record([start(run="r3", query="q3", at=T0 + timedelta(hours=3))])
+    recorder.record([rec(batch(0, {("t", 0): (back_at, 55 + back_at)}, query="q3", run="r3"))])
+
+
+def test_failing_back_onto_the_same_topic_explains_its_reread_and_never_a_skip(engine: Engine) -> None:
+    _tiling(engine, partitions=1)  # [0, 50) on t
+    _failback(engine, topic_id="id-t", back_at=0)
+    report = _verify(engine)
+    assert report.ok, json.dumps(report.to_dict(), default=str)
+    (s,) = report.stretches
+    assert (s.from_offset, s.until_offset, s.kind, [r.kind for r in s.reasons]) == (0, 50, "overlap", ["failover"])
+
+
+def test_a_failover_start_past_what_was_read_stays_an_unexplained_gap(engine: Engine) -> None:
+    _tiling(engine, partitions=1)
+    _failback(engine, topic_id="id-t", back_at=60)
+    report = _verify(engine)
+    assert not report.ok
+    (s,) = report.stretches
+    assert (s.from_offset, s.until_offset, s.kind, s.explained) == (50, 60, "gap", False)
