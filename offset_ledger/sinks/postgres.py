@@ -1,0 +1,205 @@
+"""The Postgres sink: a ``foreachBatch`` function whose output and ledger record commit as one.
+
+Commit order for batch ``n`` of checkpoint generation ``g`` (``docs/sinks.md`` draws it)::
+
+    Spark: offsets/n written -> foreachBatch(df, n):
+      1. read offsets/n (and n-1) from the checkpoint: the batch's Kafka ranges
+      2. already committed (g, n)? -> skip (a re-run after a crash); g not current -> SinkFenced
+      3. executors COPY the rows into <target>__ol_stage under a key of this attempt
+      4. one driver transaction: lock pipeline + sink row, decide again, INSERT INTO target
+         SELECT the staged rows, delete them, record sink_batches (g, n -> sequence) and the
+         batch and its positions, COMMIT
+    Spark: commits/n written
+
+A crash before 4 commits nothing (the orphan staging rows are deleted by the next attempt); a crash
+after 4 and before ``commits/n`` re-runs batch ``n``, which step 2 skips. A clean-checkpoint restart
+plans from the positions step 4 wrote, so output, ledger and offsets never disagree.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.capture.reconcile import batch_records
+from offset_ledger.errors import ConfigError, SinkFenced
+from offset_ledger.ledger import sink_store
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.records import RunStart
+from offset_ledger.ledger.tables import runs
+from offset_ledger.rules.sink_batch import running_batch
+from offset_ledger.rules.sink_copy import quote_ident
+from offset_ledger.rules.sink_identity import SinkDecision, decide, stage_key
+from offset_ledger.sinks._copy import copy_partition, psycopg2_args
+
+log = logging.getLogger(__name__)
+
+#: The ``batches.source`` and run id prefix of batches a sink recorded.
+SINK_SOURCE = "sink"
+
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
+
+
+def _engine(dsn: str) -> Engine:
+    """One engine per DSN per process: the sink object itself holds only strings (it is pickled)."""
+    with _ENGINES_LOCK:
+        if dsn not in _ENGINES:
+            from offset_ledger.ledger.engine import ensure_schema, make_engine
+
+            engine = make_engine(dsn)
+            ensure_schema(engine)
+            _ENGINES[dsn] = engine
+        return _ENGINES[dsn]
+
+
+def sink_run_id(query_id: str) -> str:
+    """The run id under which a sink records a query's batches."""
+    return f"{SINK_SOURCE}:{query_id}"
+
+
+class PostgresSink:
+    """``foreachBatch(PostgresSink(...))``: exactly-once output to a Postgres table in the ledger's database.
+
+    ``table``: the target (``schema.name`` or ``name``), created by the user; the batch's columns
+    must exist in it. ``checkpoint_location``: the query's checkpoint, ``plan.checkpoint_location``
+    of ``start_from_ledger`` (a generation the ledger handed out: that is the batch identity).
+    ``dsn``: the ledger (default ``OFFSET_LEDGER_DSN``); the target lives in the same database.
+    ``name``: the sink's name in the ledger (default ``<pipeline>:<table>``).
+    """
+
+    kind = "postgres"
+
+    def __init__(self, *, table: str, checkpoint_location: str, pipeline: str, consumer_group: str | None = None,
+                 dsn: str | None = None, name: str | None = None, storage_options: dict[str, Any] | None = None
+                 ) -> None:
+        if not table or not table.strip():
+            raise ConfigError("the Postgres sink needs a target table")
+        if dsn is None:
+            from offset_ledger.config import settings
+
+            dsn = settings().dsn
+        if not dsn or not dsn.startswith("postgresql"):
+            raise ConfigError("the Postgres sink needs a postgresql:// ledger DSN (dsn or OFFSET_LEDGER_DSN)")
+        self.table = table.strip()
+        self.checkpoint_location = checkpoint_location
+        self.pipeline = pipeline
+        self.consumer_group = consumer_group or pipeline
+        self.dsn = dsn
+        self.name = name or f"{pipeline}:{self.table}"
+        self.storage_options = storage_options
+        self.staging = f"{self.table}__ol_stage"
+        #: Set by each call: what the last batch did (commit / skip), for tests and logs.
+        self.last: SinkDecision | None = None
+
+    @property
+    def spec(self) -> sink_store.SinkSpec:
+        return sink_store.SinkSpec(self.name, self.pipeline, self.consumer_group, self.kind, self.table, None)
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.write(df, int(batch_id))
+
+    # ------------------------------------------------------------------ the batch
+
+    def write(self, df: Any, batch_id: int) -> SinkDecision:
+        """Stage ``df`` on the executors and commit it with its ledger record (or skip / fence it)."""
+        from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+        engine = _engine(self.dsn)
+        files = checkpoint_files(self.checkpoint_location, self.storage_options)
+        query_id, batch = running_batch(self.checkpoint_location, files, batch_id)
+        try:
+            with engine.connect() as conn:
+                generation_id = self._generation(conn)
+                early = decide(sink_store.SinkState(), generation_id=generation_id, batch_id=batch_id,
+                               current_generation_id=sink_store.current_generation_id(
+                                   conn, self.pipeline, self.consumer_group),
+                               committed_sequence=sink_store.committed_sequence(conn, self.name, generation_id,
+                                                                                batch_id))
+                self._ensure_staging(conn)
+                conn.commit()
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, "preparing the sink") from exc
+        if early.verdict != "commit":
+            return self._done(early, batch_id, generation_id)
+        key = stage_key(generation_id, batch_id, uuid.uuid4().hex[:12])
+        columns = list(df.columns)
+        df.foreachPartition(copy_partition(psycopg2_args(self.dsn), self.staging, columns, key))
+        now = datetime.now(timezone.utc)
+        try:
+            with engine.begin() as conn:
+                state = sink_store.lock_sink(conn, self.spec, now)
+                decision = decide(state, generation_id=generation_id, batch_id=batch_id,
+                                  current_generation_id=sink_store.current_generation_id(
+                                      conn, self.pipeline, self.consumer_group),
+                                  committed_sequence=sink_store.committed_sequence(conn, self.name, generation_id,
+                                                                                   batch_id))
+                if decision.verdict == "commit":
+                    assert decision.sequence is not None
+                    rows = self._move(conn, columns, key)
+                    records = self._records(conn, query_id, batch, now)
+                    sink_store.record_commit(
+                        conn, self.spec, sequence=decision.sequence, generation_id=generation_id,
+                        query_id=query_id, batch_id=batch_id, row_count=rows, table_version=None,
+                        committed_at=now, now=now, records=records)
+                if decision.verdict != "fenced":  # a zombie never touches the live generation's staged rows
+                    self._clean_staging(conn, generation_id, batch_id)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"committing batch {batch_id} to {self.table}") from exc
+        return self._done(decision, batch_id, generation_id)
+
+    def _done(self, decision: SinkDecision, batch_id: int, generation_id: int) -> SinkDecision:
+        self.last = decision
+        if decision.verdict == "fenced":
+            raise SinkFenced(f"sink {self.name!r}: {decision.reason}", sink=self.name, batch_id=batch_id,
+                             generation_id=generation_id)
+        if decision.verdict == "skip":
+            log.warning("offset-ledger sink %s: %s; skipped", self.name, decision.reason)
+        return decision
+
+    def _generation(self, conn: Connection) -> int:
+        generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group, self.checkpoint_location)
+        if generation_id is None:
+            raise ConfigError(
+                f"sink {self.name!r}: checkpoint {self.checkpoint_location} is not a checkpoint generation the "
+                f"ledger handed out for pipeline {self.pipeline!r} (group {self.consumer_group!r}); start the "
+                f"query on start_from_ledger(...).checkpoint_location", sink=self.name)
+        return generation_id
+
+    def _ensure_staging(self, conn: Connection) -> None:
+        # LIKE copies the columns and their types; the key column tells attempts apart. UNLOGGED:
+        # staged rows are scratch, a crash may lose them (the batch is then re-run and re-staged).
+        conn.execute(text(f"CREATE UNLOGGED TABLE IF NOT EXISTS {quote_ident(self.staging)} "
+                          f"(LIKE {quote_ident(self.table)})"))
+        conn.execute(text(f"ALTER TABLE {quote_ident(self.staging)} ADD COLUMN IF NOT EXISTS _ol_stage text"))
+
+    def _move(self, conn: Connection, columns: list[str], key: str) -> int:
+        names = ", ".join(quote_ident(c) for c in columns)
+        result = conn.execute(text(f"INSERT INTO {quote_ident(self.table)} ({names}) SELECT {names} "
+                                   f"FROM {quote_ident(self.staging)} WHERE _ol_stage = :key"), {"key": key})
+        return int(result.rowcount)
+
+    def _clean_staging(self, conn: Connection, generation_id: int, batch_id: int) -> None:
+        """Drop this batch's staged rows (every attempt's) and any other generation's leftovers."""
+        conn.execute(text(f"DELETE FROM {quote_ident(self.staging)} WHERE _ol_stage LIKE :this "
+                          f"OR _ol_stage NOT LIKE :generation"),
+                     {"this": f"{generation_id}:{batch_id}:%", "generation": f"{generation_id}:%"})
+
+    def _records(self, conn: Connection, query_id: str, batch: Any, now: datetime) -> list[Any]:
+        """The batch as the ledger records it (the run first, when the ledger does not know it yet)."""
+        run_id = sink_run_id(query_id)
+        records: list[Any] = [replace(r, batch=replace(r.batch, run_id=run_id, recorded_by=SINK_SOURCE))
+                              for r in batch_records(self.pipeline, self.consumer_group, query_id, [batch],
+                                                     fallback_time=now)]
+        if records and conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+            records.insert(0, RunStart(self.pipeline, self.consumer_group, query_id, run_id, None, now,
+                                       checkpoint_location=self.checkpoint_location))
+        return records
