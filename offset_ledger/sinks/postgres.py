@@ -124,7 +124,8 @@ class PostgresSink:
                                    conn, self.pipeline, self.consumer_group),
                                committed_sequence=sink_store.committed_sequence(conn, self.name, generation_id,
                                                                                 batch_id))
-                self._ensure_staging(conn)
+                if early.verdict == "commit":
+                    self._ensure_staging(conn, list(df.columns))
                 conn.commit()
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "preparing the sink") from exc
@@ -174,12 +175,22 @@ class PostgresSink:
                 f"query on start_from_ledger(...).checkpoint_location", sink=self.name)
         return generation_id
 
-    def _ensure_staging(self, conn: Connection) -> None:
-        # LIKE copies the columns and their types; the key column tells attempts apart. UNLOGGED:
-        # staged rows are scratch, a crash may lose them (the batch is then re-run and re-staged).
-        conn.execute(text(f"CREATE UNLOGGED TABLE IF NOT EXISTS {quote_ident(self.staging)} "
-                          f"(LIKE {quote_ident(self.table)})"))
-        conn.execute(text(f"ALTER TABLE {quote_ident(self.staging)} ADD COLUMN IF NOT EXISTS _ol_stage text"))
+    def _ensure_staging(self, conn: Connection, columns: list[str]) -> None:
+        """The staging table: the batch's columns with the target's types, no constraints, and the key."""
+        # Built from the target (types) but only the batch's columns: a target's own NOT NULL
+        # columns with defaults (ids) are not in the batch. UNLOGGED: staged rows are scratch; a
+        # crash may lose them, and the batch is then re-run and staged again.
+        have = list(conn.execute(text(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(:t) AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum"), {"t": quote_ident(self.staging)}).scalars())
+        if have == [*columns, "_ol_stage"]:
+            return
+        names = ", ".join(quote_ident(c) for c in columns)
+        if have:
+            conn.execute(text(f"DROP TABLE {quote_ident(self.staging)}"))
+        conn.execute(text(f"CREATE UNLOGGED TABLE {quote_ident(self.staging)} AS SELECT {names}, "
+                          f"NULL::text AS _ol_stage FROM {quote_ident(self.table)} WITH NO DATA"))
+        conn.execute(text(f"CREATE INDEX ON {quote_ident(self.staging)} (_ol_stage)"))
 
     def _move(self, conn: Connection, columns: list[str], key: str) -> int:
         names = ", ".join(quote_ident(c) for c in columns)
