@@ -147,3 +147,24 @@ def batch_outputs(conn: Connection, pipeline: str, *, query_id: str | None = Non
     if limit is not None:
         query = query.limit(limit)
     return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def outputs_by_batch(conn: Connection, pipeline: str, keys: Sequence[tuple[str, int]]
+                     ) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """What each (query id, batch id) of ``keys`` wrote through a sink (batches without a sink are absent)."""
+    if not keys:
+        return {}
+    wanted = set(keys)
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in batch_outputs(conn, pipeline, batch_ids=sorted({b for _, b in wanted})):
+        key = (row["query_id"], row["batch_id"])
+        if key in wanted:
+            out.setdefault(key, []).append(row)
+    return out
+
+
+def describe_output(row: dict[str, Any]) -> str:
+    """One line: ``sink orders:out wrote 10 rows to orders_out (sequence 4)``, with the table version if any."""
+    what = f"{row['row_count']} rows" if row.get("row_count") is not None else "rows"
+    version = f", table version {row['table_version']}" if row.get("table_version") is not None else ""
+    return f"sink {row['sink']} wrote {what} to {row['target']} (sequence {row['sequence']}{version})"

@@ -19,8 +19,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from offset_ledger import start_from_ledger  # noqa: E402
-from offset_ledger.sinks import PostgresSink  # noqa: E402
+from offset_ledger import start_from_ledger
+from offset_ledger.sinks import PostgresSink
 
 
 def _die() -> None:

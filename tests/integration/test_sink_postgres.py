@@ -68,9 +68,11 @@ def _run(spark, kafka, topic: str, plan, sink) -> bool:  # type: ignore[no-untyp
           .selectExpr("CAST(value AS STRING) AS value", "topic", "partition", "offset"))
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", plan.checkpoint_location)
              .trigger(availableNow=True).start())
+    from pyspark.errors import StreamingQueryException
+
     try:
         query.awaitTermination()
-    except Exception:  # the injected crash, as Spark reports it
+    except StreamingQueryException:  # the injected crash, as Spark reports it
         return False
     return query.exception() is None
 
