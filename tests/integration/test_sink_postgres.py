@@ -8,6 +8,7 @@ checkpoint and on a clean one (a new checkpoint generation: Spark's batch ids st
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -21,6 +22,7 @@ from sqlalchemy import create_engine, text
 from offset_ledger import start_from_ledger
 from offset_ledger.sinks import PostgresSink
 from tests.integration.sink_helper import create_target, run_driver, target_values
+from tests.integration.test_adopt_replay import _cli
 from tests.integration.test_restart import _values
 
 
@@ -121,6 +123,17 @@ def test_a_batch_rerun_after_its_commit_is_skipped_and_a_clean_checkpoint_starts
     assert [r.generation for r in rows] == [1, 1, 1, 1, 2, 2, 2, 2]
     assert all(r.batch_input_rows == r.row_count for r in rows)
     assert sum(_positions(pg_dsn).values()) == 80
+    # The audit names what each batch wrote: history (JSON and the table) and a replay of a batch.
+    history = json.loads(_cli("history", "orders", "--dsn", pg_dsn, "--format", "json").stdout)
+    newest = history["batches"][0]
+    assert newest["outputs"] == [{"sink": "orders:orders_out", "kind": "postgres", "target": "orders_out",
+                                  "sequence": 8, "rowCount": 10, "tableVersion": None}]
+    table = _cli("history", "orders", "--dsn", pg_dsn, "--format", "csv").stdout
+    assert "sink" in table.splitlines()[0] and "orders:orders_out" in table
+    replay = _cli("replay", "orders", "--batch", "0", "--dsn", pg_dsn, "--format", "json")
+    assert replay.returncode == 0, replay.stderr
+    assert [o["sequence"] for o in json.loads(replay.stdout)["outputs"]] == [5]  # the current generation's batch 0
+    assert "wrote 10 rows to orders_out (sequence 5)" in replay.stderr
 
 
 def test_sigkill_between_staging_and_commit_and_after_commit_loses_and_duplicates_nothing(
