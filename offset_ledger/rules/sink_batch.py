@@ -9,6 +9,9 @@ without the listener, on classic Spark and on Spark Connect.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from offset_ledger.errors import CheckpointFormatError
 from offset_ledger.rules.checkpoint import (
     CheckpointFiles,
@@ -18,6 +21,7 @@ from offset_ledger.rules.checkpoint import (
     parse_metadata,
     parse_offsets_file,
 )
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 
 
 def _ids(names: list[str]) -> list[int]:
@@ -49,3 +53,21 @@ def running_batch(location: str, files: CheckpointFiles, batch_id: int) -> tuple
                 initial.append(parse_initial_offsets(raw, index, f"{root}/sources/{index}/0"))
         starts = tuple(initial) or None
     return query_id, CommittedBatch(batch_id, timestamp_ms, starts, ends)
+
+
+def batch_doc(batch: BatchOffsets, checkpoint_location: str) -> dict[str, Any]:
+    """A batch's ledger record as JSON, kept in a remote target's commit log to reconcile the ledger from."""
+    return {"query_id": batch.query_id, "batch_id": batch.batch_id, "batch_time": batch.batch_time.isoformat(),
+            "input_rows": batch.input_rows, "checkpoint_location": checkpoint_location,
+            "sources": [{"index": s.source_index, "name": s.description, "rows": s.input_rows,
+                         "ranges": [[r.topic, r.partition, r.from_offset, r.until_offset] for r in s.ranges]}
+                        for s in batch.sources]}
+
+
+def batch_from_doc(doc: dict[str, Any], run_id: str, recorded_by: str) -> BatchOffsets:
+    """The inverse of ``batch_doc``."""
+    sources = tuple(
+        SourceProgress(s["index"], s["name"], tuple(PartitionRange(t, int(p), f, int(u)) for t, p, f, u in s["ranges"]),
+                       int(s["rows"])) for s in doc["sources"])
+    return BatchOffsets(doc["query_id"], run_id, None, int(doc["batch_id"]), datetime.fromisoformat(doc["batch_time"]),
+                        int(doc["input_rows"]), sources, recorded_by=recorded_by)

@@ -18,6 +18,7 @@ plans from the positions step 4 wrote, so output, ledger and offsets never disag
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import uuid
@@ -25,7 +26,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -33,11 +34,13 @@ from offset_ledger.capture.reconcile import batch_records
 from offset_ledger.errors import ConfigError, SinkFenced
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.records import RunStart
-from offset_ledger.ledger.tables import runs
-from offset_ledger.rules.sink_batch import running_batch
+from offset_ledger.ledger.records import BatchRecord, RunStart
+from offset_ledger.ledger.tables import runs, sink_batches
+from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_copy import quote_ident
 from offset_ledger.rules.sink_identity import SinkDecision, decide, stage_key
+from offset_ledger.sinks import target_log
 from offset_ledger.sinks._copy import copy_partition, psycopg2_args
 
 log = logging.getLogger(__name__)
@@ -49,16 +52,33 @@ _ENGINES: dict[str, Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _engine(dsn: str) -> Engine:
+def _engine(dsn: str, *, ledger: bool = True) -> Engine:
     """One engine per DSN per process: the sink object itself holds only strings (it is pickled)."""
     with _ENGINES_LOCK:
         if dsn not in _ENGINES:
             from offset_ledger.ledger.engine import ensure_schema, make_engine
 
             engine = make_engine(dsn)
-            ensure_schema(engine)
+            if ledger:
+                ensure_schema(engine)
             _ENGINES[dsn] = engine
         return _ENGINES[dsn]
+
+
+def _where(dsn: str) -> str:
+    """A target database as the ledger names it: host:port/dbname, never the credentials."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(dsn)
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+def replace_location(sink: PostgresSink, checkpoint_location: str) -> PostgresSink:
+    import copy
+
+    bound = copy.copy(sink)
+    bound.checkpoint_location = checkpoint_location
+    return bound
 
 
 def sink_run_id(query_id: str) -> str:
@@ -67,20 +87,24 @@ def sink_run_id(query_id: str) -> str:
 
 
 class PostgresSink:
-    """``foreachBatch(PostgresSink(...))``: exactly-once output to a Postgres table in the ledger's database.
+    """``foreachBatch(PostgresSink(...))``: exactly-once output to a Postgres table.
 
     ``table``: the target (``schema.name`` or ``name``), created by the user; the batch's columns
     must exist in it. ``checkpoint_location``: the query's checkpoint, ``plan.checkpoint_location``
-    of ``start_from_ledger`` (a generation the ledger handed out: that is the batch identity).
-    ``dsn``: the ledger (default ``OFFSET_LEDGER_DSN``); the target lives in the same database.
-    ``name``: the sink's name in the ledger (default ``<pipeline>:<table>``).
+    of ``start_from_ledger`` (a generation the ledger handed out: that is the batch identity); it
+    may be given later with ``bind``. ``dsn``: the ledger (default ``OFFSET_LEDGER_DSN``).
+    ``target_dsn``: the target's database when it is not the ledger's; the commit is then atomic
+    in the target (rows + sequence + the batch's record) and the ledger follows, reconciled on
+    restart: pass the sink to ``start_from_ledger(..., sinks=[sink])``. ``name``: the sink's name
+    in the ledger (default ``<pipeline>:<table>``). Spark's Python workers stage the rows with
+    psycopg2 (it must be installed where the executors run).
     """
 
     kind = "postgres"
 
-    def __init__(self, *, table: str, checkpoint_location: str, pipeline: str, consumer_group: str | None = None,
-                 dsn: str | None = None, name: str | None = None, storage_options: dict[str, Any] | None = None
-                 ) -> None:
+    def __init__(self, *, table: str, pipeline: str, checkpoint_location: str | None = None,
+                 consumer_group: str | None = None, dsn: str | None = None, target_dsn: str | None = None,
+                 name: str | None = None, storage_options: dict[str, Any] | None = None) -> None:
         if not table or not table.strip():
             raise ConfigError("the Postgres sink needs a target table")
         if dsn is None:
@@ -89,11 +113,14 @@ class PostgresSink:
             dsn = settings().dsn
         if not dsn or not dsn.startswith("postgresql"):
             raise ConfigError("the Postgres sink needs a postgresql:// ledger DSN (dsn or OFFSET_LEDGER_DSN)")
+        if target_dsn is not None and not target_dsn.startswith("postgresql"):
+            raise ConfigError("the Postgres sink's target_dsn must be a postgresql:// DSN")
         self.table = table.strip()
         self.checkpoint_location = checkpoint_location
         self.pipeline = pipeline
         self.consumer_group = consumer_group or pipeline
         self.dsn = dsn
+        self.target_dsn = target_dsn if target_dsn and target_dsn != dsn else None
         self.name = name or f"{pipeline}:{self.table}"
         self.storage_options = storage_options
         self.staging = f"{self.table}__ol_stage"
@@ -102,7 +129,12 @@ class PostgresSink:
 
     @property
     def spec(self) -> sink_store.SinkSpec:
-        return sink_store.SinkSpec(self.name, self.pipeline, self.consumer_group, self.kind, self.table, None)
+        where = None if self.target_dsn is None else _where(self.target_dsn)
+        return sink_store.SinkSpec(self.name, self.pipeline, self.consumer_group, self.kind, self.table, where)
+
+    def bind(self, checkpoint_location: str) -> PostgresSink:
+        """This sink on the query's checkpoint (``plan.checkpoint_location``)."""
+        return replace_location(self, checkpoint_location)
 
     def __call__(self, df: Any, batch_id: int) -> None:
         self.write(df, int(batch_id))
@@ -113,49 +145,158 @@ class PostgresSink:
         """Stage ``df`` on the executors and commit it with its ledger record (or skip / fence it)."""
         from offset_ledger.capture.checkpoint_files import checkpoint_files
 
-        engine = _engine(self.dsn)
+        if not self.checkpoint_location:
+            raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
+        ledger = _engine(self.dsn)
+        target = ledger if self.target_dsn is None else _engine(self.target_dsn, ledger=False)
         files = checkpoint_files(self.checkpoint_location, self.storage_options)
         query_id, batch = running_batch(self.checkpoint_location, files, batch_id)
         try:
-            with engine.connect() as conn:
-                generation_id = self._generation(conn)
+            generation_id, current, committed = self._read_ledger(ledger, batch_id)
+            with target.connect() as conn:
+                if self.target_dsn is not None:
+                    target_log.ensure_tables(conn)
+                    committed = committed or target_log.committed_sequence(conn, self.name, generation_id, batch_id)
                 early = decide(sink_store.SinkState(), generation_id=generation_id, batch_id=batch_id,
-                               current_generation_id=sink_store.current_generation_id(
-                                   conn, self.pipeline, self.consumer_group),
-                               committed_sequence=sink_store.committed_sequence(conn, self.name, generation_id,
-                                                                                batch_id))
+                               current_generation_id=current, committed_sequence=committed)
                 if early.verdict == "commit":
                     self._ensure_staging(conn, list(df.columns))
                 conn.commit()
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "preparing the sink") from exc
         if early.verdict != "commit":
+            if early.verdict == "skip" and self.target_dsn is not None:
+                self._tell_ledger(ledger, early, generation_id, query_id, batch, None)
             return self._done(early, batch_id, generation_id)
         key = stage_key(generation_id, batch_id, uuid.uuid4().hex[:12])
         columns = list(df.columns)
-        df.foreachPartition(copy_partition(psycopg2_args(self.dsn), self.staging, columns, key))
+        df.foreachPartition(copy_partition(psycopg2_args(self.target_dsn or self.dsn), self.staging, columns, key))
+        if self.target_dsn is None:
+            decision = self._commit_here(ledger, columns, key, generation_id, query_id, batch)
+        else:
+            decision, rows = self._commit_remote(ledger, target, columns, key, generation_id, query_id, batch)
+            if decision.verdict != "fenced":
+                self._tell_ledger(ledger, decision, generation_id, query_id, batch, rows)
+        return self._done(decision, batch_id, generation_id)
+
+    def _read_ledger(self, ledger: Engine, batch_id: int) -> tuple[int, int | None, int | None]:
+        """(the checkpoint's generation id, the pipeline's current one, the sequence if committed)."""
+        with ledger.connect() as conn:
+            generation_id = self._generation(conn)
+            return (generation_id, sink_store.current_generation_id(conn, self.pipeline, self.consumer_group),
+                    sink_store.committed_sequence(conn, self.name, generation_id, batch_id))
+
+    def _commit_here(self, engine: Engine, columns: list[str], key: str, generation_id: int, query_id: str,
+                     batch: Any) -> SinkDecision:
+        """Target and ledger in one database: rows, sink row, batch and positions in one transaction."""
         now = datetime.now(timezone.utc)
         try:
             with engine.begin() as conn:
                 state = sink_store.lock_sink(conn, self.spec, now)
-                decision = decide(state, generation_id=generation_id, batch_id=batch_id,
+                decision = decide(state, generation_id=generation_id, batch_id=batch.batch_id,
                                   current_generation_id=sink_store.current_generation_id(
                                       conn, self.pipeline, self.consumer_group),
-                                  committed_sequence=sink_store.committed_sequence(conn, self.name, generation_id,
-                                                                                   batch_id))
+                                  committed_sequence=sink_store.committed_sequence(
+                                      conn, self.name, generation_id, batch.batch_id))
                 if decision.verdict == "commit":
                     assert decision.sequence is not None
                     rows = self._move(conn, columns, key)
-                    records = self._records(conn, query_id, batch, now)
                     sink_store.record_commit(
                         conn, self.spec, sequence=decision.sequence, generation_id=generation_id,
-                        query_id=query_id, batch_id=batch_id, row_count=rows, table_version=None,
-                        committed_at=now, now=now, records=records)
+                        query_id=query_id, batch_id=batch.batch_id, row_count=rows, table_version=None,
+                        committed_at=now, now=now, records=self._records(conn, query_id, batch, now))
                 if decision.verdict != "fenced":  # a zombie never touches the live generation's staged rows
-                    self._clean_staging(conn, generation_id, batch_id)
+                    self._clean_staging(conn, generation_id, batch.batch_id)
         except SQLAlchemyError as exc:
-            raise translate_db_error(exc, f"committing batch {batch_id} to {self.table}") from exc
-        return self._done(decision, batch_id, generation_id)
+            raise translate_db_error(exc, f"committing batch {batch.batch_id} to {self.table}") from exc
+        return decision
+
+    def _commit_remote(self, ledger: Engine, target: Engine, columns: list[str], key: str, generation_id: int,
+                       query_id: str, batch: Any) -> tuple[SinkDecision, int | None]:
+        """Target elsewhere: rows, sequence and the batch's record in one target transaction."""
+        now = datetime.now(timezone.utc)
+        try:
+            # Read just before: a restart that opens a newer generation after this read is the
+            # documented window of the two-database mode (docs/sinks.md).
+            _, current, _ = self._read_ledger(ledger, batch.batch_id)
+            with target.begin() as conn:
+                state = target_log.lock(conn, self.name)
+                decision = decide(state, generation_id=generation_id, batch_id=batch.batch_id,
+                                  current_generation_id=current, committed_sequence=target_log.committed_sequence(
+                                      conn, self.name, generation_id, batch.batch_id))
+                rows = None
+                if decision.verdict == "commit":
+                    assert decision.sequence is not None
+                    rows = self._move(conn, columns, key)
+                    records = self._records(None, query_id, batch, now)
+                    doc = batch_doc(records[-1].batch, self.checkpoint_location or "") if records else {
+                        "query_id": query_id, "batch_id": batch.batch_id, "sources": []}
+                    target_log.record(conn, self.name, sequence=decision.sequence, generation_id=generation_id,
+                                      query_id=query_id, batch_id=batch.batch_id, row_count=rows, batch=doc,
+                                      committed_at=now)
+                if decision.verdict != "fenced":
+                    self._clean_staging(conn, generation_id, batch.batch_id)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"committing batch {batch.batch_id} to {self.table}") from exc
+        return decision, rows
+
+    def _tell_ledger(self, ledger: Engine, decision: SinkDecision, generation_id: int, query_id: str, batch: Any,
+                     rows: int | None) -> None:
+        """Record a batch the remote target committed in the ledger (idempotent: reconcile may race it)."""
+        now = datetime.now(timezone.utc)
+        try:
+            with ledger.begin() as conn:
+                sink_store.lock_sink(conn, self.spec, now)
+                if sink_store.committed_sequence(conn, self.name, generation_id, batch.batch_id) is not None:
+                    return
+                assert decision.sequence is not None
+                sink_store.record_commit(
+                    conn, self.spec, sequence=decision.sequence, generation_id=generation_id, query_id=query_id,
+                    batch_id=batch.batch_id, row_count=rows, table_version=None, committed_at=now, now=now,
+                    records=self._records(conn, query_id, batch, now))
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"recording batch {batch.batch_id} of {self.name} in the ledger") from exc
+
+    def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
+        """Record in the ledger what the remote target committed and the ledger lacks (before a restart plans)."""
+        if self.target_dsn is None:
+            return ()
+        target = _engine(self.target_dsn, ledger=False)
+        try:
+            with ledger.connect() as conn:
+                known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
+                                     .where(sink_batches.c.sink == self.name)).scalar_one()
+            with target.connect() as conn:
+                missing = target_log.commits_after(conn, self.name, int(known))
+            for row in missing:
+                doc = row.batch if isinstance(row.batch, dict) else json.loads(row.batch)
+                with ledger.begin() as conn:
+                    sink_store.lock_sink(conn, self.spec, row.committed_at)
+                    if sink_store.committed_sequence(conn, self.name, row.generation_id, row.batch_id) is not None:
+                        continue
+                    records: list[Any] = []
+                    if doc.get("sources"):
+                        run_id = sink_run_id(row.query_id)
+                        records = [BatchRecord(self.pipeline, self.consumer_group,
+                                               batch_from_doc(doc, run_id, SINK_SOURCE))]
+                        if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+                            records.insert(0, RunStart(self.pipeline, self.consumer_group, row.query_id, run_id, None,
+                                                       row.committed_at,
+                                                       checkpoint_location=doc.get("checkpoint_location")))
+                    sink_store.record_commit(
+                        conn, self.spec, sequence=int(row.sequence), generation_id=int(row.generation_id),
+                        query_id=row.query_id, batch_id=int(row.batch_id), row_count=row.row_count,
+                        table_version=None, committed_at=row.committed_at, now=datetime.now(timezone.utc),
+                        records=records)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"reconciling sink {self.name} with its target") from exc
+        if not missing:
+            return ()
+        seqs = [int(r.sequence) for r in missing]
+        return (Finding("sink_reconciled",
+                        f"the ledger lacked {len(seqs)} batch(es) sink {self.name!r} had committed to {self.table} "
+                        f"(sequences {seqs[0]}-{seqs[-1]}): recorded from the target's commit log",
+                        details={"sink": self.name, "sequences": seqs}),)
 
     def _done(self, decision: SinkDecision, batch_id: int, generation_id: int) -> SinkDecision:
         self.last = decision
@@ -204,13 +345,14 @@ class PostgresSink:
                           f"OR _ol_stage NOT LIKE :generation"),
                      {"this": f"{generation_id}:{batch_id}:%", "generation": f"{generation_id}:%"})
 
-    def _records(self, conn: Connection, query_id: str, batch: Any, now: datetime) -> list[Any]:
+    def _records(self, conn: Connection | None, query_id: str, batch: Any, now: datetime) -> list[Any]:
         """The batch as the ledger records it (the run first, when the ledger does not know it yet)."""
         run_id = sink_run_id(query_id)
         records: list[Any] = [replace(r, batch=replace(r.batch, run_id=run_id, recorded_by=SINK_SOURCE))
                               for r in batch_records(self.pipeline, self.consumer_group, query_id, [batch],
                                                      fallback_time=now)]
-        if records and conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+        if records and conn is not None and conn.execute(
+                select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
             records.insert(0, RunStart(self.pipeline, self.consumer_group, query_id, run_id, None, now,
                                        checkpoint_location=self.checkpoint_location))
         return records
