@@ -58,7 +58,3 @@ def decide(state: SinkState, *, generation_id: int, batch_id: int, current_gener
                             f"{state.last_sequence}): another driver on this checkpoint is ahead")
     return SinkDecision("commit", state.last_sequence + 1)
 
-
-def stage_key(generation_id: int, batch_id: int, attempt: str) -> str:
-    """The staging rows of one attempt at one batch (a re-run stages under a new attempt)."""
-    return f"{generation_id}:{batch_id}:{attempt}"

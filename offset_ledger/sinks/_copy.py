@@ -31,12 +31,11 @@ def psycopg2_args(dsn: str) -> dict[str, Any]:
     return args
 
 
-def copy_partition(connect_args: Mapping[str, Any], staging: str, columns: list[str],
-                   key: str) -> Callable[[Iterable[Any]], None]:
-    """The ``foreachPartition`` function that stages one partition's rows under ``key``."""
+def copy_partition(connect_args: Mapping[str, Any], staging: str, columns: list[str]
+                   ) -> Callable[[Iterable[Any]], None]:
+    """The ``foreachPartition`` function that COPYs one partition's rows into the attempt's staging table."""
     args = dict(connect_args)
-    statement = (f"COPY {quote_ident(staging)} ({', '.join(quote_ident(c) for c in columns)}, _ol_stage) "
-                 f"FROM STDIN")
+    statement = f"COPY {quote_ident(staging)} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN"
 
     def stage(rows: Iterable[Any]) -> None:
         import psycopg2  # type: ignore[import-untyped]
@@ -45,7 +44,7 @@ def copy_partition(connect_args: Mapping[str, Any], staging: str, columns: list[
         buf = io.StringIO()
         try:
             for row in rows:
-                buf.write(copy_line((*row, key)))
+                buf.write(copy_line(row))
                 if buf.tell() >= _CHUNK_BYTES:
                     conn = conn or psycopg2.connect(**args)
                     _flush(conn, statement, buf)

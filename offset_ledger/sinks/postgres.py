@@ -5,13 +5,13 @@ Commit order for batch ``n`` of checkpoint generation ``g`` (``docs/sinks.md`` d
     Spark: offsets/n written -> foreachBatch(df, n):
       1. read offsets/n (and n-1) from the checkpoint: the batch's Kafka ranges
       2. already committed (g, n)? -> skip (a re-run after a crash); g not current -> SinkFenced
-      3. executors COPY the rows into <target>__ol_stage under a key of this attempt
+      3. executors write the rows into this attempt's staging table (COPY or Spark's JDBC writer)
       4. one driver transaction: lock pipeline + sink row, decide again, INSERT INTO target
          SELECT the staged rows, delete them, record sink_batches (g, n -> sequence) and the
          batch and its positions, COMMIT
     Spark: commits/n written
 
-A crash before 4 commits nothing (the orphan staging rows are deleted by the next attempt); a crash
+A crash before 4 commits nothing (the orphan staging table is dropped by the next commit); a crash
 after 4 and before ``commits/n`` re-runs batch ``n``, which step 2 skips. A clean-checkpoint restart
 plans from the positions step 4 wrote, so output, ledger and offsets never disagree.
 """
@@ -26,7 +26,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -38,10 +38,9 @@ from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
-from offset_ledger.rules.sink_copy import quote_ident
-from offset_ledger.rules.sink_identity import SinkDecision, decide, stage_key
+from offset_ledger.rules.sink_identity import SinkDecision, decide
 from offset_ledger.sinks import target_log
-from offset_ledger.sinks._copy import copy_partition, psycopg2_args
+from offset_ledger.sinks.staging import StageMode, Staging
 
 log = logging.getLogger(__name__)
 
@@ -96,15 +95,17 @@ class PostgresSink:
     ``target_dsn``: the target's database when it is not the ledger's; the commit is then atomic
     in the target (rows + sequence + the batch's record) and the ledger follows, reconciled on
     restart: pass the sink to ``start_from_ledger(..., sinks=[sink])``. ``name``: the sink's name
-    in the ledger (default ``<pipeline>:<table>``). Spark's Python workers stage the rows with
-    psycopg2 (it must be installed where the executors run).
+    in the ledger (default ``<pipeline>:<table>``). ``stage``: how the executors stage the batch,
+    ``"copy"`` (Python workers, psycopg2 COPY; psycopg2 where the executors run) or ``"jdbc"``
+    (Spark's JDBC writer; PostgreSQL's JDBC driver on Spark's classpath).
     """
 
     kind = "postgres"
 
     def __init__(self, *, table: str, pipeline: str, checkpoint_location: str | None = None,
                  consumer_group: str | None = None, dsn: str | None = None, target_dsn: str | None = None,
-                 name: str | None = None, storage_options: dict[str, Any] | None = None) -> None:
+                 name: str | None = None, storage_options: dict[str, Any] | None = None,
+                 stage: StageMode = "copy") -> None:
         if not table or not table.strip():
             raise ConfigError("the Postgres sink needs a target table")
         if dsn is None:
@@ -123,7 +124,9 @@ class PostgresSink:
         self.target_dsn = target_dsn if target_dsn and target_dsn != dsn else None
         self.name = name or f"{pipeline}:{self.table}"
         self.storage_options = storage_options
-        self.staging = f"{self.table}__ol_stage"
+        if stage not in ("copy", "jdbc"):
+            raise ConfigError(f"unknown stage {stage!r}: use 'copy' or 'jdbc'")
+        self.stage = stage
         #: Set by each call: what the last batch did (commit / skip), for tests and logs.
         self.last: SinkDecision | None = None
 
@@ -159,8 +162,10 @@ class PostgresSink:
                     committed = committed or target_log.committed_sequence(conn, self.name, generation_id, batch_id)
                 early = decide(sink_store.SinkState(), generation_id=generation_id, batch_id=batch_id,
                                current_generation_id=current, committed_sequence=committed)
+                staging = Staging(self.table, self.name)
+                stage_table = staging.name(generation_id, batch_id, uuid.uuid4().hex[:8])
                 if early.verdict == "commit":
-                    self._ensure_staging(conn, list(df.columns))
+                    staging.create(conn, stage_table, list(df.columns))
                 conn.commit()
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "preparing the sink") from exc
@@ -168,13 +173,13 @@ class PostgresSink:
             if early.verdict == "skip" and self.target_dsn is not None:
                 self._tell_ledger(ledger, early, generation_id, query_id, batch, None)
             return self._done(early, batch_id, generation_id)
-        key = stage_key(generation_id, batch_id, uuid.uuid4().hex[:12])
         columns = list(df.columns)
-        df.foreachPartition(copy_partition(psycopg2_args(self.target_dsn or self.dsn), self.staging, columns, key))
+        staging.write(df, stage_table, columns, self.stage, self.target_dsn or self.dsn)
         if self.target_dsn is None:
-            decision = self._commit_here(ledger, columns, key, generation_id, query_id, batch)
+            decision = self._commit_here(ledger, staging, stage_table, columns, generation_id, query_id, batch)
         else:
-            decision, rows = self._commit_remote(ledger, target, columns, key, generation_id, query_id, batch)
+            decision, rows = self._commit_remote(ledger, target, staging, stage_table, columns, generation_id,
+                                                 query_id, batch)
             if decision.verdict != "fenced":
                 self._tell_ledger(ledger, decision, generation_id, query_id, batch, rows)
         return self._done(decision, batch_id, generation_id)
@@ -186,8 +191,8 @@ class PostgresSink:
             return (generation_id, sink_store.current_generation_id(conn, self.pipeline, self.consumer_group),
                     sink_store.committed_sequence(conn, self.name, generation_id, batch_id))
 
-    def _commit_here(self, engine: Engine, columns: list[str], key: str, generation_id: int, query_id: str,
-                     batch: Any) -> SinkDecision:
+    def _commit_here(self, engine: Engine, staging: Staging, stage_table: str, columns: list[str],
+                     generation_id: int, query_id: str, batch: Any) -> SinkDecision:
         """Target and ledger in one database: rows, sink row, batch and positions in one transaction."""
         now = datetime.now(timezone.utc)
         try:
@@ -200,19 +205,20 @@ class PostgresSink:
                                       conn, self.name, generation_id, batch.batch_id))
                 if decision.verdict == "commit":
                     assert decision.sequence is not None
-                    rows = self._move(conn, columns, key)
+                    rows = self._move(conn, staging, stage_table, columns)
                     sink_store.record_commit(
                         conn, self.spec, sequence=decision.sequence, generation_id=generation_id,
                         query_id=query_id, batch_id=batch.batch_id, row_count=rows, table_version=None,
                         committed_at=now, now=now, records=self._records(conn, query_id, batch, now))
                 if decision.verdict != "fenced":  # a zombie never touches the live generation's staged rows
-                    self._clean_staging(conn, generation_id, batch.batch_id)
+                    staging.clean(conn, generation_id, batch.batch_id)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"committing batch {batch.batch_id} to {self.table}") from exc
         return decision
 
-    def _commit_remote(self, ledger: Engine, target: Engine, columns: list[str], key: str, generation_id: int,
-                       query_id: str, batch: Any) -> tuple[SinkDecision, int | None]:
+    def _commit_remote(self, ledger: Engine, target: Engine, staging: Staging, stage_table: str,
+                       columns: list[str], generation_id: int, query_id: str,
+                       batch: Any) -> tuple[SinkDecision, int | None]:
         """Target elsewhere: rows, sequence and the batch's record in one target transaction."""
         now = datetime.now(timezone.utc)
         try:
@@ -227,7 +233,7 @@ class PostgresSink:
                 rows = None
                 if decision.verdict == "commit":
                     assert decision.sequence is not None
-                    rows = self._move(conn, columns, key)
+                    rows = self._move(conn, staging, stage_table, columns)
                     records = self._records(None, query_id, batch, now)
                     doc = batch_doc(records[-1].batch, self.checkpoint_location or "") if records else {
                         "query_id": query_id, "batch_id": batch.batch_id, "sources": []}
@@ -235,7 +241,7 @@ class PostgresSink:
                                       query_id=query_id, batch_id=batch.batch_id, row_count=rows, batch=doc,
                                       committed_at=now)
                 if decision.verdict != "fenced":
-                    self._clean_staging(conn, generation_id, batch.batch_id)
+                    staging.clean(conn, generation_id, batch.batch_id)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"committing batch {batch.batch_id} to {self.table}") from exc
         return decision, rows
@@ -316,34 +322,9 @@ class PostgresSink:
                 f"query on start_from_ledger(...).checkpoint_location", sink=self.name)
         return generation_id
 
-    def _ensure_staging(self, conn: Connection, columns: list[str]) -> None:
-        """The staging table: the batch's columns with the target's types, no constraints, and the key."""
-        # Built from the target (types) but only the batch's columns: a target's own NOT NULL
-        # columns with defaults (ids) are not in the batch. UNLOGGED: staged rows are scratch; a
-        # crash may lose them, and the batch is then re-run and staged again.
-        have = list(conn.execute(text(
-            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(:t) AND attnum > 0 "
-            "AND NOT attisdropped ORDER BY attnum"), {"t": quote_ident(self.staging)}).scalars())
-        if have == [*columns, "_ol_stage"]:
-            return
-        names = ", ".join(quote_ident(c) for c in columns)
-        if have:
-            conn.execute(text(f"DROP TABLE {quote_ident(self.staging)}"))
-        conn.execute(text(f"CREATE UNLOGGED TABLE {quote_ident(self.staging)} AS SELECT {names}, "
-                          f"NULL::text AS _ol_stage FROM {quote_ident(self.table)} WITH NO DATA"))
-        conn.execute(text(f"CREATE INDEX ON {quote_ident(self.staging)} (_ol_stage)"))
-
-    def _move(self, conn: Connection, columns: list[str], key: str) -> int:
-        names = ", ".join(quote_ident(c) for c in columns)
-        result = conn.execute(text(f"INSERT INTO {quote_ident(self.table)} ({names}) SELECT {names} "
-                                   f"FROM {quote_ident(self.staging)} WHERE _ol_stage = :key"), {"key": key})
-        return int(result.rowcount)
-
-    def _clean_staging(self, conn: Connection, generation_id: int, batch_id: int) -> None:
-        """Drop this batch's staged rows (every attempt's) and any other generation's leftovers."""
-        conn.execute(text(f"DELETE FROM {quote_ident(self.staging)} WHERE _ol_stage LIKE :this "
-                          f"OR _ol_stage NOT LIKE :generation"),
-                     {"this": f"{generation_id}:{batch_id}:%", "generation": f"{generation_id}:%"})
+    def _move(self, conn: Connection, staging: Staging, stage_table: str, columns: list[str]) -> int:
+        """The staged rows into the target (a seam the crash tests die in, between staging and commit)."""
+        return staging.move(conn, stage_table, columns)
 
     def _records(self, conn: Connection | None, query_id: str, batch: Any, now: datetime) -> list[Any]:
         """The batch as the ledger records it (the run first, when the ledger does not know it yet)."""

@@ -36,11 +36,11 @@ class KilledSink(PostgresSink):
         self.kill_at = kill_at
         self.calls = 0
 
-    def _move(self, conn, columns, key):  # type: ignore[no-untyped-def]
+    def _move(self, conn, staging, stage_table, columns):  # type: ignore[no-untyped-def]
         if self.kill_at and self.kill_at[0] == "stage" and self.calls == self.kill_at[1]:
-            print(f"KILL stage {key}", flush=True)
+            print(f"KILL stage {stage_table}", flush=True)
             _die()
-        return super()._move(conn, columns, key)
+        return super()._move(conn, staging, stage_table, columns)
 
     def write(self, df, batch_id):  # type: ignore[no-untyped-def]
         self.calls += 1
@@ -69,7 +69,7 @@ def main(cfg: dict[str, Any]) -> None:
           .option("maxOffsetsPerTrigger", str(cfg.get("max_per_trigger", 10))).load()
           .selectExpr("CAST(value AS STRING) AS value", "topic", "partition", "offset"))
     sink = KilledSink(cfg.get("kill_at"), table=cfg["table"], checkpoint_location=plan.checkpoint_location,
-                      pipeline=cfg["pipeline"], dsn=cfg["dsn"])
+                      pipeline=cfg["pipeline"], dsn=cfg["dsn"], stage=cfg.get("stage", "copy"))
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", plan.checkpoint_location)
              .trigger(availableNow=True).start())
     query.awaitTermination()

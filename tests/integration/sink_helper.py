@@ -58,3 +58,16 @@ def create_target(dsn: str, table: str) -> None:
                               f'topic text, "partition" int, "offset" bigint)'))
     finally:
         engine.dispose()
+
+
+JDBC_DRIVER = "org.postgresql:postgresql:42.7.4"
+
+
+def jdbc_jar() -> str:
+    """PostgreSQL's JDBC driver from Maven Central (for the sink's ``stage="jdbc"``)."""
+    group, artifact, version = JDBC_DRIVER.split(":")
+    jar = Path.home() / ".m2" / "repository" / group.replace(".", "/") / artifact / version / f"{artifact}-{version}.jar"
+    if not jar.exists():
+        subprocess.run(["mvn", "-q", "-B", "dependency:get", f"-Dartifact={JDBC_DRIVER}"], check=True,
+                       capture_output=True, timeout=300)
+    return str(jar)

@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 
 from offset_ledger import start_from_ledger
 from offset_ledger.sinks import PostgresSink
-from tests.integration.sink_helper import create_target, run_driver, target_values
+from tests.integration.sink_helper import create_target, jdbc_jar, run_driver, target_values
 from tests.integration.test_adopt_replay import _cli
 from tests.integration.test_restart import _values
 
@@ -148,8 +148,10 @@ def test_sigkill_between_staging_and_commit_and_after_commit_loses_and_duplicate
     # 1. Killed after the sink committed its 2nd batch, before Spark's commit file.
     code, out = run_driver({**cfg, "kill_at": ["commit", 2]})
     assert code == -signal.SIGKILL and "KILL commit 1" in out, out[-3000:]
-    # 2. An upgrade on a clean checkpoint; killed between staging its 2nd batch and committing it.
-    code, out = run_driver({**cfg, "app_version": "2", "kill_at": ["stage", 2]})
+    # 2. An upgrade on a clean checkpoint; killed between staging its 2nd batch and committing it
+    #    (staged by Spark's JDBC writer this time, the JVM path).
+    code, out = run_driver({**cfg, "app_version": "2", "kill_at": ["stage", 2], "stage": "jdbc",
+                            "jars": f"{stack.spark_jars},{jdbc_jar()}"})
     assert code == -signal.SIGKILL and "fresh=True" in out and "KILL stage" in out, out[-3000:]
     assert sum(target_values(pg_dsn, "orders_out").values()) == 30  # 20 + the new generation's first 10
     # 3. The same checkpoint again, to the end of the topic.

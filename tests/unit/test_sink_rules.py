@@ -13,7 +13,7 @@ from offset_ledger.errors import CheckpointFormatError
 from offset_ledger.rules.checkpoint import read_committed_batches
 from offset_ledger.rules.sink_batch import running_batch
 from offset_ledger.rules.sink_copy import copy_line, copy_value, quote_ident
-from offset_ledger.rules.sink_identity import SinkState, decide, stage_key
+from offset_ledger.rules.sink_identity import SinkState, decide
 from tests.unit.test_checkpoint import FIXTURES, DictFiles
 
 # -- identity and fence ----------------------------------------------------------------------
@@ -73,10 +73,6 @@ def test_any_history_of_attempts_commits_each_batch_once_in_sequence_order(attem
             assert d.sequence == committed[(generation, batch_id)]
     assert sorted(committed.values()) == list(range(1, len(committed) + 1))
     assert log == sorted(log)  # commits in (generation, batch id) order: the sequence is monotonic
-
-
-def test_stage_keys_name_the_generation_and_batch() -> None:
-    assert stage_key(7, 3, "ab12").startswith("7:3:")
 
 
 # -- the running batch from a real checkpoint -------------------------------------------------
