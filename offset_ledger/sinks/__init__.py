@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PostgresSink"]
+__all__ = ["DeltaSink", "PostgresSink"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +20,8 @@ def __getattr__(name: str) -> Any:
         from offset_ledger.sinks.postgres import PostgresSink
 
         return PostgresSink
+    if name == "DeltaSink":
+        from offset_ledger.sinks.delta import DeltaSink
+
+        return DeltaSink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -327,13 +327,18 @@ class PostgresSink:
         return staging.move(conn, stage_table, columns)
 
     def _records(self, conn: Connection | None, query_id: str, batch: Any, now: datetime) -> list[Any]:
-        """The batch as the ledger records it (the run first, when the ledger does not know it yet)."""
-        run_id = sink_run_id(query_id)
-        records: list[Any] = [replace(r, batch=replace(r.batch, run_id=run_id, recorded_by=SINK_SOURCE))
-                              for r in batch_records(self.pipeline, self.consumer_group, query_id, [batch],
-                                                     fallback_time=now)]
-        if records and conn is not None and conn.execute(
-                select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
-            records.insert(0, RunStart(self.pipeline, self.consumer_group, query_id, run_id, None, now,
-                                       checkpoint_location=self.checkpoint_location))
-        return records
+        return batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
+                                    self.checkpoint_location)
+
+
+def batch_ledger_records(conn: Connection | None, pipeline: str, consumer_group: str, query_id: str, batch: Any,
+                         now: datetime, checkpoint_location: str | None) -> list[Any]:
+    """A running batch as the ledger records it (the run first, when the ledger does not know it yet)."""
+    run_id = sink_run_id(query_id)
+    records: list[Any] = [replace(r, batch=replace(r.batch, run_id=run_id, recorded_by=SINK_SOURCE))
+                          for r in batch_records(pipeline, consumer_group, query_id, [batch], fallback_time=now)]
+    if records and conn is not None and conn.execute(
+            select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+        records.insert(0, RunStart(pipeline, consumer_group, query_id, run_id, None, now,
+                                   checkpoint_location=checkpoint_location))
+    return records
