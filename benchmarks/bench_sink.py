@@ -98,10 +98,14 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
         def write(df, batch_id):  # type: ignore[no-untyped-def]
             df.write.jdbc(jdbc_url, f'"{table}"', mode="append", properties=props)
 
+    phases: list[dict[str, float]] = []
+
     def timed(df, batch_id):  # type: ignore[no-untyped-def]
         t0 = time.perf_counter()
         write(df, batch_id)
         times.append(time.perf_counter() - t0)
+        if getattr(write, "last_timings", None):
+            phases.append(dict(write.last_timings))
 
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
           .option("startingOffsets", plan.starting_offsets_json).option("maxOffsetsPerTrigger", str(rows)).load()
@@ -114,6 +118,9 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
         count = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
     engine.dispose()
     assert count == total, (method, count, total)  # every record once, whatever the batches' sizes
+    if len(phases) > 2:
+        print(f"  {method} phases (median ms): " + ", ".join(
+            f"{k} {statistics.median(p[k] for p in phases[1:-1]):.0f}" for k in phases[0]), flush=True)
     # Kafka splits maxOffsetsPerTrigger over partitions: the last batch may be a small remainder.
     return times[1:-1] if len(times) > 2 else times
 

@@ -141,3 +141,36 @@ def test_copy_values_of_other_types() -> None:
 def test_identifiers_are_quoted_per_part() -> None:
     assert quote_ident("orders") == '"orders"'
     assert quote_ident('s.we"ird') == '"s"."we""ird"'
+
+
+# -- the Delta log ---------------------------------------------------------------------------
+
+
+def test_a_delta_commit_gives_its_txn_metadata_and_rows() -> None:
+    from offset_ledger.rules.delta_log import commit_version, parse_commit
+
+    data = b"\n".join([
+        b'{"commitInfo":{"operation":"WRITE","userMetadata":"{\\"sequence\\": 4}",'
+        b'"operationMetrics":{"numFiles":"2","numOutputRows":"10"}}}',
+        b'{"txn":{"appId":"orders:out","version":4,"lastUpdated":1}}',
+        b'{"add":{"path":"part-0.parquet","size":1}}', b""])
+    c = parse_commit(7, data, "p")
+    assert (c.version, c.txn_app_id, c.txn_version, c.user_metadata, c.output_rows) == (
+        7, "orders:out", 4, '{"sequence": 4}', 10)
+    assert commit_version("00000000000000000012.json") == 12
+    assert commit_version("00000000000000000010.checkpoint.parquet") is None
+    assert commit_version("_last_checkpoint") is None
+    with pytest.raises(CheckpointFormatError, match="line 1"):
+        parse_commit(1, b"{not json", "p")
+
+
+def test_staging_tables_are_named_per_sink_generation_batch_and_attempt() -> None:
+    from offset_ledger.sinks.staging import Staging, jdbc_target
+
+    a, b = Staging("public.orders_out", "orders:public.orders_out"), Staging("orders_out", "other")
+    name = a.name(7, 12, "abcd1234")
+    assert name.startswith("public.ol_stage_") and name.endswith("_7_12_abcd1234") and len(name.split(".")[1]) < 63
+    assert a.prefix != b.prefix and b.name(1, 0, "x").startswith("ol_stage_")
+    url, props = jdbc_target("postgresql+psycopg2://u:p%40w@db.example:6543/ledger")
+    assert url == "jdbc:postgresql://db.example:6543/ledger"
+    assert props == {"driver": "org.postgresql.Driver", "user": "u", "password": "p@w"}
