@@ -20,6 +20,7 @@
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
     ├── ActiveRunConflict             a reset was refused because the pipeline is running
+    ├── SinkFenced                    a sink commit from a checkpoint that is no longer the pipeline's authority
     ├── DataLossError                 restart offsets fall outside the broker's log (policy "fail")
     ├── LedgerError                   the ledger database failed
     │   ├── LedgerUnavailable         the ledger cannot be reached or is failing over (retriable)
@@ -224,6 +225,13 @@ class ActiveRunConflict(OffsetLedgerError):
         self.run_ids = list(run_ids)
 
 
+class SinkFenced(OffsetLedgerError):
+    """A transactional sink refused a batch: its checkpoint generation is no longer the pipeline's current one."""
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message, **details)
+
+
 class DataLossError(OffsetLedgerError):
     """Restart offsets fall outside the broker's log and the policy is ``fail``."""
 
@@ -308,6 +316,7 @@ _EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
     (ActiveRunConflict, EXIT_REFUSED),
     (PlanConflict, EXIT_REFUSED),
     (MirrorRefused, EXIT_REFUSED),
+    (SinkFenced, EXIT_REFUSED),
     (DataLossError, EXIT_DATA_LOSS),
     (HistoryUnverified, EXIT_UNVERIFIED),
     (LedgerUnavailable, EXIT_UNAVAILABLE),

@@ -1,7 +1,7 @@
 """Room on the page for position updates: ``positions`` with ``fillfactor = 50`` on PostgreSQL.
 
 Revision ID: 0008
-Revises: 0005
+Revises: 0006
 Create Date: 2026-11-25
 
 Every recorded batch updates its partitions' rows in ``positions``, and a restart on a new generation
@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

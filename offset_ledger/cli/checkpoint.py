@@ -194,6 +194,11 @@ def replay_cmd(
         typer.echo(_json.dumps({k: doc[k] for k in ("startingOffsets", "endingOffsets", "assign")}))
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
+    if result.outputs:
+        from offset_ledger.ledger.sink_store import describe_output
+
+        for out in result.outputs:  # what the replayed batches wrote: re-writing them duplicates it
+            typer.echo(f"batch {out['batch_id']} of query {out['query_id']}: {describe_output(dict(out))}", err=True)
 
 
 def register(app: typer.Typer) -> None:

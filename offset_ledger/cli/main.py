@@ -227,8 +227,12 @@ def history_cmd(
         ops.close()
     rows = [{"batchTime": b["batchTime"], "batchId": b["batchId"], "queryId": b["queryId"], **r}
             for b in items for r in b["ranges"]]
-    _emit(rows, ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"], fmt,
-          {"batches": items, "nextCursor": page.next_cursor})
+    columns = ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"]
+    if any(b.get("outputs") for b in items):  # a transactional sink wrote them: what, where, which version
+        from offset_ledger.cli.sink_columns import output_columns
+
+        rows, columns = output_columns(items, columns)
+    _emit(rows, columns, fmt, {"batches": items, "nextCursor": page.next_cursor})
     if page.next_cursor:
         more_signal(f"--cursor {page.next_cursor} (or --all)")
 

@@ -253,6 +253,47 @@ pipeline_policies = Table(
 )
 
 
+#: 0006: a transactional sink (``offset_ledger.sinks``): its target and its last commit, the row a
+#: commit locks (the fence). ``last_sequence`` only grows, across checkpoint generations.
+sinks = Table(
+    "sinks",
+    metadata,
+    Column("sink", String(_NAME), primary_key=True),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("kind", String(16), nullable=False),  # postgres | delta
+    Column("target", Text, nullable=False),  # the table (schema.name) or the Delta table's path
+    Column("target_database", Text),  # NULL: the ledger's own database; else host:port/dbname (no credentials)
+    Column("last_sequence", BigInteger, nullable=False),
+    Column("generation_id", BigInteger),  # the checkpoint generation and batch of the last commit
+    Column("batch_id", BigInteger),
+    Column("updated_at", _tz(), nullable=False),
+)
+
+#: 0006: per sink, every batch it committed: the ledger's identity of the batch (generation, batch
+#: id -> sequence) and what it wrote (rows, table version).
+sink_batches = Table(
+    "sink_batches",
+    metadata,
+    Column("id", _Id, primary_key=True, autoincrement=True),
+    Column("sink", String(_NAME), nullable=False),
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("sequence", BigInteger, nullable=False),
+    Column("generation_id", BigInteger, nullable=False),
+    Column("query_id", String(64), nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("target", Text, nullable=False),
+    Column("row_count", BigInteger),
+    Column("table_version", BigInteger),  # Delta: the table version the batch made
+    Column("committed_at", _tz(), nullable=False),  # when the target committed
+    Column("recorded_at", _tz(), nullable=False),  # when the ledger learned it (later: reconciled)
+    UniqueConstraint("sink", "sequence"),
+    UniqueConstraint("sink", "generation_id", "batch_id"),
+    Index(None, "pipeline", "consumer_group", "query_id", "batch_id"),
+)
+
+
 #: 0009: what ``prune`` deleted, so ``verify`` can tell pruned history from history never recorded.
 #: One row per island: consecutive ranges of one query on one partition whose offsets tile
 #: ``[from_offset, until_offset)`` (a hole among the deleted ranges starts a new island and stays a gap).

@@ -285,8 +285,11 @@ class Operations(MetricsReads):
             group = self.resolve_group(conn, pipeline, consumer_group)
             rows = queries.batch_history(conn, pipeline, group, topic=topic, since=since, until=until,
                                          limit=limit + 1, after=after)
-        more = len(rows) > limit
-        rows = rows[:limit]
+            more = len(rows) > limit
+            rows = rows[:limit]
+            from offset_ledger.ledger.sink_store import outputs_by_batch
+
+            wrote = outputs_by_batch(conn, pipeline, [(r["query_id"], r["batch_id"]) for r in rows])
         next_cursor = encode_cursor(rows[-1]["batch_time"], rows[-1]["id"]) if more else None
         items = tuple({
             "queryId": r["query_id"], "runId": r["run_id"], "batchId": r["batch_id"],
@@ -298,6 +301,10 @@ class Operations(MetricsReads):
             "stateRowsDroppedByWatermark": r["state_rows_dropped_by_watermark"],
             "ranges": [{"sourceIndex": x["source_index"], "topic": x["topic"], "partition": x["partition"],
                         "fromOffset": x["from_offset"], "untilOffset": x["until_offset"]} for x in r["ranges"]],
+            # What the batch wrote through a transactional sink (offset_ledger.sinks); [] otherwise.
+            "outputs": [{"sink": o["sink"], "kind": o["kind"], "target": o["target"], "sequence": o["sequence"],
+                         "rowCount": o["row_count"], "tableVersion": o["table_version"]}
+                        for o in wrote.get((r["query_id"], r["batch_id"]), ())],
         } for r in rows)
         return HistoryPage(items, next_cursor)
 

@@ -54,6 +54,9 @@ class ReplayRange:
     lost: tuple[Mapping[str, Any], ...] = ()  # partitions whose records retention already deleted
     retention_checked: bool = False
     records: int = 0
+    #: What the batches wrote through a transactional sink (``offset_ledger.sinks``): sink, target,
+    #: sequence, rows, table version; empty for batches written any other way.
+    outputs: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def assign(self) -> dict[str, list[int]]:
@@ -84,6 +87,9 @@ class ReplayRange:
             "batches": [{"queryId": q, "batchId": b} for q, b in self.batches],
             "warnings": list(self.warnings), "lost": [dict(x) for x in self.lost],
             "retentionChecked": self.retention_checked,
+            "outputs": [{"queryId": o["query_id"], "batchId": o["batch_id"], "sink": o["sink"], "target": o["target"],
+                         "sequence": o["sequence"], "rowCount": o["row_count"], "tableVersion": o["table_version"]}
+                        for o in self.outputs],
         }
 
 
@@ -261,6 +267,9 @@ def replay_for(
                 ranges = recover_starts(
                     ranges, q.previous_ends(conn, {(r.query_id, r.batch_id - 1) for r in open_starts if r.batch_id}),
                     q.first_batch_starts(conn, pipeline, group, {r.query_id for r in open_starts if r.batch_id == 0}))
+            from offset_ledger.ledger.sink_store import outputs_by_batch
+
+            wrote = outputs_by_batch(conn, pipeline, sorted({(r.query_id, r.batch_id) for r in ranges}))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading batch ranges") from exc
     if not rows:
@@ -281,6 +290,8 @@ def replay_for(
         note = "retention not checked: no Kafka bootstrap servers given"
     if note:
         result = ReplayRange(**{**result.__dict__, "warnings": result.warnings + (note,)})
+    if wrote:
+        result = ReplayRange(**{**result.__dict__, "outputs": tuple(o for key in result.batches for o in wrote.get(key, ()))})
     return result
 
 

@@ -76,6 +76,7 @@ def start_from_ledger(
     watermark_delay: str | None = None,
     event_time_is_kafka_timestamp: bool | None = None,
     adopt_checkpoint: str | None = None,
+    sinks: Sequence[Any] = (),
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
@@ -129,6 +130,11 @@ def start_from_ledger(
     Once the ledger knows the pipeline the argument is ignored, so it can stay in the code. The
     import is its own transaction: when the plan then fails (say, ``DataLossError``), the adopted
     positions stay, exactly as ``offset-ledger import-checkpoint --execute`` would have left them.
+
+    ``sinks``: the pipeline's transactional sinks (``offset_ledger.sinks``). One whose target lives
+    in another database than the ledger is reconciled first: batches the target committed and the
+    ledger lacks (a driver lost between the two commits) are recorded, so the plan starts from what
+    the sink committed (a ``sink_reconciled`` finding says so).
     """
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
@@ -155,6 +161,7 @@ def start_from_ledger(
         engine = make_engine(dsn)
         try:
             ensure_schema(engine)
+            sink_findings = tuple(f for sink in sinks for f in sink.reconcile(engine))
             with adapter:
                 if adopt_checkpoint is not None:
                     from offset_ledger.operate.adopt import adopt_if_unknown
@@ -167,6 +174,8 @@ def start_from_ledger(
                     on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
                     window=window, slide=slide, watermark_delay=watermark_delay,
                     event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
+            if sink_findings:
+                done = replace(done, findings=(*sink_findings, *done.findings))
             log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
             mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
             return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -123,6 +124,9 @@ def spark(stack: devstack.StackInfo):  # type: ignore[no-untyped-def]
         pytest.fail("java is not on PATH; Spark needs Java 17+", pytrace=False)
     from pyspark.sql import SparkSession
 
+    # Python workers (foreachPartition, UDFs) run this interpreter, with the package and its
+    # dependencies, not whatever python3 is first on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     warehouse = tempfile.mkdtemp(prefix="offset-ledger-spark-")
     builder = (SparkSession.builder.remote("local[2]") if os.environ.get("OFFSET_LEDGER_TEST_SPARK_CONNECT")
                else SparkSession.builder.master("local[2]"))

@@ -1,0 +1,178 @@
+"""Cost of the transactional Postgres sink per micro-batch against a plain foreachBatch JDBC write.
+
+    source .devstack/stack.env   # or pass --dsn / --bootstrap-servers / --jars
+    .venv/bin/python benchmarks/bench_sink.py [--rows-per-batch 10000] [--batches 8] [--rounds 3]
+
+A real streaming query reads a Kafka topic (``maxOffsetsPerTrigger`` = rows per batch) and writes
+each batch to a Postgres table, two ways, on the same data, rounds interleaved (the machine may be
+busy with other work):
+
+- ``jdbc``: the baseline people write: ``foreachBatch`` with ``df.write.jdbc(..., mode="append")``
+  (Spark's JDBC writer on the executors, PostgreSQL's JDBC driver, at-least-once);
+- ``sink-jdbc``: ``PostgresSink(stage="jdbc")``: Spark's JDBC writer puts the batch into a staging
+  table, then one driver transaction moves it into the target and records the batch, its positions
+  and its sequence in the ledger (exactly once);
+- ``sink-copy``: ``PostgresSink(stage="copy")``: the same with the executors' Python workers
+  COPYing the batch (psycopg2) instead of the JVM's JDBC writer.
+
+Time per batch is measured around the write inside ``foreachBatch`` (reading Kafka included, as
+both evaluate the batch once); the first batch of each run is a warm-up and left out. Median of
+each round, best round reported, after one unmeasured warm-up run. Target: ``sink-jdbc`` within
+1.10x of ``jdbc`` at 10,000 rows per batch; exits 1 when missed. The JDBC driver comes from Maven Central (``mvn dependency:get``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT))
+
+from _scratch import ScratchDatabase
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+TARGET_RATIO = 1.10
+JDBC_DRIVER = "org.postgresql:postgresql:42.7.4"
+
+
+def jdbc_jar() -> str:
+    group, artifact, version = JDBC_DRIVER.split(":")
+    jar = Path.home() / ".m2" / "repository" / group.replace(".", "/") / artifact / version / f"{artifact}-{version}.jar"
+    if not jar.exists():
+        subprocess.run(["mvn", "-q", "-B", "dependency:get", f"-Dartifact={JDBC_DRIVER}"], check=True)
+    return str(jar)
+
+
+def produce(bootstrap: str, topic: str, records: int) -> None:
+    from kafka import KafkaProducer
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(topic, 2, 1)])
+    admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 18)
+    payload = "x" * 80
+    for i in range(records):
+        producer.send(topic, value=f"{i:09d}-{payload}".encode())
+    producer.flush()
+    producer.close()
+
+
+def create_table(dsn: str, name: str) -> None:
+    engine = create_engine(dsn)
+    with engine.begin() as conn:
+        conn.execute(text(f'CREATE TABLE "{name}" (value text, topic text, "partition" int, "offset" bigint)'))
+    engine.dispose()
+
+
+def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, total: int,  # type: ignore[no-untyped-def]
+        root: str) -> list[float]:
+    from offset_ledger import start_from_ledger
+    from offset_ledger.sinks import PostgresSink
+
+    table = f"{method}_{uuid.uuid4().hex[:6]}"
+    create_table(dsn, table)
+    pipeline = f"bench_{table}"
+    plan = start_from_ledger(pipeline, [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/{table}",
+                             dsn=dsn, first_run="earliest")
+    times: list[float] = []
+    if method.startswith("sink"):
+        write = PostgresSink(table=table, pipeline=pipeline, dsn=dsn, checkpoint_location=plan.checkpoint_location,
+                             stage="jdbc" if method == "sink-jdbc" else "copy")
+    else:
+        url = make_url(dsn)
+        jdbc_url = f"jdbc:postgresql://{url.host}:{url.port or 5432}/{url.database}"
+        props = {"user": url.username or "", "password": url.password or "", "driver": "org.postgresql.Driver"}
+
+        def write(df, batch_id):  # type: ignore[no-untyped-def]
+            df.write.jdbc(jdbc_url, f'"{table}"', mode="append", properties=props)
+
+    phases: list[dict[str, float]] = []
+
+    def timed(df, batch_id):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        write(df, batch_id)
+        times.append(time.perf_counter() - t0)
+        if getattr(write, "last_timings", None):
+            phases.append(dict(write.last_timings))
+
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+          .option("startingOffsets", plan.starting_offsets_json).option("maxOffsetsPerTrigger", str(rows)).load()
+          .selectExpr("CAST(value AS STRING) AS value", "topic", "partition", "offset"))
+    query = (df.writeStream.foreachBatch(timed).option("checkpointLocation", plan.checkpoint_location)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    engine = create_engine(dsn)
+    with engine.connect() as conn:
+        count = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
+    engine.dispose()
+    assert count == total, (method, count, total)  # every record once, whatever the batches' sizes
+    if len(phases) > 2:
+        print(f"  {method} phases (median ms): " + ", ".join(
+            f"{k} {statistics.median(p[k] for p in phases[1:-1]):.0f}" for k in phases[0]), flush=True)
+    # Kafka splits maxOffsetsPerTrigger over partitions: the last batch may be a small remainder.
+    return times[1:-1] if len(times) > 2 else times
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"))
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("OFFSET_LEDGER_TEST_BOOTSTRAP_SERVERS"))
+    parser.add_argument("--jars", default=os.environ.get("OFFSET_LEDGER_SPARK_JARS"))
+    parser.add_argument("--rows-per-batch", type=int, default=10_000)
+    parser.add_argument("--batches", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    if not (args.dsn and args.bootstrap_servers and args.jars):
+        parser.error("needs --dsn, --bootstrap-servers and --jars (or source .devstack/stack.env)")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the sink's workers stage with psycopg2
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
+             .config("spark.jars", f"{args.jars},{jdbc_jar()}").config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    db = ScratchDatabase(args.dsn, "bench_sink")
+    root = tempfile.mkdtemp(prefix="bench-sink-")
+    topic = f"bench_sink_{uuid.uuid4().hex[:8]}"
+    try:
+        produce(args.bootstrap_servers, topic, args.rows_per_batch * args.batches)
+        methods = ("jdbc", "sink-jdbc", "sink-copy")
+        medians: dict[str, list[float]] = {m: [] for m in methods}
+        # One unmeasured run first: the JVM's JIT warms up on whichever method goes first.
+        run(spark, "jdbc", db.dsn, args.bootstrap_servers, topic, args.rows_per_batch,
+            args.rows_per_batch * args.batches, root)
+        for r in range(args.rounds):
+            for method in (methods if r % 2 == 0 else tuple(reversed(methods))):
+                times = run(spark, method, db.dsn, args.bootstrap_servers, topic, args.rows_per_batch,
+                            args.rows_per_batch * args.batches, root)
+                medians[method].append(statistics.median(times) * 1000)
+                print(f"round {r + 1} {method}: median {medians[method][-1]:.0f} ms/batch "
+                      f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, {len(times)} batches)", flush=True)
+    finally:
+        spark.stop()
+        db.drop()
+        shutil.rmtree(root, ignore_errors=True)
+    jdbc = min(medians["jdbc"])
+    print(f"\n{args.rows_per_batch} rows/batch, best round's median: jdbc {jdbc:.0f} ms/batch (the baseline)")
+    ratios = {}
+    for method in methods[1:]:
+        best = min(medians[method])
+        ratios[method] = best / jdbc
+        print(f"  {method}: {best:.0f} ms/batch, {ratios[method]:.2f}x jdbc (target <= {TARGET_RATIO:.2f}x)")
+    return 0 if ratios["sink-jdbc"] <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

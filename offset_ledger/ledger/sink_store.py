@@ -1,0 +1,170 @@
+"""A transactional sink's rows in the ledger: the fence row, the batches it committed, the outputs view.
+
+Everything here runs on the caller's connection, inside the caller's transaction: the Postgres sink
+moves its staged rows into the target, records the batch (``sink_batches``, and the batch and its
+positions through the ``Recorder``'s rules) and advances the fence row in *one* transaction, so
+output, ledger and offsets commit or roll back together. The decisions are
+``offset_ledger.rules.sink_identity``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.engine import Connection
+
+from offset_ledger.errors import ConfigError
+from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.records import Record, RecordOutcome, _Txn, utc
+from offset_ledger.ledger.tables import checkpoint_generations, sink_batches, sinks
+from offset_ledger.rules.authority import same_location
+from offset_ledger.rules.sink_identity import SinkState
+
+
+@dataclass(frozen=True)
+class SinkSpec:
+    """Which sink, for which pipeline, writing where."""
+
+    sink: str
+    pipeline: str
+    consumer_group: str
+    kind: str  # postgres | delta
+    target: str
+    target_database: str | None = None  # None: the ledger's own database
+
+
+def _insert(conn: Connection) -> Any:
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+    return insert
+
+
+def generation_of(conn: Connection, pipeline: str, consumer_group: str, location: str) -> int | None:
+    """The id of the pipeline's checkpoint generation at ``location`` (None: not one the ledger handed out)."""
+    rows = conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location)
+                        .where(checkpoint_generations.c.pipeline == pipeline,
+                               checkpoint_generations.c.consumer_group == consumer_group)
+                        .order_by(checkpoint_generations.c.generation.desc())).all()
+    for r in rows:
+        if same_location(location, r.location):
+            return int(r.id)
+    return None
+
+
+def current_generation_id(conn: Connection, pipeline: str, consumer_group: str) -> int | None:
+    current = gens.current_generation(conn, pipeline, consumer_group, offsets=False)
+    return None if current is None else current.id
+
+
+def lock_sink(conn: Connection, spec: SinkSpec, now: datetime) -> SinkState:
+    """Hold the pipeline and the sink's row until the transaction ends; the sink's last commit.
+
+    The pipeline lock is the one a restart takes to open a generation: a commit and a new
+    generation never interleave, so once the newer generation exists the old one is fenced.
+    """
+    lock_pipeline(conn, spec.pipeline, spec.consumer_group)
+    insert = _insert(conn)
+    conn.execute(insert(sinks).values(
+        sink=spec.sink, pipeline=spec.pipeline, consumer_group=spec.consumer_group, kind=spec.kind,
+        target=spec.target, target_database=spec.target_database, last_sequence=0, updated_at=utc(now),
+    ).on_conflict_do_nothing(index_elements=[sinks.c.sink]))
+    query = select(sinks).where(sinks.c.sink == spec.sink)
+    if conn.dialect.name == "postgresql":
+        query = query.with_for_update()
+    row = conn.execute(query).one()
+    if (row.pipeline, row.consumer_group, row.kind, row.target) != (
+            spec.pipeline, spec.consumer_group, spec.kind, spec.target):
+        raise ConfigError(
+            f"sink {spec.sink!r} already writes {row.kind} target {row.target!r} of pipeline {row.pipeline!r} "
+            f"(group {row.consumer_group!r}); give this one another name",
+            sink=spec.sink)
+    return SinkState(int(row.last_sequence), row.generation_id, row.batch_id)
+
+
+def committed_sequence(conn: Connection, sink: str, generation_id: int, batch_id: int) -> int | None:
+    """The sequence the sink gave (generation, batch), if it committed that batch."""
+    value = conn.execute(select(sink_batches.c.sequence).where(
+        sink_batches.c.sink == sink, sink_batches.c.generation_id == generation_id,
+        sink_batches.c.batch_id == batch_id)).scalar()
+    return None if value is None else int(value)
+
+
+def record_commit(
+    conn: Connection, spec: SinkSpec, *, sequence: int, generation_id: int, query_id: str, batch_id: int,
+    row_count: int | None, table_version: int | None, committed_at: datetime, now: datetime,
+    records: Sequence[Record] = (),
+) -> RecordOutcome | None:
+    """Record one committed batch of the sink, advance its fence row, and write ``records`` (the batch).
+
+    ``records`` go through the ``Recorder``'s own rules (authority, forward-only positions, gaps)
+    on this connection, so they commit with the sink's rows or not at all.
+    """
+    conn.execute(_insert(conn)(sink_batches).values(
+        sink=spec.sink, pipeline=spec.pipeline, consumer_group=spec.consumer_group, sequence=sequence,
+        generation_id=generation_id, query_id=query_id, batch_id=batch_id, target=spec.target,
+        row_count=row_count, table_version=table_version, committed_at=utc(committed_at), recorded_at=utc(now)))
+    conn.execute(update(sinks).where(sinks.c.sink == spec.sink, sinks.c.last_sequence < sequence).values(
+        last_sequence=sequence, generation_id=generation_id, batch_id=batch_id, updated_at=utc(now)))
+    if not records:
+        return None
+    from offset_ledger.ledger.recorder import Recorder
+
+    # A recorder per commit: its caches are filled only after COMMIT, which this caller owns.
+    recorder = Recorder(conn.engine)
+    return recorder._record(conn, records, _Txn(now=utc(now)))
+
+
+def pipeline_sinks(conn: Connection, pipeline: str, consumer_group: str | None = None) -> list[dict[str, Any]]:
+    """The sinks of a pipeline, with their last commit."""
+    query = select(sinks).where(sinks.c.pipeline == pipeline)
+    if consumer_group is not None:
+        query = query.where(sinks.c.consumer_group == consumer_group)
+    return [dict(r._mapping) for r in conn.execute(query.order_by(sinks.c.sink))]
+
+
+def batch_outputs(conn: Connection, pipeline: str, *, query_id: str | None = None,
+                  batch_ids: Sequence[int] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """What each batch of a pipeline wrote (sink, target, sequence, rows, table version), newest first."""
+    query = (select(sink_batches.c.sink, sinks.c.kind, sink_batches.c.target, sinks.c.target_database,
+                    sink_batches.c.sequence, sink_batches.c.generation_id, checkpoint_generations.c.generation,
+                    sink_batches.c.query_id, sink_batches.c.batch_id, sink_batches.c.row_count,
+                    sink_batches.c.table_version, sink_batches.c.committed_at, sink_batches.c.recorded_at)
+             .join(sinks, sinks.c.sink == sink_batches.c.sink)
+             .outerjoin(checkpoint_generations, checkpoint_generations.c.id == sink_batches.c.generation_id)
+             .where(sink_batches.c.pipeline == pipeline))
+    if query_id is not None:
+        query = query.where(sink_batches.c.query_id == query_id)
+    if batch_ids is not None:
+        query = query.where(sink_batches.c.batch_id.in_(list(batch_ids)))
+    query = query.order_by(sink_batches.c.sequence.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    return [dict(r._mapping) for r in conn.execute(query)]
+
+
+def outputs_by_batch(conn: Connection, pipeline: str, keys: Sequence[tuple[str, int]]
+                     ) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """What each (query id, batch id) of ``keys`` wrote through a sink (batches without a sink are absent)."""
+    if not keys:
+        return {}
+    wanted = set(keys)
+    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in batch_outputs(conn, pipeline, batch_ids=sorted({b for _, b in wanted})):
+        key = (row["query_id"], row["batch_id"])
+        if key in wanted:
+            out.setdefault(key, []).append(row)
+    return out
+
+
+def describe_output(row: dict[str, Any]) -> str:
+    """One line: ``sink orders:out wrote 10 rows to orders_out (sequence 4)``, with the table version if any."""
+    what = f"{row['row_count']} rows" if row.get("row_count") is not None else "rows"
+    version = f", table version {row['table_version']}" if row.get("table_version") is not None else ""
+    return f"sink {row['sink']} wrote {what} to {row['target']} (sequence {row['sequence']}{version})"

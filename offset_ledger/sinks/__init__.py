@@ -1,0 +1,27 @@
+"""Transactional ``foreachBatch`` sinks: a batch's output and its ledger record commit as one fact.
+
+May import ``capture``, ``ledger``, ``rules`` and the top-level ``errors``/``config``; never the
+verbs (``operate``) or a face. ``docs/sinks.md`` states the guarantee and its limits.
+
+The names are imported lazily: Spark's Python workers unpickle the executors' staging function
+from ``offset_ledger.sinks._copy``, and importing this package must not pull the driver side
+(SQLAlchemy, the ledger) into every worker.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["DeltaSink", "PostgresSink"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "PostgresSink":
+        from offset_ledger.sinks.postgres import PostgresSink
+
+        return PostgresSink
+    if name == "DeltaSink":
+        from offset_ledger.sinks.delta import DeltaSink
+
+        return DeltaSink
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

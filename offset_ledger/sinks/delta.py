@@ -1,0 +1,202 @@
+"""The Delta Lake sink: ``txnAppId``/``txnVersion`` from the ledger's sequence, the table version recorded.
+
+Commit order for batch ``n`` of generation ``g`` (``docs/sinks.md``)::
+
+    1. read the batch's offsets from the checkpoint; under the ledger's pipeline lock: (g, n)
+       committed? skip; g not current? SinkFenced; else its sequence s = last + 1
+    2. df.write.format("delta").option("txnAppId", sink).option("txnVersion", s)
+         .option("userMetadata", <the batch's ledger record>)     <- the atomic step (Delta's commit)
+    3. find the table version whose txn is (sink, s) in _delta_log; record sink_batches (g, n -> s,
+       version, rows), the batch and its positions in one ledger transaction
+
+A crash after 2 and before 3 leaves the ledger behind the table, never ahead: Spark re-runs the
+batch on the same checkpoint with the same s (Delta skips the write; step 3 records it), and
+``start_from_ledger(..., sinks=[sink])`` records it from the Delta log before planning a clean
+checkpoint. Batch ids restarting at 0 never collide: the txn version is the sequence.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.errors import ConfigError, SinkFenced
+from offset_ledger.ledger import sink_store
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.records import BatchRecord, RunStart
+from offset_ledger.ledger.tables import runs, sink_batches
+from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
+from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
+from offset_ledger.rules.sink_identity import SinkDecision, decide
+from offset_ledger.sinks.postgres import (
+    SINK_SOURCE,
+    _engine,
+    batch_ledger_records,
+    sink_run_id,
+)
+
+
+class DeltaSink:
+    """``foreachBatch(DeltaSink(path=..., ...))``: exactly-once appends to a Delta table (delta-spark on Spark)."""
+
+    kind = "delta"
+
+    def __init__(self, *, path: str, pipeline: str, checkpoint_location: str | None = None,
+                 consumer_group: str | None = None, dsn: str | None = None, name: str | None = None,
+                 storage_options: dict[str, Any] | None = None) -> None:
+        if not path or not path.strip():
+            raise ConfigError("the Delta sink needs the table's path")
+        if dsn is None:
+            from offset_ledger.config import settings
+
+            dsn = settings().dsn
+        if not dsn:
+            raise ConfigError("the Delta sink needs a ledger DSN (dsn or OFFSET_LEDGER_DSN)")
+        self.path = path.rstrip("/")
+        self.pipeline = pipeline
+        self.consumer_group = consumer_group or pipeline
+        self.checkpoint_location = checkpoint_location
+        self.dsn = dsn
+        self.name = name or f"{pipeline}:{self.path}"
+        self.storage_options = storage_options
+        self.last: SinkDecision | None = None
+
+    @property
+    def spec(self) -> sink_store.SinkSpec:
+        return sink_store.SinkSpec(self.name, self.pipeline, self.consumer_group, self.kind, self.path, None)
+
+    def bind(self, checkpoint_location: str) -> DeltaSink:
+        bound = copy.copy(self)
+        bound.checkpoint_location = checkpoint_location
+        return bound
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.write(df, int(batch_id))
+
+    def write(self, df: Any, batch_id: int) -> SinkDecision:
+        from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+        if not self.checkpoint_location:
+            raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
+        ledger = _engine(self.dsn)
+        query_id, batch = running_batch(self.checkpoint_location,
+                                        checkpoint_files(self.checkpoint_location, self.storage_options), batch_id)
+        now = datetime.now(timezone.utc)
+        try:
+            with ledger.begin() as conn:
+                state = sink_store.lock_sink(conn, self.spec, now)
+                generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group,
+                                                         self.checkpoint_location)
+                if generation_id is None:
+                    raise ConfigError(f"sink {self.name!r}: checkpoint {self.checkpoint_location} is not a generation "
+                                      f"the ledger handed out for pipeline {self.pipeline!r}", sink=self.name)
+                decision = decide(state, generation_id=generation_id, batch_id=batch_id,
+                                  current_generation_id=sink_store.current_generation_id(
+                                      conn, self.pipeline, self.consumer_group),
+                                  committed_sequence=sink_store.committed_sequence(
+                                      conn, self.name, generation_id, batch_id))
+                records = batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
+                                               self.checkpoint_location)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"preparing batch {batch_id} of {self.name}") from exc
+        self.last = decision
+        if decision.verdict == "fenced":
+            raise SinkFenced(f"sink {self.name!r}: {decision.reason}", sink=self.name, batch_id=batch_id,
+                             generation_id=generation_id)
+        if decision.verdict == "skip":
+            return decision
+        assert decision.sequence is not None
+        doc = {"sink": self.name, "sequence": decision.sequence, "generation_id": generation_id,
+               "batch": batch_doc(records[-1].batch, self.checkpoint_location) if records else None}
+        (df.write.format("delta").mode("append").option("txnAppId", self.name)
+         .option("txnVersion", decision.sequence).option("userMetadata", json.dumps(doc)).save(self.path))
+        commit = self._find(decision.sequence)
+        self._record(ledger, decision.sequence, generation_id, query_id, batch_id, commit, records)
+        return decision
+
+    def _find(self, sequence: int) -> DeltaCommit:
+        """The table version that carries txn (this sink, ``sequence``): written now or by an earlier attempt."""
+        for commit in reversed(self._commits()):
+            if commit.txn_app_id == self.name and commit.txn_version == sequence:
+                return commit
+        raise ConfigError(f"sink {self.name!r}: no version of {self.path} carries txn {sequence}: was the table "
+                          f"written by another application id with a higher txnVersion?", sink=self.name)
+
+    def _commits(self, after_version: int = -1) -> list[DeltaCommit]:
+        from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+        files = checkpoint_files(self.path, self.storage_options)
+        versions = sorted(v for v in map(commit_version, files.list("_delta_log")) if v is not None and v > after_version)
+        out = []
+        for v in versions:
+            data = files.read(f"_delta_log/{v:020d}.json")
+            if data is not None:
+                out.append(parse_commit(v, data, f"{self.path}/_delta_log/{v:020d}.json"))
+        return out
+
+    def _record(self, ledger: Engine, sequence: int, generation_id: int, query_id: str, batch_id: int,
+                commit: DeltaCommit, records: list[Any]) -> None:
+        now = datetime.now(timezone.utc)
+        try:
+            with ledger.begin() as conn:
+                sink_store.lock_sink(conn, self.spec, now)
+                if sink_store.committed_sequence(conn, self.name, generation_id, batch_id) is not None:
+                    return
+                sink_store.record_commit(conn, self.spec, sequence=sequence, generation_id=generation_id,
+                                         query_id=query_id, batch_id=batch_id, row_count=commit.output_rows,
+                                         table_version=commit.version, committed_at=now, now=now, records=records)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"recording batch {batch_id} of {self.name}") from exc
+
+    def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
+        """Record in the ledger the table versions this sink wrote and the ledger lacks (before a restart plans)."""
+        from offset_ledger.capture.checkpoint_files import checkpoint_files
+        from offset_ledger.errors import CheckpointFormatError
+
+        try:
+            checkpoint_files(self.path, self.storage_options)
+        except CheckpointFormatError:
+            return ()  # no table yet
+        try:
+            with ledger.connect() as conn:
+                known, last_version = conn.execute(
+                    select(func.coalesce(func.max(sink_batches.c.sequence), 0),
+                           func.coalesce(func.max(sink_batches.c.table_version), -1))
+                    .where(sink_batches.c.sink == self.name)).one()
+            missing = [c for c in self._commits(int(last_version)) if c.txn_app_id == self.name
+                       and c.txn_version is not None and c.txn_version > int(known) and c.user_metadata]
+            for commit in missing:
+                doc = json.loads(commit.user_metadata or "{}")
+                batch = doc.get("batch") or {}
+                records: list[Any] = []
+                now = datetime.now(timezone.utc)
+                with ledger.begin() as conn:
+                    sink_store.lock_sink(conn, self.spec, now)
+                    if batch:
+                        run_id = sink_run_id(batch["query_id"])
+                        records = [BatchRecord(self.pipeline, self.consumer_group,
+                                               batch_from_doc(batch, run_id, SINK_SOURCE))]
+                        if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+                            records.insert(0, RunStart(self.pipeline, self.consumer_group, batch["query_id"], run_id,
+                                                       None, now, checkpoint_location=batch.get("checkpoint_location")))
+                    sink_store.record_commit(
+                        conn, self.spec, sequence=int(doc["sequence"]), generation_id=int(doc["generation_id"]),
+                        query_id=batch.get("query_id", ""), batch_id=int(batch.get("batch_id", -1)),
+                        row_count=commit.output_rows, table_version=commit.version, committed_at=now, now=now,
+                        records=records)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"reconciling sink {self.name} with {self.path}") from exc
+        if not missing:
+            return ()
+        versions = [c.version for c in missing]
+        return (Finding("sink_reconciled",
+                        f"the ledger lacked {len(missing)} version(s) sink {self.name!r} had written to {self.path} "
+                        f"(table versions {versions[0]}-{versions[-1]}): recorded from the Delta log",
+                        details={"sink": self.name, "table_versions": versions}),)

@@ -1,0 +1,85 @@
+"""Where the executors put a batch before the commit: one UNLOGGED staging table per attempt.
+
+The table is ``ol_stage_<sink hash>_<generation id>_<batch id>_<attempt>`` in the target's schema,
+with the batch's columns and the target's types (no constraints: a target's own id and default
+columns are not in the batch). The commit moves its rows into the target and drops it in the same
+transaction; an attempt that died before its commit leaves a table that the next commit drops.
+UNLOGGED: staged rows are scratch, and a crash that loses them only makes Spark re-run the batch.
+
+Executors write it one of two ways: ``copy`` (Spark's Python workers COPY each partition with
+psycopg2; psycopg2 must be installed where the executors run) or ``jdbc`` (Spark's own JDBC writer
+in the JVM; PostgreSQL's JDBC driver must be on Spark's classpath, e.g. ``spark.jars``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Literal
+
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
+
+from offset_ledger.errors import ConfigError
+from offset_ledger.rules.sink_copy import quote_ident
+from offset_ledger.sinks._copy import copy_partition, psycopg2_args
+
+StageMode = Literal["copy", "jdbc"]
+
+
+class Staging:
+    """The staging tables of one sink's target."""
+
+    def __init__(self, table: str, sink: str) -> None:
+        self.table = table
+        self.schema = table.split(".", 1)[0] if "." in table else None
+        self.prefix = "ol_stage_" + hashlib.sha1(sink.encode()).hexdigest()[:10] + "_"
+
+    def name(self, generation_id: int, batch_id: int, attempt: str) -> str:
+        bare = f"{self.prefix}{generation_id}_{batch_id}_{attempt}"
+        return f"{self.schema}.{bare}" if self.schema else bare
+
+    def create(self, conn: Connection, name: str, columns: list[str]) -> None:
+        names = ", ".join(quote_ident(c) for c in columns)
+        conn.execute(text(f"CREATE UNLOGGED TABLE {quote_ident(name)} AS SELECT {names} "
+                          f"FROM {quote_ident(self.table)} WITH NO DATA"))
+
+    def write(self, df: Any, name: str, columns: list[str], mode: StageMode, dsn: str) -> None:
+        """The executors' part: every partition of ``df`` into the staging table (nothing through the driver)."""
+        if mode == "copy":
+            df.foreachPartition(copy_partition(psycopg2_args(dsn), name, columns))
+        elif mode == "jdbc":
+            url, props = jdbc_target(dsn)
+            df.select(*columns).write.jdbc(url, quote_ident(name), mode="append", properties=props)
+        else:
+            raise ConfigError(f"unknown stage mode {mode!r}: use 'copy' or 'jdbc'")
+
+    def move(self, conn: Connection, name: str, columns: list[str]) -> int:
+        """Staged rows into the target, the staging table dropped: in the caller's commit transaction."""
+        names = ", ".join(quote_ident(c) for c in columns)
+        result = conn.execute(text(f"INSERT INTO {quote_ident(self.table)} ({names}) SELECT {names} "
+                                   f"FROM {quote_ident(name)}"))
+        conn.execute(text(f"DROP TABLE {quote_ident(name)}"))
+        return int(result.rowcount)
+
+    def clean(self, conn: Connection, generation_id: int, batch_id: int) -> None:
+        """Drop leftovers of attempts that died: this batch's and earlier ones, and other generations'."""
+        rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = COALESCE(:s, current_schema()) "
+                                 "AND left(tablename, :n) = :p"),
+                            {"s": self.schema, "n": len(self.prefix), "p": self.prefix}).scalars()
+        for bare in rows:
+            parts = bare[len(self.prefix):].split("_")
+            if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
+                continue
+            gen, batch = int(parts[0]), int(parts[1])
+            if gen != generation_id or batch <= batch_id:
+                conn.execute(text(f"DROP TABLE IF EXISTS {quote_ident(f'{self.schema}.{bare}' if self.schema else bare)}"))
+
+
+def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:
+    """Spark's JDBC URL and properties for a SQLAlchemy Postgres DSN."""
+    args = psycopg2_args(dsn)
+    url = f"jdbc:postgresql://{args.get('host', 'localhost')}:{args.get('port', 5432)}/{args.get('dbname', '')}"
+    props = {"driver": "org.postgresql.Driver", "user": str(args.get("user", ""))}
+    if args.get("password"):
+        props["password"] = str(args["password"])
+    return url, props

@@ -1,0 +1,97 @@
+"""Delta Lake through the sink vs a plain ``txnVersion=batchId`` writer, across a clean-checkpoint upgrade.
+
+``python tests/integration/delta_driver.py CONFIG_JSON`` in an interpreter whose PySpark delta-spark
+supports (the test picks it); prints one JSON line ``RESULT {...}`` with what each table holds.
+
+1. generation 1: the sink pipeline dies after Delta committed its 3rd batch and before the ledger
+   heard of it; the plain pipeline runs to the end of the topic (txnVersion 0, 1, 2, 3).
+2. more records; generation 2 of both (an upgrade: clean checkpoints, batch ids from 0 again). The
+   plain writer's batches 0-3 carry txn versions Delta already has: skipped, their rows lost. The
+   sink's restart reconciles from the Delta log first and writes with the next sequences.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from offset_ledger import devstack, start_from_ledger
+from offset_ledger.sinks import DeltaSink
+
+
+class LostBeforeTheLedger(DeltaSink):
+    def __init__(self, crash_at: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.crash_at, self.calls = crash_at, 0
+
+    def _record(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.calls == self.crash_at:
+            raise RuntimeError("driver lost between Delta's commit and the ledger's")
+        super()._record(*args, **kwargs)
+
+
+def main(cfg: dict[str, Any]) -> None:
+    from kafka import KafkaProducer
+    from pyspark.errors import StreamingQueryException
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    jars = ",".join([*(str(p) for p in devstack.spark_kafka_jars()), *cfg["delta_jars"]])
+    spark = (SparkSession.builder.master("local[2]").appName("delta-sink").config("spark.jars", jars)
+             .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+             .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    topic, bootstrap, dsn, root = cfg["topic"], cfg["bootstrap"], cfg["dsn"], cfg["root"]
+    findings: dict[str, list[str]] = {}
+
+    def run(pipeline: str, version: str, write: Any, sinks: list[Any]) -> bool:
+        plan = start_from_ledger(pipeline, [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/{pipeline}",
+                                 app_version=version, dsn=dsn, first_run="earliest", sinks=sinks)
+        findings.setdefault(f"{pipeline}:{version}", []).extend(f.kind for f in plan.findings)
+        fn = write.bind(plan.checkpoint_location) if hasattr(write, "bind") else write
+        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", plan.starting_offsets_json).option("maxOffsetsPerTrigger", "10").load()
+              .selectExpr("CAST(value AS STRING) AS value", "partition", "offset"))
+        query = (df.writeStream.foreachBatch(fn).option("checkpointLocation", plan.checkpoint_location)
+                 .trigger(availableNow=True).start())
+        try:
+            query.awaitTermination()
+        except StreamingQueryException:
+            return False
+        return True
+
+    sink_path, plain_path = f"{root}/tables/sink", f"{root}/tables/plain"
+
+    def plain(df: Any, batch_id: int) -> None:  # what people write: Spark's batch id as the txn version
+        (df.write.format("delta").mode("append").option("txnAppId", "plain").option("txnVersion", batch_id)
+         .save(plain_path))
+
+    crashing = LostBeforeTheLedger(3, path=sink_path, pipeline="delta_sink", dsn=dsn)
+    ok = {"sink_1": run("delta_sink", "1", crashing, [crashing]), "plain_1": run("delta_plain", "1", plain, [])}
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(cfg["more"]):
+        producer.send(topic, value=f"b{i}".encode(), partition=i % 2)
+    producer.flush()
+    producer.close()
+    sink = DeltaSink(path=sink_path, pipeline="delta_sink", dsn=dsn)
+    ok["sink_2"] = run("delta_sink", "2", sink, [sink])
+    ok["plain_2"] = run("delta_plain", "2", plain, [])
+
+    def values(path: str) -> dict[str, int]:
+        return dict(Counter(r.value for r in spark.read.format("delta").load(path).select("value").collect()))
+
+    print("RESULT " + json.dumps({"ok": ok, "sink": values(sink_path), "plain": values(plain_path),
+                                  "findings": findings}), flush=True)
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,0 +1,107 @@
+"""The Postgres sink with its target in another database than the ledger, on the real stack.
+
+No transaction spans two databases: the target commits rows + sequence + the batch's record, the
+ledger follows. A driver lost between the two leaves the ledger behind; the restart reconciles from
+the target's commit log before it plans, so a clean checkpoint still starts after the last batch
+the target holds. Oracle: the topic's records, each exactly once in the target.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from offset_ledger import start_from_ledger
+from offset_ledger.sinks import PostgresSink
+from tests.integration.sink_helper import create_target, target_values
+from tests.integration.test_restart import _values
+from tests.integration.test_sink_postgres import _positions, _run
+
+
+@pytest.fixture
+def target_dsn(stack) -> Iterator[str]:  # type: ignore[no-untyped-def]
+    admin_url = make_url(stack.postgres_dsn)
+    name = f"target_{uuid.uuid4().hex[:8]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield admin_url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+class _LostBeforeTheLedger(PostgresSink):
+    """Fails after the target committed its n-th batch and before the ledger heard of it."""
+
+    def __init__(self, crash_at: int | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.crash_at, self.calls = crash_at, 0
+
+    def _tell_ledger(self, *args: Any, **kwargs: Any) -> None:
+        self.calls += 1
+        if self.calls == self.crash_at:
+            raise RuntimeError("driver lost between the target's commit and the ledger's")
+        super()._tell_ledger(*args, **kwargs)
+
+
+def _target_sequences(dsn: str) -> list[int]:
+    engine = create_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text("SELECT sequence FROM offset_ledger_sink_commits ORDER BY sequence")).scalars())
+    finally:
+        engine.dispose()
+
+
+def _ledger_sequences(dsn: str) -> list[tuple[int, str]]:
+    engine = create_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                "SELECT sequence, target_database FROM v_batch_outputs ORDER BY sequence"))]
+    finally:
+        engine.dispose()
+
+
+def test_a_ledger_behind_its_remote_target_is_reconciled_before_a_clean_checkpoint_restart(
+        spark, kafka, pg_dsn: str, target_dsn: str, tmp_path: Path) -> None:
+    topic = kafka.create_topic(partitions=2)
+    produced = _values("t", 50)
+    kafka.produce(topic, produced)
+    create_target(target_dsn, "orders_out")
+    root = str(tmp_path / "ck")
+
+    def plan(version: str, sink: PostgresSink):  # type: ignore[no-untyped-def]
+        return start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers, checkpoint_root=root,
+                                 app_version=version, dsn=pg_dsn, first_run="earliest", sinks=[sink])
+
+    lost = _LostBeforeTheLedger(3, table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=target_dsn)
+    p1 = plan("1", lost)
+    assert not _run(spark, kafka, topic, p1, lost.bind(p1.checkpoint_location))
+    # The target holds three batches, the ledger two: a restart planned from the ledger alone
+    # would read the third batch again into the target.
+    assert _target_sequences(target_dsn) == [1, 2, 3] and len(_ledger_sequences(pg_dsn)) == 2
+    assert sum(_positions(pg_dsn).values()) == 20
+
+    sink = PostgresSink(table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=target_dsn)
+    p2 = plan("2", sink)
+    assert p2.fresh_checkpoint
+    assert [f.kind for f in p2.findings if f.kind == "sink_reconciled"] == ["sink_reconciled"]
+    assert sum(p2.starting_offsets[topic].values()) == 30
+    assert _run(spark, kafka, topic, p2, sink.bind(p2.checkpoint_location))
+    assert target_values(target_dsn, "orders_out") == Counter(produced)
+    ledger = _ledger_sequences(pg_dsn)
+    assert [s for s, _ in ledger] == _target_sequences(target_dsn) == [1, 2, 3, 4, 5]
+    where = make_url(target_dsn)
+    assert {w for _, w in ledger} == {f"{where.host}:{where.port}/{where.database}"}  # never the password
+    assert sum(_positions(pg_dsn).values()) == 50
