@@ -8,6 +8,7 @@ an error, never a skip: the suite exists to prove the real parts work together.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -66,11 +67,10 @@ def _unique(name: str, prefix: str) -> str:
     return f"{prefix}_{slug}_{uuid.uuid4().hex[:8]}"
 
 
-@pytest.fixture
-def pg_dsn(stack: devstack.StackInfo, request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh, empty Postgres database for this test, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_database(stack: devstack.StackInfo, name: str) -> Iterator[str]:
+    """The DSN of a new, empty database ``name`` on the stack's Postgres, dropped afterwards."""
     admin_url = make_url(stack.postgres_dsn)
-    name = _unique(request.node.name, "t")
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
@@ -80,6 +80,13 @@ def pg_dsn(stack: devstack.StackInfo, request: pytest.FixtureRequest) -> Iterato
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+@pytest.fixture
+def pg_dsn(stack: devstack.StackInfo, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh, empty Postgres database for this test, dropped afterwards."""
+    with fresh_database(stack, _unique(request.node.name, "t")) as dsn:
+        yield dsn
 
 
 @pytest.fixture

@@ -35,9 +35,11 @@ class KilledSink(PostgresSink):
         super().__init__(**kwargs)
         self.kill_at = kill_at
         self.calls = 0
+        self.moves = 0  # batches that reached the move (a re-run the sink skips never does)
 
     def _move(self, conn, staging, stage_table, columns):  # type: ignore[no-untyped-def]
-        if self.kill_at and self.kill_at[0] == "stage" and self.calls == self.kill_at[1]:
+        self.moves += 1
+        if self.kill_at and self.kill_at[0] == "stage" and self.moves == self.kill_at[1]:
             print(f"KILL stage {stage_table}", flush=True)
             _die()
         return super()._move(conn, staging, stage_table, columns)

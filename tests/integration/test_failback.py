@@ -27,7 +27,13 @@ from offset_ledger.errors import FailoverRefused
 from offset_ledger.kafka.mm2_checkpoints import read_checkpoints
 from offset_ledger.rules.failover import checkpoints_topic
 from tests.integration.kafka_helper import KafkaHelper
-from tests.integration.test_failover import _end_offsets, _run, _wait, clusters  # noqa: F401 - fixture
+from tests.integration.test_failover import (  # noqa: F401 - clusters: the fixture
+    _end_offsets,
+    _run,
+    _wait,
+    clusters,
+    first_leg_on_the_primary,
+)
 from tests.integration.test_failover_short import _cli
 from tests.integration.test_listener import listeners, position_map, register  # noqa: F401 - fixtures
 
@@ -49,28 +55,11 @@ def test_failing_back_to_the_primary_after_a_failover(
     runner = CliRunner()
     from offset_ledger.cli.main import app
 
-    on_primary = KafkaHelper(primary.bootstrap_servers)
-    try:
-        topic = on_primary.create_topic(2, name=f"orders_{uuid.uuid4().hex[:6]}")
-        first = [f"a{i}" for i in range(40)]
-        on_primary.produce(topic, first)
-    finally:
-        on_primary.close()
-    pipeline = f"fb_{uuid.uuid4().hex[:6]}"
-    remote = f"primary.{topic}"
-    mm2 = start_mirror_maker(tmp_path / "mm2", source=primary.bootstrap_servers, target=backup.bootstrap_servers,
-                             topics=topic, groups=pipeline)
-    clusters["started"].append(mm2)
-
     # -- the forward leg: read on the primary, MM2 checkpoints the group, fail over ------------------
-    register(spark, listeners, tmp_path, dsn=dsn, pipeline=pipeline, commit_to_kafka=True,
-             bootstrap_servers=primary.bootstrap_servers)
-    root = str(tmp_path / "checkpoints")
-    plan = start_from_ledger(pipeline, [topic], bootstrap_servers=primary.bootstrap_servers, dsn=dsn,
-                             checkpoint_root=root, app_version="1", first_run="earliest")
-    read_on_primary = _run(spark, primary.bootstrap_servers, topic, plan, tmp_path / "out-primary")
-    assert sorted(read_on_primary) == sorted(first)
-    assert listeners[0].flush(30) and listeners[0].flush_mirror(60)
+    leg = first_leg_on_the_primary(spark, clusters, dsn, listeners, tmp_path, "fb")
+    topic, pipeline, mm2, first, root, read_on_primary = (leg.topic, leg.pipeline, leg.mm2, leg.first, leg.root,
+                                                          leg.read_on_primary)
+    remote = f"primary.{topic}"
     ledger_primary = position_map(ledger, pipeline)
 
     def checkpointed() -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -92,10 +93,21 @@ def _wait(check, timeout: float, what: str, mm2: MirrorMaker) -> None:  # type: 
     raise AssertionError(f"timed out waiting for {what} (last error: {last!r}); MM2 log:\n{mm2.log_tail()}")
 
 
-def test_a_mirrored_pipeline_fails_over_to_the_backup_without_skipping(
-        spark, clusters, ledger: Engine, listeners, tmp_path: Path) -> None:  # noqa: F811
+@dataclass
+class FirstLeg:
+    topic: str
+    pipeline: str
+    mm2: MirrorMaker
+    first: list[str]
+    root: str
+    read_on_primary: list[str]
+
+
+def first_leg_on_the_primary(spark, clusters, dsn: str, listeners, tmp_path: Path,  # type: ignore[no-untyped-def]  # noqa: F811
+                             prefix: str) -> FirstLeg:
+    """A 2-partition topic with 40 records on the primary, MM2 primary -> backup, and the pipeline's first
+    run on the primary with its positions mirrored into the consumer group MM2 checkpoints."""
     primary, backup = clusters["primary"], clusters["backup"]
-    dsn = ledger.url.render_as_string(hide_password=False)
     on_primary = KafkaHelper(primary.bootstrap_servers)
     try:
         topic = on_primary.create_topic(2, name=f"orders_{uuid.uuid4().hex[:6]}")
@@ -103,12 +115,10 @@ def test_a_mirrored_pipeline_fails_over_to_the_backup_without_skipping(
         on_primary.produce(topic, first)
     finally:
         on_primary.close()
-    pipeline = f"fo_{uuid.uuid4().hex[:6]}"
+    pipeline = f"{prefix}_{uuid.uuid4().hex[:6]}"
     mm2 = start_mirror_maker(tmp_path / "mm2", source=primary.bootstrap_servers, target=backup.bootstrap_servers,
                              topics=topic, groups=pipeline)
     clusters["started"].append(mm2)
-
-    # The pipeline on the primary, its positions mirrored into the consumer group MM2 checkpoints.
     register(spark, listeners, tmp_path, dsn=dsn, pipeline=pipeline, commit_to_kafka=True,
              bootstrap_servers=primary.bootstrap_servers)
     root = str(tmp_path / "checkpoints")
@@ -117,6 +127,16 @@ def test_a_mirrored_pipeline_fails_over_to_the_backup_without_skipping(
     read_on_primary = _run(spark, primary.bootstrap_servers, topic, plan, tmp_path / "out-primary")
     assert sorted(read_on_primary) == sorted(first)
     assert listeners[0].flush(30) and listeners[0].flush_mirror(60)
+    return FirstLeg(topic, pipeline, mm2, first, root, read_on_primary)
+
+
+def test_a_mirrored_pipeline_fails_over_to_the_backup_without_skipping(
+        spark, clusters, ledger: Engine, listeners, tmp_path: Path) -> None:  # noqa: F811
+    primary, backup = clusters["primary"], clusters["backup"]
+    dsn = ledger.url.render_as_string(hide_password=False)
+    leg = first_leg_on_the_primary(spark, clusters, dsn, listeners, tmp_path, "fo")
+    topic, pipeline, mm2, first, root, read_on_primary = (leg.topic, leg.pipeline, leg.mm2, leg.first, leg.root,
+                                                          leg.read_on_primary)
     ledger_before = position_map(ledger, pipeline)
     assert sum(ledger_before.values()) == 40
 

@@ -21,7 +21,12 @@ from sqlalchemy import create_engine, text
 
 from offset_ledger import start_from_ledger
 from offset_ledger.sinks import PostgresSink
-from tests.integration.sink_helper import create_target, jdbc_jar, run_driver, target_values
+from tests.integration.sink_helper import (
+    create_target,
+    jdbc_jar,
+    run_driver,
+    target_values,
+)
 from tests.integration.test_adopt_replay import _cli
 from tests.integration.test_restart import _values
 
@@ -166,32 +171,36 @@ def test_random_sigkills_across_twenty_batches_and_generations_keep_every_record
         kafka, pg_dsn: str, stack, tmp_path: Path) -> None:
     rng = random.Random(int(os.environ.get("SINK_CRASH_SEED", "24")))
     topic = kafka.create_topic(partitions=3)
-    produced = _values("r", 240)
+    produced = _values("r", 60)
     kafka.produce(topic, produced)
     create_target(pg_dsn, "orders_out")
     cfg = {"pipeline": "orders", "topic": topic, "bootstrap": kafka.bootstrap_servers, "dsn": pg_dsn,
            "checkpoint_root": str(tmp_path / "ck"), "jars": stack.spark_jars, "table": "orders_out",
            "max_per_trigger": 10}
-    version, kills, finished = 1, [], False
-    # Eight runs die (at a random point of a random batch, or on a timer mid-batch), each restarted
-    # on the same checkpoint or, 40% of the time, on a clean one (an upgrade); then one runs to the end.
-    for _ in range(8):
+    version, kills = 1, []
+    # Eight runs, each after 30 more records arrive (so every run has at least three batches to do):
+    # six die at a random batch's staging or commit, two on a timer (mid-batch, or before the first
+    # batch, or never when the run drained its records first); each is restarted on the same
+    # checkpoint or, 40% of the time, on a clean one (an upgrade). Then one runs to the end.
+    points = ["stage", "commit"] * 3 + ["timer"] * 2
+    rng.shuffle(points)
+    for n, point in enumerate(points):
+        more = _values(f"r{n}-", 30)
+        kafka.produce(topic, more)
+        produced += more
         if rng.random() < 0.4:
             version += 1
-        point = rng.choice(["stage", "commit", "timer"])
         run_cfg = {**cfg, "app_version": str(version)}
         if point != "timer":
             run_cfg["kill_at"] = [point, rng.randint(1, 3)]
-        code, out = run_driver(run_cfg, kill_after_s=rng.uniform(15, 35) if point == "timer" else None)
+        code, out = run_driver(run_cfg, kill_after_s=rng.uniform(5, 25) if point == "timer" else None)
         kills.append((version, point, run_cfg.get("kill_at"), code))
-        if code == 0:  # the topic was drained before the kill point came
-            finished = True
-            break
-        assert code == -signal.SIGKILL, out[-3000:]
-    if not finished:
-        code, out = run_driver({**cfg, "app_version": str(version)})
-        assert code == 0, out[-3000:]
-    assert sum(1 for k in kills if k[-1] == -signal.SIGKILL) >= 5, kills
+        if point == "timer":
+            assert code in (0, -signal.SIGKILL), out[-3000:]
+        else:
+            assert code == -signal.SIGKILL and f"KILL {point}" in out, (kills, out[-3000:])
+    code, out = run_driver({**cfg, "app_version": str(version)})
+    assert code == 0, out[-3000:]
     assert target_values(pg_dsn, "orders_out") == Counter(produced)
     rows = _sink_rows(pg_dsn)
     assert len(rows) >= 24 and [r.sequence for r in rows] == list(range(1, len(rows) + 1))

@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 
 from offset_ledger import start_from_ledger
 from offset_ledger.sinks import PostgresSink
+from tests.integration.conftest import fresh_database
 from tests.integration.sink_helper import create_target, target_values
 from tests.integration.test_restart import _values
 from tests.integration.test_sink_postgres import _positions, _run
@@ -27,17 +28,9 @@ from tests.integration.test_sink_postgres import _positions, _run
 
 @pytest.fixture
 def target_dsn(stack) -> Iterator[str]:  # type: ignore[no-untyped-def]
-    admin_url = make_url(stack.postgres_dsn)
-    name = f"target_{uuid.uuid4().hex[:8]}"
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield admin_url.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
+    """The sink's target: another database than the ledger's."""
+    with fresh_database(stack, f"target_{uuid.uuid4().hex[:8]}") as dsn:
+        yield dsn
 
 
 class _LostBeforeTheLedger(PostgresSink):
