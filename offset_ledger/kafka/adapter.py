@@ -17,8 +17,13 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from offset_ledger.errors import ConfigError, KafkaAuthenticationFailed, KafkaError, KafkaUnavailable
+from offset_ledger.errors import (
+    ConfigError,
+    KafkaError,
+)
 from offset_ledger.kafka.client_config import client_configs
+from offset_ledger.kafka.client_errors import translate_error as _translate
+from offset_ledger.kafka.group_admin import GroupAdmin
 from offset_ledger.kafka.record_times import record_times_by_fetch
 from offset_ledger.kafka.snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.rules.model import TopicPartition, Watermarks
@@ -26,27 +31,7 @@ from offset_ledger.rules.model import TopicPartition, Watermarks
 log = logging.getLogger(__name__)
 
 
-def _translate(exc: Exception, bootstrap: Any) -> Exception:
-    """Map kafka-python errors onto our tree."""
-    from kafka import errors as kerr
-
-    # kafka-python 2.x raises NoBrokersAvailable, 3.x a KafkaTimeoutError from bootstrap.
-    unreachable = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError",
-                                                    "KafkaConnectionError") if hasattr(kerr, n))
-    if isinstance(exc, unreachable):
-        # A broker that wants SASL or TLS looks exactly like one that is down to kafka-python: it
-        # retries until the bootstrap timeout. Say what to check for both.
-        return KafkaUnavailable(f"cannot reach Kafka brokers {bootstrap}: {exc} (is the cluster up, and do "
-                                f"security.protocol and the SASL/SSL settings match its listener? "
-                                f"--command-config, --kafka-option, OFFSET_LEDGER_KAFKA_*)",
-                                bootstrap_servers=str(bootstrap))
-    if isinstance(exc, (kerr.SaslAuthenticationFailedError, kerr.AuthorizationError)):
-        return KafkaAuthenticationFailed(f"Kafka refused the credentials or access: {exc}",
-                                         bootstrap_servers=str(bootstrap))
-    return KafkaError(f"Kafka request failed: {exc}", bootstrap_servers=str(bootstrap))
-
-
-class KafkaAdapter:
+class KafkaAdapter(GroupAdmin):
     """Answers offset questions about a cluster; thread-safe, lazy, reusable."""
 
     def __init__(self, bootstrap_servers: str, options: Mapping[str, Any] | None = None,
@@ -362,92 +347,7 @@ class KafkaAdapter:
                 raise _translate(exc, self._bootstrap) from exc
         return self._sampler
 
-    # -- consumer groups (the mirror and drift)
-
-    def _admin_client(self) -> Any:
-        if self._admin is None:
-            from kafka import KafkaAdminClient
-
-            configs = {k: v for k, v in self._configs.items() if k != "allow_auto_create_topics"}
-            try:
-                self._admin = KafkaAdminClient(**configs)
-            except Exception as exc:
-                raise _translate(exc, self._bootstrap) from exc
-        return self._admin
-
-    def _admin_call(self, fn_name: str, *args: Any) -> Any:
-        # A group's first request on a fresh cluster meets COORDINATOR_NOT_AVAILABLE while the broker
-        # creates __consumer_offsets: such retriable answers are retried within the request timeout.
-        deadline = time.monotonic() + self._configs["request_timeout_ms"] / 1000
-        while True:
-            with self._lock:
-                admin = self._admin_client()
-                try:
-                    return getattr(admin, fn_name)(*args)
-                except Exception as exc:
-                    if _is_connection_error(exc):
-                        self._close_admin()
-                        raise _translate(exc, self._bootstrap) from exc
-                    if not getattr(exc, "retriable", False) or time.monotonic() >= deadline:
-                        raise _translate(exc, self._bootstrap) from exc
-                    log.debug("retrying %s: %s", fn_name, exc)
-            time.sleep(0.2)
-
-    def _close_admin(self) -> None:
-        admin, self._admin = self._admin, None
-        if admin is not None:
-            try:
-                admin.close()
-            except Exception:  # noqa: BLE001
-                log.debug("error closing Kafka admin client", exc_info=True)
-
-    def group_members(self, groups: Sequence[str]) -> dict[str, int]:
-        """Active members per consumer group (0 for an empty or unknown group)."""
-        if not groups:
-            return {}
-        described = self._admin_call("describe_groups", list(groups))
-        out = {g: 0 for g in groups}
-        for group, info in (described or {}).items():
-            state = str(info.get("group_state") or info.get("state") or "").lower()
-            members = info.get("members") or []
-            out[group] = 0 if state in ("empty", "dead") else len(members)
-        return out
-
-    def committed_offsets(self, groups: Sequence[str]) -> dict[str, dict[TopicPartition, tuple[int, str]]]:
-        """Committed (next offset, metadata) per partition of each group; one request per coordinator."""
-        if not groups:
-            return {}
-        fetched = self._admin_call("list_group_offsets", {g: None for g in groups})
-        return {group: {TopicPartition(tp.topic, tp.partition): (int(om.offset), om.metadata or "")
-                        for tp, om in offsets.items() if om.offset is not None and om.offset >= 0}
-                for group, offsets in (fetched or {}).items()}
-
-    def commit_group_offsets(self, group: str, offsets: Mapping[TopicPartition, tuple[int, str]]) -> dict[TopicPartition, str]:
-        """Commit (next offset, metadata) for a group WITHOUT joining it; partitions the broker refused -> error name.
-
-        The broker only accepts such a commit for a group with no active members (Empty or
-        unknown); otherwise every partition comes back refused (UNKNOWN_MEMBER_ID and the like).
-        """
-        from kafka import TopicPartition as KTP
-        from kafka.structs import OffsetAndMetadata
-
-        if not offsets:
-            return {}
-        request = {KTP(tp.topic, tp.partition): OffsetAndMetadata(int(o), meta, None)
-                   for tp, (o, meta) in offsets.items()}
-        answer = self._admin_call("alter_group_offsets", group, request)
-        return {TopicPartition(k.topic, k.partition): err.__name__
-                for k, err in (answer or {}).items() if getattr(err, "errno", 0) != 0}
-
 
 def _field(item: Any, name: str) -> Any:
     """A field of a decoded response, as a dict key or an attribute."""
     return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
-
-
-def _is_connection_error(exc: Exception) -> bool:
-    from kafka import errors as kerr
-
-    kinds = tuple(getattr(kerr, n) for n in ("NoBrokersAvailable", "KafkaTimeoutError", "KafkaConnectionError",
-                                              "NodeNotReadyError", "RequestTimedOutError") if hasattr(kerr, n))
-    return isinstance(exc, kinds)

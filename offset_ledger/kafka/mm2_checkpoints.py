@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from offset_ledger.errors import FailoverRefused, KafkaError
-from offset_ledger.kafka.adapter import _translate
 from offset_ledger.kafka.client_config import client_configs
+from offset_ledger.kafka.client_errors import translate_error as _translate
 from offset_ledger.rules.failover import (
     Mm2Checkpoint,
     decode_checkpoint,
