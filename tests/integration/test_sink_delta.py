@@ -25,7 +25,7 @@ DELTA = "4.0.0"
 def _delta_python() -> str:
     python = os.environ.get("OFFSET_LEDGER_DELTA_PYTHON") or str(ROOT / ".venv-pyspark-4.0.0" / "bin" / "python")
     if not Path(python).exists():
-        message = f"no interpreter with PySpark 4.0 for delta-spark {DELTA} ({python}); ./scripts/test --matrix makes it"
+        message = f"no interpreter with PySpark 4.0 for delta-spark {DELTA} ({python}); ./scripts/test --long makes it"
         if os.environ.get("CI"):
             pytest.fail(message, pytrace=False)
         pytest.skip(message)
