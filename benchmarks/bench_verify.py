@@ -29,7 +29,8 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import batch_offsets
-from offset_ledger.ledger.verify_reads import read_inputs, stream_rows, tagged
+from offset_ledger.ledger.verify_reads import read_inputs
+from offset_ledger.ledger.verify_rows import stream_rows, tagged
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.verifying import verify_pipeline
 from offset_ledger.rules.verify import RangeRow, sort_key, verify_ranges

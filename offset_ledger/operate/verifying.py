@@ -16,14 +16,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.verify_reads import (
-    VerifyInputs,
-    merged,
-    read_inputs,
-    stream_rows,
-    tagged,
-    unknown_start_rows,
-)
+from offset_ledger.ledger.verify_reads import VerifyInputs, read_inputs
+from offset_ledger.ledger.verify_rows import merged, stream_rows, tagged, unknown_start_rows
 from offset_ledger.operate.inputs import check_topic
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, summarize, verify_ranges
 
