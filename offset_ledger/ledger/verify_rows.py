@@ -12,17 +12,12 @@ from sqlalchemy import literal, null, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.batch_ranges import first_batch_starts
-from offset_ledger.ledger.tables import (
-    batch_offsets,
-)
-from offset_ledger.rules.verify import (
-    RangeRow,
-    sort_key,
-)
+from offset_ledger.ledger.tables import batch_offsets
+from offset_ledger.ledger.verify_reads import VerifyInputs
+from offset_ledger.rules.verify import RangeRow, sort_key
 
 #: Rows fetched per round trip from the server-side cursor.
 YIELD_PER = 20_000
-from offset_ledger.ledger.verify_reads import VerifyInputs
 
 
 def _topic_order(conn: Connection) -> Any:
