@@ -38,9 +38,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings=CONTEXT,
 )
-db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
-                     context_settings=CONTEXT)
-app.add_typer(db_app, name="db")
 
 _state = {"traceback": False}
 
@@ -58,51 +55,6 @@ def _main(
                                  help="Print the version and exit."),
 ) -> None:
     _state["traceback"] = traceback
-
-
-@db_app.command("upgrade")
-def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("head", help="Target revision.")) -> None:
-    """Create or upgrade the ledger schema (Alembic migrations)."""
-    from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
-
-    engine = make_engine(dsn)
-    upgrade(engine, revision)
-    typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
-
-
-@app.command("prune")
-def prune_cmd(
-    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m."),
-    execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
-    pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Only this pipeline's history."),
-    chunk_size: int = typer.Option(20_000, "--chunk-size", min=1, help="Rows deleted per transaction."),
-    dsn: Optional[str] = DsnOption,
-) -> None:
-    """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
-    from offset_ledger.ledger.engine import check_connection, make_engine
-    from offset_ledger.ledger.prune import parse_duration, prune
-
-    age = parse_duration(older_than)  # bad input fails before any connection is made
-    engine = make_engine(dsn, create=False)
-    check_connection(engine)
-
-    def _progress(table: str, done: int, total: int) -> None:
-        typer.echo(f"  {table}: deleted {done:,} of {total:,}", err=True)
-
-    report = prune(engine, age, pipeline=pipeline, execute=execute, chunk_size=chunk_size,
-                   progress=_progress)
-    verb = "deleted" if report.executed else "would delete"
-    scope = f" of pipeline {pipeline!r}" if pipeline else ""
-    typer.echo(f"history{scope} older than {older_than} (before {report.cutoff.isoformat(timespec='seconds')}):")
-    for name, counts in (("batches", report.batches), ("batch_offsets", report.batch_offsets)):
-        typer.echo(f"  {name:<14} {verb} {counts.deleted:>12,}  kept {counts.kept:,} of {counts.older:,} old rows")
-    typer.echo("  kept always: every position, reset and finding, and each partition's latest batch")
-    if not report.executed:
-        typer.echo("dry run: nothing deleted; add --execute to delete")
-    else:
-        if report.islands:
-            typer.echo(f"  recorded {report.islands:,} pruned ranges: verify explains their stretches as pruned")
-        typer.echo(f"done in {report.seconds:.1f}s")
 
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
@@ -369,9 +321,11 @@ def _register_commands() -> None:
     from offset_ledger.cli import policy as cli_policy
     from offset_ledger.cli import reset as cli_reset
     from offset_ledger.cli import restart as cli_restart
+    from offset_ledger.cli import upkeep as cli_upkeep
     from offset_ledger.cli import verify as cli_verify
     from offset_ledger.cli import watch as cli_watch
 
+    cli_upkeep.register(app, CONTEXT)
     cli_audit.register(app)
     cli_checkpoint.register(app)
     cli_failover.register(app)
@@ -389,7 +343,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: an error prints one line and exits with its code (offset_ledger.errors.exit_code);
     --traceback shows more."""
     try:
-        from typer._click.exceptions import NoArgsIsHelpError  # Typer >= 0.20 carries its own click
+        from typer._click.exceptions import (
+            NoArgsIsHelpError,  # Typer >= 0.20 carries its own click
+        )
     except ImportError:  # pragma: no cover - older Typer on click
         from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
 

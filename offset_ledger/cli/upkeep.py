@@ -1,0 +1,61 @@
+"""The ledger's upkeep on the command line: ``db upgrade`` (the schema) and ``prune`` (old history)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import typer
+
+from offset_ledger.cli.support import DsnOption
+
+
+def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("head", help="Target revision.")) -> None:
+    """Create or upgrade the ledger schema (Alembic migrations)."""
+    from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
+
+    engine = make_engine(dsn)
+    upgrade(engine, revision)
+    typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
+
+
+def prune_cmd(
+    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m."),
+    execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
+    pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Only this pipeline's history."),
+    chunk_size: int = typer.Option(20_000, "--chunk-size", min=1, help="Rows deleted per transaction."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
+    from offset_ledger.ledger.engine import check_connection, make_engine
+    from offset_ledger.ledger.prune import parse_duration, prune
+
+    age = parse_duration(older_than)  # bad input fails before any connection is made
+    engine = make_engine(dsn, create=False)
+    check_connection(engine)
+
+    def _progress(table: str, done: int, total: int) -> None:
+        typer.echo(f"  {table}: deleted {done:,} of {total:,}", err=True)
+
+    report = prune(engine, age, pipeline=pipeline, execute=execute, chunk_size=chunk_size,
+                   progress=_progress)
+    verb = "deleted" if report.executed else "would delete"
+    scope = f" of pipeline {pipeline!r}" if pipeline else ""
+    typer.echo(f"history{scope} older than {older_than} (before {report.cutoff.isoformat(timespec='seconds')}):")
+    for name, counts in (("batches", report.batches), ("batch_offsets", report.batch_offsets)):
+        typer.echo(f"  {name:<14} {verb} {counts.deleted:>12,}  kept {counts.kept:,} of {counts.older:,} old rows")
+    typer.echo("  kept always: every position, reset and finding, and each partition's latest batch")
+    if not report.executed:
+        typer.echo("dry run: nothing deleted; add --execute to delete")
+    else:
+        if report.islands:
+            typer.echo(f"  recorded {report.islands:,} pruned ranges: verify explains their stretches as pruned")
+        typer.echo(f"done in {report.seconds:.1f}s")
+
+
+def register(app: typer.Typer, context: dict[str, Any]) -> None:
+    """Add ``db upgrade`` and ``prune`` to the command line."""
+    db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
+                         context_settings=context)
+    db_app.command("upgrade")(db_upgrade)
+    app.add_typer(db_app, name="db")
+    app.command("prune")(prune_cmd)
