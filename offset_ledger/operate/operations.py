@@ -28,7 +28,6 @@ from offset_ledger.errors import (
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.engine import read_engine, translate_db_error
-from offset_ledger.ledger.reset_store import record_reset
 from offset_ledger.operate.answers import (  # noqa: F401 - re-exported: the faces import them from here
     HistoryPage,
     MetricsSnapshot,
@@ -48,15 +47,17 @@ from offset_ledger.operate.inputs import (  # noqa: F401 - re-exported: the face
     scope_from_specs,
     to_epoch_ms,
 )
-from offset_ledger.operate.move_cost import reset_cost
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import Position, TopicPartition, Watermarks
-from offset_ledger.rules.resets import PartitionReset, ResetPlan, ResetRequest, plan_reset
+from offset_ledger.rules.resets import (
+    PartitionReset,
+)
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
 
 from offset_ledger.operate.operations_metrics import MetricsReads
+from offset_ledger.operate.reset_operations import ResetOperations
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,7 @@ def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = 
 # -- the operations -------------------------------------------------------------------------
 
 
-class Operations(MetricsReads):
+class Operations(ResetOperations, MetricsReads):
     """The operator's verbs over one ledger and one Kafka cluster; thread-safe, reusable."""
 
     def __init__(
@@ -250,7 +251,10 @@ class Operations(MetricsReads):
     @staticmethod
     def _positions_and_window(conn: Connection, pipeline: str | None = None, group: str | None = None,
                               ) -> tuple[dict[tuple[str, str], list[Position]], dict[Any, Any]]:
-        from offset_ledger.operate.lag_insight import positions_and_window, status_window
+        from offset_ledger.operate.lag_insight import (
+            positions_and_window,
+            status_window,
+        )
 
         return positions_and_window(conn, datetime.now(timezone.utc) - status_window(), pipeline, group)
 
@@ -329,89 +333,9 @@ class Operations(MetricsReads):
         """``{"name": T, "partitions": {"0": {"firstOffset": log_start, "lastOffset": log_end}}}``."""
         return topic_details(self.kafka, topic)
 
-    def resets(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
-        """(consumer group, the audit list of resets, newest first)."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            rows = queries.reset_history(conn, pipeline, group, limit=limit)
-        return group, [{
-            "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
-            "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
-            "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
-            "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
-            "partitions": [{
-                "topic": p["topic"], "partition": p["partition"],
-                "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
-                "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
-            } for p in r["partitions"]],
-        } for r in rows]
 
     # -- resets
 
-    def plan_reset(
-        self, pipeline: str, request: ResetRequest, consumer_group: str | None = None,
-    ) -> tuple[str, ResetPlan]:
-        """(consumer group, the plan) without writing anything."""
-        self._check_reset_names(request)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            positions = queries.current_positions(conn, pipeline, group)
-        return group, self._plan_reset(pipeline, request, positions)
-
-    @staticmethod
-    def _check_reset_names(request: ResetRequest) -> None:
-        for topic in (request.scope or {}):
-            check_topic(topic)
-        for tp in (request.offsets or {}):
-            check_topic(tp.topic)
-
-    def _plan_reset(self, pipeline: str, request: ResetRequest, positions: list[Position]) -> ResetPlan:
-        """The plan for ``positions`` against the cluster as it is now (pure planning + Kafka reads)."""
-        topics = request.topics([p.topic for p in positions])
-        if not topics:
-            raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
-        seen = self.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
-        missing = [t for t in topics if t not in seen.partitions]
-        if request.scope or request.mode == "offsets":
-            if missing:
-                raise UnknownTopic(missing[0])
-        elif missing:
-            # Unscoped: a topic deleted since the last batch is left out (the restart drops it too).
-            if len(missing) == len(topics):
-                raise UnknownTopic(topics[0])
-            positions = [p for p in positions if p.topic in seen.partitions]
-        marks = seen.watermarks
-        times = None
-        if request.mode == "timestamp" and request.timestamp_ms is not None:
-            times = self.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
-        return plan_reset(request, positions, marks, times)
-
-    def reset(
-        self, pipeline: str, request: ResetRequest, *, actor: str, reason: str | None = None,
-        dry_run: bool = True, force: bool = False, consumer_group: str | None = None,
-    ) -> ResetOutcome:
-        """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply).
-
-        The plan is made inside the transaction that writes it, under the pipeline lock, from the
-        positions as they are then: concurrent resets apply one after the other, each audited
-        with the position it actually replaced.
-        """
-        check_name("actor", actor)
-        check_reason(reason, dry_run=dry_run)
-        self._check_reset_names(request)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-        try:
-            plan, stored = record_reset(
-                self.engine, lambda positions: self._plan_reset(pipeline, request, positions),
-                pipeline=pipeline, consumer_group=group, actor=actor, reason=reason, dry_run=dry_run,
-                force=force)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, "recording the reset") from exc
-        cost = reset_cost(self.kafka, plan) if plan.partitions else None
-        return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason, cost)
 
 def topic_details(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
     """The legacy getTopicDetails answer; needs only Kafka (no ledger)."""
