@@ -85,15 +85,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import shutil
-import statistics
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -101,119 +97,22 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import psycopg2  # noqa: E402
-from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 from sqlalchemy.engine import make_url  # noqa: E402
 
-from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
-
-TARGET_RATIO = 1.02
-TARGET_DURABLE_P99_S = 1.0
-CHANNEL = "bench_query_durable"
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
-
-
-@dataclass
-class Run:
-    side: str                     # "without" / "bridge" / "with"
-    query_id: str
-    batch_ids: list[int]          # ids of all data batches (the oracle)
-    first_ms: float               # batch 0's triggerExecution (a Kafka consumer per partition is made)
-    batch_ms: list[float]         # triggerExecution of data batches 1..N (steady state)
-    rows: int                     # input rows of batches 1..N
-    span_s: float                 # start of batch 1's trigger to the end of batch N (progress timestamps)
-    wall_s: float                 # start() to awaitTermination() returning, the whole run
-    checkpoint: Path
-    callback_p99_ms: float | None = None
-    foreign_cores: float | None = None  # CPU used by other work on the machine during the run
-    cpu_s: dict[str, float] = field(default_factory=dict)  # CPU seconds of this Python, the JVM, our DB
-    durable_s: dict[int, float] = field(default_factory=dict)  # batch id -> commit -> durable seconds
-    received_s: dict[int, float] = field(default_factory=dict)  # batch id -> commit -> callback has the JSON
-    ended_s: dict[int, float] = field(default_factory=dict)  # batch id -> commit -> trigger end (Spark's figures)
-    trigger_end: dict[int, float] = field(default_factory=dict)  # batch id -> wall time its trigger ended
-
-    @property
-    def p50(self) -> float:
-        return pct(self.batch_ms, 0.5)
-
-    @property
-    def rps_span(self) -> float:
-        return self.rows / self.span_s
-
-    @property
-    def rps_batches(self) -> float:
-        return self.rows / (sum(self.batch_ms) / 1000)
-
+from _query_measure import (  # noqa: E402 - sibling module
+    CpuMeter,
+    DurableWatcher,
+    Run,
+    drop_trigger,
+    install_trigger,
+    pct,
+)
+from _query_report import report  # noqa: E402 - sibling module
+from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
 
 # ----------------------------------------------------------------------------- machine load
-
-
-class CpuMeter:
-    """CPU time other work on the machine takes: every process's, minus this process tree's and our DB's backends.
-
-    Summed over the processes alive at the end of the window from /proc/<pid>/stat (user + system):
-    the same accounting for every process (the machine-wide /proc/stat counts ticks and read ~0.3
-    cores more than the processes' sum under load on this VM). Processes that start and exit inside
-    the window are missed (their reaped time lands in the parent's lifetime totals at once, which
-    would be worse). Linux only; elsewhere it reports nothing.
-    The broker counts as other work: it serves other clients too, and this query's fetches cost it
-    little (~0.02 cores).
-    """
-
-    def __init__(self, database: str) -> None:
-        self._database = database.encode()
-        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self.available = Path("/proc/self/stat").exists()
-
-    def _scan(self) -> tuple[dict[int, int], dict[str, int]]:
-        """(CPU ticks per foreign process, ours split: this Python process / the Spark JVM tree / our DB)."""
-        parent: dict[int, int] = {}
-        cpu: dict[int, int] = {}
-        backend: set[int] = set()
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-                rest = stat[stat.rindex(")") + 2:].split()
-                pid = int(entry.name)
-                parent[pid] = int(rest[1])
-                cpu[pid] = int(rest[11]) + int(rest[12])  # utime + stime
-                if stat[stat.index("(") + 1:stat.rindex(")")] == "postgres" and \
-                        self._database in (entry / "cmdline").read_bytes():
-                    backend.add(pid)
-            except (OSError, ValueError, IndexError):
-                continue
-        me, foreign = os.getpid(), {}
-        ours = {"python": cpu.get(me, 0), "jvm": 0, "db": sum(cpu[pid] for pid in backend)}
-        for pid in cpu:
-            walk, hops = pid, 0
-            while walk > 1 and walk != me and hops < 64:
-                walk, hops = parent.get(walk, 0), hops + 1
-            if walk == me and pid != me:
-                ours["jvm"] += cpu[pid]
-            elif walk != me and pid not in backend:
-                foreign[pid] = cpu[pid]
-        return foreign, ours
-
-    def snapshot(self) -> tuple[float, dict[int, int], dict[str, int]] | None:
-        return (time.monotonic(), *self._scan()) if self.available else None
-
-    def since(self, before: tuple[float, dict[int, int], dict[str, int]] | None) -> tuple[float | None, dict[str, float]]:
-        """(CPU cores other work used on average since ``before``; CPU seconds of ours, split)."""
-        if before is None:
-            return None, {}
-        t0, cpu0, ours0 = before
-        cpu1, ours1 = self._scan()
-        used = sum(max(0, v - cpu0.get(pid, 0)) for pid, v in cpu1.items())
-        # Backends that closed inside the window are missed; the listener's closes after it.
-        split = {k: (ours1[k] - ours0.get(k, 0)) / self._tick for k in ours1}
-        return used / self._tick / (time.monotonic() - t0), split
 
 
 # ----------------------------------------------------------------------------- Kafka
@@ -330,56 +229,6 @@ def run_query(spark: Any, bootstrap: str, topic: str, max_per_trigger: int, chec
 
 
 # ----------------------------------------------------------------------------- ledger
-
-
-def libpq_params(dsn: str) -> dict[str, Any]:
-    url = make_url(dsn)
-    params = {"host": url.host, "port": url.port, "user": url.username, "password": url.password,
-              "dbname": url.database}
-    return {k: v for k, v in params.items() if v is not None}
-
-
-class DurableWatcher:
-    """Notes when each ``batches`` row becomes visible: pg_notify from an AFTER INSERT trigger, after COMMIT."""
-
-    def __init__(self, dsn: str) -> None:
-        self.seen: dict[tuple[str, int], float] = {}
-        self._conn = psycopg2.connect(**libpq_params(dsn))
-        self._conn.set_isolation_level(psycopg2.extensions.ISOLATION_LEVEL_AUTOCOMMIT)
-        with self._conn.cursor() as cur:
-            cur.execute(f"LISTEN {CHANNEL}")
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="bench-durable-watcher", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if select.select([self._conn], [], [], 0.2)[0]:
-                self._conn.poll()
-                now = time.time()
-                while self._conn.notifies:
-                    note = self._conn.notifies.pop(0)
-                    query_id, _, batch_id = note.payload.rpartition(":")
-                    self.seen.setdefault((query_id, int(batch_id)), now)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._conn.close()
-
-
-def install_trigger(engine: Any) -> None:
-    with engine.begin() as conn:
-        conn.execute(text(
-            "CREATE OR REPLACE FUNCTION bench_query_notify() RETURNS trigger LANGUAGE plpgsql AS $$ "
-            f"BEGIN PERFORM pg_notify('{CHANNEL}', NEW.query_id || ':' || NEW.batch_id); RETURN NULL; END $$"))
-        conn.execute(text("CREATE TRIGGER bench_query_notify AFTER INSERT ON batches "
-                          "FOR EACH ROW EXECUTE FUNCTION bench_query_notify()"))
-
-
-def drop_trigger(engine: Any) -> None:
-    with engine.begin() as conn:
-        conn.execute(text("DROP TRIGGER IF EXISTS bench_query_notify ON batches"))
 
 
 def check_ledger(engine: Any, run: Run, pipeline: str, topic: str, end_offsets: dict[int, int]) -> list[str]:
@@ -597,108 +446,6 @@ class Bench:
         print(f"  {label:>8} {run.side:>7}: batch 0 {run.first_ms / 1000:.1f} s, then {len(run.batch_ms)} batches "
               f"p50 {run.p50:.0f} ms p99 {pct(run.batch_ms, 0.99):.0f} ms, {run.rps_span:,.0f} rows/s "
               f"(run {run.wall_s:.1f} s){extra}", flush=True)
-
-
-# Student's t, two-sided 95% (0.975 quantile) by degrees of freedom; 2.0 past the table (df > 30: 1.96-2.04).
-_T975 = [12.71, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042]
-
-
-def paired_ratio_interval(ratios: list[float]) -> tuple[float, float, float]:
-    """(geometric mean, low, high): a 95% t interval of paired ratios on the log scale."""
-    import math
-
-    logs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(logs)
-    if len(logs) < 2:
-        return math.exp(mean), float("nan"), float("nan")
-    t = _T975[len(logs) - 2] if len(logs) - 1 <= len(_T975) else 2.0
-    half = t * statistics.stdev(logs) / math.sqrt(len(logs))
-    return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
-
-
-def report(result: dict[str, Any], failures: list[str]) -> None:
-    partitions, rounds, latency = result["partitions"], result["rounds"], result["latency"]
-    others = [side for side in result["sides"] if side != "without"]
-    without = [got["without"] for got in rounds]
-
-    def p99(run: Run) -> float:
-        return pct(run.batch_ms, 0.99)
-
-    # Per run: its p50, p99, records/s. Per side: the median over rounds. Ratio: of those medians,
-    # with the per-round ratios' range beside it. Records/s ratios are without / with (> 1: slower).
-    figures = [
-        ("batch p50 ms", Run.p50.fget, False, True),
-        ("batch p99 ms", p99, False, False),
-        ("records/s (first to last batch)", Run.rps_span.fget, True, True),
-        ("records/s (sum of batch times)", Run.rps_batches.fget, True, False),
-        ("batch 0 ms (Kafka consumers made)", lambda r: r.first_ms, False, False),
-    ]
-    batches = len(without[0].batch_ms)
-    print(f"\n{partitions} partitions: {len(rounds)} rounds; each run: batch 0, then {batches} micro-batches "
-          f"of {without[0].rows // batches:,} records (figures: those {batches}, median of the rounds)")
-    loads = [r.foreign_cores for got in rounds for r in got.values() if r.foreign_cores is not None]
-    if loads:
-        print(f"other work on the machine during these runs: median {statistics.median(loads):.2f}, "
-              f"max {max(loads):.2f} CPU cores; {result['discarded']} round(s) discarded for more than "
-              f"{result['max_foreign']} cores")
-    paired: list[tuple[str, str, list[float]]] = []
-    for side in others:  # "bridge" (PySpark's listener bus + the py4j fetch only) is shown, never held
-        held_side = side == "with"
-        runs = [got[side] for got in rounds]
-        print(f"{'':>34} {'without':>9} {side:>9} {'ratio':>7}  {'rounds min-max':<13} {'target':>8}")
-        for label, get, inverse, held in figures:
-            held = held and held_side
-            a = statistics.median(get(r) for r in without)
-            b = statistics.median(get(r) for r in runs)
-            ratio = a / b if inverse else b / a
-            per_round = [get(got["without"]) / get(got[side]) if inverse else get(got[side]) / get(got["without"])
-                         for got in rounds]
-            print(f"{label:>34} {a:>9,.0f} {b:>9,.0f} {ratio:>6.3f}x  "
-                  f"{f'{min(per_round):.3f}-{max(per_round):.3f}':<13} {f'<= {TARGET_RATIO}x' if held else '-':>8}")
-            if held and ratio > TARGET_RATIO:
-                failures.append(f"{partitions} partitions: {label} ratio {ratio:.3f}x (target <= {TARGET_RATIO}x)")
-            if label in ("batch p50 ms", "records/s (first to last batch)"):
-                paired.append((side, label, per_round))
-        if all(r.cpu_s for got in rounds for r in got.values()):
-            n = len(without[0].batch_ids)  # the whole run, batch 0 included
-            split = []
-            for key in ("jvm", "python", "db"):
-                a = statistics.median(r.cpu_s[key] for r in without) / n * 1000
-                b = statistics.median(r.cpu_s[key] for r in runs) / n * 1000
-                split.append(f"{key} {a:.1f} -> {b:.1f}")
-            print(f"{f'CPU ms per batch, without -> {side}':>34}  {', '.join(split)} (whole run / batches, median)")
-        callbacks = [r.callback_p99_ms for r in runs + (latency if held_side else [])
-                     if r.callback_p99_ms is not None]
-        if callbacks:
-            print(f"{'listener callback p99 ms':>34} {'':>9} {statistics.median(callbacks):>9.2f} {'':>7}  "
-                  f"median of runs, max {max(callbacks):.2f} (py4j fetch of the JSON included)")
-    # The effect with its uncertainty: each round is a pair (one run without, one with, run back to
-    # back in alternating order), so the per-round ratios are the paired samples; their geometric
-    # mean with a 95% t interval on the log scale says what the listener costs and how sure that is.
-    for side, label, per_round in paired:
-        mean, lo, hi = paired_ratio_interval(per_round)
-        print(f"{f'paired {side}/without, {label}':>34}  {mean:.3f}x, 95% CI {lo:.3f}-{hi:.3f}x "
-              f"({len(per_round)} rounds; geometric mean of the per-round ratios)")
-    durable = [s for r in latency for s in r.durable_s.values()]
-    segments = [
-        ("commit -> trigger end (Spark)", [r.ended_s[b] for r in latency for b in r.durable_s],
-         "commit file mtime -> progress end"),
-        ("trigger end -> callback has JSON", [r.received_s[b] - r.ended_s[b] for r in latency for b in r.durable_s],
-         "listener bus + py4j fetch"),
-        ("callback -> durable (ours + PG)", [r.durable_s[b] - r.received_s[b] for r in latency for b in r.durable_s],
-         "queue, writer, COMMIT, notify"),
-    ]
-    for label, values, note in segments:
-        if values:
-            print(f"{label:>34} {pct(values, 0.5) * 1000:>9.1f} {pct(values, 0.99) * 1000:>9.1f} {'':>7}  "
-                  f"p50 / p99 ms: {note}")
-    if durable:
-        d50, d99 = pct(durable, 0.5), pct(durable, 0.99)
-        print(f"{'commit -> durable p50 / p99 ms':>34} {d50 * 1000:>9.1f} {d99 * 1000:>9.1f} "
-              f"{d99 / TARGET_DURABLE_P99_S:>6.3f}x  {f'{len(durable)} batches':<13} {'< 1 s':>8}")
-        if d99 >= TARGET_DURABLE_P99_S:
-            failures.append(f"{partitions} partitions: commit -> durable p99 {d99 * 1000:.0f} ms (target < 1 s)")
 
 
 def main(argv: list[str] | None = None) -> int:
