@@ -1,7 +1,8 @@
-"""The isolated batch on PostgreSQL in one round trip: the prepared statement and the path that uses it.
+"""Plain batches on PostgreSQL in one round trip: the prepared statement and the path that uses it.
 
 A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``), kept apart because it is one job: the
-steady state of a listener that keeps up, written without the general path's SELECTs.
+steady state of a listener, written without the general path's SELECTs: one batch when the listener
+keeps up, the batches that queued (one EXECUTE each, in one string) when it fell behind.
 """
 
 from __future__ import annotations
@@ -88,9 +89,12 @@ WITH new_batch AS (
 SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = cardinality($16)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
-# The shared pipeline lock comes first, as on the general path (ledger.locks).
-_FAST_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
-                    f"EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
+def _fast_call(batches: int) -> str:
+    """The one string of a transaction that writes ``batches`` batches of one pipeline.
+
+    The shared pipeline lock comes first, as on the general path (ledger.locks)."""
+    execute = f"EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 23)}); "
+    return "BEGIN; SELECT pg_advisory_xact_lock_shared(%s); " + execute * batches + "COMMIT"
 
 
 def _int_array(values: Sequence[int | None]) -> str:
@@ -110,9 +114,6 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(out) + "}"
 
 
-# (source_index, topic, partition) -> until_offset of one batch
-
-
 class FastBatchPath:
     """``Recorder``'s one-round-trip path (the attributes it uses are ``Recorder``'s)."""
 
@@ -121,36 +122,57 @@ class FastBatchPath:
     _runs: dict[str, Any]
     engine: Engine
 
-    def _fast_batch(self, records: Sequence[Record]) -> BatchRecord | None:
-        """The batch of ``records`` when one statement can write it all, else None (the general path).
+    def _fast_batches(self, records: Sequence[Record]) -> list[BatchRecord] | None:
+        """The batches of ``records`` when one statement each, in one round trip, can write them all,
+        else None (the general path).
 
-        That is the steady state of a listener that keeps up: one batch, newer than the last one this
-        recorder committed for its query (so no re-delivery to compare, and the previous ends for the
-        gap check are cached), of a run whose start is cached (the pending-reset rule needs it), that
-        leaves no gap (findings are the general path's business).
+        That is the steady state of a listener: batches only, each newer than the last one of its
+        query (committed by this recorder, or before it in ``records``), so no re-delivery to compare
+        and the previous ends for the gap check are known; of a run whose start is cached (the
+        pending-reset rule needs it); leaving no gap (findings are the general path's business). A
+        listener that keeps up writes one batch per call; one that fell behind (a busy ledger, a
+        slow core) folds what queued, and it is then that a round trip per statement costs most.
         """
-        if not self._fast or len(records) != 1 or not isinstance(records[0], BatchRecord):
+        if not self._fast or not records:
             return None
-        b = records[0].batch
-        latest = self._latest.get(b.query_id)
-        if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs or b.recorded_by is not None:
-            return None
-        if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
-            return None
-        return records[0]
+        chain: dict[str, tuple[int, Any]] = {}
+        out: list[BatchRecord] = []
+        for rec in records:
+            # One pipeline per string: its statements then lock rows of one pipeline only.
+            if not isinstance(rec, BatchRecord) or (out and (rec.pipeline, rec.consumer_group)
+                                                    != (out[0].pipeline, out[0].consumer_group)):
+                return None
+            b = rec.batch
+            latest = chain.get(b.query_id) or self._latest.get(b.query_id)
+            if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs or b.recorded_by is not None:
+                return None
+            if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
+                return None
+            chain[b.query_id] = (b.batch_id, _ends(b))
+            out.append(rec)
+        return out
 
-    def _record_fast(self, conn: Connection, rec: BatchRecord, txn: _Txn) -> RecordOutcome | None:
-        """Record ``rec`` in one round trip, its own transaction; None: nothing written, use the general path."""
-        b = rec.batch
-        offsets = _offset_rows(b)
-        ends = _position_ends(b)
-        params = (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
-                  b.input_rows,
-                  _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
-                  _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
-                  _int_array([o[4] for o in offsets]),
-                  _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
-                  _int_array([e[2] for e in ends]), b.duration_ms) + _stateful_values(b)
+    def _record_fast(self, conn: Connection, recs: Sequence[BatchRecord], txn: _Txn) -> RecordOutcome | None:
+        """Record ``recs`` in one round trip, one transaction; None: nothing written, use the general path.
+
+        Each batch is one EXECUTE of the prepared statement, in order, so each sees what the ones
+        before it wrote (its positions, its run), exactly as if it had come alone; any one aborting
+        rolls the whole transaction back.
+        """
+        params: list[Any] = [pipeline_lock_key(recs[0].pipeline, recs[0].consumer_group)]
+        final: dict[tuple[str, int], int] = {}  # (topic, partition) -> the last batch's end there
+        for rec in recs:
+            b = rec.batch
+            offsets = _offset_rows(b)
+            ends = _position_ends(b)
+            params += [rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time),
+                       txn.now, b.input_rows,
+                       _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
+                       _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
+                       _int_array([o[4] for o in offsets]),
+                       _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
+                       _int_array([e[2] for e in ends]), b.duration_ms, *_stateful_values(b)]
+            final.update(((t, p), u) for t, p, u in ends)
         # The held connection is between transactions here. In autocommit mode psycopg2 sends no
         # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
         raw: Any = conn.connection.dbapi_connection
@@ -164,12 +186,18 @@ class FastBatchPath:
                     cursor.execute(_FAST_BATCH_SQL)
                     info[_FAST_BATCH] = True
                 try:
-                    cursor.execute(_FAST_BATCH_CALL, (pipeline_lock_key(rec.pipeline, rec.consumer_group),) + params)
+                    cursor.execute(_fast_call(len(recs)), params)
                 except dbapi.Error as exc:
                     # The string stopped at the failing statement, inside its transaction block.
                     if not raw.closed:
                         cursor.execute("ROLLBACK")
                     if isinstance(exc, dbapi.DataError) and _FAST_BATCH_ABORT in str(exc):
+                        return None
+                    if getattr(exc, "pgcode", None) == "40P01" and len(recs) > 1:
+                        # deadlock_detected: a later statement's row locks are not in the one order
+                        # (a partition sorting before one an earlier batch locked, while a second
+                        # writer of this pipeline holds it). Nothing was written; the general path
+                        # takes every row lock in one order.
                         return None
                     if getattr(exc, "pgcode", None) == "26000":
                         # invalid_sql_statement_name: the prepared statement vanished between calls,
@@ -186,7 +214,10 @@ class FastBatchPath:
         finally:
             if not raw.closed:
                 raw.autocommit = False
-        txn.latest[b.query_id] = (b.batch_id, _ends(b))
-        # The statement commits only when every end moved its position (anything else aborts it).
-        moved = tuple(MovedPosition(rec.pipeline, rec.consumer_group, t, p, u) for t, p, u in ends)
-        return RecordOutcome(1, 0, (), moved)
+        for rec in recs:
+            txn.latest[rec.batch.query_id] = (rec.batch.batch_id, _ends(rec.batch))
+        # The statements commit only when every end moved its position (anything else aborts them);
+        # what moved is reported as the general path does: a pipeline's positions in lock order.
+        pipeline, group = recs[0].pipeline, recs[0].consumer_group
+        moved = tuple(MovedPosition(pipeline, group, t, p, u) for (t, p), u in sorted(final.items()))
+        return RecordOutcome(len(recs), 0, (), moved)

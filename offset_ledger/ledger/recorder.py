@@ -10,10 +10,11 @@ that started before such a pending reset are ``pending_reset`` findings, so a st
 zombie) query never silently overwrites an operator's reset.
 A batch whose start differs from the previous batch's end in the same query is a ``gap`` finding.
 
-On PostgreSQL with psycopg2, an isolated batch (a listener that keeps up writes one per call) takes
-one round trip: a prepared statement that writes everything inside its own BEGIN ... COMMIT, and
-aborts itself, leaving nothing, when a rule would have to explain something (then the general path
-below records the batch and its findings): ``offset_ledger.ledger.fast_batch``. The general path's
+On PostgreSQL with psycopg2, plain batches (one per call from a listener that keeps up, several
+from one that fell behind) take one round trip: a prepared statement per batch, all inside one
+BEGIN ... COMMIT, each aborting the lot, leaving nothing, when a rule would have to explain
+something (then the general path below records the batches and their findings):
+``offset_ledger.ledger.fast_batch``. The general path's
 rules for runs and generations live in ``run_book``, those for positions and findings in ``position_rules``.
 """
 
@@ -109,7 +110,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             conn = self._conn
             try:
                 outcome = None
-                fast = self._fast_batch(records)
+                fast = self._fast_batches(records)
                 if fast is not None:
                     try:
                         outcome = self._record_fast(conn, fast, txn)

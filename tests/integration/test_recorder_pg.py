@@ -127,9 +127,9 @@ def test_isolated_batches_take_one_statement_and_match_the_general_path(
     fast_calls = []
     record_fast = Recorder._record_fast
 
-    def counting(self, conn, rec, txn):  # type: ignore[no-untyped-def]
-        out = record_fast(self, conn, rec, txn)
-        fast_calls.append((rec.batch.query_id, rec.batch.batch_id, out is not None))
+    def counting(self, conn, recs, txn):  # type: ignore[no-untyped-def]
+        out = record_fast(self, conn, recs, txn)
+        fast_calls.extend((r.batch.query_id, r.batch.batch_id, out is not None) for r in recs)
         return out
 
     monkeypatch.setattr(Recorder, "_record_fast", counting)
@@ -188,9 +188,9 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine:
     fast_calls = []
     record_fast = Recorder._record_fast
 
-    def counting(self, conn, rec_, txn):  # type: ignore[no-untyped-def]
-        out = record_fast(self, conn, rec_, txn)
-        fast_calls.append((rec_.batch.query_id, rec_.batch.batch_id, out is not None))
+    def counting(self, conn, recs, txn):  # type: ignore[no-untyped-def]
+        out = record_fast(self, conn, recs, txn)
+        fast_calls.extend((r.batch.query_id, r.batch.batch_id, out is not None) for r in recs)
         return out
 
     monkeypatch.setattr(Recorder, "_record_fast", counting)

@@ -1,0 +1,246 @@
+"""Folded batches in one round trip on real Postgres: the same ledger as the general path, always.
+
+A writer that fell behind hands the recorder several queued events at once. Plain batches of one
+pipeline then go as one string (one EXECUTE of the prepared statement each); anything a rule must
+explain aborts the string and the general path writes the lot. The oracle is the general path
+itself: the same events, cut into the same record() calls, through a recorder with the one-round-
+trip path switched off, must leave the same rows and say the same things. Hypothesis draws the
+events (gaps, a zombie query ahead, re-deliveries, conflicting re-deliveries, batches out of order,
+new partitions, pending resets between calls) and the cuts.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import insert, select, update
+from sqlalchemy.engine import Engine
+
+from offset_ledger.ledger.engine import ensure_schema, make_engine
+from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    batches,
+    findings,
+    positions,
+    resets,
+    runs,
+)
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
+from tests.unit.test_recorder_sqlite import T0
+
+
+@pytest.fixture(scope="module")
+def engine(stack) -> Iterator[Engine]:  # type: ignore[no-untyped-def]
+    from tests.integration.conftest import fresh_database
+
+    with fresh_database(stack, "fast_batches_pg") as dsn:
+        eng = make_engine(dsn)
+        ensure_schema(eng)
+        yield eng
+        eng.dispose()
+
+
+# ---------------------------------------------------------------------------- the events, as plain data
+
+# ("start", query, run, minutes after T0) | ("batch", query, run, batch id, {(topic, part): (from, until)})
+# | ("reset", partition, next offset) — a pending reset placed between two record() calls
+Step = tuple
+
+
+@st.composite
+def scenarios(draw) -> tuple[list[list[Step]], list[Step]]:  # type: ignore[no-untyped-def]
+    """Calls (each a list of events handed to one record()) and the resets placed after some calls."""
+    events: list[Step] = [("start", "q1", "r1", -1)]
+    ends = {("t", 0): 0, ("t", 1): 0}
+    batch_id = 0
+    history: list[Step] = []
+    zombie = False
+    for _ in range(draw(st.integers(3, 14))):
+        kind = draw(st.sampled_from(["next"] * 5 + ["gap", "gap", "zombie", "redeliver", "conflict", "swap",
+                                                   "new_partition", "restart"]))
+        if kind == "new_partition" and ("t", 2) not in ends:
+            ends[("t", 2)] = 0
+            kind = "next"
+        if kind == "zombie" and not zombie:
+            # Another query of the pipeline runs ahead on t-0: q1's later batches there regress.
+            zombie = True
+            events += [("start", "qz", "rz", -2), ("batch", "qz", "rz", 0, {("t", 0): (None, ends[("t", 0)] + 7)})]
+            continue
+        if kind == "redeliver" and history:
+            events.append(draw(st.sampled_from(history)))
+            continue
+        if kind == "conflict" and history:
+            old = draw(st.sampled_from(history))
+            changed = {k: (f, u + 1) for k, (f, u) in old[4].items()}
+            events.append(old[:4] + (changed,))
+            continue
+        if kind == "restart":
+            # A new run of the query (same checkpoint): its batches go on from the same ends.
+            run = f"r{len(events)}"
+            events.append(("start", "q1", run, draw(st.integers(0, 80))))  # before or after a reset
+        run = next(e[2] for e in reversed(events) if e[0] == "start" and e[1] == "q1")
+        ranges = {}
+        for key, end in ends.items():
+            start = None if batch_id == 0 else end
+            if kind == "gap" and key == ("t", 1) and batch_id > 0:
+                start = end + draw(st.integers(1, 3))
+            until = (start or 0) + draw(st.integers(0, 4))
+            ranges[key] = (start, until)
+            ends[key] = until
+        step = ("batch", "q1", run, batch_id, ranges)
+        batch_id += 1
+        history.append(step)
+        if kind == "swap" and len(events) >= 1 and events[-1][0] == "batch":
+            events.insert(len(events) - 1, step)  # this batch arrives before the one before it
+        else:
+            events.append(step)
+    # Cut into record() calls: runs of 1-6 events.
+    calls: list[list[Step]] = []
+    i = 0
+    while i < len(events):
+        n = draw(st.integers(1, 6))
+        calls.append(events[i:i + n])
+        i += n
+    resets_after = draw(st.lists(st.tuples(st.integers(0, len(calls) - 1), st.integers(0, 1), st.integers(0, 30)),
+                                 max_size=2, unique_by=lambda r: r[0]))
+    return calls, resets_after
+
+
+def _record(prefix: str, step: Step) -> RunStart | BatchRecord:
+    pipeline = f"{prefix}-orders"
+    if step[0] == "start":
+        _, query, run, minutes = step
+        return RunStart(pipeline, pipeline, f"{prefix}-{query}", f"{prefix}-{run}", "orders",
+                        T0 + timedelta(minutes=minutes), app_version="1")
+    _, query, run, batch_id, ranges = step
+    parts = tuple(PartitionRange(t, p, f, u) for (t, p), (f, u) in sorted(ranges.items()))
+    return BatchRecord(pipeline, pipeline, BatchOffsets(
+        f"{prefix}-{query}", f"{prefix}-{run}", "orders", batch_id, T0 + timedelta(minutes=30 + batch_id),
+        sum(u - (f or 0) for f, u in ranges.values()), (SourceProgress(0, "KafkaV2[Subscribe[t]]", parts, 0),)))
+
+
+def _place_reset(engine: Engine, prefix: str, partition: int, offset: int, at_minutes: int) -> None:
+    pipeline = f"{prefix}-orders"
+    with engine.begin() as conn:
+        reset_id = conn.execute(insert(resets).values(
+            pipeline=pipeline, consumer_group=pipeline, mode="offsets", actor="ops", dry_run=False, forced=True,
+            created_at=T0 + timedelta(minutes=at_minutes), status="pending").returning(resets.c.id)).scalar_one()
+        conn.execute(update(positions).where(positions.c.pipeline == pipeline, positions.c.partition == partition)
+                     .values(next_offset=offset, reset_id=reset_id, updated_at=T0 + timedelta(minutes=at_minutes)))
+
+
+def _tables(engine: Engine, prefix: str) -> dict:
+    """The pipeline's rows with its prefix taken off (the two sides differ only by it)."""
+    pipeline = f"{prefix}-orders"
+
+    with engine.connect() as conn:
+        # Reset ids are the server's; a message names one, so it is named by its order here.
+        ids = conn.execute(select(resets.c.id).where(resets.c.pipeline == pipeline).order_by(resets.c.id)).scalars()
+        nth = {str(reset_id): str(i) for i, reset_id in enumerate(ids)}
+
+        def bare(value):  # type: ignore[no-untyped-def]
+            if not isinstance(value, str):
+                return value
+            value = re.sub(r"reset (\d+)", lambda m: f"reset #{nth.get(m.group(1), m.group(1))}", value)
+            return value.replace(f"{prefix}-", "")
+
+        return {
+            "batches": sorted((bare(r.query_id), r.batch_id, bare(r.run_id), r.input_rows)
+                              for r in conn.execute(select(batches).where(batches.c.pipeline == pipeline))),
+            "offsets": sorted((bare(r.query_id), r.batch_id, r.topic, r.partition, r.from_offset, r.until_offset)
+                              for r in conn.execute(select(batch_offsets).where(batch_offsets.c.pipeline == pipeline))),
+            "positions": sorted((r.topic, r.partition, r.next_offset, bare(r.query_id), r.batch_id, r.reset_id is None)
+                                for r in conn.execute(select(positions).where(positions.c.pipeline == pipeline))),
+            "findings": [(r.kind, r.topic, r.partition, bare(r.query_id), r.batch_id, r.expected_offset,
+                          r.actual_offset, bare(r.message))
+                         for r in conn.execute(select(findings).where(findings.c.pipeline == pipeline)
+                                               .order_by(findings.c.id))],
+            "runs": sorted((bare(r.run_id), r.last_batch_id)
+                           for r in conn.execute(select(runs).where(runs.c.pipeline == pipeline))),
+        }
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.folded = 0  # calls of more than one batch the one-round-trip path wrote
+        self.single = 0
+        self.refused = 0
+
+
+def _replay(engine: Engine, prefix: str, calls, resets_after, *, fast: bool) -> list:  # type: ignore[no-untyped-def]
+    recorder = Recorder(engine)
+    recorder._fast = recorder._fast and fast
+    said = []
+    for i, call in enumerate(calls):
+        out = recorder.record([_record(prefix, step) for step in call])
+        said.append((out.batches_written, out.duplicates,
+                     [(f.kind, f.topic, f.partition) for f in out.findings],
+                     [(m.topic, m.partition, m.next_offset) for m in out.moved]))
+        for after, partition, offset in resets_after:
+            if after == i:
+                _place_reset(engine, prefix, partition, offset, 40 + i)
+    recorder.close()
+    return said
+
+
+@pytest.fixture
+def counting(monkeypatch) -> _Counter:  # type: ignore[no-untyped-def]
+    """Counts what the one-round-trip path did: folded several batches, wrote one, or refused."""
+    seen = _Counter()
+    record_fast = Recorder._record_fast
+
+    def spy(self, conn, recs, txn):  # type: ignore[no-untyped-def]
+        out = record_fast(self, conn, recs, txn)
+        if out is None:
+            seen.refused += 1
+        elif len(recs) > 1:
+            seen.folded += 1
+        else:
+            seen.single += 1
+        return out
+
+    monkeypatch.setattr(Recorder, "_record_fast", spy)
+    return seen
+
+
+def test_folded_batches_leave_what_the_general_path_leaves(engine: Engine, counting: _Counter) -> None:
+    examples = iter(range(10**6))  # every example (shrinking included) writes pipelines of its own
+
+    @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(scenario=scenarios())
+    def check(scenario) -> None:  # type: ignore[no-untyped-def]
+        calls, resets_after = scenario
+        n = next(examples)
+        fast_said = _replay(engine, f"f{n}", calls, resets_after, fast=True)
+        general_said = _replay(engine, f"g{n}", calls, resets_after, fast=False)
+        assert fast_said == general_said
+        assert _tables(engine, f"f{n}") == _tables(engine, f"g{n}")
+
+    check()
+    # The property held over all three ways the path can go, not just the general one.
+    assert counting.folded > 0 and counting.single > 0 and counting.refused > 0, vars(counting)
+
+
+def test_a_late_writer_folds_its_queue_into_one_round_trip(engine: Engine, counting: _Counter) -> None:
+    """Twelve queued batches of 100 partitions: one call, one string, every row and position there."""
+    before = counting.folded
+    recorder = Recorder(engine)
+    parts = {("t", p): (None, 10) for p in range(100)}
+    steps = [("start", "q1", "r1", -1), ("batch", "q1", "r1", 0, parts)]
+    recorder.record([_record("late", s) for s in steps])
+    queued = [("batch", "q1", "r1", b, {("t", p): (10 * b, 10 * b + 10) for p in range(100)}) for b in range(1, 13)]
+    out = recorder.record([_record("late", s) for s in queued])
+    recorder.close()
+    assert counting.folded == before + 1
+    assert (out.batches_written, out.duplicates, out.findings) == (12, 0, ())
+    assert [(m.topic, m.partition, m.next_offset) for m in out.moved] == [("t", p, 130) for p in range(100)]
+    got = _tables(engine, "late")
+    assert len(got["offsets"]) == 1300 and len(got["batches"]) == 13
+    assert {(t, p, n) for t, p, n, *_ in got["positions"]} == {("t", p, 130) for p in range(100)}
+    assert got["runs"] == [("r1", 12)] and got["findings"] == []
