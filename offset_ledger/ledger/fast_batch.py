@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -31,23 +32,97 @@ from offset_ledger.ledger.records import (
 log = logging.getLogger("offset_ledger.ledger.recorder")
 
 
-# The isolated batch on PostgreSQL in one round trip: "BEGIN; EXECUTE <statement>; COMMIT" sent as
-# one string. The statement writes the batch, its offsets, the positions and the run; it is prepared
-# once per connection (no parse, plan or SQLAlchemy compile per batch). Offsets and ends arrive as
-# array literals, one parameter each, which Postgres parses far faster than a VALUES row per
-# partition. The positions upsert takes the row locks in (topic, partition) order, byte-wise like
-# Python's sorted() that the reset writer and _move_positions use; ON CONFLICT DO UPDATE locks a row
-# even when its WHERE refuses the update, and that WHERE is the forward-only and pending-reset rule
-# of _move_positions in its plainest case: the run is on the current generation (or the pipeline has
-# none), no reset is pending and the position was last moved by this query or placed by a restart or
-# reset. Anything that rule or idempotency would have to explain (a batch another writer already
-# recorded, a position not moved: regression, pending_reset, foreign_run, shared_position) makes the final
-# SELECT fail on purpose, so the statement and its transaction leave nothing behind and the
-# general path records the batch with its findings. Statement-level atomicity does the rest.
-_FAST_BATCH = "offset_ledger_record_batch"
 _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
-_FAST_BATCH_SQL = f"""
-PREPARE {_FAST_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
+
+# Plain batches on PostgreSQL in one round trip: "BEGIN; <shared pipeline lock>; EXECUTE <statement>;
+# COMMIT" sent as one string. The statement writes the batches of one run, their offsets, the
+# positions (once, where the last of them ends) and the run; it is prepared once per connection (no
+# parse, plan or SQLAlchemy compile per call). Everything arrives as array literals, one parameter a
+# column, which Postgres parses far faster than a VALUES row per partition. The positions upsert
+# takes the row locks in (topic, partition) order, byte-wise like Python's sorted() that the reset
+# writer and _move_positions use; ON CONFLICT DO UPDATE locks a row even when its WHERE refuses the
+# update, and that WHERE is the forward-only and pending-reset rule of _move_positions in its
+# plainest case: the run is on the current generation (or the pipeline has none), no reset is
+# pending and the position was last moved by this query or placed by a restart or reset. With
+# several batches the rule must hold for each of them, not only the last: a position ahead of where
+# the first of them ends there is a regression the general path reports, even if the last batch
+# ends past it. `first` checks that on the rows locked (same order) at their latest version; Python
+# made sure the ends only grow from batch to batch, so the first is the lowest. Anything a rule or
+# idempotency would have to explain (a batch another writer already recorded, a position not moved:
+# regression, pending_reset, foreign_run, shared_position) makes the final SELECT fail on purpose,
+# so the statement and its transaction leave nothing behind and the general path records the
+# batches with their findings. Statement-level atomicity does the rest.
+_BATCHES = "offset_ledger_record_batches"
+_BATCHES_SQL = f"""
+PREPARE {_BATCHES} (text, text, text, text, timestamptz,
+                    bigint[], timestamptz[], bigint[], timestamptz[], timestamptz[], timestamptz[],
+                    bigint[], bigint[], bigint[],
+                    int[], int[], text[], int[], bigint[], bigint[],
+                    text[], int[], bigint[], bigint[], bigint[], bigint) AS
+WITH new_batches AS (
+    INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
+                         input_rows, watermark, event_time_min, event_time_max, state_rows_total,
+                         state_rows_updated, state_rows_dropped_by_watermark)
+    SELECT $1, $2, $3, $4, b.batch_id, b.batch_time, $5, b.input_rows, b.watermark, b.event_time_min,
+           b.event_time_max, b.state_rows_total, b.state_rows_updated, b.state_rows_dropped
+    FROM unnest($6, $7, $8, $9, $10, $11, $12, $13, $14)
+         AS b (batch_id, batch_time, input_rows, watermark, event_time_min, event_time_max,
+               state_rows_total, state_rows_updated, state_rows_dropped)
+    ON CONFLICT (query_id, batch_id) DO NOTHING
+    RETURNING 1
+), new_offsets AS (
+    INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
+                               from_offset, until_offset, batch_time)
+    SELECT $1, $2, $3, $6[o.batch], o.source_index, o.topic, o.partition, o.from_offset, o.until_offset, $7[o.batch]
+    FROM unnest($15, $16, $17, $18, $19, $20) AS o (batch, source_index, topic, partition, from_offset, until_offset)
+    ON CONFLICT (query_id, batch_id, source_index, topic, "partition") DO NOTHING
+), first AS (
+    SELECT bool_and(x.ok) AS ok FROM (
+        SELECT p.next_offset <= e.first_end AS ok
+        FROM positions p JOIN unnest($21, $22, $23) AS e (topic, partition, first_end)
+             ON p.topic = e.topic AND p."partition" = e.partition
+        WHERE p.pipeline = $1 AND p.consumer_group = $2
+        ORDER BY p.topic COLLATE "C", p."partition"
+        FOR UPDATE OF p) x
+), moved AS (
+    INSERT INTO positions AS p (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
+                                query_id, batch_id, reset_id)
+    SELECT $1, $2, e.topic, e.partition, e.until_offset, $5, $3, e.batch_id, NULL
+    FROM unnest($21, $22, $24, $25) AS e (topic, partition, until_offset, batch_id)
+    -- Authority, for new rows as for updates: the run is on the current generation, or there is none.
+    WHERE (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
+          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
+      AND (SELECT ok FROM first) IS NOT FALSE
+    ORDER BY e.topic COLLATE "C", e.partition
+    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
+    SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
+        batch_id = EXCLUDED.batch_id, reset_id = NULL
+    WHERE p.next_offset <= EXCLUDED.next_offset
+      AND (p.query_id IS NULL OR p.query_id = $3)
+      AND (p.reset_id IS NULL
+           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
+    RETURNING 1
+), run AS (
+    UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = $7[cardinality($7)],
+                    max_batch_ms = greatest(max_batch_ms, $26)  -- $26: the longest batch's duration or NULL
+    WHERE run_id = $4
+)
+-- A data-dependent cast error (a constant one would fail at plan time): the abort described above.
+SELECT (CASE WHEN (SELECT count(*) FROM new_batches) = cardinality($6)
+              AND (SELECT count(*) FROM moved) = cardinality($21)
+             THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
+"""
+# The shared pipeline lock comes first, as on the general path (ledger.locks).
+_BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
+                 f"EXECUTE {_BATCHES} ({', '.join(['%s'] * 26)}); COMMIT")
+
+
+# A listener that keeps up sends one batch a call: the same statement for one batch, with its
+# per-batch values as scalars and nothing to check between batches, measured 5-10% cheaper per call
+# (bench_record's `1by1`) than the one above given a single batch, so that case keeps its own.
+_ONE_BATCH = "offset_ledger_record_batch"
+_ONE_BATCH_SQL = f"""
+PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
                        int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint,
                        timestamptz, timestamptz, timestamptz, bigint, bigint, bigint) AS
 WITH new_batch AS (
@@ -89,12 +164,8 @@ WITH new_batch AS (
 SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = cardinality($16)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
-def _fast_call(batches: int) -> str:
-    """The one string of a transaction that writes ``batches`` batches of one pipeline.
-
-    The shared pipeline lock comes first, as on the general path (ledger.locks)."""
-    execute = f"EXECUTE {_FAST_BATCH} ({', '.join(['%s'] * 23)}); "
-    return "BEGIN; SELECT pg_advisory_xact_lock_shared(%s); " + execute * batches + "COMMIT"
+_ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
+                    f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
 
 
 def _int_array(values: Sequence[int | None]) -> str:
@@ -114,6 +185,49 @@ def _text_array(values: Sequence[str]) -> str:
     return "{" + ",".join(out) + "}"
 
 
+def _time_array(values: Sequence[datetime | None]) -> str:
+    """A Postgres array literal of timestamps (ISO 8601, UTC; None as NULL)."""
+    return "{" + ",".join("NULL" if v is None else '"' + utc(v).isoformat() + '"' for v in values) + "}"
+
+
+def _one_batch_params(rec: BatchRecord, txn: _Txn) -> tuple[Any, ...]:
+    """The parameters of ``_ONE_BATCH`` after the lock key."""
+    b = rec.batch
+    offsets = _offset_rows(b)
+    ends = _position_ends(b)
+    return (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
+            b.input_rows,
+            _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
+            _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
+            _int_array([o[4] for o in offsets]),
+            _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
+            _int_array([e[2] for e in ends]), b.duration_ms, *_stateful_values(b))
+
+
+def _batches_params(recs: Sequence[BatchRecord], ends: dict[tuple[str, int], list[int]],
+                    keys: list[tuple[str, int]], txn: _Txn) -> tuple[Any, ...]:
+    """The parameters of ``_BATCHES`` after the lock key; ``ends``: (topic, partition) -> [first end,
+    last end, batch id of the last], ``keys`` its keys in lock order."""
+    head = recs[0]
+    # each offset row with its batch's place in the batch arrays (1-based, as Postgres counts)
+    offsets = [(i, *row) for i, rec in enumerate(recs, 1) for row in _offset_rows(rec.batch)]
+    stateful = [_stateful_values(rec.batch) for rec in recs]
+    durations = [rec.batch.duration_ms for rec in recs if rec.batch.duration_ms is not None]
+    return (head.pipeline, head.consumer_group, head.batch.query_id, head.batch.run_id, txn.now,
+            _int_array([rec.batch.batch_id for rec in recs]),
+            _time_array([rec.batch.batch_time for rec in recs]),
+            _int_array([rec.batch.input_rows for rec in recs]),
+            *(_time_array([v[i] for v in stateful]) for i in range(3)),
+            *(_int_array([v[i] for v in stateful]) for i in range(3, 6)),
+            # offsets: batch (its place), source index, topic, partition, from, until
+            _int_array([o[0] for o in offsets]), _int_array([o[1] for o in offsets]),
+            _text_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
+            _int_array([o[4] for o in offsets]), _int_array([o[5] for o in offsets]),
+            _text_array([k[0] for k in keys]), _int_array([k[1] for k in keys]),
+            _int_array([ends[k][0] for k in keys]), _int_array([ends[k][1] for k in keys]),
+            _int_array([ends[k][2] for k in keys]), max(durations) if durations else None)
+
+
 class FastBatchPath:
     """``Recorder``'s one-round-trip path (the attributes it uses are ``Recorder``'s)."""
 
@@ -123,56 +237,62 @@ class FastBatchPath:
     engine: Engine
 
     def _fast_batches(self, records: Sequence[Record]) -> list[BatchRecord] | None:
-        """The batches of ``records`` when one statement each, in one round trip, can write them all,
-        else None (the general path).
+        """The batches of ``records`` when the one statement can write them all, else None (the general path).
 
-        That is the steady state of a listener: batches only, each newer than the last one of its
-        query (committed by this recorder, or before it in ``records``), so no re-delivery to compare
-        and the previous ends for the gap check are known; of a run whose start is cached (the
-        pending-reset rule needs it); leaving no gap (findings are the general path's business). A
-        listener that keeps up writes one batch per call; one that fell behind (a busy ledger, a
-        slow core) folds what queued, and it is then that a round trip per statement costs most.
+        That is the steady state of a listener: batches of one run only, each newer than the one
+        before it (the last one this recorder committed for the query, then the one before it in
+        ``records``), so no re-delivery to compare and the previous ends for the gap check are
+        known; of a run whose start is cached (the pending-reset rule needs it); leaving no gap and
+        never ending a position below where an earlier one of them ended it (findings are the
+        general path's business). A listener that keeps up writes one batch per call; one that fell
+        behind (a busy ledger, a slow core) folds what queued, and that is when a round trip per
+        statement would cost most.
         """
         if not self._fast or not records:
             return None
-        chain: dict[str, tuple[int, Any]] = {}
+        first = records[0]
+        if not isinstance(first, BatchRecord):
+            return None
+        latest = self._latest.get(first.batch.query_id)
+        if latest is None or first.batch.run_id not in self._runs:
+            return None
+        position_ends: dict[tuple[str, int], int] = {}
         out: list[BatchRecord] = []
         for rec in records:
-            # One pipeline per string: its statements then lock rows of one pipeline only.
-            if not isinstance(rec, BatchRecord) or (out and (rec.pipeline, rec.consumer_group)
-                                                    != (out[0].pipeline, out[0].consumer_group)):
+            if not isinstance(rec, BatchRecord):
                 return None
             b = rec.batch
-            latest = chain.get(b.query_id) or self._latest.get(b.query_id)
-            if latest is None or b.batch_id <= latest[0] or b.run_id not in self._runs or b.recorded_by is not None:
+            if ((rec.pipeline, rec.consumer_group, b.query_id, b.run_id)
+                    != (first.pipeline, first.consumer_group, first.batch.query_id, first.batch.run_id)
+                    or b.batch_id <= latest[0] or b.recorded_by is not None):
                 return None
             if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
                 return None
-            chain[b.query_id] = (b.batch_id, _ends(b))
+            for topic, partition, until_offset in _position_ends(b):
+                if until_offset < position_ends.get((topic, partition), until_offset):
+                    return None
+                position_ends[(topic, partition)] = until_offset
+            latest = (b.batch_id, _ends(b))
             out.append(rec)
         return out
 
     def _record_fast(self, conn: Connection, recs: Sequence[BatchRecord], txn: _Txn) -> RecordOutcome | None:
-        """Record ``recs`` in one round trip, one transaction; None: nothing written, use the general path.
-
-        Each batch is one EXECUTE of the prepared statement, in order, so each sees what the ones
-        before it wrote (its positions, its run), exactly as if it had come alone; any one aborting
-        rolls the whole transaction back.
-        """
-        params: list[Any] = [pipeline_lock_key(recs[0].pipeline, recs[0].consumer_group)]
-        final: dict[tuple[str, int], int] = {}  # (topic, partition) -> the last batch's end there
+        """Record ``recs`` in one round trip, one transaction; None: nothing written, use the general path."""
+        head = recs[0]
+        # (topic, partition) -> [first end, last end, the batch that ended it last]
+        ends: dict[tuple[str, int], list[int]] = {}
         for rec in recs:
-            b = rec.batch
-            offsets = _offset_rows(b)
-            ends = _position_ends(b)
-            params += [rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time),
-                       txn.now, b.input_rows,
-                       _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
-                       _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
-                       _int_array([o[4] for o in offsets]),
-                       _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
-                       _int_array([e[2] for e in ends]), b.duration_ms, *_stateful_values(b)]
-            final.update(((t, p), u) for t, p, u in ends)
+            for topic, partition, until_offset in _position_ends(rec.batch):
+                end = ends.setdefault((topic, partition), [until_offset, until_offset, rec.batch.batch_id])
+                end[1:] = [until_offset, rec.batch.batch_id]
+        keys = sorted(ends)  # lock order
+        lock = pipeline_lock_key(head.pipeline, head.consumer_group)
+        if len(recs) == 1:
+            name, prepare, call = _ONE_BATCH, _ONE_BATCH_SQL, _ONE_BATCH_CALL
+            params = (lock, *_one_batch_params(head, txn))
+        else:
+            name, prepare, call = _BATCHES, _BATCHES_SQL, _BATCHES_CALL
+            params = (lock, *_batches_params(recs, ends, keys, txn))
         # The held connection is between transactions here. In autocommit mode psycopg2 sends no
         # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
         raw: Any = conn.connection.dbapi_connection
@@ -181,23 +301,17 @@ class FastBatchPath:
         raw.autocommit = True
         try:
             with raw.cursor() as cursor:
-                if not info.get(_FAST_BATCH):
+                if not info.get(name):
                     # Once per session: a prepared statement outlives transactions, rolled back or not.
-                    cursor.execute(_FAST_BATCH_SQL)
-                    info[_FAST_BATCH] = True
+                    cursor.execute(prepare)
+                    info[name] = True
                 try:
-                    cursor.execute(_fast_call(len(recs)), params)
+                    cursor.execute(call, params)
                 except dbapi.Error as exc:
                     # The string stopped at the failing statement, inside its transaction block.
                     if not raw.closed:
                         cursor.execute("ROLLBACK")
                     if isinstance(exc, dbapi.DataError) and _FAST_BATCH_ABORT in str(exc):
-                        return None
-                    if getattr(exc, "pgcode", None) == "40P01" and len(recs) > 1:
-                        # deadlock_detected: a later statement's row locks are not in the one order
-                        # (a partition sorting before one an earlier batch locked, while a second
-                        # writer of this pipeline holds it). Nothing was written; the general path
-                        # takes every row lock in one order.
                         return None
                     if getattr(exc, "pgcode", None) == "26000":
                         # invalid_sql_statement_name: the prepared statement vanished between calls,
@@ -214,10 +328,9 @@ class FastBatchPath:
         finally:
             if not raw.closed:
                 raw.autocommit = False
-        for rec in recs:
-            txn.latest[rec.batch.query_id] = (rec.batch.batch_id, _ends(rec.batch))
-        # The statements commit only when every end moved its position (anything else aborts them);
-        # what moved is reported as the general path does: a pipeline's positions in lock order.
-        pipeline, group = recs[0].pipeline, recs[0].consumer_group
-        moved = tuple(MovedPosition(pipeline, group, t, p, u) for (t, p), u in sorted(final.items()))
+        last = recs[-1].batch
+        txn.latest[last.query_id] = (last.batch_id, _ends(last))
+        # The statement commits only when every end moved its position (anything else aborts it);
+        # what moved is reported as the general path does: the pipeline's positions in lock order.
+        moved = tuple(MovedPosition(head.pipeline, head.consumer_group, t, p, ends[(t, p)][1]) for t, p in keys)
         return RecordOutcome(len(recs), 0, (), moved)
