@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
-from kafka import TopicPartition as KTP
 from kafka.admin import NewTopic
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
 from offset_ledger import devstack, start_from_ledger
+from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.resets import ResetRequest
@@ -188,8 +188,17 @@ def test_a_group_with_active_members_is_left_alone(
     kafka.produce(topic, [f"v{i}" for i in range(5)])
     member = KafkaConsumer(topic, bootstrap_servers=kafka.bootstrap_servers, group_id=pipeline,
                            enable_auto_commit=False, auto_offset_reset="earliest")
+    admin = KafkaAdapter(kafka.bootstrap_servers)
+
+    def joined() -> bool:
+        # The consumer joins only while it polls; the broker's view of the group is what the mirror
+        # asks (this same call), so that is what to wait for: a join on a loaded machine can take
+        # tens of seconds.
+        member.poll(1000)
+        return admin.group_members([pipeline]).get(pipeline, 0) > 0
+
     try:
-        wait_for(lambda: bool(member.poll(200)) or bool(member.assignment()), what="consumer joined")
+        wait_for(joined, timeout=180, what="the consumer is an active member of the group")
         listener = register(spark, listeners, tmp_path, dsn=ledger.url.render_as_string(hide_password=False),
                             pipeline=pipeline, commit_to_kafka=True, bootstrap_servers=kafka.bootstrap_servers)
         query = (kafka_stream(spark, kafka, topic).writeStream.format("noop")
@@ -207,6 +216,7 @@ def test_a_group_with_active_members_is_left_alone(
         assert kinds == ["mirror_refused"]
     finally:
         member.close(autocommit=False)
+        admin.close()
 
 
 def test_time_lag_and_every_status(spark, kafka, ledger: Engine, listeners, tmp_path: Path,  # noqa: F811
