@@ -34,6 +34,25 @@ log = logging.getLogger("offset_ledger.ledger.recorder")
 
 _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
 
+# Both statements below, in the same parameters ($1 pipeline, $2 consumer group, $3 query id, $4 run
+# id): whether the run may move positions at all, and the positions upsert's rule (see below).
+_AUTHORITY = """\
+    -- Authority, for new rows as for updates: the run is on the current generation, or there is none.
+    WHERE (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
+          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
+"""
+_MOVE_RULE = """\
+    ORDER BY e.topic COLLATE "C", e.partition
+    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
+    SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
+        batch_id = EXCLUDED.batch_id, reset_id = NULL
+    WHERE p.next_offset <= EXCLUDED.next_offset
+      AND (p.query_id IS NULL OR p.query_id = $3)
+      AND (p.reset_id IS NULL
+           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
+    RETURNING 1
+"""
+
 # Plain batches on PostgreSQL in one round trip: "BEGIN; <shared pipeline lock>; EXECUTE <statement>;
 # COMMIT" sent as one string. The statement writes the batches of one run, their offsets, the
 # positions (once, where the last of them ends) and the run; it is prepared once per connection (no
@@ -89,20 +108,8 @@ WITH new_batches AS (
                                 query_id, batch_id, reset_id)
     SELECT $1, $2, e.topic, e.partition, e.until_offset, $5, $3, e.batch_id, NULL
     FROM unnest($21, $22, $24, $25) AS e (topic, partition, until_offset, batch_id)
-    -- Authority, for new rows as for updates: the run is on the current generation, or there is none.
-    WHERE (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
-          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
-      AND (SELECT ok FROM first) IS NOT FALSE
-    ORDER BY e.topic COLLATE "C", e.partition
-    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
-    SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
-        batch_id = EXCLUDED.batch_id, reset_id = NULL
-    WHERE p.next_offset <= EXCLUDED.next_offset
-      AND (p.query_id IS NULL OR p.query_id = $3)
-      AND (p.reset_id IS NULL
-           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
-    RETURNING 1
-), run AS (
+{_AUTHORITY}      AND (SELECT ok FROM first) IS NOT FALSE
+{_MOVE_RULE}), run AS (
     UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = $7[cardinality($7)],
                     max_batch_ms = greatest(max_batch_ms, $26)  -- $26: the longest batch's duration or NULL
     WHERE run_id = $4
@@ -143,19 +150,7 @@ WITH new_batch AS (
                                 query_id, batch_id, reset_id)
     SELECT $1, $2, e.topic, e.partition, e.until_offset, $7, $3, $5, NULL
     FROM unnest($14, $15, $16) AS e (topic, partition, until_offset)
-    -- Authority, for new rows as for updates: the run is on the current generation, or there is none.
-    WHERE (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
-          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
-    ORDER BY e.topic COLLATE "C", e.partition
-    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
-    SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
-        batch_id = EXCLUDED.batch_id, reset_id = NULL
-    WHERE p.next_offset <= EXCLUDED.next_offset
-      AND (p.query_id IS NULL OR p.query_id = $3)
-      AND (p.reset_id IS NULL
-           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
-    RETURNING 1
-), run AS (
+{_AUTHORITY}{_MOVE_RULE}), run AS (
     UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
                     max_batch_ms = greatest(max_batch_ms, $17)  -- $17: the batch's duration or NULL
     WHERE run_id = $4
