@@ -110,7 +110,7 @@ WITH new_batches AS (
     FROM unnest($21, $22, $24, $25) AS e (topic, partition, until_offset, batch_id)
 {_AUTHORITY}      AND (SELECT ok FROM first) IS NOT FALSE
 {_MOVE_RULE}), run AS (
-    UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = $7[cardinality($7)],
+    UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = (SELECT max(t) FROM unnest($7) t),
                     max_batch_ms = greatest(max_batch_ms, $26)  -- $26: the longest batch's duration or NULL
     WHERE run_id = $4
 )

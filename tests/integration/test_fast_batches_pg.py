@@ -78,7 +78,8 @@ def scenarios(draw) -> tuple[list[list[Step]], list[Step]]:  # type: ignore[no-u
             # Another query of the pipeline runs ahead on t-0: q1's later batches there regress.
             zombie = True
             ahead = ends[("t", 0)] + draw(st.integers(1, 8))
-            events += [("start", "qz", "rz", -2), ("batch", "qz", "rz", 0, {("t", 0): (None, ahead)})]
+            events += [("start", "qz", "rz", -2),
+                       ("batch", "qz", "rz", 0, {("t", 0): (None, ahead)}, (None, 0, None, None))]
             continue
         if kind == "redeliver" and history:
             events.append(draw(st.sampled_from(history)))
@@ -86,7 +87,7 @@ def scenarios(draw) -> tuple[list[list[Step]], list[Step]]:  # type: ignore[no-u
         if kind == "conflict" and history:
             old = draw(st.sampled_from(history))
             changed = {k: (f, u + 1) for k, (f, u) in old[4].items()}
-            events.append(old[:4] + (changed,))
+            events.append(old[:4] + (changed,) + old[5:])
             continue
         if kind == "restart":
             # A new run of the query (same checkpoint): its batches go on from the same ends.
@@ -106,7 +107,11 @@ def scenarios(draw) -> tuple[list[list[Step]], list[Step]]:  # type: ignore[no-u
             ranges[key] = (start, until)
             ends[key] = until
         omitted = ("t", 1) not in ranges
-        step = ("batch", "q1", run, batch_id, ranges)
+        # What else a progress event carries: duration, a batch time that may even go back (a
+        # clock step), watermark and state rows of a stateful query.
+        extra = (draw(st.none() | st.integers(1, 900)), draw(st.integers(-90, 90)),
+                 draw(st.none() | st.integers(0, 60)), draw(st.none() | st.integers(0, 10**6)))
+        step = ("batch", "q1", run, batch_id, ranges, extra)
         batch_id += 1
         history.append(step)
         if kind == "swap" and len(events) >= 1 and events[-1][0] == "batch":
@@ -131,11 +136,19 @@ def _record(prefix: str, step: Step) -> RunStart | BatchRecord:
         _, query, run, minutes = step
         return RunStart(pipeline, pipeline, f"{prefix}-{query}", f"{prefix}-{run}", "orders",
                         T0 + timedelta(minutes=minutes), app_version="1")
-    _, query, run, batch_id, ranges = step
+    _, query, run, batch_id, ranges, *extra = step
+    duration_ms, seconds, watermark, state_rows = extra[0] if extra else (None, 0, None, None)
     parts = tuple(PartitionRange(t, p, f, u) for (t, p), (f, u) in sorted(ranges.items()))
+    at = T0 + timedelta(minutes=30 + batch_id, seconds=seconds)
     return BatchRecord(pipeline, pipeline, BatchOffsets(
-        f"{prefix}-{query}", f"{prefix}-{run}", "orders", batch_id, T0 + timedelta(minutes=30 + batch_id),
-        sum(u - (f or 0) for f, u in ranges.values()), (SourceProgress(0, "KafkaV2[Subscribe[t]]", parts, 0),)))
+        f"{prefix}-{query}", f"{prefix}-{run}", "orders", batch_id, at,
+        sum(u - (f or 0) for f, u in ranges.values()), (SourceProgress(0, "KafkaV2[Subscribe[t]]", parts, 0),),
+        duration_ms=duration_ms,
+        watermark=None if watermark is None else at - timedelta(minutes=watermark),
+        event_time_min=None if watermark is None else at - timedelta(minutes=watermark + 5),
+        event_time_max=None if watermark is None else at,
+        state_rows_total=state_rows, state_rows_updated=None if state_rows is None else state_rows // 3,
+        state_rows_dropped_by_watermark=None if state_rows is None else state_rows % 7))
 
 
 def _place_reset(engine: Engine, prefix: str, partition: int, offset: int, at_minutes: int) -> None:
@@ -164,9 +177,12 @@ def _tables(engine: Engine, prefix: str) -> dict:
             return value.replace(f"{prefix}-", "")
 
         return {
-            "batches": sorted((bare(r.query_id), r.batch_id, bare(r.run_id), r.input_rows)
+            "batches": sorted((bare(r.query_id), r.batch_id, bare(r.run_id), r.input_rows, r.batch_time, r.watermark,
+                               r.event_time_min, r.event_time_max, r.state_rows_total, r.state_rows_updated,
+                               r.state_rows_dropped_by_watermark, r.source)
                               for r in conn.execute(select(batches).where(batches.c.pipeline == pipeline))),
-            "offsets": sorted((bare(r.query_id), r.batch_id, r.topic, r.partition, r.from_offset, r.until_offset)
+            "offsets": sorted((bare(r.query_id), r.batch_id, r.topic, r.partition, r.from_offset, r.until_offset,
+                               r.batch_time)
                               for r in conn.execute(select(batch_offsets).where(batch_offsets.c.pipeline == pipeline))),
             "positions": sorted((r.topic, r.partition, r.next_offset, bare(r.query_id), r.batch_id, r.reset_id is None)
                                 for r in conn.execute(select(positions).where(positions.c.pipeline == pipeline))),
@@ -174,7 +190,7 @@ def _tables(engine: Engine, prefix: str) -> dict:
                           r.actual_offset, bare(r.message))
                          for r in conn.execute(select(findings).where(findings.c.pipeline == pipeline)
                                                .order_by(findings.c.id))],
-            "runs": sorted((bare(r.run_id), r.last_batch_id)
+            "runs": sorted((bare(r.run_id), r.last_batch_id, r.last_heartbeat_at, r.max_batch_ms)
                            for r in conn.execute(select(runs).where(runs.c.pipeline == pipeline))),
         }
 
@@ -275,4 +291,4 @@ def test_a_late_writer_folds_its_queue_into_one_round_trip(engine: Engine, count
     got = _tables(engine, "late")
     assert len(got["offsets"]) == 1300 and len(got["batches"]) == 13
     assert {(t, p, n) for t, p, n, *_ in got["positions"]} == {("t", p, 130) for p in range(100)}
-    assert got["runs"] == [("r1", 12)] and got["findings"] == []
+    assert [run[:2] for run in got["runs"]] == [("r1", 12)] and got["findings"] == []
