@@ -292,3 +292,55 @@ def test_a_late_writer_folds_its_queue_into_one_round_trip(engine: Engine, count
     assert len(got["offsets"]) == 1300 and len(got["batches"]) == 13
     assert {(t, p, n) for t, p, n, *_ in got["positions"]} == {("t", p, 130) for p in range(100)}
     assert [run[:2] for run in got["runs"]] == [("r1", 12)] and got["findings"] == []
+
+
+def test_two_queries_folding_into_one_pipeline_at_once_never_fail_and_keep_provenance(
+        engine: Engine, counting: _Counter) -> None:
+    """A zombie and the real query of one pipeline, each a writer folding its queue, at the same time.
+
+    Their statements and the general path lock the same position rows; no call may fail (a deadlock
+    would), every batch is recorded once, and every position names a recorded batch that ended it
+    exactly there (or none moved it at all).
+    """
+    import random
+    import threading
+
+    parts = [("t", p) for p in range(20)]
+    errors: list[BaseException] = []
+    written: dict[str, int] = {}  # query -> batches it handed its recorder
+
+    def writer(query: str, seed: int) -> None:
+        rng = random.Random(seed)
+        recorder = Recorder(engine)
+        try:
+            recorder.record([_record("race", ("start", query, f"run-{query}", -1)),
+                             _record("race", ("batch", query, f"run-{query}", 0, {k: (None, 5) for k in parts}))])
+            ends, batch_id = {k: 5 for k in parts}, 1
+            for _ in range(25):
+                steps = []
+                for _ in range(rng.randint(1, 5)):
+                    ranges = {k: (ends[k], ends[k] + rng.randint(0, 3)) for k in parts}
+                    ends.update({k: u for k, (_, u) in ranges.items()})
+                    steps.append(("batch", query, f"run-{query}", batch_id, ranges))
+                    batch_id += 1
+                recorder.record([_record("race", s) for s in steps])
+            written[query] = batch_id
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            recorder.close()
+
+    threads = [threading.Thread(target=writer, args=(q, i)) for i, q in enumerate(["q1", "qz"])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors
+    got = _tables(engine, "race")
+    recorded = {(q, b) for q, b, *_ in got["batches"]}
+    assert len(recorded) == len(got["batches"])  # once each
+    assert recorded == {(q, b) for q, n in written.items() for b in range(n)}  # all of both
+    ended = {(q, b, t, p): u for q, b, t, p, _, u, _ in got["offsets"]}
+    for topic, partition, next_offset, query, batch_id, _ in got["positions"]:
+        assert ended[(query, batch_id, topic, partition)] == next_offset
+    assert counting.folded > 0
