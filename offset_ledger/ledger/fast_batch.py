@@ -2,7 +2,7 @@
 
 A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``), kept apart because it is one job: the
 steady state of a listener, written without the general path's SELECTs: one batch when the listener
-keeps up, the batches that queued (one EXECUTE each, in one string) when it fell behind.
+keeps up, the batches that queued (all in one statement) when it fell behind.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
 _ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
-                    f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
+                   f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
 
 
 def _int_array(values: Sequence[int | None]) -> str:

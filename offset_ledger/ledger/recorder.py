@@ -10,10 +10,10 @@ that started before such a pending reset are ``pending_reset`` findings, so a st
 zombie) query never silently overwrites an operator's reset.
 A batch whose start differs from the previous batch's end in the same query is a ``gap`` finding.
 
-On PostgreSQL with psycopg2, plain batches (one per call from a listener that keeps up, several
-from one that fell behind) take one round trip: a prepared statement per batch, all inside one
-BEGIN ... COMMIT, each aborting the lot, leaving nothing, when a rule would have to explain
-something (then the general path below records the batches and their findings):
+On PostgreSQL with psycopg2, plain batches of one run (one per call from a listener that keeps
+up, several from one that fell behind) take one round trip: a prepared statement that writes them
+all inside its own BEGIN ... COMMIT, and aborts itself, leaving nothing, when a rule would have to
+explain something (then the general path below records the batches and their findings):
 ``offset_ledger.ledger.fast_batch``. The general path's
 rules for runs and generations live in ``run_book``, those for positions and findings in ``position_rules``.
 """
