@@ -185,18 +185,18 @@ def _time_array(values: Sequence[datetime | None]) -> str:
     return "{" + ",".join("NULL" if v is None else '"' + utc(v).isoformat() + '"' for v in values) + "}"
 
 
-def _one_batch_params(rec: BatchRecord, txn: _Txn) -> tuple[Any, ...]:
-    """The parameters of ``_ONE_BATCH`` after the lock key."""
+def _one_batch_params(rec: BatchRecord, ends: dict[tuple[str, int], list[int]], keys: list[tuple[str, int]],
+                      txn: _Txn) -> tuple[Any, ...]:
+    """The parameters of ``_ONE_BATCH`` after the lock key (``ends`` and ``keys`` as for ``_batches_params``)."""
     b = rec.batch
     offsets = _offset_rows(b)
-    ends = _position_ends(b)
     return (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
             b.input_rows,
             _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
             _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
             _int_array([o[4] for o in offsets]),
-            _text_array([e[0] for e in ends]), _int_array([e[1] for e in ends]),
-            _int_array([e[2] for e in ends]), b.duration_ms, *_stateful_values(b))
+            _text_array([k[0] for k in keys]), _int_array([k[1] for k in keys]),
+            _int_array([ends[k][1] for k in keys]), b.duration_ms, *_stateful_values(b))
 
 
 def _batches_params(recs: Sequence[BatchRecord], ends: dict[tuple[str, int], list[int]],
@@ -237,11 +237,11 @@ class FastBatchPath:
         That is the steady state of a listener: batches of one run only, each newer than the one
         before it (the last one this recorder committed for the query, then the one before it in
         ``records``), so no re-delivery to compare and the previous ends for the gap check are
-        known; of a run whose start is cached (the pending-reset rule needs it); leaving no gap and
-        never ending a position below where an earlier one of them ended it (findings are the
-        general path's business). A listener that keeps up writes one batch per call; one that fell
-        behind (a busy ledger, a slow core) folds what queued, and that is when a round trip per
-        statement would cost most.
+        known; of a run whose start is cached (the pending-reset rule needs it); leaving no gap
+        (findings are the general path's business; ``_record_fast`` refuses a position that would
+        go backwards inside the fold as it collects the ends). A listener that keeps up writes one
+        batch per call; one that fell behind (a busy ledger, a slow core) folds what queued, and
+        that is when a round trip per statement would cost most.
         """
         if not self._fast or not records:
             return None
@@ -251,7 +251,6 @@ class FastBatchPath:
         latest = self._latest.get(first.batch.query_id)
         if latest is None or first.batch.run_id not in self._runs:
             return None
-        position_ends: dict[tuple[str, int], int] = {}
         out: list[BatchRecord] = []
         for rec in records:
             if not isinstance(rec, BatchRecord):
@@ -263,10 +262,6 @@ class FastBatchPath:
                 return None
             if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
                 return None
-            for topic, partition, until_offset in _position_ends(b):
-                if until_offset < position_ends.get((topic, partition), until_offset):
-                    return None
-                position_ends[(topic, partition)] = until_offset
             latest = (b.batch_id, _ends(b))
             out.append(rec)
         return out
@@ -278,13 +273,20 @@ class FastBatchPath:
         ends: dict[tuple[str, int], list[int]] = {}
         for rec in recs:
             for topic, partition, until_offset in _position_ends(rec.batch):
-                end = ends.setdefault((topic, partition), [until_offset, until_offset, rec.batch.batch_id])
-                end[1:] = [until_offset, rec.batch.batch_id]
+                end = ends.get((topic, partition))
+                if end is None:
+                    ends[(topic, partition)] = [until_offset, until_offset, rec.batch.batch_id]
+                elif until_offset < end[1]:
+                    # The position would go backwards inside the fold: a regression of the later
+                    # batch that the general path reports. Nothing is written yet.
+                    return None
+                else:
+                    end[1:] = [until_offset, rec.batch.batch_id]
         keys = sorted(ends)  # lock order
         lock = pipeline_lock_key(head.pipeline, head.consumer_group)
         if len(recs) == 1:
             name, prepare, call = _ONE_BATCH, _ONE_BATCH_SQL, _ONE_BATCH_CALL
-            params = (lock, *_one_batch_params(head, txn))
+            params = (lock, *_one_batch_params(head, ends, keys, txn))
         else:
             name, prepare, call = _BATCHES, _BATCHES_SQL, _BATCHES_CALL
             params = (lock, *_batches_params(recs, ends, keys, txn))
