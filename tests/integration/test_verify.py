@@ -19,6 +19,7 @@ from offset_ledger import start_from_ledger
 from tests.integration.test_adopt_replay import _cli
 from tests.integration.test_authority import _positions, _recorded_run
 from tests.integration.test_restart import _values
+from tests.tamper import shift_recorded_start
 
 
 def _sql(dsn: str, statement: str, **params: object) -> list:
@@ -102,10 +103,12 @@ def test_verify_names_the_reset_and_reports_exactly_a_hand_made_gap_and_overlap(
                            "AND from_offset >= 6 AND until_offset - from_offset >= 3 ORDER BY batch_id LIMIT 1", q=q1)[0]
     over_row = _sql(pg_dsn, "SELECT batch_id, from_offset FROM batch_offsets WHERE query_id = :q AND \"partition\" = 1 "
                             "AND from_offset >= 9 ORDER BY batch_id LIMIT 1", q=q1)[0]
-    _sql(pg_dsn, "UPDATE batch_offsets SET from_offset = from_offset + 2 WHERE query_id = :q AND batch_id = :b "
-                 "AND \"partition\" = 0", q=q1, b=gap_row.batch_id)
-    _sql(pg_dsn, "UPDATE batch_offsets SET from_offset = from_offset - 3 WHERE query_id = :q AND batch_id = :b "
-                 "AND \"partition\" = 1", q=q1, b=over_row.batch_id)
+    engine = create_engine(pg_dsn)
+    try:
+        shift_recorded_start(engine, partition=0, by=2, batch_id=gap_row.batch_id, query_id=q1)
+        shift_recorded_start(engine, partition=1, by=-3, batch_id=over_row.batch_id, query_id=q1)
+    finally:
+        engine.dispose()
 
     table = _cli("verify", "orders", "--dsn", pg_dsn)
     _capture("verify-unexplained.txt", table.stdout + table.stderr)
