@@ -79,6 +79,79 @@ def wait_for(driver, predicate, timeout: float = WAIT, what: str = "condition") 
         raise AssertionError(f"timed out waiting for {what}; page text:\n{_text(driver)[:3000]}") from exc
 
 
+# What a person's pointer would hit at the centre of ``arguments[0]``: null when it is the element
+# itself (or inside it), else a short description of the element on top. Chrome's own hit test at
+# click time answers the same question, but only by failing the click.
+_COVERED_BY = """
+const node = arguments[0];
+const box = node.getBoundingClientRect();
+const hit = document.elementFromPoint(box.left + box.width / 2, box.top + box.height / 2);
+if (hit === null || hit === node || node.contains(hit)) return null;
+return hit.tagName.toLowerCase() + (hit.id ? "#" + hit.id : "") +
+  (hit.className && typeof hit.className === "string" ? "." + hit.className.trim().split(/\\s+/).join(".") : "");
+"""
+
+
+def _ready(driver, selector: str, seen: dict[str, str]):  # type: ignore[no-untyped-def]
+    """The element when a person could act on it now: shown, enabled, in view, on top."""
+    node = css(driver, selector)
+    if not node.is_displayed():
+        seen["last"] = "not displayed"
+        return False
+    if not node.is_enabled():
+        seen["last"] = "disabled"
+        return False
+    # Centre it: a control at the window's edge is where a re-render above shifts it out from
+    # under the pointer, and where a sticky element would sit.
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center', inline: 'nearest'})", node)
+    cover = driver.execute_script(_COVERED_BY, node)
+    if cover:
+        seen["last"] = f"covered by {cover}"
+        return False
+    return node
+
+
+def _wait_naming(driver, predicate, timeout: float, what: str, seen: dict[str, str]):  # type: ignore[no-untyped-def]
+    """``wait_for`` whose failure says what stood in the way the last time it looked."""
+    try:
+        return wait_for(driver, predicate, timeout, what=what)
+    except AssertionError as exc:
+        raise AssertionError(f"{what}: last seen {seen['last']}\n{exc}") from exc
+
+
+def click(driver, selector: str, timeout: float = WAIT) -> None:  # type: ignore[no-untyped-def]
+    """Click ``selector`` once a person could: shown, enabled, scrolled into view and not covered.
+
+    The console re-renders its tables every few seconds, so on a loaded machine a control can move
+    between the moment Selenium finds it and the click: Chrome then refuses the click (it would land
+    on whatever moved there) and this tries again. A control that stays covered fails, naming what
+    covers it: a real user would hit that too.
+    """
+    from selenium.common.exceptions import ElementClickInterceptedException, ElementNotInteractableException
+
+    seen = {"last": "not found"}
+
+    def attempt(d):  # type: ignore[no-untyped-def]
+        node = _ready(d, selector, seen)
+        if not node:
+            return False
+        try:
+            node.click()
+        except (ElementClickInterceptedException, ElementNotInteractableException) as exc:
+            seen["last"] = exc.msg.splitlines()[0] if exc.msg else type(exc).__name__
+            return False
+        return True
+
+    _wait_naming(driver, attempt, timeout, f"{selector} to be clickable", seen)
+
+
+def type_into(driver, selector: str, keys: str, timeout: float = WAIT) -> None:  # type: ignore[no-untyped-def]
+    """Type ``keys`` into ``selector`` once it is shown, enabled, in view and on top."""
+    seen = {"last": "not found"}
+    node = _wait_naming(driver, lambda d: _ready(d, selector, seen), timeout, f"{selector} to take input", seen)
+    node.send_keys(keys)
+
+
 def _text(driver) -> str:  # type: ignore[no-untyped-def]
     from selenium.webdriver.common.by import By
 

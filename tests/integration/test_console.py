@@ -30,10 +30,12 @@ from tests.integration.console_helper import (
     Ledger,
     Served,
     api_positions,
+    click,
     css,
     css_all,
     partition_positions,
     screenshot,
+    type_into,
     wait_for,
 )
 
@@ -143,11 +145,11 @@ def test_pipelines_table_shows_the_pipeline_its_lag_and_refreshes_by_itself(
     assert css(browser, f"{row} [data-col=findings]").text == "1"
     assert css(browser, f"{row} th a").get_attribute("href") == served.url + "/pipelines/orders"
 
-    header = css(browser, "#pipelines thead button[data-key=lag]")
-    header.click()
-    assert header.find_element("xpath", "..").get_attribute("aria-sort") == "ascending"
-    header.click()
-    assert header.find_element("xpath", "..").get_attribute("aria-sort") == "descending"
+    header = "#pipelines thead button[data-key=lag]"
+    click(browser, header)
+    assert css(browser, header).find_element("xpath", "..").get_attribute("aria-sort") == "ascending"
+    click(browser, header)
+    assert css(browser, header).find_element("xpath", "..").get_attribute("aria-sort") == "descending"
     screenshot(browser, "console-pipelines.png", min_height=360)
 
     # New records raise the lag; the table follows without a reload (the page keeps its marker).
@@ -162,7 +164,7 @@ def test_pipeline_page_shows_each_partition_position_in_its_log(
         browser, served: Served, recorded: Ledger, kafka_session) -> None:  # type: ignore[no-untyped-def]
     browser.get(served.url + "/")
     wait_for(browser, lambda d: css_all(d, '#pipelines tbody tr[data-pipeline="orders"] th a'), what="the link")
-    css(browser, '#pipelines tbody tr[data-pipeline="orders"] th a').click()
+    click(browser, '#pipelines tbody tr[data-pipeline="orders"] th a')
     wait_for(browser, lambda d: d.current_url == served.url + "/pipelines/orders", what="the pipeline page")
     wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="one row per partition")
 
@@ -188,18 +190,18 @@ def test_pipeline_page_shows_each_partition_position_in_its_log(
     Select(css(browser, "#history-size")).select_by_visible_text("2")
     wait_for(browser, lambda d: len(css_all(d, "#history tbody tr")) == 2, what="a page of two batches")
     assert [r.find_element("css selector", "td").text for r in css_all(browser, "#history tbody tr")] == ["2", "1"]
-    css(browser, "#history-older").click()
+    click(browser, "#history-older")
     wait_for(browser, lambda d: css(d, "#history-page").text == "Page 2", what="the second page")
     assert [r.find_element("css selector", "td").text for r in css_all(browser, "#history tbody tr")] == ["0"]
     assert not css(browser, "#history-older").is_enabled()
-    css(browser, "#history-newer").click()
+    click(browser, "#history-newer")
     wait_for(browser, lambda d: css(d, "#history-page").text == "Page 1", what="back to the first page")
     # Filtered by time: nothing recorded before 2001.
     browser.execute_script("document.getElementById('history-until').value = '2001-01-01T00:00:00'")
-    css(browser, "#history-filter button[type=submit]").click()
+    click(browser, "#history-filter button[type=submit]")
     wait_for(browser, lambda d: css(d, "#history tbody").text == "No batches match.", what="an empty filtered page")
     Select(css(browser, "#history-size")).select_by_visible_text("20")
-    css(browser, "#history-filter button[type=reset]").click()
+    click(browser, "#history-filter button[type=reset]")
     wait_for(browser, lambda d: len(css_all(d, "#history tbody tr")) == 3, what="every batch again")
     assert css_all(browser, "#chart canvas"), "the chart was not drawn"
     wait_for(browser, lambda d: "1.0" in css(d, "#generations tbody").text, what="generation 1 with app version 1.0")
@@ -235,14 +237,14 @@ def test_reset_through_the_form_dry_runs_then_executes_and_the_positions_and_aud
     wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="positions")
     before = api_positions(served, recorded.topic)
 
-    css(browser, "input[name=mode][value=shift]").click()
-    css(browser, "#reset-shift").send_keys("-5")
+    click(browser, "input[name=mode][value=shift]")
+    type_into(browser, "#reset-shift", "-5")
     wait_for(browser, lambda d: len(css_all(d, "#reset-topic option")) == 2, what="the topic choices")
     from selenium.webdriver.support.ui import Select
 
     Select(css(browser, "#reset-topic")).select_by_value(recorded.topic)
-    css(browser, "#reset-partitions").send_keys("0,2")
-    css(browser, "#reset-preview-button").click()
+    type_into(browser, "#reset-partitions", "0,2")
+    click(browser, "#reset-preview-button")
     wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")
     targets = {int(r.get_attribute("data-partition")): r.find_element("css selector", "[data-col=target]").text
                for r in css_all(browser, "#preview-table tbody tr[data-partition]")}
@@ -256,13 +258,13 @@ def test_reset_through_the_form_dry_runs_then_executes_and_the_positions_and_aud
     screenshot(browser, "console-reset-dry-run.png")
 
     # No reason: nothing is sent.
-    css(browser, "#reset-confirmed").click()
-    css(browser, "#reset-execute").click()
+    click(browser, "#reset-confirmed")
+    click(browser, "#reset-execute")
     wait_for(browser, lambda d: "reason" in css(d, "#reset-message").text, what="the missing-reason message")
     assert api_positions(served, recorded.topic) == before
 
-    css(browser, "#reset-reason").send_keys("replay the last five records after the sink fix")
-    css(browser, "#reset-execute").click()
+    type_into(browser, "#reset-reason", "replay the last five records after the sink fix")
+    click(browser, "#reset-execute")
     wait_for(browser, lambda d: "executed" in css(d, "#reset-result").text, what="the executed reset")
     assert api_positions(served, recorded.topic) == {"0": 25, "1": 30, "2": 25}
     wait_for(browser, lambda d: partition_positions(d) == {0: "25", 1: "30", 2: "25"}, what="positions after the reset")
@@ -272,16 +274,16 @@ def test_reset_through_the_form_dry_runs_then_executes_and_the_positions_and_aud
     assert f"{recorded.topic}/0: 30 → 25" in audit
 
     # A target beyond the log is refused with the API's own message, and nothing moves.
-    css(browser, "input[name=mode][value=offsets]").click()
+    click(browser, "input[name=mode][value=offsets]")
     Select(css(browser, "#reset-topic")).select_by_value("")
     css(browser, "#reset-partitions").clear()
-    css(browser, "#reset-offsets").send_keys('{"%s": {"1": 99999}}' % recorded.topic)
-    css(browser, "#reset-preview-button").click()
+    type_into(browser, "#reset-offsets", '{"%s": {"1": 99999}}' % recorded.topic)
+    click(browser, "#reset-preview-button")
     wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the second dry run")
     assert "will be refused" in css(browser, "#preview-warnings").text
-    css(browser, "#reset-reason").send_keys("should be refused")
-    css(browser, "#reset-confirmed").click()
-    css(browser, "#reset-execute").click()
+    type_into(browser, "#reset-reason", "should be refused")
+    click(browser, "#reset-confirmed")
+    click(browser, "#reset-execute")
     wait_for(browser, lambda d: css(d, "#reset-message").text.startswith("Refused: 400"), what="the refusal")
     assert "OffsetOutOfRange" in css(browser, "#reset-message").text
     assert api_positions(served, recorded.topic) == {"0": 25, "1": 30, "2": 25}
@@ -308,12 +310,12 @@ def test_with_a_token_the_console_asks_for_it_and_unauthenticated_writes_are_ref
         assert httpx.get(f"{server.url}/v1/getCurrentOffsets?pipelineName=orders", headers=headers).json()[
             recorded.topic] == {"0": 25, "1": 30, "2": 25}
 
-        css(browser, "#token-input").send_keys("wrong-token")
-        css(browser, "#token-form button[type=submit]").click()
+        type_into(browser, "#token-input", "wrong-token")
+        click(browser, "#token-form button[type=submit]")
         wait_for(browser, lambda d: "was refused" in css(d, "#token-message").text, what="the wrong-token message")
 
-        css(browser, "#token-input").send_keys(token)
-        css(browser, "#token-form button[type=submit]").click()
+        type_into(browser, "#token-input", token)
+        click(browser, "#token-form button[type=submit]")
         wait_for(browser, lambda d: css_all(d, '#pipelines tbody tr[data-pipeline="orders"]'), what="data with the token")
         assert token not in browser.current_url
         browser.get(server.url + "/pipelines/orders")  # the token stays for this tab
@@ -345,12 +347,12 @@ def test_a_running_pipeline_shows_running_and_its_reset_is_refused_with_409(
         browser.get(served.url + "/pipelines/live")
         wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="live's positions")
         before = httpx.get(f"{served.url}/v1/getCurrentOffsets?pipelineName=live").json()
-        css(browser, "#reset-preview-button").click()  # earliest, every topic
+        click(browser, "#reset-preview-button")  # earliest, every topic
         wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")
         assert "active run" in css(browser, "#preview-warnings").text
-        css(browser, "#reset-reason").send_keys("replay everything")
-        css(browser, "#reset-confirmed").click()
-        css(browser, "#reset-execute").click()
+        type_into(browser, "#reset-reason", "replay everything")
+        click(browser, "#reset-confirmed")
+        click(browser, "#reset-execute")
         wait_for(browser, lambda d: css(d, "#reset-message").text.startswith("Refused: 409 ActiveRunConflict"),
                  what="the 409 refusal")
         assert "has an active run" in css(browser, "#reset-message").text
@@ -389,16 +391,16 @@ def test_a_slash_in_a_pipeline_name_round_trips_through_the_console(
     browser.get(served.url + "/")
     link = f'#pipelines tbody tr[data-pipeline="{name}"] a'
     wait_for(browser, lambda d: css_all(d, link), what="the eu/orders row")
-    css(browser, link).click()
+    click(browser, link)
     wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="eu/orders positions")
     assert browser.current_url.endswith("/pipelines/eu%2Forders") and css(browser, "h1").text == name
     assert partition_positions(browser) == {p: f"{end:,}" for p, end in log_ends.items()}
 
-    css(browser, "#reset-preview-button").click()  # earliest, every topic
+    click(browser, "#reset-preview-button")  # earliest, every topic
     wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")
-    css(browser, "#reset-reason").send_keys("slash round trip")
-    css(browser, "#reset-confirmed").click()
-    css(browser, "#reset-execute").click()
+    type_into(browser, "#reset-reason", "slash round trip")
+    click(browser, "#reset-confirmed")
+    click(browser, "#reset-execute")
     wait_for(browser, lambda d: "executed" in css(d, "#reset-result").text, what="the executed reset")
     after = httpx.get(f"{served.url}/v1/getCurrentOffsets", params={"pipelineName": name}).json()
     log_starts = {p: d["firstOffset"] for p, d in details["partitions"].items()}
@@ -414,9 +416,9 @@ def test_api_docs_open_from_the_console_with_the_token(browser, recorded: Ledger
     try:
         browser.get(server.url + "/")
         wait_for(browser, lambda d: css(d, "#token-panel").is_displayed(), what="the token prompt")
-        css(browser, "#token-input").send_keys(token)
-        css(browser, "#token-form button[type=submit]").click()
-        css(browser, 'nav a[href="/docs"]').click()
+        type_into(browser, "#token-input", token)
+        click(browser, "#token-form button[type=submit]")
+        click(browser, 'nav a[href="/docs"]')
         wait_for(browser, lambda d: "/v1/resetOffsetOfPartitions" in css(d, "#docs").text, what="the API reference")
         assert "GET /api/v1/pipelines/{pipeline}/offsets" in css(browser, "#docs").text
         # Everything on the page came from this server (the CSP would block anything else).
@@ -454,7 +456,7 @@ def test_the_pipeline_page_shows_stored_policies_their_last_change_and_the_histo
     assert css(browser, "#policies-last time").get_attribute("datetime") == second.json()["lastChange"]["createdAt"]
 
     assert not css(browser, "#policy-history").is_displayed()
-    css(browser, "#policy-history-link").click()
+    click(browser, "#policy-history-link")
     wait_for(browser, lambda d: len(css_all(d, "#policy-history-table tbody tr[data-change]")) == 2, what="the history")
     rows = [r.text for r in css_all(browser, "#policy-history-table tbody tr[data-change]")]
     assert "bob" in rows[0] and "not windowed any more" in rows[0] and "firstRun: latest" in rows[0]
@@ -474,9 +476,9 @@ def test_policies_are_changed_from_the_console_after_a_dry_run_and_with_a_reason
     wait_for(browser, lambda d: css_all(d, "#policy-unset input[value=firstRun]"), what="the form")
 
     Select(css(browser, "#policy-onDataLoss")).select_by_value("fail")
-    css(browser, "#policy-window").send_keys("5 minutes")
-    css(browser, "#policy-unset input[value=firstRun]").click()
-    css(browser, "#policy-preview-button").click()
+    type_into(browser, "#policy-window", "5 minutes")
+    click(browser, "#policy-unset input[value=firstRun]")
+    click(browser, "#policy-preview-button")
     wait_for(browser, lambda d: css(d, "#policy-preview").is_displayed(), what="the dry run")
     after = {r.get_attribute("data-policy"): r.find_element("css selector", "[data-col=after]").text
              for r in css_all(browser, "#policy-preview-table tbody tr[data-policy]")}
@@ -486,13 +488,13 @@ def test_policies_are_changed_from_the_console_after_a_dry_run_and_with_a_reason
     assert len(httpx.get(url + "/history").json()["changes"]) == changes_before, "a dry run stored policies"
 
     # No reason: nothing is sent.
-    css(browser, "#policy-confirmed").click()
-    css(browser, "#policy-save").click()
+    click(browser, "#policy-confirmed")
+    click(browser, "#policy-save")
     wait_for(browser, lambda d: "reason" in css(d, "#policy-message").text, what="the missing-reason message")
     assert len(httpx.get(url + "/history").json()["changes"]) == changes_before
 
-    css(browser, "#policy-reason").send_keys("shorter windows from v3")
-    css(browser, "#policy-save").click()
+    type_into(browser, "#policy-reason", "shorter windows from v3")
+    click(browser, "#policy-save")
     wait_for(browser, lambda d: "Policies stored" in css(d, "#policy-result").text, what="the stored change")
     doc = httpx.get(url).json()
     assert doc["policies"]["onDataLoss"] == "fail" and doc["policies"]["window"] == "5 minutes"
@@ -504,8 +506,8 @@ def test_policies_are_changed_from_the_console_after_a_dry_run_and_with_a_reason
     assert css(browser, "#policies-reason").text == "shorter windows from v3"
 
     # A bad value is refused with the API's own message, and nothing is stored.
-    css(browser, "#policy-slide").send_keys("soon")
-    css(browser, "#policy-preview-button").click()
+    type_into(browser, "#policy-slide", "soon")
+    click(browser, "#policy-preview-button")
     wait_for(browser, lambda d: css(d, "#policy-message").text.startswith("Refused: 400"), what="the refusal")
     assert "policies.slide" in css(browser, "#policy-message").text
     assert len(httpx.get(url + "/history").json()["changes"]) == changes_before + 1
