@@ -57,6 +57,7 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
 from offset_ledger.ledger.run_book import RunBook
 from offset_ledger.ledger.tables import batch_offsets, batches, listener_health
 from offset_ledger.rules.model import Finding
+from offset_ledger.rules.read_shortfall import read_shortfalls
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +207,22 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             new = written
         if txn.other_runs:
             self._move_positions(conn, txn.other_runs, txn)
+        # A sink or watcher may have recorded the batch first (rows not counted): the listener's
+        # report of it (another run) still brings Spark's row counts.
+        self._shortfall_findings([*new, *txn.other_runs], txn)
         return self._outcome(conn, txn, len(new), duplicates)
+
+    def _shortfall_findings(self, recs: Sequence[BatchRecord], txn: _Txn) -> None:
+        """A ``data_loss`` finding per source that read fewer rows than it spanned (``rules.read_shortfall``)."""
+        for rec in recs:
+            for short in read_shortfalls(rec.batch):
+                one = short.partition_range
+                topics = {r.topic for r in short.ranges}
+                # No expected/actual offsets: verify must not take it for a restart's clamp (a skip).
+                txn.findings.append(self._finding(
+                    rec, txn, "data_loss", short.message(rec.batch.batch_id),
+                    topics.pop() if len(topics) == 1 else None, one.partition if one is not None else None,
+                    None, None, short.details()))
 
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""
