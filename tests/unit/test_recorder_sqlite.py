@@ -22,7 +22,8 @@ def batch(batch_id: int, ends: dict[tuple[str, int], tuple[int | None, int]], *,
           run: str = "r1", source_index: int = 0, extra_sources: tuple[SourceProgress, ...] = ()) -> BatchOffsets:
     ranges = tuple(PartitionRange(t, p, f, u) for (t, p), (f, u) in sorted(ends.items()))
     return BatchOffsets(query, run, "orders", batch_id, T0 + timedelta(seconds=batch_id),
-                        sum(u - (f or 0) for f, u in ends.values()),
+                        # Spark's numInputRows is the sum over the sources (issue 41's rule relies on it)
+                        sum(u - (f or 0) for f, u in ends.values()) + sum(s.input_rows for s in extra_sources),
                         (SourceProgress(source_index, "KafkaV2[Subscribe[t]]", ranges, 0), *extra_sources))
 
 
