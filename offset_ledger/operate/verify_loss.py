@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from offset_ledger.errors import KafkaError
@@ -37,9 +38,18 @@ def _spanning(details: dict[str, Any]) -> list[_Range]:
             if f is not None and int(u) > int(f)]
 
 
+@dataclass
+class LossCheck:
+    """What ``loss_stretches`` found: a stretch per shortfall finding (by id), its notes, whether Kafka answered."""
+
+    stretches: list[tuple[int, Stretch]] = field(default_factory=list)
+    notes: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    checked: bool = False  # Kafka was asked and answered (else nothing could be explained)
+
+
 def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
-                   kafka: KafkaAdapter | None) -> tuple[list[Stretch], dict[tuple[str, int, int], str]]:
-    """(one ``loss`` stretch per shortfall, a note per stretch key (topic, partition, from))."""
+                   kafka: KafkaAdapter | None) -> LossCheck:
+    """One ``loss`` stretch per shortfall finding, a note per stretch key (topic, partition, from)."""
     wanted = sorted({r for _, _, _, d in shortfalls for r in _spanning(d)})
     policies: dict[str, str] = {}
     readings: dict[_Range, Any] = {}
@@ -55,8 +65,7 @@ def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
         except KafkaError as exc:
             log.warning("verify: Kafka did not answer for the read shortfalls: %s", exc)
             unanswered = f"Kafka did not answer ({exc}): compaction and transaction markers not checked"
-    out: list[Stretch] = []
-    notes: dict[tuple[str, int, int], str] = {}
+    out = LossCheck(checked=not unanswered)
     for finding_id, query_id, batch_id, details in shortfalls:
         spans = _spanning(details)
         if not spans:
@@ -95,9 +104,9 @@ def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
         stretch = Stretch(topic, partition, 0, since, until, "loss", 1, unexplained == 0,
                           tuple(reasons) if unexplained == 0 else (), batches=(BatchRef(query_id, batch_id),),
                           lost=unexplained or missing)
-        out.append(stretch)
-        notes[(topic, partition, since)] = "; ".join(said)
-    return out, notes
+        out.stretches.append((finding_id, stretch))
+        out.notes[(topic, partition, since)] = "; ".join(said)
+    return out
 
 
 def attach(results: list[PartitionResult], stretches: Sequence[Stretch]) -> None:

@@ -149,6 +149,7 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
     loss_notes: dict[tuple[str, int, int], str] = {}
     if inputs.shortfalls:
         # Batches that read fewer rows than they spanned: Kafka says what explains them (after the snapshot).
-        losses, loss_notes = loss_stretches(inputs.shortfalls, ops.kafka if ops.has_kafka else None)
-        attach(results, losses)
+        check = loss_stretches(inputs.shortfalls, ops.kafka if ops.has_kafka else None)
+        attach(results, [s for _, s in check.stretches])
+        loss_notes = check.notes
     return VerifyReport(pipeline, group, results, inputs, time.perf_counter() - started, topic, loss_notes)

@@ -21,6 +21,9 @@ from kafka.admin import NewTopic
 from sqlalchemy import create_engine, text
 
 from offset_ledger import OffsetLedgerListener
+from offset_ledger.api.metrics import render_metrics
+from offset_ledger.ledger.engine import make_engine
+from offset_ledger.operate.operations import Operations
 from tests.integration.test_adopt_replay import _cli
 
 VALUE = b"x" * 60_000
@@ -70,6 +73,16 @@ def _verify(pg_dsn: str, kafka, *extra: str) -> tuple[int, dict, str]:  # type: 
     return out.returncode, json.loads(doc.stdout), out.stdout + out.stderr
 
 
+def _lost_as_served(pg_dsn: str, kafka) -> tuple[str | None, int, str]:  # type: ignore[no-untyped-def]
+    """(the pipeline's status, records lost) as the pipelines list, the console and /metrics get them; /metrics' text."""
+    ops = Operations(make_engine(pg_dsn), bootstrap_servers=kafka.bootstrap_servers)
+    try:
+        (summary,) = ops.list_pipelines()
+        return summary.status, summary.records_lost, render_metrics(ops.metrics())
+    finally:
+        ops.close()
+
+
 def _shortfall_findings(pg_dsn: str) -> list:
     engine = create_engine(pg_dsn)
     try:
@@ -105,6 +118,12 @@ def test_records_deleted_while_the_job_runs_are_a_loss_with_the_exact_count(
     found = _shortfall_findings(pg_dsn)
     assert found and sum(f.details["missing"] for f in found) == lost
     assert {(f.topic, f.partition, f.details["per_partition"]) for f in found} == {(topic, 0, True)}
+
+    status, records_lost, metrics = _lost_as_served(pg_dsn, kafka)
+    assert (status, records_lost) == ("ERR", lost)
+    assert (f'offset_ledger_records_lost_total{{pipeline="orders",consumer_group="orders",topic="{topic}",'
+            f'partition="0"}} {lost}') in metrics
+    assert 'offset_ledger_status{pipeline="orders",consumer_group="orders",state="ERR"} 1' in metrics
 
 
 def _compacted_topic(kafka, keys: int, rounds: int) -> str:  # type: ignore[no-untyped-def]
@@ -144,6 +163,8 @@ def test_a_compacted_topic_gives_no_false_loss(spark, kafka, pg_dsn: str, tmp_pa
     assert code == 0, shown  # ... and explained by the topic's cleanup policy
     losses = [s for s in doc["stretches"] if s["kind"] == "loss"]
     assert losses and all(s["explained"] and s["reasons"][0]["kind"] == "compacted" for s in losses), shown
+    status, records_lost, metrics = _lost_as_served(pg_dsn, kafka)
+    assert status != "ERR" and records_lost == 0 and "offset_ledger_records_lost_total{" not in metrics
 
 
 def test_a_transactional_topic_read_committed_gives_no_false_loss(spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
@@ -170,3 +191,5 @@ def test_a_transactional_topic_read_committed_gives_no_false_loss(spark, kafka, 
     losses = [s for s in doc["stretches"] if s["kind"] == "loss"]
     assert losses and all(s["explained"] for s in losses), shown
     assert {s["reasons"][0]["kind"] for s in losses} == {"transaction_markers"}
+    status, records_lost, metrics = _lost_as_served(pg_dsn, kafka)
+    assert status != "ERR" and records_lost == 0 and "offset_ledger_records_lost_total{" not in metrics
