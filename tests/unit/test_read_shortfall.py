@@ -89,3 +89,28 @@ def test_the_recorder_writes_one_data_loss_finding_per_short_source(tmp_path: Pa
         rows = conn.execute(select(findings)).all()
     assert [(r.kind, r.topic, r.partition, r.batch_id, r.expected_offset, r.actual_offset, r.details["kind"])
             for r in rows] == [("data_loss", "t", 0, 1, None, None, READ_SHORTFALL)]
+
+
+def test_verify_and_the_pipelines_list_report_the_loss_without_kafka(tmp_path: Path) -> None:
+    from offset_ledger.operate.operations import Operations
+    from offset_ledger.operate.verifying import verify_pipeline
+
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(engine)
+    Recorder(engine).record([RunStart("orders", "orders", "q1", "r1", "orders", T0),
+                             BatchRecord("orders", "orders", batch(0, source(0, 50, ("t", 0, 250, 300)))),
+                             BatchRecord("orders", "orders", batch(1, source(0, 3, ("t", 0, 300, 350)))),
+                             BatchRecord("orders", "orders", batch(2, source(0, 50, ("t", 0, 350, 400))))])
+    ops = Operations(engine)
+    report = verify_pipeline(ops, "orders")
+    assert not report.ok
+    (loss,) = [s for s in report.stretches if s.kind == "loss"]
+    assert (loss.topic, loss.partition, loss.from_offset, loss.until_offset, loss.records, loss.explained) == (
+        "t", 0, 300, 350, 47, False)
+    doc = report.to_dict()
+    assert doc["summary"]["unexplainedLosses"] == 1 and doc["summary"]["recordsLost"] == 47
+    assert doc["stretches"][0]["notes"][0].startswith("Kafka not configured")
+    assert [s.kind for s in report.stretches] == ["loss"]  # the planned ranges tile: no gap
+    (summary,) = ops.list_pipelines(with_lag=False)
+    assert (summary.status, summary.records_lost, summary.to_dict()["recordsLost"]) == ("ERR", 47, 47)
+    assert ops.records_lost() == {("orders", "orders", "t", 0): 47}
