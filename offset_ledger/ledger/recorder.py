@@ -55,7 +55,7 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
     utc,
 )
 from offset_ledger.ledger.run_book import RunBook
-from offset_ledger.ledger.tables import batch_offsets, batches, listener_health
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.read_shortfall import read_shortfalls
 
@@ -209,20 +209,35 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             self._move_positions(conn, txn.other_runs, txn)
         # A sink or watcher may have recorded the batch first (rows not counted): the listener's
         # report of it (another run) still brings Spark's row counts.
-        self._shortfall_findings([*new, *txn.other_runs], txn)
+        self._shortfall_findings(conn, new, txn.other_runs, txn)
         return self._outcome(conn, txn, len(new), duplicates)
 
-    def _shortfall_findings(self, recs: Sequence[BatchRecord], txn: _Txn) -> None:
-        """A ``data_loss`` finding per source that read fewer rows than it spanned (``rules.read_shortfall``)."""
-        for rec in recs:
-            for short in read_shortfalls(rec.batch):
-                one = short.partition_range
-                topics = {r.topic for r in short.ranges}
-                # No expected/actual offsets: verify must not take it for a restart's clamp (a skip).
-                txn.findings.append(self._finding(
-                    rec, txn, "data_loss", short.message(rec.batch.batch_id),
-                    topics.pop() if len(topics) == 1 else None, one.partition if one is not None else None,
-                    None, None, short.details()))
+    def _shortfall_findings(self, conn: Connection, new: Sequence[BatchRecord], others: Sequence[BatchRecord],
+                            txn: _Txn) -> None:
+        """A ``data_loss`` finding per source that read fewer rows than it spanned (``rules.read_shortfall``).
+
+        ``others``: batches another run recorded first; one the listener already reported (a spool
+        replay after a sink recorded it) has its finding, and gets no second one."""
+        shorts = [(rec, s) for rec in [*new, *others] for s in read_shortfalls(rec.batch)]
+        if not shorts:
+            return
+        known: set[tuple[str, int]] = set()
+        if others:
+            keys = {(rec.batch.query_id, rec.batch.batch_id) for rec in others}
+            known = {(r.query_id, r.batch_id) for r in conn.execute(
+                select(findings.c.query_id, findings.c.batch_id).where(
+                    findings.c.kind == "data_loss", findings.c.query_id.in_(sorted({k[0] for k in keys})),
+                    findings.c.batch_id.in_(sorted({k[1] for k in keys}))))}
+        for rec, short in shorts:
+            if (rec.batch.query_id, rec.batch.batch_id) in known:
+                continue
+            one = short.partition_range
+            topics = {r.topic for r in short.ranges}
+            # No expected/actual offsets: verify must not take it for a restart's clamp (a skip).
+            txn.findings.append(self._finding(
+                rec, txn, "data_loss", short.message(rec.batch.batch_id),
+                topics.pop() if len(topics) == 1 else None, one.partition if one is not None else None,
+                None, None, short.details()))
 
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""

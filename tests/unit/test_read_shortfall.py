@@ -114,3 +114,21 @@ def test_verify_and_the_pipelines_list_report_the_loss_without_kafka(tmp_path: P
     (summary,) = ops.list_pipelines(with_lag=False)
     assert (summary.status, summary.records_lost, summary.to_dict()["recordsLost"]) == ("ERR", 47, 47)
     assert ops.records_lost() == {("orders", "orders", "t", 0): 47}
+
+
+def test_a_batch_a_sink_recorded_first_gets_its_finding_from_the_listener_once(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(engine)
+    recorder = Recorder(engine)
+    listener = batch(1, source(0, 3, ("t", 0, 300, 350)))
+    # the sink's record: offsets from the checkpoint, the span standing in for the rows
+    sink = replace(listener, run_id="sink:q1", recorded_by="sink", input_rows=50,
+                   sources=(source(0, 50, ("t", 0, 300, 350)),))
+    recorder.record([RunStart("orders", "orders", "q1", "sink:q1", None, T0),
+                     BatchRecord("orders", "orders", sink)])
+    recorder.record([RunStart("orders", "orders", "q1", "r1", "orders", T0),
+                     BatchRecord("orders", "orders", listener)])
+    Recorder(engine).record([BatchRecord("orders", "orders", listener)])  # a spool replay, a fresh recorder
+    with engine.connect() as conn:
+        rows = conn.execute(select(findings.c.kind, findings.c.batch_id, findings.c.run_id)).all()
+    assert [tuple(r) for r in rows] == [("data_loss", 1, "r1")]
