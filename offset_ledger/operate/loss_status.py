@@ -4,7 +4,9 @@ Each read-shortfall finding is judged once, as ``verify`` judges it (``operate.v
 compacted topic, or the offsets a read_committed consumer does not get, explain missing rows), and
 the answer kept by finding id: a finding never changes, so a scrape reads Kafka only for findings
 new since the last one. Without Kafka configured the shortfall counts as it was recorded; when
-Kafka does not answer, new findings wait for a scrape when it does (no alarm on a guess).
+Kafka does not answer, new findings wait for a scrape when it does (no alarm on a guess). At most
+``JUDGED_PER_CALL`` findings are judged per call (oldest first; a transactional topic has one per
+batch, each a range read again): a long history is caught up over successive scrapes, not in one.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from offset_ledger.operate.verify_loss import loss_stretches
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
+
+#: findings judged per call at most (each may read its batch's range from Kafka)
+JUDGED_PER_CALL = 500
 
 #: (pipeline, consumer group, topic, partition)
 LossKey = tuple[str, str, str, int]
@@ -38,7 +43,7 @@ class LossBook:
             kafka: KafkaAdapter | None) -> dict[LossKey, int]:
         """Judge ``rows`` (findings after ``seen``, in id order); the totals so far."""
         with self._lock:
-            rows = [r for r in rows if r[0] > self._seen]
+            rows = [r for r in rows if r[0] > self._seen][:JUDGED_PER_CALL]
             if rows:
                 check = loss_stretches([(r[0], r[3], r[4], r[5]) for r in rows], kafka)
                 if check.checked or kafka is None:
