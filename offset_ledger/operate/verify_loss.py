@@ -96,6 +96,9 @@ def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
             reasons.append(Reason("transaction_markers", None,
                                   f"{skipped:,} offsets a read_committed consumer does not get (markers, aborted)"))
         unexplained = max(0, missing - explainable)
+        if unexplained and reasons:
+            said.append(f"{missing - unexplained:,} of the {missing:,} missing explained: "
+                        + "; ".join(r.label() for r in reasons))
         topic, partition, since, until = spans[0]
         if not details.get("per_partition") and len(spans) > 1:
             said.append("source total over " + ", ".join(f"{t}-{p} [{f}, {u})" for t, p, f, u in spans))
