@@ -71,13 +71,14 @@ def read_shortfalls(batch: BatchOffsets) -> list[Shortfall]:
         return []  # rows not counted by Spark (the offsets spanned stand in for them)
     if any(r.from_offset is None for s in batch.sources for r in s.ranges):
         return []  # a span not known: nothing to compare the rows with
-    total_span = sum(_span(s.ranges) for s in batch.sources)
-    if total_span <= batch.input_rows:
-        return []  # the cheap, common answer; also what a report without per-source counts says
-    if sum(s.input_rows for s in batch.sources) == 0 and batch.input_rows > 0:
-        # Per-source counts not reported: the batch total is all there is.
+    if batch.input_rows > 0 and not any(s.input_rows for s in batch.sources):
+        # Per-source counts not reported: the batch total (non-Kafka sources' rows in it too) is all there is.
+        total_span = sum(_span(s.ranges) for s in batch.sources)
+        if total_span <= batch.input_rows:
+            return []
         ranges = tuple(r for s in batch.sources for r in s.ranges)
         return [Shortfall(None, ranges, total_span, batch.input_rows)]
+    # Per source: a non-Kafka source's rows (in the batch total) never hide a Kafka source's shortfall.
     out = []
     for s in batch.sources:
         spanned = _span(s.ranges)

@@ -70,6 +70,12 @@ def test_rows_not_counted_by_spark_are_never_a_loss() -> None:
     assert read_shortfalls(batch(4, source(0, 0, ("t", 0, 0, 50)), rows=50)) == []
 
 
+def test_a_non_kafka_source_never_hides_a_kafka_source_shortfall() -> None:
+    # 60 rows of a rate source in the batch total beside a Kafka source that read 50 of 100
+    (short,) = read_shortfalls(batch(7, source(0, 50, ("t", 0, 0, 100)), rows=110))
+    assert (short.source_index, short.missing) == (0, 50)
+
+
 def test_without_per_source_counts_the_batch_total_is_used() -> None:
     (short,) = read_shortfalls(batch(5, source(0, 0, ("t", 0, 0, 50)), source(1, 0, ("u", 0, 0, 50)), rows=60))
     assert (short.source_index, short.spanned, short.rows, short.missing) == (None, 100, 60, 40)
