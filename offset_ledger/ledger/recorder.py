@@ -96,6 +96,10 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         self._foreign_reported: set[tuple[str, int]] = set()
         # generation id -> its resolved starting offsets, to give a fresh run's first batch its start
         self._generation_offsets: dict[int, dict[tuple[str, int], int]] = {}
+        # Runs this recorder committed a batch of: a run's first batch that read no row at all is the
+        # replay of a batch the job's own idempotence skipped (a transactional sink's "already
+        # committed"), not a read shortfall (``_shortfall_findings``).
+        self._runs_batched: set[str] = set()
 
     # ------------------------------------------------------------------ public
 
@@ -133,6 +137,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         self._latest.update(txn.latest)
         self._runs.update(txn.runs)
         self._foreign_reported |= txn.foreign_reported
+        self._runs_batched.update(r.batch.run_id for r in records if isinstance(r, BatchRecord))
         return outcome
 
     def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
@@ -217,8 +222,17 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         """A ``data_loss`` finding per source that read fewer rows than it spanned (``rules.read_shortfall``).
 
         ``others``: batches another run recorded first; one the listener already reported (a spool
-        replay after a sink recorded it) has its finding, and gets no second one."""
-        shorts = [(rec, s) for rec in [*new, *others] for s in read_shortfalls(rec.batch)]
+        replay after a sink recorded it) has its finding, and gets no second one. A run's first batch
+        that read nothing at all did not read its DataFrame: Spark re-ran the batch a crash left
+        uncommitted and the job skipped it as done (the transactional sinks do, as does any
+        idempotent ``foreachBatch``); no finding."""
+        firsts: dict[str, int] = {}
+        for rec in [*new, *others]:
+            b = rec.batch
+            firsts[b.run_id] = min(firsts.get(b.run_id, b.batch_id), b.batch_id)
+        shorts = [(rec, s) for rec in [*new, *others] for s in read_shortfalls(rec.batch)
+                  if not (s.rows == 0 and rec.batch.run_id not in self._runs_batched
+                          and firsts[rec.batch.run_id] == rec.batch.batch_id)]
         if not shorts:
             return
         known: set[tuple[str, int]] = set()

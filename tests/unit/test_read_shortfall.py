@@ -138,3 +138,20 @@ def test_a_batch_a_sink_recorded_first_gets_its_finding_from_the_listener_once(t
     with engine.connect() as conn:
         rows = conn.execute(select(findings.c.kind, findings.c.batch_id, findings.c.run_id)).all()
     assert [tuple(r) for r in rows] == [("data_loss", 1, "r1")]
+
+
+def test_a_run_whose_first_batch_read_nothing_replayed_a_batch_its_job_skipped(tmp_path: Path) -> None:
+    # After a crash Spark re-runs the uncommitted batch; a transactional sink (any idempotent
+    # foreachBatch) that committed it already leaves its DataFrame unread: 0 rows, not a loss.
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(engine)
+    recorder = Recorder(engine)
+    recorder.record([RunStart("orders", "orders", "q1", "r1", "orders", T0),
+                     BatchRecord("orders", "orders", batch(4, source(0, 0, ("t", 0, 200, 250))))])
+    # the same run's next batch reading nothing is a loss; so is a first batch that read some rows
+    out = recorder.record([BatchRecord("orders", "orders", batch(5, source(0, 0, ("t", 0, 250, 300))))])
+    assert [(f.kind, f.details["missing"]) for f in out.findings] == [("data_loss", 50)]
+    out = Recorder(engine).record([RunStart("orders", "orders", "q1", "r2", "orders", T0),
+                                   BatchRecord("orders", "orders", replace(
+                                       batch(6, source(0, 10, ("t", 0, 300, 350))), run_id="r2"))])
+    assert [(f.kind, f.details["missing"]) for f in out.findings] == [("data_loss", 40)]
