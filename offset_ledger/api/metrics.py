@@ -77,11 +77,16 @@ def render_metrics(snap: MetricsSnapshot) -> str:
                   "Kafka consumer group's committed offset minus the ledger position (groups that committed any).",
                   attrgetter("drift"))
     family("offset_ledger_status", "gauge",
-           "1 for the pipeline's current status (OK, LAGGING, STALLED, STOPPED, REWOUND; see offset_ledger.rules.status), "
+           "1 for the pipeline's current status (OK, LAGGING, STALLED, STOPPED, REWOUND, ERR; see offset_ledger.rules.status), "
            "0 for the others.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group, state=state),
              1 if s.status == state else 0)
             for s in snap.pipelines if s.status is not None for state in STATES])
+    family("offset_ledger_records_lost_total", "counter",
+           "Records the pipeline's batches never read (fewer rows than offsets spanned, not explained by compaction "
+           "or transaction markers): deleted before they were fetched, with failOnDataLoss=false.",
+           [(_labels(pipeline=p, consumer_group=g, topic=t, partition=n), lost)
+            for p, g, t, n, lost in snap.records_lost])
     family("offset_ledger_seconds_since_last_batch", "gauge",
            "Seconds since the pipeline's last committed batch.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),

@@ -6,7 +6,17 @@ from typing import Optional
 
 import typer
 
-from offset_ledger.cli.support import DsnOption, FormatOption, GroupOption, check_format, emit, operations
+from offset_ledger.cli.support import (
+    BootstrapOption,
+    DsnOption,
+    FormatOption,
+    GroupOption,
+    KafkaOptionOption,
+    check_format,
+    emit,
+    kafka_client,
+    operations,
+)
 
 COLUMNS = ["status", "topic", "partition", "incarnation", "fromOffset", "untilOffset", "records", "kind", "times",
            "explanation", "borders", "notes"]
@@ -18,10 +28,15 @@ def verify_cmd(
     unexplained_only: bool = typer.Option(False, "--unexplained-only",
                                           help="List only the stretches nothing explains."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
 ) -> None:
     """Check that the recorded batch ranges tile every partition from its first start to the current
     position: no gap, no overlap, except where a reset or a finding explains it (each explained
     stretch names it).
+
+    A batch that read fewer rows than its range spans (records retention deleted before the job
+    fetched them, with failOnDataLoss=false) is a stretch of kind loss, unless Kafka (--bootstrap-server)
+    shows the topic compacted or the missing offsets transaction markers / aborted records.
 
     Exit 0 when everything is accounted for, 6 when a stretch is not (the report says which, with the
     batches and generations around it); the usual codes for errors.
@@ -31,7 +46,8 @@ def verify_cmd(
     from offset_ledger.operate.verifying import verify_pipeline
 
     fmt = check_format(fmt)
-    ops = operations(dsn)
+    kafka = kafka_client(bootstrap_servers, kafka_option)
+    ops = operations(dsn, kafka if kafka.bootstrap_servers else None)
     try:
         report = verify_pipeline(ops, pipeline, consumer_group, topic=topic)
     finally:
@@ -52,15 +68,22 @@ def verify_cmd(
         typer.echo(f"{pipeline} ({report.consumer_group}): {counts['partitions']} partition(s), "
                    f"{counts['ranges']:,} ranges, {counts['explained']} explained stretch(es), "
                    f"{counts['unexplained']} unexplained ({counts['unexplainedGaps']} gap(s), "
-                   f"{counts['unexplainedOverlaps']} overlap(s)): {verdict} [{report.seconds:.2f}s]")
+                   f"{counts['unexplainedOverlaps']} overlap(s){_losses(counts)}): {verdict} [{report.seconds:.2f}s]")
     if not report.ok:
         # After the report on stdout: one line on stderr and exit code 6 (errors.EXIT_UNVERIFIED).
         from offset_ledger.errors import HistoryUnverified
 
         raise HistoryUnverified(
             f"pipeline {pipeline!r}: {counts['unexplained']} unexplained stretch(es) "
-            f"({counts['unexplainedGaps']} gap(s), {counts['unexplainedOverlaps']} overlap(s))",
+            f"({counts['unexplainedGaps']} gap(s), {counts['unexplainedOverlaps']} overlap(s){_losses(counts)})",
             pipeline=pipeline, unexplained=counts["unexplained"])
+
+
+def _losses(counts: dict[str, int]) -> str:
+    """The loss part of the summary line, only when there is one (the line is unchanged otherwise)."""
+    if not counts.get("unexplainedLosses"):
+        return ""
+    return f", {counts['unexplainedLosses']} loss(es): {counts['recordsLost']:,} record(s) never read"
 
 
 def register(app: typer.Typer) -> None:

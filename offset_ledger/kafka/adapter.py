@@ -216,6 +216,15 @@ class KafkaAdapter(GroupAdmin):
             for k, v in found.items()
         }
 
+    def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str, int, int, int], Any]:
+        """(topic, partition, from, until) ranges read again by a read_committed consumer (``kafka.readable_records``)."""
+        from offset_ledger.kafka.readable_records import read_ranges
+
+        try:
+            return read_ranges(self._configs, ranges, timeout_ms=int(self._configs["request_timeout_ms"]))
+        except Exception as exc:
+            raise _translate(exc, self._bootstrap) from exc
+
     # -- log sizes (the cost of a move)
 
     def log_sizes(self, topics: Sequence[str]) -> dict[TopicPartition, int]:

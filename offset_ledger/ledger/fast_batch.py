@@ -28,6 +28,7 @@ from offset_ledger.ledger.records import (
     _Txn,
     utc,
 )
+from offset_ledger.rules.read_shortfall import read_shortfalls
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
 
@@ -262,6 +263,8 @@ class FastBatchPath:
                 return None
             if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
                 return None
+            if read_shortfalls(b):
+                return None  # records skipped: a data_loss finding, the general path's business
             latest = (b.batch_id, _ends(b))
             out.append(rec)
         return out

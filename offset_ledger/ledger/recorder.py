@@ -55,8 +55,9 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
     utc,
 )
 from offset_ledger.ledger.run_book import RunBook
-from offset_ledger.ledger.tables import batch_offsets, batches, listener_health
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health
 from offset_ledger.rules.model import Finding
+from offset_ledger.rules.read_shortfall import read_shortfalls
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +96,10 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         self._foreign_reported: set[tuple[str, int]] = set()
         # generation id -> its resolved starting offsets, to give a fresh run's first batch its start
         self._generation_offsets: dict[int, dict[tuple[str, int], int]] = {}
+        # Runs this recorder committed a batch of: a run's first batch that read no row at all is the
+        # replay of a batch the job's own idempotence skipped (a transactional sink's "already
+        # committed"), not a read shortfall (``_shortfall_findings``).
+        self._runs_batched: set[str] = set()
 
     # ------------------------------------------------------------------ public
 
@@ -132,6 +137,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         self._latest.update(txn.latest)
         self._runs.update(txn.runs)
         self._foreign_reported |= txn.foreign_reported
+        self._runs_batched.update(r.batch.run_id for r in records if isinstance(r, BatchRecord))
         return outcome
 
     def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
@@ -206,7 +212,46 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             new = written
         if txn.other_runs:
             self._move_positions(conn, txn.other_runs, txn)
+        # A sink or watcher may have recorded the batch first (rows not counted): the listener's
+        # report of it (another run) still brings Spark's row counts.
+        self._shortfall_findings(conn, new, txn.other_runs, txn)
         return self._outcome(conn, txn, len(new), duplicates)
+
+    def _shortfall_findings(self, conn: Connection, new: Sequence[BatchRecord], others: Sequence[BatchRecord],
+                            txn: _Txn) -> None:
+        """A ``data_loss`` finding per source that read fewer rows than it spanned (``rules.read_shortfall``).
+
+        ``others``: batches another run recorded first; one the listener already reported (a spool
+        replay after a sink recorded it) has its finding, and gets no second one. A run's first batch
+        that read nothing at all did not read its DataFrame: Spark re-ran the batch a crash left
+        uncommitted and the job skipped it as done (the transactional sinks do, as does any
+        idempotent ``foreachBatch``); no finding."""
+        firsts: dict[str, int] = {}
+        for rec in [*new, *others]:
+            b = rec.batch
+            firsts[b.run_id] = min(firsts.get(b.run_id, b.batch_id), b.batch_id)
+        shorts = [(rec, s) for rec in [*new, *others] for s in read_shortfalls(rec.batch)
+                  if not (s.rows == 0 and rec.batch.run_id not in self._runs_batched
+                          and firsts[rec.batch.run_id] == rec.batch.batch_id)]
+        if not shorts:
+            return
+        known: set[tuple[str, int]] = set()
+        if others:
+            keys = {(rec.batch.query_id, rec.batch.batch_id) for rec in others}
+            known = {(r.query_id, r.batch_id) for r in conn.execute(
+                select(findings.c.query_id, findings.c.batch_id).where(
+                    findings.c.kind == "data_loss", findings.c.query_id.in_(sorted({k[0] for k in keys})),
+                    findings.c.batch_id.in_(sorted({k[1] for k in keys}))))}
+        for rec, short in shorts:
+            if (rec.batch.query_id, rec.batch.batch_id) in known:
+                continue
+            one = short.partition_range
+            topics = {r.topic for r in short.ranges}
+            # No expected/actual offsets: verify must not take it for a restart's clamp (a skip).
+            txn.findings.append(self._finding(
+                rec, txn, "data_loss", short.message(rec.batch.batch_id),
+                topics.pop() if len(topics) == 1 else None, one.partition if one is not None else None,
+                None, None, short.details()))
 
     def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""

@@ -44,6 +44,7 @@ from offset_ledger.ledger.tables import (
     resets,
     runs,
 )
+from offset_ledger.rules.read_shortfall import READ_SHORTFALL
 from offset_ledger.rules.verify import (
     NEW_INCARNATION,
     RUN_FINDINGS,
@@ -80,6 +81,9 @@ class VerifyInputs:
     #: first batch time of every query (only read when incarnations need it)
     query_started: dict[str, datetime] = field(default_factory=dict)
     generation_times: list[tuple[datetime, int]] = field(default_factory=list)
+    #: ``data_loss`` findings of batches that read fewer rows than they spanned (``rules.read_shortfall``):
+    #: (finding id, query id, batch id, details); ``operate.verify_loss`` decides what explains them
+    shortfalls: list[tuple[int, str, int, dict[str, Any]]] = field(default_factory=list)
 
     def bounds(self, topic: str, partition: int) -> list[int]:
         found = self.boundaries.get((topic, partition))
@@ -136,7 +140,7 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
 
     f = findings
     found = conn.execute(select(f.c.id, f.c.kind, f.c.topic, f.c.partition, f.c.expected_offset, f.c.actual_offset,
-                                f.c.details, f.c.generation_id, f.c.run_id, f.c.message)
+                                f.c.details, f.c.generation_id, f.c.run_id, f.c.message, f.c.query_id, f.c.batch_id)
                          .where(f.c.pipeline == pipeline, f.c.consumer_group == group).order_by(f.c.id)).all()
     ended: dict[tuple[str, int, int], int] = {}  # (topic, partition, generation) -> where the old incarnation stood
     for r in found:
@@ -163,6 +167,10 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
     for r in found:
         details = r.details or {}
         gen = number_of.get(r.generation_id) if r.generation_id is not None else None
+        if r.kind == "data_loss" and details.get("kind") == READ_SHORTFALL:
+            if topic is None or any(x[0] == topic for x in details.get("ranges") or ()):
+                out.shortfalls.append((r.id, r.query_id, r.batch_id, details))
+            continue
         if r.kind == "data_loss":
             why = Reason("data_loss", r.id, _short(r.message))
             if details.get("kind") in NEW_INCARNATION:

@@ -42,6 +42,7 @@ class PipelineSummary:
     foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
     status: str | None = None  # OK | LAGGING | STALLED | STOPPED | REWOUND (offset_ledger.rules.status); None: lag unknown
     headroom: Headroom | None = None  # its most severe partition's retention headroom (offset_ledger.rules.retention)
+    records_lost: int = 0  # records its batches never read, unexplained (issue 41: status ERR)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +55,7 @@ class PipelineSummary:
                 "checkpointLocation": self.generation["location"]},
             "foreignRunIds": list(self.foreign_run_ids),
             "status": self.status,
+            "recordsLost": self.records_lost,
             **_headroom_dict(self.headroom),
         }
 
@@ -146,3 +148,5 @@ class MetricsSnapshot:
     listeners: tuple[dict[str, Any], ...]
     kafka_up: bool | None  # None: no Kafka configured
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    #: records lost per (pipeline, consumer group, topic, partition), unexplained (issue 41)
+    records_lost: tuple[tuple[str, str, str, int, int], ...] = ()

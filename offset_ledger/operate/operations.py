@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -28,6 +28,7 @@ from offset_ledger.errors import (
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.engine import read_engine, translate_db_error
+from offset_ledger.ledger.loss_reads import shortfall_findings
 from offset_ledger.operate.answers import (  # noqa: F401 - re-exported: the faces import them from here
     HistoryPage,
     MetricsSnapshot,
@@ -52,10 +53,12 @@ from offset_ledger.rules.model import Position, TopicPartition, Watermarks
 from offset_ledger.rules.resets import (
     PartitionReset,
 )
+from offset_ledger.rules.status import with_lost_records
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
 
+from offset_ledger.operate.loss_status import per_pipeline
 from offset_ledger.operate.operations_metrics import MetricsReads
 from offset_ledger.operate.reset_operations import ResetOperations
 
@@ -110,6 +113,9 @@ class Operations(ResetOperations, MetricsReads):
         from offset_ledger.operate.retention_insight import RetentionInsight
 
         self._retention = RetentionInsight()
+        from offset_ledger.operate.loss_status import LossBook
+
+        self._losses = LossBook()  # records lost per partition (issue 41), judged once per finding
 
     @classmethod
     def connect(
@@ -189,6 +195,8 @@ class Operations(ResetOperations, MetricsReads):
             pos: dict[tuple[str, str], list[Position]] = {}
             if with_lag and rows and self.has_kafka:  # without Kafka there is no lag to compute
                 pos, facts = self._positions_and_window(conn)
+            shortfalls = shortfall_findings(conn, self._losses.seen)
+        lost = per_pipeline(self.records_lost(shortfalls))
         marks = self._watermarks_or_none({p.topic for ps in pos.values() for p in ps}) if pos else None
         statuses, headrooms = self._statuses(rows, open_by_group, pos, marks, facts) if marks is not None else ({}, {})
         out = []
@@ -210,9 +218,14 @@ class Operations(ResetOperations, MetricsReads):
             out.append(PipelineSummary(
                 r["pipeline"], r["consumer_group"], state, active,
                 int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
-                acts, gen, foreign, statuses.get(key), headrooms.get(key),
+                acts, gen, foreign, with_lost_records(statuses.get(key), lost.get(key, 0)), headrooms.get(key),
+                records_lost=lost.get(key, 0),
             ))
         return out
+
+    def records_lost(self, shortfalls: Sequence[Any] = ()) -> dict[tuple[str, str, str, int], int]:
+        """Unexplained lost records per (pipeline, group, topic, partition), ``shortfalls`` judged first."""
+        return self._losses.add(shortfalls, self.kafka if self.has_kafka else None)
 
     def _statuses(self, rows: list[dict[str, Any]], open_by_group: Mapping[tuple[str, str], Any],
                   pos: Mapping[tuple[str, str], list[Position]],

@@ -28,7 +28,7 @@ log = logging.getLogger("offset_ledger.operate.operations")
 
 class MetricsReads:
     """What ``Operations.metrics`` needs: ``_db``, ``_coalesce``, ``list_pipelines``, ``_enrich``, ``_headroom``,
-    ``kafka`` and ``has_kafka``."""
+    ``records_lost``, ``kafka`` and ``has_kafka``."""
 
 
     def metrics(self) -> MetricsSnapshot:
@@ -68,17 +68,20 @@ class MetricsReads:
             from dataclasses import replace
 
             from offset_ledger.operate.retention_insight import pipeline_headroom
-            from offset_ledger.rules.status import overall_status
+            from offset_ledger.rules.status import overall_status, with_lost_records
 
             parts = self._headroom(self._enrich(parts, open_by_group, facts, kafka=True))
             by: dict[tuple[str, str], list[Any]] = {}
             for pipeline, group, x in parts:
                 by.setdefault((pipeline, group), []).append(x.status)
             headrooms = pipeline_headroom(parts)
-            summaries = [replace(s, status=overall_status(by.get((s.pipeline, s.consumer_group), [])),
+            summaries = [replace(s, status=with_lost_records(overall_status(by.get((s.pipeline, s.consumer_group), [])),
+                                                              s.records_lost),
                                  headroom=headrooms.get((s.pipeline, s.consumer_group)))
                          for s in summaries]
-        return MetricsSnapshot(tuple(summaries), tuple(parts), tuple(listeners), kafka_up)
+        lost = self.records_lost()  # judged by list_pipelines above
+        return MetricsSnapshot(tuple(summaries), tuple(parts), tuple(listeners), kafka_up,
+                               records_lost=tuple((*k, n) for k, n in sorted(lost.items())))
 
     def _watermarks_or_none(self, topics: set[str]) -> dict[TopicPartition, Watermarks] | None:
         # Listing pipelines and metrics degrade to "lag unknown" rather than failing with Kafka down.

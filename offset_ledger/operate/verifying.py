@@ -10,7 +10,7 @@ recorder's own gap findings).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,6 +19,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.verify_reads import VerifyInputs, read_inputs
 from offset_ledger.ledger.verify_rows import merged, stream_rows, tagged, unknown_start_rows
 from offset_ledger.operate.inputs import check_topic
+from offset_ledger.operate.verify_loss import attach, loss_stretches
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, summarize, verify_ranges
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ class VerifyReport:
     inputs: VerifyInputs
     seconds: float
     topic: str | None = None
+    #: loss stretches: (topic, partition, from) -> what ``operate.verify_loss`` found
+    loss_notes: dict[tuple[str, int, int], str] = field(default_factory=dict)
 
     @property
     def stretches(self) -> list[Stretch]:
@@ -51,6 +54,9 @@ class VerifyReport:
 
     def _notes(self, s: Stretch) -> list[str]:
         notes = []
+        if s.kind == "loss":
+            note = self.loss_notes.get((s.topic, s.partition, s.from_offset))
+            return [note] if note else []
         if s.kind == "gap":
             expected = self.inputs.gap_findings.get((s.topic, s.partition, s.from_offset, s.until_offset))
             if expected is not None:
@@ -140,4 +146,10 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
                 results = list(verify_ranges(rows, inputs.explanations, inputs.positions))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "verifying the history") from exc
-    return VerifyReport(pipeline, group, results, inputs, time.perf_counter() - started, topic)
+    loss_notes: dict[tuple[str, int, int], str] = {}
+    if inputs.shortfalls:
+        # Batches that read fewer rows than they spanned: Kafka says what explains them (after the snapshot).
+        check = loss_stretches(inputs.shortfalls, ops.kafka if ops.has_kafka else None)
+        attach(results, [s for _, s in check.stretches])
+        loss_notes = check.notes
+    return VerifyReport(pipeline, group, results, inputs, time.perf_counter() - started, topic, loss_notes)

@@ -16,7 +16,10 @@ Per partition, the first rule that applies wins:
    whole window (it would not catch up within one window at that pace).
 7. ``OK``       moving and keeping up.
 
-Overall: the most severe partition, STOPPED > STALLED > REWOUND > LAGGING > OK.
+Overall: the most severe partition, STOPPED > STALLED > REWOUND > LAGGING > OK; and ``ERR`` above
+them all when the pipeline's history has records it never read (a batch read fewer rows than its
+range spans and neither compaction nor transaction markers explain it: ``rules.read_shortfall``,
+``operate.verify_loss``). ERR stays: those records are gone, as ``verify`` (exit 6) keeps saying.
 """
 
 from __future__ import annotations
@@ -25,9 +28,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-State = Literal["OK", "LAGGING", "STALLED", "STOPPED", "REWOUND"]
-STATES: tuple[State, ...] = ("OK", "LAGGING", "STALLED", "STOPPED", "REWOUND")
-_SEVERITY = {"OK": 0, "LAGGING": 1, "REWOUND": 2, "STALLED": 3, "STOPPED": 4}
+State = Literal["OK", "LAGGING", "STALLED", "STOPPED", "REWOUND", "ERR"]
+STATES: tuple[State, ...] = ("OK", "LAGGING", "STALLED", "STOPPED", "REWOUND", "ERR")
+_SEVERITY = {"OK": 0, "LAGGING": 1, "REWOUND": 2, "STALLED": 3, "STOPPED": 4, "ERR": 5}
 
 
 @dataclass(frozen=True)
@@ -85,3 +88,8 @@ def overall_status(states: Iterable[State | None]) -> State | None:
         if s is not None and (worst is None or _SEVERITY[s] > _SEVERITY[worst]):
             worst = s
     return worst
+
+
+def with_lost_records(status: str | None, records_lost: int) -> str | None:
+    """``ERR`` when the pipeline lost records (unexplained), else its status as it was."""
+    return "ERR" if records_lost > 0 else status

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 Effect = Literal["skip", "reread"]
-StretchKind = Literal["gap", "overlap"]
+StretchKind = Literal["gap", "overlap", "loss"]
 
 #: How many batches an overlap lists (the stretch says how many read it; the rest are elided).
 MAX_BATCHES = 8
@@ -117,10 +117,12 @@ class Stretch:
     after: BatchRef | None = None   # gap: the batch that starts where it ends (None: the current position)
     batches: tuple[BatchRef, ...] = ()  # overlap: batches that read it (at most MAX_BATCHES)
     beyond_position: bool = False   # overlap at or after the current position: records to be read again
+    #: loss: records of the batch's range it never read (``rules.read_shortfall``); the stretch is that range
+    lost: int = 0
 
     @property
     def records(self) -> int:
-        return self.until_offset - self.from_offset
+        return self.lost if self.kind == "loss" else self.until_offset - self.from_offset
 
 
 @dataclass
@@ -377,4 +379,6 @@ def summarize(results: Sequence[PartitionResult]) -> dict[str, int]:
         "explained": sum(1 for s in stretches if s.explained),
         "unexplainedGaps": sum(1 for s in stretches if not s.explained and s.kind == "gap"),
         "unexplainedOverlaps": sum(1 for s in stretches if not s.explained and s.kind == "overlap"),
+        "unexplainedLosses": sum(1 for s in stretches if not s.explained and s.kind == "loss"),
+        "recordsLost": sum(s.lost for s in stretches if not s.explained and s.kind == "loss"),
     }

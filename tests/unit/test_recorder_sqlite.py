@@ -21,9 +21,12 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
 def batch(batch_id: int, ends: dict[tuple[str, int], tuple[int | None, int]], *, query: str = "q1",
           run: str = "r1", source_index: int = 0, extra_sources: tuple[SourceProgress, ...] = ()) -> BatchOffsets:
     ranges = tuple(PartitionRange(t, p, f, u) for (t, p), (f, u) in sorted(ends.items()))
+    # Every offset one row, per source and in the batch's total (Spark's numInputRows: the sum over
+    # the sources), as on a plain topic: issue 41's read-shortfall rule compares them.
+    rows = sum(u - (f or 0) for f, u in ends.values())
     return BatchOffsets(query, run, "orders", batch_id, T0 + timedelta(seconds=batch_id),
-                        sum(u - (f or 0) for f, u in ends.values()),
-                        (SourceProgress(source_index, "KafkaV2[Subscribe[t]]", ranges, 0), *extra_sources))
+                        rows + sum(s.input_rows for s in extra_sources),
+                        (SourceProgress(source_index, "KafkaV2[Subscribe[t]]", ranges, rows), *extra_sources))
 
 
 def rec(b: BatchOffsets, pipeline: str = "orders") -> BatchRecord:

@@ -33,6 +33,12 @@
       item("Last batch", time(row.lastBatchTime, true)),
       item("App version", row.appVersion || "—"), item("Generation", num(row.generation)),
       item("Findings", num(row.findings)),
+      // Records the batches never read (issue 41): the pipeline's status is ERR while there are any.
+      item("Records lost", row.recordsLost
+        ? el("span", { class: "badge finding", "data-records-lost": row.recordsLost,
+          title: "Batches read fewer rows than their offsets span: records deleted before they were fetched (verify lists them)" },
+        `ERR ${num(row.recordsLost)} never read`)
+        : num(row.recordsLost || 0)),
     ] : []));
   }
 

@@ -34,7 +34,9 @@
       status.className = doc.ok ? "ok" : "error";
       status.textContent = (doc.ok ? "Every record read exactly once, or explained. " : "Not accounted for. ")
         + `${num(c.partitions)} partition(s), ${num(c.ranges)} recorded ranges: ${num(c.explained)} explained stretch(es), `
-        + `${num(c.unexplained)} unexplained (${num(c.unexplainedGaps)} gap(s), ${num(c.unexplainedOverlaps)} overlap(s)); ${c.seconds} s.`;
+        + `${num(c.unexplained)} unexplained (${num(c.unexplainedGaps)} gap(s), ${num(c.unexplainedOverlaps)} overlap(s)`
+        + (c.unexplainedLosses ? `, ${num(c.unexplainedLosses)} loss(es): ${num(c.recordsLost)} record(s) never read` : "")
+        + `); ${c.seconds} s.`;
       fill(document.querySelector("#verify tbody"), doc.stretches.map((s) => el("tr", { "data-explained": String(s.explained), "data-kind": s.kind },
         el("td", {}, el("span", { class: s.explained ? "badge" : "badge finding" }, s.explained ? "explained" : "UNEXPLAINED")),
         el("td", {}, `${s.topic}/${s.partition}` + (s.incarnation ? ` (incarnation ${s.incarnation})` : "")),
