@@ -58,3 +58,43 @@ def decide(state: SinkState, *, generation_id: int, batch_id: int, current_gener
                             f"{state.last_sequence}): another driver on this checkpoint is ahead")
     return SinkDecision("commit", state.last_sequence + 1)
 
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """Where a sink writes, as the ledger registers it: what one sink name is bound to.
+
+    ``target``: the Postgres table as given (``schema.name`` or ``name``) or the Delta table's
+    path; ``target_database``: ``host:port/dbname`` of a remote Postgres target (never user or
+    password: a credential rotation is the same target), None for the ledger's own database.
+    """
+
+    pipeline: str
+    consumer_group: str
+    kind: str
+    target: str
+    target_database: str | None
+
+
+def describe_target(t: SinkTarget) -> str:
+    where = "the ledger's database" if t.target_database is None else t.target_database
+    what = f"Delta table {t.target}" if t.kind == "delta" else f"{t.kind} table {t.target} in {where}"
+    return f"{what} (pipeline {t.pipeline!r}, group {t.consumer_group!r})"
+
+
+def target_change(sink: str, registered: SinkTarget, wanted: SinkTarget, *, same_path: bool) -> str | None:
+    """Why ``wanted`` may not write under ``sink``, bound to ``registered`` (None: the same target).
+
+    One sink name, one target: a sink's sequences, fence row and committed batches describe one
+    target; a second target under the name would start its own sequences at 1 and collide with the
+    ledger's record only after it committed. ``same_path``: whether two Delta paths are one place
+    (the caller compares locations; a Postgres table name is compared as written).
+    """
+    same = (registered.pipeline, registered.consumer_group, registered.kind, registered.target_database) == (
+        wanted.pipeline, wanted.consumer_group, wanted.kind, wanted.target_database) and (
+        same_path if wanted.kind == "delta" else registered.target == wanted.target)
+    if same:
+        return None
+    return (f"sink {sink!r} is bound to {describe_target(registered)}; this sink writes "
+            f"{describe_target(wanted)}. One sink name, one target: nothing was written. Give the new target "
+            f"its own name (name=...), or point the sink back at its target")

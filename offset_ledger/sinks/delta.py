@@ -39,6 +39,7 @@ from offset_ledger.sinks.postgres import (
     SINK_SOURCE,
     _engine,
     batch_ledger_records,
+    check_target,
     sink_run_id,
 )
 
@@ -160,6 +161,7 @@ class DeltaSink:
         from offset_ledger.capture.checkpoint_files import checkpoint_files
         from offset_ledger.errors import CheckpointFormatError
 
+        check_target(ledger, self.spec, register=False)
         try:
             checkpoint_files(self.path, self.storage_options)
         except CheckpointFormatError:
