@@ -16,6 +16,7 @@
     │   ├── UnknownBatch              no such batch (or no batch in the time range) to replay
     │   ├── ReplayNotExact            a replayed range has a start the ledger neither recorded nor can recover
     │   ├── FailoverRefused           no safe MirrorMaker 2 translation for a failover (names the partitions)
+    │   ├── SinkTargetChanged         a sink name the ledger bound to one target asked to write another
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
@@ -166,6 +167,10 @@ class FailoverRefused(InvalidInput):
     """A failover has no safe MirrorMaker 2 translation (partitions uncheckpointed, topics missing, ...)."""
 
 
+class SinkTargetChanged(InvalidInput):
+    """A sink name is bound to the target of its first write; a sink of that name writing elsewhere is refused."""
+
+
 class InvalidRestartOptions(InvalidInput):
     """A restart option (first_run, on_data_loss, topics, explicit offsets) is malformed."""
 
@@ -311,6 +316,7 @@ _EXIT_CODES: tuple[tuple[type[OffsetLedgerError], int], ...] = (
     (OffsetOutOfRange, EXIT_REFUSED),
     (AdoptionRefused, EXIT_REFUSED),
     (FailoverRefused, EXIT_REFUSED),
+    (SinkTargetChanged, EXIT_REFUSED),
     (FirstRunRefused, EXIT_REFUSED),
     (StatefulRestartRefused, EXIT_REFUSED),
     (ActiveRunConflict, EXIT_REFUSED),

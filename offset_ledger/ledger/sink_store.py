@@ -17,13 +17,13 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.engine import Connection
 
-from offset_ledger.errors import ConfigError
+from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.records import Record, RecordOutcome, _Txn, utc
 from offset_ledger.ledger.tables import checkpoint_generations, sink_batches, sinks
 from offset_ledger.rules.authority import same_location
-from offset_ledger.rules.sink_identity import SinkState
+from offset_ledger.rules.sink_identity import SinkState, SinkTarget, describe_target, target_change
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,10 @@ class SinkSpec:
     kind: str  # postgres | delta
     target: str
     target_database: str | None = None  # None: the ledger's own database
+
+    @property
+    def bound_to(self) -> SinkTarget:
+        return SinkTarget(self.pipeline, self.consumer_group, self.kind, self.target, self.target_database)
 
 
 def _insert(conn: Connection) -> Any:
@@ -70,22 +74,44 @@ def lock_sink(conn: Connection, spec: SinkSpec, now: datetime) -> SinkState:
     generation never interleave, so once the newer generation exists the old one is fenced.
     """
     lock_pipeline(conn, spec.pipeline, spec.consumer_group)
-    insert = _insert(conn)
-    conn.execute(insert(sinks).values(
-        sink=spec.sink, pipeline=spec.pipeline, consumer_group=spec.consumer_group, kind=spec.kind,
-        target=spec.target, target_database=spec.target_database, last_sequence=0, updated_at=utc(now),
-    ).on_conflict_do_nothing(index_elements=[sinks.c.sink]))
+    _register(conn, spec, now)
     query = select(sinks).where(sinks.c.sink == spec.sink)
     if conn.dialect.name == "postgresql":
         query = query.with_for_update()
     row = conn.execute(query).one()
-    if (row.pipeline, row.consumer_group, row.kind, row.target) != (
-            spec.pipeline, spec.consumer_group, spec.kind, spec.target):
-        raise ConfigError(
-            f"sink {spec.sink!r} already writes {row.kind} target {row.target!r} of pipeline {row.pipeline!r} "
-            f"(group {row.consumer_group!r}); give this one another name",
-            sink=spec.sink)
+    _refuse_another_target(spec, row)
     return SinkState(int(row.last_sequence), row.generation_id, row.batch_id)
+
+
+def bind_target(conn: Connection, spec: SinkSpec, now: datetime | None) -> None:
+    """Register the sink's target on its first write; refuse (``SinkTargetChanged``) another one.
+
+    Called before a batch writes anything (staging included), and with ``now=None`` (check only,
+    nothing registered: planning alone binds nothing) before a restart reconciles. The name is
+    bound to its target from the first write on: a changed ``target_dsn``, table or path fails
+    loudly instead of committing to the new target under the old target's sequences.
+    """
+    if now is not None:
+        _register(conn, spec, now)
+    row = conn.execute(select(sinks).where(sinks.c.sink == spec.sink)).first()
+    if row is not None:
+        _refuse_another_target(spec, row)
+
+
+def _register(conn: Connection, spec: SinkSpec, now: datetime) -> None:
+    conn.execute(_insert(conn)(sinks).values(
+        sink=spec.sink, pipeline=spec.pipeline, consumer_group=spec.consumer_group, kind=spec.kind,
+        target=spec.target, target_database=spec.target_database, last_sequence=0, updated_at=utc(now),
+    ).on_conflict_do_nothing(index_elements=[sinks.c.sink]))
+
+
+def _refuse_another_target(spec: SinkSpec, row: Any) -> None:
+    registered = SinkTarget(row.pipeline, row.consumer_group, row.kind, row.target, row.target_database)
+    why = target_change(spec.sink, registered, spec.bound_to,
+                        same_path=row.kind == "delta" and same_location(row.target, spec.target))
+    if why is not None:
+        raise SinkTargetChanged(why, sink=spec.sink, bound_to=describe_target(registered),
+                                wanted=describe_target(spec.bound_to))
 
 
 def committed_sequence(conn: Connection, sink: str, generation_id: int, batch_id: int) -> int | None:

@@ -1,6 +1,13 @@
 """Pure: rows as PostgreSQL ``COPY ... FROM STDIN`` text lines (the executors' staging format).
 
 Text format, not CSV: ``\\N`` is NULL and nothing else is, so an empty string stays an empty string.
+
+Spark ``timestamp`` (an instant) columns arrive here as Spark's own microseconds since the epoch
+(``unix_micros``), never as PySpark's datetimes: PySpark turns an instant into a *naive* datetime
+in the Python worker's local time zone, so an executor in Europe/Berlin would hand over ``02:30``
+for both 00:30Z and 01:30Z of 2026-10-25, and the COPY text would carry no offset. They are
+written as UTC with an explicit ``+00:00``. ``timestamp_ntz`` columns are wall clock (PySpark
+converts them without the local zone) and stay offset-free.
 """
 
 from __future__ import annotations
@@ -8,10 +15,11 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from datetime import date, datetime, time
+from datetime import date, datetime, time, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"})
 
 
@@ -41,9 +49,16 @@ def copy_value(value: Any) -> str:
     return str(value).translate(_ESCAPES)
 
 
-def copy_line(values: Iterable[Any]) -> str:
-    """One row as a COPY text line, newline included."""
-    return "\t".join(copy_value(v) for v in values) + "\n"
+def copy_instant(micros: int | None) -> str:
+    """A Spark ``timestamp`` given as microseconds since the epoch, as a UTC instant (``...+00:00``)."""
+    if micros is None:
+        return "\\N"
+    return (_EPOCH + timedelta(microseconds=int(micros))).isoformat()
+
+
+def copy_line(values: Iterable[Any], instants: frozenset[int] = frozenset()) -> str:
+    """One row as a COPY text line, newline included; the fields at ``instants`` are epoch microseconds."""
+    return "\t".join(copy_instant(v) if i in instants else copy_value(v) for i, v in enumerate(values)) + "\n"
 
 
 def quote_ident(name: str) -> str:

@@ -58,3 +58,105 @@ def decide(state: SinkState, *, generation_id: int, batch_id: int, current_gener
                             f"{state.last_sequence}): another driver on this checkpoint is ahead")
     return SinkDecision("commit", state.last_sequence + 1)
 
+
+
+@dataclass(frozen=True)
+class SinkTarget:
+    """Where a sink writes, as the ledger registers it: what one sink name is bound to.
+
+    ``target``: the Postgres table as given (``schema.name`` or ``name``) or the Delta table's
+    path; ``target_database``: ``host:port/dbname`` of a remote Postgres target (never user or
+    password: a credential rotation is the same target), None for the ledger's own database.
+    """
+
+    pipeline: str
+    consumer_group: str
+    kind: str
+    target: str
+    target_database: str | None
+
+
+def describe_target(t: SinkTarget) -> str:
+    where = "the ledger's database" if t.target_database is None else t.target_database
+    what = f"Delta table {t.target}" if t.kind == "delta" else f"{t.kind} table {t.target} in {where}"
+    return f"{what} (pipeline {t.pipeline!r}, group {t.consumer_group!r})"
+
+
+def target_change(sink: str, registered: SinkTarget, wanted: SinkTarget, *, same_path: bool) -> str | None:
+    """Why ``wanted`` may not write under ``sink``, bound to ``registered`` (None: the same target).
+
+    One sink name, one target: a sink's sequences, fence row and committed batches describe one
+    target; a second target under the name would start its own sequences at 1 and collide with the
+    ledger's record only after it committed. ``same_path``: whether two Delta paths are one place
+    (the caller compares locations; a Postgres table name is compared as written).
+    """
+    same = (registered.pipeline, registered.consumer_group, registered.kind, registered.target_database) == (
+        wanted.pipeline, wanted.consumer_group, wanted.kind, wanted.target_database) and (
+        same_path if wanted.kind == "delta" else registered.target == wanted.target)
+    if same:
+        return None
+    return (f"sink {sink!r} is bound to {describe_target(registered)}; this sink writes "
+            f"{describe_target(wanted)}. One sink name, one target: nothing was written. Give the new target "
+            f"its own name (name=...), or point the sink back at its target")
+
+
+@dataclass(frozen=True)
+class BatchIdentity:
+    """What a sink writes into its commit (Delta's ``userMetadata``) to name the batch that made it.
+
+    ``query_id``: the Spark query of the checkpoint (stable across re-runs on one checkpoint, new
+    when a checkpoint is lost and re-created), so a commit of a lost checkpoint's batch n is not
+    taken for the new query's batch n.
+    """
+
+    sink: str
+    generation_id: int
+    batch_id: int
+    query_id: str
+
+    def as_doc(self) -> dict[str, object]:
+        return {"sink": self.sink, "generation_id": self.generation_id, "batch_id": self.batch_id,
+                "query_id": self.query_id}
+
+
+def identity_of(doc: dict[str, object] | None) -> BatchIdentity | None:
+    """The batch a sink's commit metadata names (None: it names none, e.g. another writer's commit).
+
+    Commits written before the identity was top-level carry the batch id and query id only in
+    their ``batch`` record; both shapes are read.
+    """
+    if not isinstance(doc, dict) or not isinstance(doc.get("sink"), str) or doc.get("generation_id") is None:
+        return None
+    batch = doc.get("batch") if isinstance(doc.get("batch"), dict) else {}
+    assert isinstance(batch, dict)
+    batch_id = doc.get("batch_id", batch.get("batch_id"))
+    query_id = doc.get("query_id", batch.get("query_id"))
+    if batch_id is None:
+        return None
+    try:
+        return BatchIdentity(str(doc["sink"]), int(doc["generation_id"]),  # type: ignore[call-overload]
+                             int(batch_id), str(query_id or ""))  # type: ignore[call-overload]
+    except (TypeError, ValueError):
+        return None
+
+
+def foreign_commit(expected: BatchIdentity, sequence: int, version: int, found: BatchIdentity | None) -> str | None:
+    """Why the table version carrying (this sink, ``sequence``) is not ``expected``'s commit (None: it is).
+
+    Delta skips a write whose (appId, txnVersion) it has seen: when another batch already holds the
+    sequence (a zombie of an older generation, a ledger behind the table on a restart that did not
+    reconcile, a lost checkpoint's query) this batch's rows were *not* written, and recording that
+    version as its commit would lose them silently.
+    """
+    if found == expected or (found is not None and not found.query_id and
+                             (found.sink, found.generation_id, found.batch_id) ==
+                             (expected.sink, expected.generation_id, expected.batch_id)):
+        return None
+    by = ("a writer that did not name its batch (userMetadata without this sink's record)" if found is None
+          else f"sink {found.sink!r}, batch {found.batch_id} of generation {found.generation_id}"
+               f"{f' (query {found.query_id})' if found.query_id else ''}")
+    return (f"table version {version} carries txn ({expected.sink}, {sequence}) but was written by {by}, not "
+            f"by batch {expected.batch_id} of generation {expected.generation_id} (query {expected.query_id}): "
+            f"Delta skipped this batch's write as a duplicate, so its rows are not in the table and it is not "
+            f"recorded as committed. Stop any driver still running an older generation, then restart with "
+            f"start_from_ledger(..., sinks=[sink]) so the ledger records version {version} before it plans")

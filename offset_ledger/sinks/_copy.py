@@ -31,9 +31,13 @@ def psycopg2_args(dsn: str) -> dict[str, Any]:
     return args
 
 
-def copy_partition(connect_args: Mapping[str, Any], staging: str, columns: list[str]
-                   ) -> Callable[[Iterable[Any]], None]:
-    """The ``foreachPartition`` function that COPYs one partition's rows into the attempt's staging table."""
+def copy_partition(connect_args: Mapping[str, Any], staging: str, columns: list[str],
+                   instants: frozenset[int] = frozenset()) -> Callable[[Iterable[Any]], None]:
+    """The ``foreachPartition`` function that COPYs one partition's rows into the attempt's staging table.
+
+    ``instants``: the positions of ``timestamp`` columns, which the driver selected as epoch
+    microseconds (``Staging.write``) so that no worker's local time zone touches them.
+    """
     args = dict(connect_args)
     statement = f"COPY {quote_ident(staging)} ({', '.join(quote_ident(c) for c in columns)}) FROM STDIN"
 
@@ -44,7 +48,7 @@ def copy_partition(connect_args: Mapping[str, Any], staging: str, columns: list[
         buf = io.StringIO()
         try:
             for row in rows:
-                buf.write(copy_line(row))
+                buf.write(copy_line(row, instants))
                 if buf.tell() >= _CHUNK_BYTES:
                     conn = conn or psycopg2.connect(**args)
                     _flush(conn, statement, buf)

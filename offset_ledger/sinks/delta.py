@@ -34,11 +34,12 @@ from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
-from offset_ledger.rules.sink_identity import SinkDecision, decide
+from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, decide, foreign_commit, identity_of
 from offset_ledger.sinks.postgres import (
     SINK_SOURCE,
     _engine,
     batch_ledger_records,
+    check_target,
     sink_run_id,
 )
 
@@ -113,18 +114,29 @@ class DeltaSink:
         if decision.verdict == "skip":
             return decision
         assert decision.sequence is not None
-        doc = {"sink": self.name, "sequence": decision.sequence, "generation_id": generation_id,
+        identity = BatchIdentity(self.name, generation_id, batch_id, query_id)
+        doc = {**identity.as_doc(), "sequence": decision.sequence,
                "batch": batch_doc(records[-1].batch, self.checkpoint_location) if records else None}
         (df.write.format("delta").mode("append").option("txnAppId", self.name)
          .option("txnVersion", decision.sequence).option("userMetadata", json.dumps(doc)).save(self.path))
-        commit = self._find(decision.sequence)
+        commit = self._find(decision.sequence, identity)
         self._record(ledger, decision.sequence, generation_id, query_id, batch_id, commit, records)
         return decision
 
-    def _find(self, sequence: int) -> DeltaCommit:
-        """The table version that carries txn (this sink, ``sequence``): written now or by an earlier attempt."""
+    def _find(self, sequence: int, identity: BatchIdentity) -> DeltaCommit:
+        """The table version that carries txn (this sink, ``sequence``) *and names this batch*.
+
+        Written now or by an earlier attempt of the same batch. A version that carries the txn but
+        names another batch is a collision: Delta skipped this write, so it is refused
+        (``SinkFenced``), never recorded as this batch's commit.
+        """
         for commit in reversed(self._commits()):
             if commit.txn_app_id == self.name and commit.txn_version == sequence:
+                why = foreign_commit(identity, sequence, commit.version, identity_of(_metadata(commit)))
+                if why is not None:
+                    self.last = SinkDecision("fenced", None, why)
+                    raise SinkFenced(f"sink {self.name!r}: {why}", sink=self.name, batch_id=identity.batch_id,
+                                     generation_id=identity.generation_id, table_version=commit.version)
                 return commit
         raise ConfigError(f"sink {self.name!r}: no version of {self.path} carries txn {sequence}: was the table "
                           f"written by another application id with a higher txnVersion?", sink=self.name)
@@ -160,6 +172,7 @@ class DeltaSink:
         from offset_ledger.capture.checkpoint_files import checkpoint_files
         from offset_ledger.errors import CheckpointFormatError
 
+        check_target(ledger, self.spec, register=False)
         try:
             checkpoint_files(self.path, self.storage_options)
         except CheckpointFormatError:
@@ -171,8 +184,15 @@ class DeltaSink:
                            func.coalesce(func.max(sink_batches.c.table_version), -1))
                     .where(sink_batches.c.sink == self.name)).one()
             missing = [c for c in self._commits(int(last_version)) if c.txn_app_id == self.name
-                       and c.txn_version is not None and c.txn_version > int(known) and c.user_metadata]
+                       and c.txn_version is not None and c.txn_version > int(known)]
             for commit in missing:
+                found = identity_of(_metadata(commit))
+                if found is None or found.sink != self.name:
+                    raise SinkFenced(
+                        f"sink {self.name!r}: table version {commit.version} of {self.path} carries this sink's txn "
+                        f"({self.name}, {commit.txn_version}) but its userMetadata does not name a batch of this "
+                        f"sink: another writer used the sink's application id; nothing was recorded",
+                        sink=self.name, table_version=commit.version)
                 doc = json.loads(commit.user_metadata or "{}")
                 batch = doc.get("batch") or {}
                 records: list[Any] = []
@@ -200,3 +220,12 @@ class DeltaSink:
                         f"the ledger lacked {len(missing)} version(s) sink {self.name!r} had written to {self.path} "
                         f"(table versions {versions[0]}-{versions[-1]}): recorded from the Delta log",
                         details={"sink": self.name, "table_versions": versions}),)
+
+
+def _metadata(commit: DeltaCommit) -> dict[str, Any] | None:
+    """A commit's ``userMetadata`` as the sink wrote it (None: absent or not the sink's JSON)."""
+    try:
+        doc = json.loads(commit.user_metadata) if commit.user_metadata else None
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None

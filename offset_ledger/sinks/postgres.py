@@ -154,6 +154,7 @@ class PostgresSink:
             raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
         started = time.perf_counter()
         ledger = _engine(self.dsn)
+        check_target(ledger, self.spec, register=True)  # before anything is written anywhere
         target = ledger if self.target_dsn is None else _engine(self.target_dsn, ledger=False)
         files = checkpoint_files(self.checkpoint_location, self.storage_options)
         query_id, batch = running_batch(self.checkpoint_location, files, batch_id)
@@ -276,6 +277,7 @@ class PostgresSink:
 
     def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
         """Record in the ledger what the remote target committed and the ledger lacks (before a restart plans)."""
+        check_target(ledger, self.spec, register=False)  # another target's log is not this sink's
         if self.target_dsn is None:
             return ()
         target = _engine(self.target_dsn, ledger=False)
@@ -340,6 +342,15 @@ class PostgresSink:
     def _records(self, conn: Connection | None, query_id: str, batch: Any, now: datetime) -> list[Any]:
         return batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
                                     self.checkpoint_location)
+
+
+def check_target(ledger: Engine, spec: sink_store.SinkSpec, *, register: bool) -> None:
+    """Refuse (``SinkTargetChanged``) a sink whose name the ledger bound to another target."""
+    try:
+        with ledger.begin() as conn:
+            sink_store.bind_target(conn, spec, datetime.now(timezone.utc) if register else None)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, f"checking the target of sink {spec.sink}") from exc
 
 
 def batch_ledger_records(conn: Connection | None, pipeline: str, consumer_group: str, query_id: str, batch: Any,

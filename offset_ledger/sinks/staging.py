@@ -46,7 +46,8 @@ class Staging:
     def write(self, df: Any, name: str, columns: list[str], mode: StageMode, dsn: str) -> None:
         """The executors' part: every partition of ``df`` into the staging table (nothing through the driver)."""
         if mode == "copy":
-            df.foreachPartition(copy_partition(psycopg2_args(dsn), name, columns))
+            selected, instants = instants_as_micros(df, columns)
+            selected.foreachPartition(copy_partition(psycopg2_args(dsn), name, columns, instants))
         elif mode == "jdbc":
             url, props = jdbc_target(dsn)
             df.select(*columns).write.jdbc(url, quote_ident(name), mode="append", properties=props)
@@ -73,6 +74,29 @@ class Staging:
             gen, batch = int(parts[0]), int(parts[1])
             if gen != generation_id or batch <= batch_id:
                 conn.execute(text(f"DROP TABLE IF EXISTS {quote_ident(f'{self.schema}.{bare}' if self.schema else bare)}"))
+
+
+def instants_as_micros(df: Any, columns: list[str]) -> tuple[Any, frozenset[int]]:
+    """``df``'s ``columns``, each ``timestamp`` one as Spark's epoch microseconds; and their positions.
+
+    PySpark would hand the workers a ``timestamp`` as a naive datetime in *their* local time zone
+    (ambiguous across a DST change, shifted when the executors' zone is not the database's);
+    the microseconds are the instant itself, written as UTC by ``rules.sink_copy.copy_instant``.
+    ``timestamp_ntz`` is wall clock in PySpark already and passes as it is.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampType
+
+    types = {f.name: f.dataType for f in df.schema.fields}
+    instants = frozenset(i for i, c in enumerate(columns) if isinstance(types.get(c), TimestampType))
+    if not instants:
+        return df, instants
+
+    def column(name: str) -> Any:  # a name as it is, dots included (not a struct field path)
+        return F.col("`" + name.replace("`", "``") + "`")
+
+    return df.select(*[F.unix_micros(column(c)).alias(c) if i in instants else column(c)
+                       for i, c in enumerate(columns)]), instants
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

@@ -8,6 +8,13 @@ supports (the test picks it); prints one JSON line ``RESULT {...}`` with what ea
 2. more records; generation 2 of both (an upgrade: clean checkpoints, batch ids from 0 again). The
    plain writer's batches 0-3 carry txn versions Delta already has: skipped, their rows lost. The
    sink's restart reconciles from the Delta log first and writes with the next sequences.
+
+With ``"scenario": "collision"`` (case 3 of issue 33), instead: generation 1 dies after Delta
+committed its 3rd batch (sequence 3) and before the ledger heard of it; more records; an upgrade
+restarts *without* ``sinks=[sink]`` and with bigger batches, so its batch 0 gets sequence 3 again
+while reading other records. Delta skips that write as a duplicate; the sink must refuse, not
+record the older version as this batch's commit. A restart with ``sinks=[sink]`` is then planned
+(not run): it records the colliding version from the Delta log.
 """
 
 from __future__ import annotations
@@ -52,6 +59,10 @@ def main(cfg: dict[str, Any]) -> None:
     topic, bootstrap, dsn, root = cfg["topic"], cfg["bootstrap"], cfg["dsn"], cfg["root"]
     findings: dict[str, list[str]] = {}
 
+    if cfg.get("scenario") == "collision":
+        collision(spark, cfg)
+        return
+
     def run(pipeline: str, version: str, write: Any, sinks: list[Any]) -> bool:
         plan = start_from_ledger(pipeline, [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/{pipeline}",
                                  app_version=version, dsn=dsn, first_run="earliest", sinks=sinks)
@@ -90,6 +101,69 @@ def main(cfg: dict[str, Any]) -> None:
 
     print("RESULT " + json.dumps({"ok": ok, "sink": values(sink_path), "plain": values(plain_path),
                                   "findings": findings}), flush=True)
+    spark.stop()
+
+
+class Seen(DeltaSink):
+    """The sink, keeping what each batch raised (classic Spark runs foreachBatch in the driver)."""
+
+    raised: list[str] = []
+
+    def write(self, df: Any, batch_id: int) -> Any:
+        try:
+            return super().write(df, batch_id)
+        except Exception as exc:
+            Seen.raised.append(f"{type(exc).__name__}: {exc}")
+            raise
+
+
+class SeenLost(LostBeforeTheLedger, Seen):
+    pass
+
+
+def collision(spark: Any, cfg: dict[str, Any]) -> None:
+    from kafka import KafkaProducer
+    from pyspark.errors import StreamingQueryException
+
+    topic, bootstrap, dsn, root = cfg["topic"], cfg["bootstrap"], cfg["dsn"], cfg["root"]
+    path = f"{root}/tables/sink"
+    findings: dict[str, list[str]] = {}
+    raised: dict[str, list[str]] = {}
+
+    def run(version: str, sink: DeltaSink, sinks: list[Any], per_trigger: int) -> bool:
+        plan = start_from_ledger("delta_col", [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/ck",
+                                 app_version=version, dsn=dsn, first_run="earliest", sinks=sinks)
+        findings[version] = [f.kind for f in plan.findings]
+        Seen.raised = []
+        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", plan.starting_offsets_json)
+              .option("maxOffsetsPerTrigger", str(per_trigger)).load()
+              .selectExpr("CAST(value AS STRING) AS value", "partition", "offset"))
+        query = (df.writeStream.foreachBatch(sink.bind(plan.checkpoint_location))
+                 .option("checkpointLocation", plan.checkpoint_location).trigger(availableNow=True).start())
+        try:
+            query.awaitTermination()
+            ok = True
+        except StreamingQueryException:
+            ok = False
+        raised[version] = list(Seen.raised)
+        return ok
+
+    ok = {"1": run("1", SeenLost(3, path=path, pipeline="delta_col", dsn=dsn), [], 10)}
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(cfg["more"]):
+        producer.send(topic, value=f"b{i}".encode(), partition=i % 2)
+    producer.flush()
+    producer.close()
+    sink = Seen(path=path, pipeline="delta_col", dsn=dsn)
+    ok["2"] = run("2", sink, [], 15)  # the upgrade forgot sinks=[sink]: the ledger lags the Delta log
+    values = dict(Counter(r.value for r in spark.read.format("delta").load(path).select("value").collect()))
+    # The restart the refusal asks for: it records the colliding version from the Delta log.
+    plan = start_from_ledger("delta_col", [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/ck",
+                             app_version="3", dsn=dsn, sinks=[sink])
+    findings["3"] = [f.kind for f in plan.findings]
+    print("RESULT " + json.dumps({"ok": ok, "sink": values, "findings": findings, "raised": raised,
+                                  "plan_3": plan.starting_offsets.get(topic)}), flush=True)
     spark.stop()
 
 

@@ -5,7 +5,10 @@ the pipeline and where to die: ``kill_at`` is ``[point, n]`` with point ``stage`
 this process runs, after the executors staged its rows and before the commit transaction) or
 ``commit`` (after the sink's transaction committed, before Spark writes ``commits/<batch>``). The
 whole process group dies with SIGKILL, the JVM with it, exactly as a lost driver host would. Without
-``kill_at`` the driver runs ``availableNow`` to the end of the topic and exits 0.
+``kill_at`` the driver runs ``availableNow`` to the end of the topic and exits 0. ``select``: the
+batch's columns (Spark SQL expressions over the Kafka source); ``executor_env``: environment of the
+Python workers (``spark.executorEnv.*``, e.g. their ``TZ``); ``probe``: expressions the workers
+render first, printed as ``PROBE [...]`` (what PySpark hands a worker for them).
 """
 
 from __future__ import annotations
@@ -62,14 +65,21 @@ def main(cfg: dict[str, Any]) -> None:
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the workers stage rows with psycopg2
-    spark = (SparkSession.builder.master("local[2]").appName("sink-driver")
-             .config("spark.jars", cfg["jars"]).config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g").getOrCreate())
+    builder = (SparkSession.builder.master("local[2]").appName("sink-driver")
+               .config("spark.jars", cfg["jars"]).config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "1g"))
+    for key, value in cfg.get("executor_env", {}).items():
+        builder = builder.config(f"spark.executorEnv.{key}", value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
+    if cfg.get("probe"):
+        rendered = (spark.range(1).selectExpr(*cfg["probe"]).rdd
+                    .map(lambda row: [v.isoformat() if hasattr(v, "isoformat") else v for v in row]).collect())
+        print("PROBE " + json.dumps(rendered[0]), flush=True)
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", cfg["bootstrap"])
           .option("subscribe", cfg["topic"]).option("startingOffsets", plan.starting_offsets_json)
           .option("maxOffsetsPerTrigger", str(cfg.get("max_per_trigger", 10))).load()
-          .selectExpr("CAST(value AS STRING) AS value", "topic", "partition", "offset"))
+          .selectExpr(*cfg.get("select", ["CAST(value AS STRING) AS value", "topic", "partition", "offset"])))
     sink = KilledSink(cfg.get("kill_at"), table=cfg["table"], checkpoint_location=plan.checkpoint_location,
                       pipeline=cfg["pipeline"], dsn=cfg["dsn"], stage=cfg.get("stage", "copy"))
     query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", plan.checkpoint_location)

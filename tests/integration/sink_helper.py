@@ -16,11 +16,15 @@ from sqlalchemy import create_engine, text
 DRIVER = Path(__file__).with_name("sink_driver.py")
 
 
-def run_driver(cfg: dict[str, Any], *, timeout: float = 240, kill_after_s: float | None = None
-               ) -> tuple[int, str]:
-    """(exit status, output) of one driver run; a negative status is the signal that ended it."""
+def run_driver(cfg: dict[str, Any], *, timeout: float = 240, kill_after_s: float | None = None,
+               env: dict[str, str] | None = None) -> tuple[int, str]:
+    """(exit status, output) of one driver run; a negative status is the signal that ended it.
+
+    ``env``: variables set for the driver process (and so its JVM and, in local mode, its workers).
+    """
     proc = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(cfg)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            env=None if env is None else {**os.environ, **env})
     try:
         out, _ = proc.communicate(timeout=kill_after_s if kill_after_s is not None else timeout)
     except subprocess.TimeoutExpired:

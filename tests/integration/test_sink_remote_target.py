@@ -98,3 +98,71 @@ def test_a_ledger_behind_its_remote_target_is_reconciled_before_a_clean_checkpoi
     where = make_url(target_dsn)
     assert {w for _, w in ledger} == {f"{where.host}:{where.port}/{where.database}"}  # never the password
     assert sum(_positions(pg_dsn).values()) == 50
+
+
+class _Seen(PostgresSink):
+    """The sink, keeping what each batch raised (classic Spark runs foreachBatch in this process)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.raised: list[BaseException] = []
+
+    def write(self, df, batch_id):  # type: ignore[no-untyped-def]
+        try:
+            return super().write(df, batch_id)
+        except BaseException as exc:
+            self.raised.append(exc)
+            raise
+
+
+def _tables(dsn: str) -> list[str]:
+    engine = create_engine(dsn)
+    try:
+        with engine.connect() as conn:
+            return sorted(conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars())
+    finally:
+        engine.dispose()
+
+
+def test_a_sink_name_moved_to_another_target_database_is_refused_before_it_writes(
+        spark, kafka, pg_dsn: str, target_dsn: str, stack, tmp_path: Path) -> None:
+    from offset_ledger.errors import SinkTargetChanged, exit_code
+
+    topic = kafka.create_topic(partitions=2)
+    first, more = _values("m", 20), _values("n", 20)
+    kafka.produce(topic, first)
+    create_target(target_dsn, "orders_out")
+    root = str(tmp_path / "ck")
+
+    def plan(sink: PostgresSink):  # type: ignore[no-untyped-def]
+        return start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers, checkpoint_root=root,
+                                 app_version="1", dsn=pg_dsn, first_run="earliest", sinks=[sink])
+
+    sink = PostgresSink(table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=target_dsn)
+    p1 = plan(sink)
+    assert _run(spark, kafka, topic, p1, sink.bind(p1.checkpoint_location))
+    kafka.produce(topic, more)
+    with fresh_database(stack, f"moved_{uuid.uuid4().hex[:8]}") as moved_dsn:
+        create_target(moved_dsn, "orders_out")
+        # The same name (pipeline:table by default) on another database: the restart refuses it ...
+        moved = _Seen(table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=moved_dsn)
+        with pytest.raises(SinkTargetChanged) as refused:
+            plan(moved)
+        assert exit_code(refused.value) == 3
+        where, there = make_url(target_dsn), make_url(moved_dsn)
+        assert str(refused.value) == (
+            f"sink 'orders:orders_out' is bound to postgres table orders_out in {where.host}:{where.port}/"
+            f"{where.database} (pipeline 'orders', group 'orders'); this sink writes postgres table orders_out in "
+            f"{there.host}:{there.port}/{there.database} (pipeline 'orders', group 'orders'). One sink name, one "
+            f"target: nothing was written. Give the new target its own name (name=...), or point the sink back "
+            f"at its target")
+        # ... and so does its first batch, started on the checkpoint without the plan: nothing staged or
+        # committed in the new database, nothing recorded in the ledger.
+        assert not _run(spark, kafka, topic, p1, moved.bind(p1.checkpoint_location))
+        assert [type(e) for e in moved.raised] == [SinkTargetChanged]
+        assert target_values(moved_dsn, "orders_out") == Counter() and _tables(moved_dsn) == ["orders_out"]
+    assert [s for s, _ in _ledger_sequences(pg_dsn)] == _target_sequences(target_dsn) == [1, 2]
+    # Back on its own target, the sink goes on where it stood.
+    assert _run(spark, kafka, topic, p1, sink.bind(p1.checkpoint_location))
+    assert target_values(target_dsn, "orders_out") == Counter(first + more)
+    assert [s for s, _ in _ledger_sequences(pg_dsn)] == _target_sequences(target_dsn) == [1, 2, 3, 4]

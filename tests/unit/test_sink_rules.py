@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import date, datetime
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from offset_ledger.errors import CheckpointFormatError
 from offset_ledger.rules.checkpoint import read_committed_batches
 from offset_ledger.rules.sink_batch import running_batch
-from offset_ledger.rules.sink_copy import copy_line, copy_value, quote_ident
+from offset_ledger.rules.sink_copy import copy_instant, copy_line, copy_value, quote_ident
 from offset_ledger.rules.sink_identity import SinkState, decide
 from tests.unit.test_checkpoint import FIXTURES, DictFiles
 
@@ -174,3 +174,20 @@ def test_staging_tables_are_named_per_sink_generation_batch_and_attempt() -> Non
     url, props = jdbc_target("postgresql+psycopg2://u:p%40w@db.example:6543/ledger")
     assert url == "jdbc:postgresql://db.example:6543/ledger"
     assert props == {"driver": "org.postgresql.Driver", "user": "u", "password": "p@w"}
+
+
+@given(st.integers(min_value=-(10**15), max_value=10**16))
+def test_a_timestamp_goes_to_copy_as_its_utc_instant(micros: int) -> None:
+    text = copy_instant(micros)
+    assert text.endswith("+00:00")
+    parsed = datetime.fromisoformat(text)
+    since = parsed - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    assert since // timedelta(microseconds=1) == micros
+
+
+def test_instant_fields_of_a_copy_line_are_utc_and_others_unchanged() -> None:
+    # 00:30Z and 01:30Z of Berlin's 2026-10-25 DST change: one local wall clock, two instants.
+    first, second = 1792888200 * 10**6, 1792891800 * 10**6
+    assert copy_line([first, "x", None, second], frozenset({0, 2, 3})) == (
+        "2026-10-25T00:30:00+00:00\tx\t\\N\t2026-10-25T01:30:00+00:00\n")
+    assert copy_line([5, datetime(2026, 10, 25, 2, 30)]) == "5\t2026-10-25T02:30:00\n"

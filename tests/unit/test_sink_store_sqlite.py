@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 from sqlalchemy import select, text
 
-from offset_ledger.errors import ConfigError
+from offset_ledger.errors import SinkTargetChanged, exit_code
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import ensure_schema, make_engine
@@ -93,5 +94,32 @@ def test_a_new_generation_fences_the_old_one_and_continues_the_sequence(engine) 
 def test_a_sink_name_is_bound_to_its_target(engine) -> None:  # type: ignore[no-untyped-def]
     with engine.begin() as conn:
         sink_store.lock_sink(conn, SPEC, T0)
-    with engine.begin() as conn, pytest.raises(ConfigError, match="another name"):
+    with engine.begin() as conn, pytest.raises(SinkTargetChanged, match="its own name"):
         sink_store.lock_sink(conn, sink_store.SinkSpec("orders:out", "orders", "orders", "postgres", "other"), T0)
+
+
+def test_a_changed_target_database_is_refused_before_anything_is_written(engine) -> None:  # type: ignore[no-untyped-def]
+    remote = sink_store.SinkSpec("orders:out", "orders", "orders", "postgres", "out", "db-a:5432/target")
+    with engine.begin() as conn:
+        sink_store.bind_target(conn, remote, None)  # a check alone binds nothing
+        sink_store.bind_target(conn, replace(remote, target_database="db-b:5432/target"), None)
+        sink_store.bind_target(conn, remote, T0)  # the first write binds the name
+    for other in (replace(remote, target_database="db-b:5432/target"), replace(remote, target_database=None),
+                  replace(remote, target="public.out")):
+        with engine.begin() as conn, pytest.raises(SinkTargetChanged) as refused:
+            sink_store.bind_target(conn, other, None)
+        assert exit_code(refused.value) == 3
+        assert refused.value.details["bound_to"] == ("postgres table out in db-a:5432/target "
+                                                     "(pipeline 'orders', group 'orders')")
+    with engine.begin() as conn:
+        sink_store.bind_target(conn, remote, T0)
+        assert [r["target_database"] for r in sink_store.pipeline_sinks(conn, "orders")] == ["db-a:5432/target"]
+
+
+def test_a_delta_sink_is_bound_to_its_table_path_as_a_location(engine) -> None:  # type: ignore[no-untyped-def]
+    delta = sink_store.SinkSpec("orders:lake", "orders", "orders", "delta", "/lake/orders")
+    with engine.begin() as conn:
+        sink_store.bind_target(conn, delta, T0)
+        sink_store.bind_target(conn, replace(delta, target="file:///lake/orders"), T0)  # the same place
+    with engine.begin() as conn, pytest.raises(SinkTargetChanged, match="Delta table /lake/orders "):
+        sink_store.lock_sink(conn, replace(delta, target="/lake/orders2"), T0)
