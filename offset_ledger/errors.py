@@ -6,7 +6,8 @@
     ├── ConfigError                   a setting or argument is missing or malformed
     ├── InvalidInput                  a user's request is malformed (bad JSON, bad offsets, ...)
     │   ├── UnknownPipeline           no ledger entries for that pipeline
-    │   ├── UnknownTopic              the topic does not exist on the cluster
+    │   ├── UnknownConsumerGroup      the pipeline has no ledger entries under that consumer group
+    │   ├── UnknownTopic              the topic does not exist on the cluster (or the pipeline does not read it)
     │   ├── UnknownPartition          the partition does not exist on the topic
     │   ├── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
     │   ├── InvalidOffset             an offset is not an integer >= 0 (or -2 earliest / -1 latest)
@@ -67,19 +68,49 @@ class InvalidInput(OffsetLedgerError):
     """A user's request is malformed; nothing was written."""
 
 
+def name_list(kind: str, wanted: str, known: Sequence[str], limit: int = 10) -> str:
+    """``(did you mean 'orders'? pipelines: a, b, ...)``: what does exist, so a typo is seen at once."""
+    if not known:
+        return f"(the ledger has no {kind})"
+    import difflib
+
+    close = difflib.get_close_matches(wanted, known, n=1)
+    shown = ", ".join(known[:limit]) + (f", ... {len(known) - limit} more" if len(known) > limit else "")
+    return f"({f'did you mean {close[0]!r}? ' if close else ''}{kind}: {shown})"
+
+
 class UnknownPipeline(InvalidInput):
     """The ledger has no entries for this pipeline."""
 
-    def __init__(self, pipeline: str) -> None:
-        super().__init__(f"unknown pipeline {pipeline!r}", pipeline=pipeline)
+    def __init__(self, pipeline: str, known: Sequence[str] | None = None) -> None:
+        where = "" if known is None else " " + name_list("pipelines", pipeline, known)
+        super().__init__(f"unknown pipeline {pipeline!r}{where}", pipeline=pipeline,
+                         **({} if known is None else {"known": list(known)}))
         self.pipeline = pipeline
+
+
+class UnknownConsumerGroup(InvalidInput):
+    """The pipeline exists, but the ledger has nothing of it under this consumer group."""
+
+    def __init__(self, pipeline: str, consumer_group: str, known: Sequence[str]) -> None:
+        super().__init__(f"consumer group {consumer_group!r} is not used by pipeline {pipeline!r} "
+                         f"{name_list('groups', consumer_group, known)}",
+                         pipeline=pipeline, consumer_group=consumer_group, known=list(known))
+        self.pipeline = pipeline
+        self.consumer_group = consumer_group
 
 
 class UnknownTopic(InvalidInput):
     """The topic does not exist on the Kafka cluster."""
 
-    def __init__(self, topic: str) -> None:
-        super().__init__(f"unknown topic {topic!r}", topic=topic)
+    def __init__(self, topic: str, pipeline: str | None = None, known: Sequence[str] | None = None) -> None:
+        # With a pipeline: the topic is not one the pipeline reads (it may well exist on the cluster).
+        if pipeline is None:
+            message, details = f"unknown topic {topic!r}", {}
+        else:
+            message = f"topic {topic!r} is not read by pipeline {pipeline!r} {name_list('topics', topic, known or [])}"
+            details = {"pipeline": pipeline, "known": list(known or [])}
+        super().__init__(message, topic=topic, **details)
         self.topic = topic
 
 

@@ -55,6 +55,9 @@ class PolicyChangeBody(BaseModel):
                                        description="who, as detail beside the token's name")
     dryRun: StrictBool = Field(default=False, description="check the change and answer the policies after it; "
                                                           "nothing is written")
+    newPipeline: StrictBool = Field(default=False, description="the pipeline has not run yet: store its policies "
+                                                               "before its first run (else an unknown pipeline "
+                                                               "is a 404)")
 
 
 def to_api(policies: Mapping[str, Any]) -> dict[str, Any]:
@@ -125,6 +128,14 @@ def _read(ops: Operations, work: Any, doing: str) -> Any:
         raise translate_db_error(exc, doing) from exc
 
 
+def _known(conn: Any, pipeline: str, read: Any) -> Any:
+    """``read(conn, pipeline)`` of a pipeline the ledger knows (runs, positions or stored policies); else 404."""
+    from offset_ledger.operate.known import require_pipeline
+
+    require_pipeline(conn, pipeline, with_policies=True)
+    return read(conn, pipeline)
+
+
 def policies_document(pipeline: str, history: list[Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The GET answer: stored policies, what a restart applies (stored, else the default), the last change.
 
@@ -147,7 +158,7 @@ def get_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN)) -
     from offset_ledger.ledger.policy_store import policy_history
 
     check_name("pipeline", pipeline)
-    history = _read(_ops(request), lambda conn: policy_history(conn, pipeline), "reading policies")
+    history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
     return policies_document(pipeline, history)
 
 
@@ -169,7 +180,8 @@ def put_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
     ops = _ops(request)
     # A set that is wrong as a whole (a slide with no window) is refused with the field named; the
     # store checks it again under the pipeline lock.
-    before = _read(ops, lambda conn: current_policies(conn, pipeline), "reading policies")
+    read = current_policies if body.newPipeline else (lambda conn, name: _known(conn, name, current_policies))
+    before = _read(ops, lambda conn: read(conn, pipeline), "reading policies")
     try:
         after = merged(before, changes)
     except InvalidInput as exc:
@@ -194,5 +206,5 @@ def get_policy_history(request: Request, pipeline: str = Path(pattern=NAME_PATTE
     from offset_ledger.ledger.policy_store import policy_history
 
     check_name("pipeline", pipeline)
-    history = _read(_ops(request), lambda conn: policy_history(conn, pipeline), "reading policies")
+    history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
     return {"pipeline": pipeline, "changes": [_change_dict(c) for c in reversed(history)]}

@@ -299,6 +299,15 @@ def serve_cmd(
     from offset_ledger.cli.watch import parse_watch_specs, start_watchers
 
     specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
+    from offset_ledger.cli.support import ledger_ready
+    from offset_ledger.ledger.engine import make_engine
+
+    if not specs:  # with --watch serve records batches, and creates its ledger as watch does
+        probe = make_engine(dsn, create=False)  # a mistyped path must not become an empty ledger
+        try:
+            ledger_ready(probe)  # refused at start, not answered with 503 on every request
+        finally:
+            probe.dispose()
     # The bound address is a name clients use; a wildcard bind names no host.
     hosts = [] if host in ("0.0.0.0", "::", "") else [host]
     stop_watchers = start_watchers(specs, dsn)

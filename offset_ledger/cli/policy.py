@@ -39,6 +39,14 @@ def _with_ledger(dsn: Optional[str], doing: str, work: Callable[[Any], T], *, wr
         engine.dispose()
 
 
+def _known(conn: Any, pipeline: str, read: Callable[[Any, str], T]) -> T:
+    """``read(conn, pipeline)`` of a pipeline the ledger knows (runs, positions or stored policies)."""
+    from offset_ledger.operate.known import require_pipeline
+
+    require_pipeline(conn, pipeline, with_policies=True)
+    return read(conn, pipeline)
+
+
 def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
     from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
 
@@ -55,7 +63,7 @@ def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optio
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    policies = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
+    policies = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, current_policies))
     emit(_rows(policies), ["policy", "value", "source"], fmt, document={"pipeline": pipeline, "policies": policies})
 
 
@@ -79,9 +87,14 @@ def set_cmd(
                                               help="Remove a stored policy (back to the default); repeatable."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in the history)."),
     actor: Optional[str] = typer.Option(None, "--actor", metavar="NAME", help="Who (default: the OS user)."),
+    new_pipeline: bool = typer.Option(False, "--new-pipeline",
+                                      help="PIPELINE has not run yet: store its policies before its first run."),
     dsn: Optional[str] = DsnOption,
 ) -> None:
     """Change PIPELINE's stored policies; every change is kept with who and why.
+
+    A pipeline the ledger does not know is refused (a typo would store policies nobody reads) unless
+    --new-pipeline.
 
     Example: offset-ledger policy set orders --on-data-loss earliest --window 10m --reason "windowed since v2"
     """
@@ -108,9 +121,12 @@ def set_cmd(
     if not (reason and reason.strip()):
         raise InvalidInput('a policy change needs a reason (--reason TEXT); it is kept in the history')
     check_policies(changes)  # bad values fail before any connection is made
+    read = current_policies if new_pipeline else (lambda conn, name: _known(conn, name, current_policies))
     try:  # and a set that is wrong as a whole (a slide with no window) before anything is created
-        current = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
-    except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: this call creates it
+        current = _with_ledger(dsn, "reading policies", lambda conn: read(conn, pipeline))
+    except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: only a new pipeline's call creates it
+        if not new_pipeline:
+            raise
         current = {}
     merged(current, changes)
     change = _with_ledger(dsn, "storing policies", lambda conn: set_policies(
@@ -129,7 +145,7 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    changes = _with_ledger(dsn, "reading policies", lambda conn: policy_history(conn, pipeline))
+    changes = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
     rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
              "policies": json.dumps(dict(c.policies), sort_keys=True)} for c in changes]
     emit(rows, ["id", "at", "actor", "reason", "policies"], fmt)

@@ -49,9 +49,11 @@ def _read(path: str, what: str) -> str:
     from offset_ledger.errors import InvalidInput
 
     try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text()
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding: name where it breaks
+        raise InvalidInput(f"cannot read {what} {path!r}: not UTF-8 text (byte {exc.start})") from exc
 
 
 def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, modes: dict[str, Any],

@@ -165,7 +165,36 @@ def operations(dsn: Optional[str], kafka: KafkaClient | None = None) -> Operatio
     from offset_ledger.operate.operations import Operations
 
     engine = make_engine(dsn, create=False)
+    ledger_ready(engine)
     if kafka is None:
         return Operations(engine)
     return Operations(engine, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
                       kafka_timeout_ms=kafka.timeout_ms)
+
+
+def require_named(engine: Any, pipeline: str, consumer_group: str | None = None) -> None:
+    """UnknownPipeline / UnknownConsumerGroup (naming what exists) unless the ledger knows them."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from offset_ledger.ledger.engine import translate_db_error
+    from offset_ledger.operate.known import require_group, require_pipeline
+
+    try:
+        with engine.connect() as conn:
+            if consumer_group is None:
+                require_pipeline(conn, pipeline)
+            else:
+                require_group(conn, pipeline, consumer_group)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the ledger") from exc
+
+
+def ledger_ready(engine: Any) -> None:
+    """A read's ledger must hold the schema (one SELECT): refused at start, never created by a read."""
+    from offset_ledger.ledger.engine import require_schema
+
+    try:
+        require_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise

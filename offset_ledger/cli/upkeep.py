@@ -32,6 +32,10 @@ def prune_cmd(
     age = parse_duration(older_than)  # bad input fails before any connection is made
     engine = make_engine(dsn, create=False)
     check_connection(engine)
+    if pipeline is not None:  # a typo must not read as "would delete 0"
+        from offset_ledger.cli.support import require_named
+
+        require_named(engine, pipeline)
 
     def _progress(table: str, done: int, total: int) -> None:
         typer.echo(f"  {table}: deleted {done:,} of {total:,}", err=True)

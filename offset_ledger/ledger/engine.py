@@ -119,6 +119,9 @@ def translate_db_error(exc: Exception, doing: str) -> LedgerError:
     detail = " ".join(str(orig).split())
     sqlstate = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
+    if "file is not a database" in detail:  # SQLite: --dsn names a file of another kind (a CSV, a log)
+        return LedgerWithoutSchema(f"the ledger --dsn names a file that is not a database; check --dsn / "
+                                   f"OFFSET_LEDGER_DSN ({detail})")
     if sqlstate == "42P01" or "no such table" in detail:
         return LedgerWithoutSchema(f"the ledger database has no offset-ledger schema; run 'offset-ledger db "
                                    f"upgrade' ({detail})")
@@ -149,6 +152,22 @@ def check_connection(engine: Engine) -> None:
         raise LedgerUnavailable(
             f"cannot connect to the ledger database {engine.url.render_as_string()}: {exc.orig}",
         ) from exc
+
+
+def require_schema(engine: Engine) -> str:
+    """The schema revision; LedgerWithoutSchema (exit 2, HTTP 503) when the database has none.
+
+    Reads and ``serve`` call this first: one SELECT, so a mistyped or never-upgraded ledger is refused
+    at start with what to run, instead of answering every request with the same error later.
+    """
+    try:
+        with engine.connect() as conn:
+            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "opening the ledger") from exc
+    if revision is None:
+        raise LedgerWithoutSchema("the ledger database has no offset-ledger schema; run 'offset-ledger db upgrade'")
+    return str(revision)
 
 
 def migrations_dir() -> Path:

@@ -30,7 +30,9 @@ from offset_ledger.errors import (
     InvalidInput,
     KafkaError,
     PlanConflict,
+    UnknownConsumerGroup,
     UnknownPipeline,
+    UnknownTopic,
 )
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.kafka.mm2_checkpoints import cluster_id, read_checkpoints
@@ -156,9 +158,8 @@ def failover(
                                                               app_version)
         wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
         unknown = sorted(set(wanted) - {tp.topic for tp in before})
-        if unknown:
-            raise FailoverRefused(f"the ledger has no positions of {pipeline!r} on {', '.join(unknown)}",
-                                  reason="topic_unknown", topics=unknown)
+        if unknown:  # a typo, not a refusal: name the topics the pipeline does read
+            raise UnknownTopic(unknown[0], pipeline, sorted({tp.topic for tp in before}))
         topic_map = {t: target_topic(t, source_alias=source_alias, target_alias=target_alias,
                                      policy=replication_policy, separator=separator) for t in wanted}
         ledger = {tp: o for tp, o in before.items() if tp.topic in topic_map}
@@ -213,7 +214,11 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
         with engine.connect() as conn:
             footprint = pipeline_footprint(conn, pipeline)
             if not footprint:
-                raise UnknownPipeline(pipeline)
+                from offset_ledger.operate.known import pipeline_names
+
+                raise UnknownPipeline(pipeline, pipeline_names(conn))
+            if consumer_group is not None and consumer_group not in footprint:
+                raise UnknownConsumerGroup(pipeline, consumer_group, sorted(footprint))
             group = consumer_group or choose_group(pipeline, footprint)
             if gens.pending_reset_ids(conn, pipeline, group):
                 # MM2 translated the group's offsets, which a pending reset has not moved yet.

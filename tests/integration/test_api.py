@@ -196,7 +196,7 @@ def test_resource_api_reads_and_reset_modes(ledger, pg_dsn: str, kafka) -> None:
         assert f'offset_ledger_lag_records{{pipeline="etl",consumer_group="etl",topic="{topic}",partition="0"}} 6' in metrics
         assert f'offset_ledger_position_next_offset{{pipeline="etl",consumer_group="etl",topic="{topic}",partition="1"}} 30' in metrics
         assert "offset_ledger_kafka_up 1" in metrics
-        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/healthz").json()["status"] == "ok" and c.get("/healthz").json()["ledger"]["reachable"]
 
 
 def test_kafka_and_database_unreachable_are_503(ledger, pg_dsn: str, kafka) -> None:  # type: ignore[no-untyped-def]

@@ -77,7 +77,7 @@ def test_failover_cli_refuses_uncheckpointed_partitions_then_records_the_generat
     assert [(p["partition"], p["reason"]) for p in doc["problems"]] == [(1, "no_checkpoint")]
     assert position_map(ledger, pipeline) == {("orders", 0): 6, ("orders", 1): 5}  # still nothing written
 
-    done = _cli(*base, "--uncheckpointed", "earliest")
+    done = _cli(*base, "--uncheckpointed", "earliest", "--execute")
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stderr
     assert f'startingOffsets: {{"{target}":{{"0":4,"1":0}}}}' in done.stdout

@@ -130,8 +130,11 @@ def test_the_policy_commands_set_show_and_audit(tmp_path: Path, capsys: pytest.C
     assert run("policy", "set", "orders", "--on-data-loss", "sometimes", "--reason", "r") == 2
     assert run("policy", "set", "orders", "--slide", "5m", "--reason", "r") == 2
     assert not (tmp_path / "ledger.db").exists()  # bad input wrote nothing
+    # A pipeline the ledger does not know is a typo until said otherwise.
+    assert run("policy", "set", "orders", "--on-data-loss", "earliest", "--reason", "v2") == 2
+    assert not (tmp_path / "ledger.db").exists()
     assert run("policy", "set", "orders", "--on-data-loss", "earliest", "--window", "10m", "--reason", "v2",
-               "--actor", "alice") == 0
+               "--actor", "alice", "--new-pipeline") == 0
     assert run("policy", "set", "orders", "--unset", "window", "--reason", "v3", "--actor", "bob") == 0
     capsys.readouterr()
     assert run("policy", "show", "orders", "-f", "json") == 0
