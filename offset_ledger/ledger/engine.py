@@ -43,7 +43,8 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
         if url.database and url.database != ":memory:":
             if not create and not Path(url.database).exists():
                 raise ConfigError(f"no ledger database at {url.database}: check --dsn / OFFSET_LEDGER_DSN, or "
-                                  "create it with 'offset-ledger db upgrade'", dsn=url_text)
+                                  "create it with 'offset-ledger db upgrade'", dsn=url_text, missing=True)
+            _check_sqlite_file(Path(url.database), url_text)
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -59,6 +60,24 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
         return _server_engine(url, pool_size)
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path, url_text: str) -> None:
+    """A ``--dsn`` naming a file of another kind (a CSV, a log) is a usage error, before any driver call
+    (SQLite would only say "file is not a database" at the first statement, or a write would clobber it)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot open the ledger database {path}: {exc.strerror or exc}", dsn=url_text) from exc
+    if head and head != _SQLITE_HEADER:  # an empty file is an empty database
+        raise ConfigError(f"{path} is not a database (SQLite expects its own file format): check --dsn / OFFSET_LEDGER_DSN",
+                          dsn=url_text)
 
 
 def _server_engine(url: URL, pool_size: int, **options: Any) -> Engine:
