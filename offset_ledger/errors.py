@@ -9,7 +9,7 @@
     │   ├── UnknownConsumerGroup      the pipeline has no ledger entries under that consumer group
     │   ├── UnknownTopic              the topic does not exist on the cluster (or the pipeline does not read it)
     │   ├── UnknownPartition          the partition does not exist on the topic
-    │   ├── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
+    │   ├── InvalidDuration           a duration is not ISO 8601 (PT30M) nor a number and unit (30m, 10 minutes)
     │   ├── InvalidOffset             an offset is not an integer >= 0 (or -2 earliest / -1 latest)
     │   ├── OffsetOutOfRange          reset targets outside [log-start, log-end] with outOfRange=refuse
     │   ├── CheckpointFormatError     a Spark checkpoint file is missing, corrupt or of an unknown version
@@ -124,12 +124,14 @@ class UnknownPartition(InvalidInput):
 
 
 class InvalidDuration(InvalidInput):
-    """A duration (``--older-than``) is not a positive number followed by d, h, m or s."""
+    """A duration (an option, variable or API field) is not in the one grammar (``rules.durations``)."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(f"invalid duration {text!r}: use a positive number with d, h, m or s, e.g. 30d, 12h, 90m",
-                         duration=text)
+    def __init__(self, text: str, name: str = "duration", reason: str | None = None) -> None:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        why = reason or ("use ISO 8601 (PT30M, P30D) or a number and unit (30m, 10min, 10 minutes, 12h, 30d)")
+        super().__init__(f"invalid {name} {shown!r}: {why}", duration=shown, option=name)
         self.text = text
+        self.name = name
 
 
 class InvalidOffset(InvalidInput):

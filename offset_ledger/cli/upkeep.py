@@ -19,7 +19,7 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
 
 
 def prune_cmd(
-    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m."),
+    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m, P30D (docs/cli.md, durations)."),
     execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
     pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Only this pipeline's history."),
     chunk_size: int = typer.Option(20_000, "--chunk-size", min=1, help="Rows deleted per transaction."),
@@ -27,9 +27,10 @@ def prune_cmd(
 ) -> None:
     """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
     from offset_ledger.ledger.engine import check_connection, make_engine
-    from offset_ledger.ledger.prune import parse_duration, prune
+    from offset_ledger.ledger.prune import prune
+    from offset_ledger.rules.durations import parse_duration
 
-    age = parse_duration(older_than)  # bad input fails before any connection is made
+    age = parse_duration(older_than, "--older-than")  # bad input fails before any connection is made
     engine = make_engine(dsn, create=False)
     check_connection(engine)
     if pipeline is not None:  # a typo must not read as "would delete 0"
