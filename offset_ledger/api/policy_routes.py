@@ -21,16 +21,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.inputs import NAME_PATTERN, audit_actor, check_name
 from offset_ledger.operate.operations import Operations
-from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
+from offset_ledger.operate.policy_view import (  # noqa: F401 - API_NAMES, to_api: re-exported
+    API_NAMES,
+    change_dict,
+    policies_document,
+    to_api,
+)
+from offset_ledger.rules.policies import POLICY_KEYS
 
 router = APIRouter(prefix="/api/v1", tags=["policies"])
 
-#: snake_case policy (ledger, Python, CLI) -> the API's camelCase field, in POLICY_KEYS order.
-API_NAMES: dict[str, str] = {
-    key: key.split("_")[0] + "".join(w.capitalize() for w in key.split("_")[1:]) for key in POLICY_KEYS}
 _FROM_API = {v: k for k, v in API_NAMES.items()}
 
 
@@ -58,11 +60,6 @@ class PolicyChangeBody(BaseModel):
     newPipeline: StrictBool = Field(default=False, description="the pipeline has not run yet: store its policies "
                                                                "before its first run (else an unknown pipeline "
                                                                "is a 404)")
-
-
-def to_api(policies: Mapping[str, Any]) -> dict[str, Any]:
-    """Ledger policies -> camelCase, in the documented order."""
-    return {API_NAMES[k]: policies[k] for k in POLICY_KEYS if k in policies}
 
 
 def changes_from_api(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -108,11 +105,6 @@ def _check_text(value: Any, where: str) -> None:
             _check_text(v, where)
 
 
-def _change_dict(change: Any) -> dict[str, Any]:
-    return {"id": change.id, "createdAt": iso_utc(change.created_at), "actor": change.actor,
-            "reason": change.reason, "policies": to_api(change.policies)}
-
-
 def _ops(request: Request) -> Operations:
     ops: Operations = request.app.state.operations
     return ops
@@ -134,22 +126,6 @@ def _known(conn: Any, pipeline: str, read: Any) -> Any:
 
     require_pipeline(conn, pipeline, with_policies=True)
     return read(conn, pipeline)
-
-
-def policies_document(pipeline: str, history: list[Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The GET answer: stored policies, what a restart applies (stored, else the default), the last change.
-
-    ``stored``: the policies to show instead of the last change's (a dry run's policies after it).
-    """
-    if stored is None:
-        stored = dict(history[-1].policies) if history else {}
-    return {
-        "pipeline": pipeline,
-        "policies": to_api(stored),
-        "effective": {API_NAMES[k]: stored.get(k, DEFAULTS[k]) for k in POLICY_KEYS},
-        "sources": {API_NAMES[k]: "stored" if k in stored else "default" for k in POLICY_KEYS},
-        "lastChange": _change_dict(history[-1]) if history else None,
-    }
 
 
 @router.get("/pipelines/{pipeline:name}/policies",
@@ -207,4 +183,4 @@ def get_policy_history(request: Request, pipeline: str = Path(pattern=NAME_PATTE
 
     check_name("pipeline", pipeline)
     history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
-    return {"pipeline": pipeline, "changes": [_change_dict(c) for c in reversed(history)]}
+    return {"pipeline": pipeline, "changes": [change_dict(c) for c in reversed(history)]}
