@@ -133,13 +133,16 @@ def offsets_cmd(
     finally:
         ops.close()
     document: dict[str, dict[str, int]] = {}
+    out = []
     for r in rows:
         document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
-        r["placed_by"] = ("reset" if r["reset_id"] is not None
-                          else "generation" if r.get("generation_id") is not None and r["query_id"] is None
-                          else "batch")
-    _emit(rows, ["topic", "partition", "next_offset", "placed_by", "updated_at", "batch_id", "reset_id"], fmt,
-          document)
+        # One casing in JSON, CSV and the API: camelCase (the table's headers are its UPPER_SNAKE).
+        out.append({"topic": r["topic"], "partition": r["partition"], "nextOffset": r["next_offset"],
+                    "placedBy": ("reset" if r["reset_id"] is not None
+                                 else "generation" if r.get("generation_id") is not None and r["query_id"] is None
+                                 else "batch"),
+                    "updatedAt": r["updated_at"], "batchId": r["batch_id"], "resetId": r["reset_id"]})
+    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document)
 
 
 @app.command("history")

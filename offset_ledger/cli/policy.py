@@ -48,9 +48,11 @@ def _known(conn: Any, pipeline: str, read: Callable[[Any, str], T]) -> T:
 
 
 def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
+    from offset_ledger.operate.policy_view import API_NAMES
     from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
 
-    return [{"policy": k, "value": policies.get(k, DEFAULTS[k]),
+    # The API's names (onDataLoss): one casing for the CLI's JSON/CSV and the API.
+    return [{"policy": API_NAMES[k], "value": policies.get(k, DEFAULTS[k]),
              "source": "stored" if k in policies else "default"} for k in POLICY_KEYS]
 
 
@@ -63,8 +65,13 @@ def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optio
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    policies = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, current_policies))
-    emit(_rows(policies), ["policy", "value", "source"], fmt, document={"pipeline": pipeline, "policies": policies})
+    from offset_ledger.operate.policy_view import policies_document
+    from offset_ledger.ledger.policy_store import policy_history
+
+    history = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
+    policies = dict(history[-1].policies) if history else {}
+    # JSON: the API's GET answer, field for field (stored, effective, sources, lastChange).
+    emit(_rows(policies), ["policy", "value", "source"], fmt, document=policies_document(pipeline, history))
 
 
 @policy_app.command("set")
@@ -109,10 +116,13 @@ def set_cmd(
         "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
         "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": kafka_timestamp,
         "commit_to_kafka": commit_to_kafka}.items() if v is not None}
+    from offset_ledger.operate.policy_view import API_NAMES
+
+    by_api_name = {v: k for k, v in API_NAMES.items()}
     for key in unset or []:
-        name = key.replace("-", "_")
+        name = by_api_name.get(key, key.replace("-", "_"))  # onDataLoss (as shown), on-data-loss or on_data_loss
         if name not in POLICY_KEYS:
-            raise InvalidInput(f"--unset {key}: no such policy (known: {', '.join(POLICY_KEYS)})")
+            raise InvalidInput(f"--unset {key}: no such policy (known: {', '.join(API_NAMES.values())})")
         if name in changes:
             raise InvalidInput(f"--unset {key} and a value for it in one call")
         changes[name] = None
@@ -146,8 +156,10 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
     check_name("pipeline", pipeline)
     check_format(fmt)
     changes = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
+    from offset_ledger.operate.policy_view import to_api
+
     rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
-             "policies": json.dumps(dict(c.policies), sort_keys=True)} for c in changes]
+             "policies": json.dumps(to_api(c.policies), sort_keys=True)} for c in changes]
     emit(rows, ["id", "at", "actor", "reason", "policies"], fmt)
 
 
