@@ -10,8 +10,11 @@ import typer
 from offset_ledger.cli.support import (
     CommandConfigOption,
     DsnOption,
+    FormatOption,
     GroupOption,
     KafkaOptionOption,
+    check_format,
+    emit,
     safe_text,
 )
 
@@ -45,7 +48,8 @@ def failover_cmd(
                                  help="Record the new generation and positions (default: a dry run, as reset)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print; write nothing (the default)."),
     force: bool = typer.Option(False, "--force", help="Fail over although the ledger shows an active run."),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole plan as JSON."),
+    fmt: str = FormatOption,
+    as_json: bool = typer.Option(False, "--json", hidden=True, help="Deprecated: --format json."),
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption,
     dsn: Optional[str] = DsnOption,
@@ -73,6 +77,10 @@ def failover_cmd(
     from offset_ledger.operate.failover import dumps, failover
 
     # Bad values fail before anything connects.
+    fmt = check_format(fmt)
+    if as_json:  # the one output option of every command, -f json, since this release
+        typer.echo("note: --json is deprecated; use -f json", err=True)
+        fmt = "json"
     if uncheckpointed not in ("fail", "earliest"):
         raise InvalidInput(f"--uncheckpointed must be fail or earliest, not {uncheckpointed!r}")
     if replication_policy not in ("default", "identity"):
@@ -91,8 +99,16 @@ def failover_cmd(
         # Deprecation, for one release: a bare failover used to write; say so, once, on stderr.
         typer.echo("note: failover is a dry run unless --execute (it wrote by default before this release)",
                    err=True)
-    if as_json:
+    if fmt == "json":
         typer.echo(dumps(result))
+        return
+    if fmt == "csv":
+        emit([{"targetTopic": p.target_topic, "partition": p.partition, "status": p.status,
+               "ledgerNextOffset": p.ledger_next_offset, "checkpointUpstreamOffset": p.checkpoint_upstream_offset,
+               "startNextOffset": p.start_next_offset, "rereadMax": p.reread_max}
+              for p in result.plan.partitions],
+             ["targetTopic", "partition", "status", "ledgerNextOffset", "checkpointUpstreamOffset",
+              "startNextOffset", "rereadMax"], "csv")
         return
     typer.echo(f"{'topic on target':<28} {'part':>4} {'status':<13} {'ledger':>9} {'mm2 upstream':>12} "
                f"{'start':>9} {'re-read max':>11}  record time span")
