@@ -153,7 +153,7 @@ class OffsetOutOfRange(InvalidInput):
     def __init__(self, out_of_range: Sequence[Mapping[str, Any]]) -> None:
         names = ", ".join(f"{x['topic']}:{x['partition']}" for x in out_of_range)
         super().__init__(
-            f"reset targets outside the log for {names}; use outOfRange=clamp (--out-of-range clamp) to clamp them",
+            f"reset targets outside the log for {names}; use --out-of-range clamp (API: outOfRange) to clamp them",
             out_of_range=[dict(x) for x in out_of_range],
         )
         self.out_of_range = [dict(x) for x in out_of_range]
@@ -176,7 +176,7 @@ class AdoptionRefused(InvalidInput):
             f"pipeline {pipeline!r} (consumer group {consumer_group!r}) already has "
             f"{len(footprint.get('topics', []))} topic(s) with positions and {footprint.get('generations', 0)} "
             f"checkpoint generation(s) in the ledger; importing a checkpoint would replace them. Pass --force "
-            f"(force=True) to make the checkpoint the pipeline's authority anyway",
+            f"to make the checkpoint the pipeline's authority anyway",
             pipeline=pipeline, consumer_group=consumer_group, ledger=dict(footprint))
 
 
@@ -217,7 +217,7 @@ class AmbiguousConsumerGroup(InvalidRestartOptions):
     def __init__(self, pipeline: str, groups: Sequence[str]) -> None:
         super().__init__(
             f"pipeline {pipeline!r} has several consumer groups in the ledger ({', '.join(groups)}); "
-            f"name one (consumer_group= / --consumer-group)",
+            f"name one with --consumer-group",
             pipeline=pipeline, consumer_groups=list(groups))
         self.groups = list(groups)
 
@@ -239,8 +239,8 @@ class FirstRunRefused(InvalidRestartOptions):
         super().__init__(
             f"pipeline {pipeline!r} is in the ledger ({known}) but has no position under consumer group "
             f"{consumer_group!r} for topics {', '.join(topics)}: starting it as a first run would re-read or "
-            f"skip records. Name the consumer group it ran under, or pass first_run explicitly with "
-            f"allow_first_run=True (--first-run ... --allow-first-run) to start over on purpose",
+            f"skip records. Name the consumer group it ran under, or give --first-run ... with "
+            f"--allow-first-run to start over on purpose",
             pipeline=pipeline, consumer_group=consumer_group, topics=list(topics),
             ledger={g: dict(f) for g, f in footprint.items()})
         self.footprint = {g: dict(f) for g, f in footprint.items()}
@@ -327,6 +327,16 @@ class PlanConflict(LedgerError):
             f"the ledger of pipeline {pipeline!r} changed while the restart was planning, {attempts} times in a row "
             f"({'; '.join(changed)}); nothing was written. Is the old job still running? Stop it, or retry",
             pipeline=pipeline, attempts=attempts, changed=list(changed))
+
+
+def install_hint(extra: str) -> str:
+    """How to add an optional extra. No release is published: from the checkout this package runs from
+    (an editable or source install), else from a checkout of the repository."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    where = str(root) if (root / "pyproject.toml").is_file() else "/path/to/offset-ledger-checkout"
+    return f"pip install '{where}[{extra}]'"
 
 
 # -- exit codes ----------------------------------------------------------------------------

@@ -48,7 +48,14 @@ def findings_cmd(
                 break
     finally:
         ops.close()
-    emit(rows, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
+    if fmt == "table":  # a finding seen once has no lastSeenAt (null in JSON, as the API): its time is createdAt
+        shown = [{**r, "lastSeenAt": r["lastSeenAt"] or r["createdAt"]} for r in rows]
+        emit(shown, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
+                     "actualOffset", "message"], fmt)
+        if before is not None:
+            more_signal(f"--before {before} (or --all)")
+        return
+    emit(rows, ["id", "createdAt", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
                 "actualOffset", "message"], fmt, {"consumerGroup": group, "findings": rows, "nextBefore": before})
     if before is not None:
         more_signal(f"--before {before} (or --all)")

@@ -94,6 +94,7 @@ def pipelines_cmd(
 ) -> None:
     """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch,
     lag and findings."""
+    from offset_ledger.cli.support import short_id
     from offset_ledger.operate.audit import findings_counts
 
     fmt = _check_format(fmt)
@@ -111,7 +112,7 @@ def pipelines_cmd(
             row["generation"] = None if gen is None else f"{gen['generation']}({gen['appVersion'] or '-'})"
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
-            row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
+            row["why"] = "; ".join(f"{short_id(r['runId'])} {r['state']}: {r['why']}" for r in row["runs"]) or None
             row["headroom"] = _headroom_cell(row, fmt)
         columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]
@@ -388,8 +389,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
             raise
         # A listener-only install (no [server] extra) asked for the REST API or the console.
+        from offset_ledger.errors import install_hint
+
         print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
-              "pip install 'offset-ledger[server]'", file=sys.stderr)
+              f"{install_hint('server')}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - a bug: one line and code 1, the traceback on request
         if _state["traceback"]:

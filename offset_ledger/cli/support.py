@@ -111,7 +111,8 @@ def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, do
             writer.writerow(["" if row.get(c) is None else safe_text(row.get(c)) for c in columns])
         return
     cells = [[("-" if row.get(c) is None else safe_text(row.get(c))) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    # Widths from the header as printed (UPPER_SNAKE is longer than the camelCase name it comes from).
+    widths = [max([len(header(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     typer.echo("  ".join(header(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
     for r in cells:
         typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -198,3 +199,10 @@ def ledger_ready(engine: Any) -> None:
     except BaseException:
         engine.dispose()
         raise
+
+
+def short_id(run_id: str) -> str:
+    """A run id short enough for a table, never cut mid-word: ``1a2b3c4d`` of a uuid,
+    ``checkpoint:1a2b3c4d`` of a run the watcher recorded (its prefix says where it came from)."""
+    prefix, sep, rest = run_id.rpartition(":")
+    return f"{prefix}{sep}{rest[:8]}"
