@@ -260,8 +260,8 @@ def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
 
 @app.command("serve")
 def serve_cmd(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
-    port: int = typer.Option(9090, "--port", help="Port to listen on."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address to bind (OFFSET_LEDGER_HOST; default: loopback)."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (OFFSET_LEDGER_PORT; default 9090)."),
     insecure: bool = typer.Option(False, "--insecure",
                                   help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
@@ -284,6 +284,12 @@ def serve_cmd(
     from offset_ledger.errors import ConfigError
 
     s = settings()
+    host = s.host if host is None else host
+    if port is None:
+        try:
+            port = int(s.port)
+        except ValueError:
+            raise ConfigError(f"invalid OFFSET_LEDGER_PORT {s.port[:40]!r}: a port number, 1-65535") from None
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
