@@ -60,13 +60,12 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
              fmt: str = FormatOption) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
-    from offset_ledger.ledger.policy_store import current_policies
     from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    from offset_ledger.operate.policy_view import policies_document
     from offset_ledger.ledger.policy_store import policy_history
+    from offset_ledger.operate.policy_view import policies_document
 
     history = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
     policies = dict(history[-1].policies) if history else {}
