@@ -34,7 +34,7 @@ app = typer.Typer(
          "6 verify found unexplained gaps or overlaps (docs/cli.md).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     rich_markup_mode=None,
     context_settings=CONTEXT,
 )
