@@ -43,7 +43,8 @@ BASE: dict[str, list[str]] = {
     "mirror": ["mirror", "orders", "--once", *KAFKA],
     "import-checkpoint": ["import-checkpoint", "adopted", "CKPT", *KAFKA],  # adopts a new pipeline
     "replay": ["replay", "orders", "--batch", "1", *KAFKA],
-    "failover": ["failover", "orders", "--to-bootstrap", "127.0.0.1:1", "--source-alias", "primary"],
+    "failover": ["failover", "orders", "--to-bootstrap", "127.0.0.1:1", "--source-alias", "primary",
+                 "-o", "request.timeout.ms=1000"],
     "reset": ["reset", "orders", "--to-earliest", *KAFKA],
     "resolve": ["resolve", "orders", "--topic", "orders", *KAFKA],
     "verify": ["verify", "orders"],
