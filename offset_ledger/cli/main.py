@@ -51,10 +51,25 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     traceback: bool = typer.Option(False, "--traceback", help="Show the full traceback on errors."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what happens on stderr; tracebacks on errors."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="Only the answer on stdout and errors on stderr (no notes, no 'more:' hints)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    _state["traceback"] = traceback
+    from offset_ledger.errors import InvalidInput
+
+    if quiet and verbose:
+        raise InvalidInput("choose one of --quiet and --verbose")
+    _state["traceback"] = traceback or verbose
+    if verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if quiet:  # notes go nowhere; main() prints an error on the real stderr all the same
+        import io
+
+        sys.stderr = io.StringIO()
 
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
@@ -370,8 +385,12 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
 
+    real_stderr = sys.stderr
     try:
-        app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+        try:
+            app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+        finally:
+            sys.stderr = real_stderr  # --quiet silenced the notes, never the error below
     except OffsetLedgerError as exc:
         if _state["traceback"]:
             raise
