@@ -17,6 +17,7 @@ from offset_ledger.cli.support import (
     check_format,
     emit,
     kafka_client,
+    ledger_ready,
     operations,
 )
 
@@ -55,6 +56,7 @@ def mirror_cmd(
     kafka.require()
     engine = make_engine(dsn, create=False)
     try:
+        ledger_ready(engine)
         with engine.connect() as conn:
             group = resolve_group(conn, pipeline, consumer_group)
         with kafka.adapter() as adapter:

@@ -141,7 +141,7 @@ def failover(
     ``result.checkpoint_location`` (or call ``start_from_ledger`` with those topics: it resumes the
     new generation).
     """
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.ledger.engine import make_engine, require_schema
 
     if not to_bootstrap or not str(to_bootstrap).strip():
         raise ConfigError("failover needs the target cluster's bootstrap servers (to_bootstrap)")
@@ -153,7 +153,7 @@ def failover(
         raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
     engine = make_engine(dsn, create=False)  # a mistyped SQLite path is an error, never a new ledger
     try:
-        ensure_schema(engine)
+        require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
         group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
                                                               app_version)
         wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))

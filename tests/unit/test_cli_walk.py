@@ -65,7 +65,9 @@ NEW_ON_PURPOSE = {
     ("watch", "pipeline"), ("watch", "group"), ("watch", "dsn_missing"),
     ("import-checkpoint", "group"), ("import-checkpoint", "dsn_missing"),
     ("resolve", "pipeline"), ("resolve", "topic"),
-    ("db upgrade", "dsn_missing"),
+    ("db upgrade", "dsn_missing"), ("db upgrade", "dsn_no_schema"),
+    # the recorders create the schema of the ledger they record into, as the listener does
+    ("watch", "dsn_no_schema"), ("import-checkpoint", "dsn_no_schema"),
 }
 
 # (import-checkpoint's dry run on a ledger that does not exist yet answers, and creates nothing:
@@ -133,6 +135,7 @@ def _cases() -> Iterator[Any]:
         if "--dsn" in opts:
             found.append(("dsn_missing", _with(base, "--dsn", "sqlite:///MISSING"), "MISSING"))
             found.append(("dsn_not_a_database", _with(base, "--dsn", "sqlite:///CSV"), "not a database"))
+            found.append(("dsn_no_schema", _with(base, "--dsn", "sqlite:///EMPTY"), "no offset-ledger schema"))
         if "checkpoint" in args:
             at = base.index("CKPT")
             found.append(("checkpoint", [*base[:at], "/nonexistent/ckpt", *base[at + 1:]], "/nonexistent/ckpt"))
@@ -174,6 +177,8 @@ def world(seeded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict
     (tmp_path / "offsets.csv").write_text("topic,partition,offset\norders,0,1\n")
     (tmp_path / "binary").write_bytes(b"\xff\xfe\x00orders,0,\x9c1\n")
     checkpoint = tmp_path / "ckpt"
+    empty = tmp_path / "empty.db"  # a database (SQLite takes an empty file as one) without the schema
+    empty.write_bytes(b"")
     shutil.copytree(CHECKPOINT_FIXTURE, checkpoint)
 
     import uvicorn
@@ -183,9 +188,16 @@ def world(seeded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict
 
     monkeypatch.setattr(uvicorn, "run", no_server)
     return {"root": tmp_path, "engine": make_engine(f"sqlite:///{tmp_path / 'ledger.db'}"),
-            "subst": {"CKPT": str(checkpoint), "MISSING": str(tmp_path / "missing" / "ledgr.db"),
+            "subst": {"EMPTY": str(empty), "CKPT": str(checkpoint), "MISSING": str(tmp_path / "missing" / "ledgr.db"),
                       "CSV": str(tmp_path / "offsets.csv"), "NOFILE": str(tmp_path / "no-such-file.csv"),
                       "BINARY": str(tmp_path / "binary")}}
+
+
+def _tables(path: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0])
 
 
 def _fill(text: str, subst: dict[str, str]) -> str:
@@ -212,8 +224,8 @@ def test_every_command_is_walked() -> None:
 
 def test_the_walk_covers_every_kind_of_mistake() -> None:
     kinds = {case.values[1].split("-")[0] for case in _cases()}
-    assert {"pipeline", "group", "topic", "dsn_missing", "dsn_not_a_database", "checkpoint", "file", "binary",
-            "duration"} <= kinds
+    assert {"pipeline", "group", "topic", "dsn_missing", "dsn_not_a_database", "dsn_no_schema", "checkpoint", "file",
+            "binary", "duration"} <= kinds
 
 
 @pytest.mark.parametrize("name, mistake, argv, named", list(_cases()))
@@ -231,6 +243,7 @@ def test_a_mistake_is_one_line_exit_2_and_changes_nothing(name: str, mistake: st
     assert named in err, (named, err)
     assert _dump(world["engine"]) == before  # nothing written
     assert not Path(subst["MISSING"]).exists() and not Path(subst["MISSING"]).parent.exists()
+    assert _tables(subst["EMPTY"]) == 0  # no schema was created by a read
 
 
 @pytest.mark.parametrize("name", sorted(BASE))
