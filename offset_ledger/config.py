@@ -19,21 +19,40 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="OFFSET_LEDGER_", extra="ignore")
 
-    dsn: str | None = Field(default=None, description="SQLAlchemy URL of the ledger database")
-    home: Path = Field(default_factory=default_home, description="embedded ledger and spool directory")
-    bootstrap_servers: str | None = Field(default=None, description="Kafka bootstrap servers")
-    api_token: str | None = Field(default=None, description="bearer token the REST API requires (an operate token)")
-    api_tokens: str | None = Field(default=None, description="named tokens: name:role:secret, comma-separated "
-                                                             "(role read or operate)")
-    api_tokens_file: Path | None = Field(default=None, description="a file of name:role:secret lines")
-    allowed_hosts: str | None = Field(default=None, description="Host names the API answers besides loopback "
-                                                                "(comma-separated; * for any)")
-    run_timeout: str = Field(default="10m", description="silence after which an unterminated run is stale "
-                                                        "(at least 3 x its longest batch)")
-    status_window: str = Field(default="5m", description="window the pipeline status (OK, LAGGING, STALLED, "
-                                                          "STOPPED, REWOUND) is evaluated over")
-    retention_warn: str = Field(default="1h", description="retention headroom below which a partition is WARN "
-                                                          "(retention may soon delete records it has not read)")
+    # The descriptions are docs/configuration.md's table (``settings_table``; a test keeps them equal).
+    dsn: str | None = Field(default=None, description=(
+        "listener, `start_from_ledger`, CLI, API: the ledger database (SQLAlchemy URL, e.g. "
+        "`postgresql+psycopg2://user:pw@host/db`)"), json_schema_extra={"shown_default": (
+            "the embedded SQLite file `$OFFSET_LEDGER_HOME/ledger.db`")})
+    home: Path = Field(default_factory=default_home, description=(
+        "the embedded ledger and the listener's spool directory (`spool/`)"),
+        json_schema_extra={"shown_default": "`~/.local/share/offset-ledger`"})
+    bootstrap_servers: str | None = Field(default=None, description=(
+        "`start_from_ledger`, `resolve`, `topic`, `lag`, `reset`, `mirror`, `serve`: the Kafka bootstrap servers"),
+        json_schema_extra={"shown_default": "none (required where Kafka is asked)"})
+    api_token: str | None = Field(default=None, description=(
+        "`serve`: a bearer token (an operate token) every endpoint but the probes `/healthz` and `/livez` requires"),
+        json_schema_extra={"shown_default": "unset (no auth; loopback bind only)"})
+    api_tokens: str | None = Field(default=None, description=(
+        "`serve`: named tokens `name:role:secret`, comma-separated (role `read` or `operate`); the audit "
+        "trail records the name"))
+    api_tokens_file: Path | None = Field(default=None, description=(
+        "`serve`: a file of `name:role:secret` lines (same as `OFFSET_LEDGER_API_TOKENS`)"))
+    allowed_hosts: str | None = Field(default=None, description=(
+        "`serve`: `Host` names the API answers besides loopback and the bound address (comma-separated; `*` for any)"))
+    host: str = Field(default="127.0.0.1", description="`serve --host`: the address to bind")
+    # Text, checked where it is used: a malformed variable must fail `serve` only, with its name.
+    port: str = Field(default="9090", description="`serve --port`: the port to listen on")
+    run_timeout: str = Field(default="10m", description=(
+        "resets (409), `pipelines`, `/metrics`: an unterminated run silent for longer than max(this, 3 x its "
+        "longest batch) is stale, not running (a [duration](cli.md#durations))"))
+    status_window: str = Field(default="5m", description=(
+        "`lag`, `pipelines`, `/metrics`: the window the pipeline status (OK, LAGGING, STALLED, STOPPED, "
+        "REWOUND) is evaluated over (a [duration](cli.md#durations))"))
+    retention_warn: str = Field(default="1h", description=(
+        "`lag`, `pipelines`, the console, `/metrics`: a partition whose retention headroom (time until "
+        "retention may delete records the pipeline has not read) is below this is `WARN` "
+        "(a [duration](cli.md#durations))"))
 
     def resolved_dsn(self, dsn: str | None = None) -> str:
         """The DSN to use: the argument, else OFFSET_LEDGER_DSN, else the embedded SQLite file."""
@@ -67,3 +86,30 @@ _cached: tuple[tuple[tuple[object, object], ...], Settings] | None = None
 def kafka_environment() -> dict[str, str]:
     """The ``OFFSET_LEDGER_KAFKA_*`` variables as they are now (``offset_ledger.kafka.client_config`` reads them)."""
     return {k: v for k, v in os.environ.items() if k.startswith("OFFSET_LEDGER_KAFKA_")}
+
+
+#: Variables read by pattern, beside the fields above (``kafka_environment``).
+PATTERN_VARIABLES: tuple[tuple[str, str, str], ...] = (
+    ("OFFSET_LEDGER_KAFKA_COMMAND_CONFIG", "every Kafka client the package builds: a Java client properties "
+     "file, as `--command-config` takes it ([cli.md](cli.md#reaching-kafka-secured-clusters))", "unset"),
+    ("OFFSET_LEDGER_KAFKA_<PROPERTY>", "every Kafka client: one client property, lower-cased, `_` -> `.` "
+     "(`OFFSET_LEDGER_KAFKA_SECURITY_PROTOCOL=SASL_SSL`)", "unset"),
+)
+
+
+def settings_table() -> str:
+    """docs/configuration.md's table of every setting, generated from ``Settings`` (and checked by a test)."""
+    prefix = Settings.model_config.get("env_prefix", "")
+    lines = ["| variable | used by | default |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        shown = extra.get("shown_default")
+        if shown is None:
+            shown = "unset" if field.default is None else f"`{field.default}`"
+        lines.append(f"| `{prefix}{name.upper()}` | {field.description} | {shown} |")
+    lines += [f"| `{var}` | {what} | {default} |" for var, what, default in PATTERN_VARIABLES]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m offset_ledger.config: print the table for docs/configuration.md
+    print(settings_table(), end="")

@@ -6,9 +6,10 @@
     ├── ConfigError                   a setting or argument is missing or malformed
     ├── InvalidInput                  a user's request is malformed (bad JSON, bad offsets, ...)
     │   ├── UnknownPipeline           no ledger entries for that pipeline
-    │   ├── UnknownTopic              the topic does not exist on the cluster
+    │   ├── UnknownConsumerGroup      the pipeline has no ledger entries under that consumer group
+    │   ├── UnknownTopic              the topic does not exist on the cluster (or the pipeline does not read it)
     │   ├── UnknownPartition          the partition does not exist on the topic
-    │   ├── InvalidDuration           a duration such as --older-than is not like 30d, 12h, 90m
+    │   ├── InvalidDuration           a duration is not ISO 8601 (PT30M) nor a number and unit (30m, 10 minutes)
     │   ├── InvalidOffset             an offset is not an integer >= 0 (or -2 earliest / -1 latest)
     │   ├── OffsetOutOfRange          reset targets outside [log-start, log-end] with outOfRange=refuse
     │   ├── CheckpointFormatError     a Spark checkpoint file is missing, corrupt or of an unknown version
@@ -68,19 +69,49 @@ class InvalidInput(OffsetLedgerError):
     """A user's request is malformed; nothing was written."""
 
 
+def name_list(kind: str, wanted: str, known: Sequence[str], limit: int = 10) -> str:
+    """``(did you mean 'orders'? pipelines: a, b, ...)``: what does exist, so a typo is seen at once."""
+    if not known:
+        return f"(the ledger has no {kind})"
+    import difflib
+
+    close = difflib.get_close_matches(wanted, known, n=1)
+    shown = ", ".join(known[:limit]) + (f", ... {len(known) - limit} more" if len(known) > limit else "")
+    return f"({f'did you mean {close[0]!r}? ' if close else ''}{kind}: {shown})"
+
+
 class UnknownPipeline(InvalidInput):
     """The ledger has no entries for this pipeline."""
 
-    def __init__(self, pipeline: str) -> None:
-        super().__init__(f"unknown pipeline {pipeline!r}", pipeline=pipeline)
+    def __init__(self, pipeline: str, known: Sequence[str] | None = None) -> None:
+        where = "" if known is None else " " + name_list("pipelines", pipeline, known)
+        super().__init__(f"unknown pipeline {pipeline!r}{where}", pipeline=pipeline,
+                         **({} if known is None else {"known": list(known)}))
         self.pipeline = pipeline
+
+
+class UnknownConsumerGroup(InvalidInput):
+    """The pipeline exists, but the ledger has nothing of it under this consumer group."""
+
+    def __init__(self, pipeline: str, consumer_group: str, known: Sequence[str]) -> None:
+        super().__init__(f"consumer group {consumer_group!r} is not used by pipeline {pipeline!r} "
+                         f"{name_list('groups', consumer_group, known)}",
+                         pipeline=pipeline, consumer_group=consumer_group, known=list(known))
+        self.pipeline = pipeline
+        self.consumer_group = consumer_group
 
 
 class UnknownTopic(InvalidInput):
     """The topic does not exist on the Kafka cluster."""
 
-    def __init__(self, topic: str) -> None:
-        super().__init__(f"unknown topic {topic!r}", topic=topic)
+    def __init__(self, topic: str, pipeline: str | None = None, known: Sequence[str] | None = None) -> None:
+        # With a pipeline: the topic is not one the pipeline reads (it may well exist on the cluster).
+        if pipeline is None:
+            message, details = f"unknown topic {topic!r}", {}
+        else:
+            message = f"topic {topic!r} is not read by pipeline {pipeline!r} {name_list('topics', topic, known or [])}"
+            details = {"pipeline": pipeline, "known": list(known or [])}
+        super().__init__(message, topic=topic, **details)
         self.topic = topic
 
 
@@ -94,12 +125,14 @@ class UnknownPartition(InvalidInput):
 
 
 class InvalidDuration(InvalidInput):
-    """A duration (``--older-than``) is not a positive number followed by d, h, m or s."""
+    """A duration (an option, variable or API field) is not in the one grammar (``rules.durations``)."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(f"invalid duration {text!r}: use a positive number with d, h, m or s, e.g. 30d, 12h, 90m",
-                         duration=text)
+    def __init__(self, text: str, name: str = "duration", reason: str | None = None) -> None:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        why = reason or ("use ISO 8601 (PT30M, P30D) or a number and unit (30m, 10min, 10 minutes, 12h, 30d)")
+        super().__init__(f"invalid {name} {shown!r}: {why}", duration=shown, option=name)
         self.text = text
+        self.name = name
 
 
 class InvalidOffset(InvalidInput):
@@ -121,7 +154,7 @@ class OffsetOutOfRange(InvalidInput):
     def __init__(self, out_of_range: Sequence[Mapping[str, Any]]) -> None:
         names = ", ".join(f"{x['topic']}:{x['partition']}" for x in out_of_range)
         super().__init__(
-            f"reset targets outside the log for {names}; use outOfRange=clamp (--out-of-range clamp) to clamp them",
+            f"reset targets outside the log for {names}; use --out-of-range clamp (API: outOfRange) to clamp them",
             out_of_range=[dict(x) for x in out_of_range],
         )
         self.out_of_range = [dict(x) for x in out_of_range]
@@ -144,7 +177,7 @@ class AdoptionRefused(InvalidInput):
             f"pipeline {pipeline!r} (consumer group {consumer_group!r}) already has "
             f"{len(footprint.get('topics', []))} topic(s) with positions and {footprint.get('generations', 0)} "
             f"checkpoint generation(s) in the ledger; importing a checkpoint would replace them. Pass --force "
-            f"(force=True) to make the checkpoint the pipeline's authority anyway",
+            f"to make the checkpoint the pipeline's authority anyway",
             pipeline=pipeline, consumer_group=consumer_group, ledger=dict(footprint))
 
 
@@ -189,7 +222,7 @@ class AmbiguousConsumerGroup(InvalidRestartOptions):
     def __init__(self, pipeline: str, groups: Sequence[str]) -> None:
         super().__init__(
             f"pipeline {pipeline!r} has several consumer groups in the ledger ({', '.join(groups)}); "
-            f"name one (consumer_group= / --consumer-group)",
+            f"name one with --consumer-group",
             pipeline=pipeline, consumer_groups=list(groups))
         self.groups = list(groups)
 
@@ -211,8 +244,8 @@ class FirstRunRefused(InvalidRestartOptions):
         super().__init__(
             f"pipeline {pipeline!r} is in the ledger ({known}) but has no position under consumer group "
             f"{consumer_group!r} for topics {', '.join(topics)}: starting it as a first run would re-read or "
-            f"skip records. Name the consumer group it ran under, or pass first_run explicitly with "
-            f"allow_first_run=True (--first-run ... --allow-first-run) to start over on purpose",
+            f"skip records. Name the consumer group it ran under, or give --first-run ... with "
+            f"--allow-first-run to start over on purpose",
             pipeline=pipeline, consumer_group=consumer_group, topics=list(topics),
             ledger={g: dict(f) for g, f in footprint.items()})
         self.footprint = {g: dict(f) for g, f in footprint.items()}
@@ -299,6 +332,16 @@ class PlanConflict(LedgerError):
             f"the ledger of pipeline {pipeline!r} changed while the restart was planning, {attempts} times in a row "
             f"({'; '.join(changed)}); nothing was written. Is the old job still running? Stop it, or retry",
             pipeline=pipeline, attempts=attempts, changed=list(changed))
+
+
+def install_hint(extra: str) -> str:
+    """How to add an optional extra. No release is published: from the checkout this package runs from
+    (an editable or source install), else from a checkout of the repository."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    where = str(root) if (root / "pyproject.toml").is_file() else "/path/to/offset-ledger-checkout"
+    return f"pip install '{where}[{extra}]'"
 
 
 # -- exit codes ----------------------------------------------------------------------------

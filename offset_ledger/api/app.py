@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offset_ledger import __version__
-from offset_ledger.api.guard import SiteGuard, allowed_hosts, changes_state
+from offset_ledger.api.guard import PROBE_PATHS, SiteGuard, allowed_hosts, changes_state
 from offset_ledger.api.paths import PathNormalizer
 from offset_ledger.api.tokens import PRINCIPAL, ApiToken, authenticate, load_tokens
 from offset_ledger.config import Settings
@@ -36,6 +36,7 @@ from offset_ledger.errors import (
     LedgerError,
     OffsetLedgerError,
     UnknownBatch,
+    UnknownConsumerGroup,
     UnknownPipeline,
     UnknownTopic,
 )
@@ -48,7 +49,7 @@ DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 def status_for(exc: OffsetLedgerError) -> int:
     """The HTTP status of one of our errors."""
-    if isinstance(exc, (UnknownPipeline, UnknownTopic, UnknownBatch)):
+    if isinstance(exc, (UnknownPipeline, UnknownConsumerGroup, UnknownTopic, UnknownBatch)):
         return 404
     if isinstance(exc, InvalidInput):
         return 400
@@ -107,7 +108,7 @@ class BearerAuth:
         self.public = public or (lambda _path: False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or not self.tokens or scope["path"] == "/healthz"
+        if (scope["type"] != "http" or not self.tokens or scope["path"] in PROBE_PATHS
                 or self.public(scope["path"])):
             await self.app(scope, receive, send)
             return
@@ -201,7 +202,8 @@ def create_app(
     if operations is None:
         from offset_ledger.ledger.engine import make_engine
 
-        operations = Operations(make_engine(s.resolved_dsn(dsn)),
+        # Never a new ledger: a mistyped SQLite path is an error (serve checks the schema at start).
+        operations = Operations(make_engine(s.resolved_dsn(dsn), create=False),
                                 bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
                                 kafka_options=kafka_options, kafka_timeout_ms=kafka_timeout_ms)
     ops = operations

@@ -95,10 +95,14 @@ class Refusal:
     message: str
 
 
+#: Probes (kubelet, load balancers) use the pod address and carry no token.
+PROBE_PATHS = frozenset({"/healthz", "/livez"})
+
+
 def check_request(method: str, path: str, headers: Mapping[str, str], hosts: frozenset[str]) -> Refusal | None:
     """The guard's rule over one request's method, clean path and (lower-case) headers; None: let it pass."""
     host = headers.get("host")
-    if path != "/healthz" and host is not None and "*" not in hosts and host_name(host) not in hosts:
+    if path not in PROBE_PATHS and host is not None and "*" not in hosts and host_name(host) not in hosts:
         return Refusal(400, "InvalidHost",
                        f"host {host_name(host)[:100]!r} is not served here; add it to OFFSET_LEDGER_ALLOWED_HOSTS")
     if not changes_state(method, path):

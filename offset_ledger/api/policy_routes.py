@@ -21,16 +21,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.inputs import NAME_PATTERN, audit_actor, check_name
 from offset_ledger.operate.operations import Operations
-from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
+from offset_ledger.operate.policy_view import (  # noqa: F401 - API_NAMES, to_api: re-exported
+    API_NAMES,
+    change_dict,
+    policies_document,
+    to_api,
+)
+from offset_ledger.rules.policies import POLICY_KEYS
 
 router = APIRouter(prefix="/api/v1", tags=["policies"])
 
-#: snake_case policy (ledger, Python, CLI) -> the API's camelCase field, in POLICY_KEYS order.
-API_NAMES: dict[str, str] = {
-    key: key.split("_")[0] + "".join(w.capitalize() for w in key.split("_")[1:]) for key in POLICY_KEYS}
 _FROM_API = {v: k for k, v in API_NAMES.items()}
 
 
@@ -55,11 +57,9 @@ class PolicyChangeBody(BaseModel):
                                        description="who, as detail beside the token's name")
     dryRun: StrictBool = Field(default=False, description="check the change and answer the policies after it; "
                                                           "nothing is written")
-
-
-def to_api(policies: Mapping[str, Any]) -> dict[str, Any]:
-    """Ledger policies -> camelCase, in the documented order."""
-    return {API_NAMES[k]: policies[k] for k in POLICY_KEYS if k in policies}
+    newPipeline: StrictBool = Field(default=False, description="the pipeline has not run yet: store its policies "
+                                                               "before its first run (else an unknown pipeline "
+                                                               "is a 404)")
 
 
 def changes_from_api(given: Mapping[str, Any]) -> dict[str, Any]:
@@ -105,11 +105,6 @@ def _check_text(value: Any, where: str) -> None:
             _check_text(v, where)
 
 
-def _change_dict(change: Any) -> dict[str, Any]:
-    return {"id": change.id, "createdAt": iso_utc(change.created_at), "actor": change.actor,
-            "reason": change.reason, "policies": to_api(change.policies)}
-
-
 def _ops(request: Request) -> Operations:
     ops: Operations = request.app.state.operations
     return ops
@@ -125,20 +120,12 @@ def _read(ops: Operations, work: Any, doing: str) -> Any:
         raise translate_db_error(exc, doing) from exc
 
 
-def policies_document(pipeline: str, history: list[Any], stored: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The GET answer: stored policies, what a restart applies (stored, else the default), the last change.
+def _known(conn: Any, pipeline: str, read: Any) -> Any:
+    """``read(conn, pipeline)`` of a pipeline the ledger knows (runs, positions or stored policies); else 404."""
+    from offset_ledger.operate.known import require_pipeline
 
-    ``stored``: the policies to show instead of the last change's (a dry run's policies after it).
-    """
-    if stored is None:
-        stored = dict(history[-1].policies) if history else {}
-    return {
-        "pipeline": pipeline,
-        "policies": to_api(stored),
-        "effective": {API_NAMES[k]: stored.get(k, DEFAULTS[k]) for k in POLICY_KEYS},
-        "sources": {API_NAMES[k]: "stored" if k in stored else "default" for k in POLICY_KEYS},
-        "lastChange": _change_dict(history[-1]) if history else None,
-    }
+    require_pipeline(conn, pipeline, with_policies=True)
+    return read(conn, pipeline)
 
 
 @router.get("/pipelines/{pipeline:name}/policies",
@@ -147,7 +134,7 @@ def get_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN)) -
     from offset_ledger.ledger.policy_store import policy_history
 
     check_name("pipeline", pipeline)
-    history = _read(_ops(request), lambda conn: policy_history(conn, pipeline), "reading policies")
+    history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
     return policies_document(pipeline, history)
 
 
@@ -169,7 +156,8 @@ def put_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
     ops = _ops(request)
     # A set that is wrong as a whole (a slide with no window) is refused with the field named; the
     # store checks it again under the pipeline lock.
-    before = _read(ops, lambda conn: current_policies(conn, pipeline), "reading policies")
+    read = current_policies if body.newPipeline else (lambda conn, name: _known(conn, name, current_policies))
+    before = _read(ops, lambda conn: read(conn, pipeline), "reading policies")
     try:
         after = merged(before, changes)
     except InvalidInput as exc:
@@ -194,5 +182,5 @@ def get_policy_history(request: Request, pipeline: str = Path(pattern=NAME_PATTE
     from offset_ledger.ledger.policy_store import policy_history
 
     check_name("pipeline", pipeline)
-    history = _read(_ops(request), lambda conn: policy_history(conn, pipeline), "reading policies")
-    return {"pipeline": pipeline, "changes": [_change_dict(c) for c in reversed(history)]}
+    history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
+    return {"pipeline": pipeline, "changes": [change_dict(c) for c in reversed(history)]}

@@ -215,10 +215,16 @@ def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), ba
 # -- service --------------------------------------------------------------------------------
 
 
-@service.get("/healthz", summary="Liveness: 200 when the ledger database answers")
+@service.get("/healthz", summary="Readiness: 200 with the schema revision when the ledger answers and holds "
+                                  "the schema; 503 LedgerUnavailable / LedgerWithoutSchema otherwise")
 def healthz(request: Request) -> Any:
-    _ops(request).ping()
-    return {"status": "ok"}
+    revision = _ops(request).schema_revision()
+    return {"status": "ok", "ledger": {"reachable": True, "schema": revision}}
+
+
+@service.get("/livez", summary="Liveness: 200 while the process serves requests (asks nothing of the ledger)")
+def livez() -> Any:
+    return {"status": "alive"}
 
 
 @service.get("/metrics", summary="Prometheus text format", response_class=PlainTextResponse)

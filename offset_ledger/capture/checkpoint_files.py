@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from offset_ledger.errors import CheckpointFormatError, ConfigError
+from offset_ledger.errors import CheckpointFormatError, ConfigError, install_hint
 from offset_ledger.rules.checkpoint import CheckpointFiles
 
 #: The fsspec implementation each remote scheme needs, for the install hint.
@@ -49,7 +49,7 @@ class FsspecFiles:
             import fsspec
         except ImportError as exc:
             raise ConfigError(f"reading {scheme}:// checkpoints needs fsspec and {package}: "
-                              f"pip install 'offset-ledger[remote]' {package.split()[0]}") from exc
+                              f"{install_hint('remote')} {package.split()[0]}") from exc
         try:
             self.fs, self.root = fsspec.core.url_to_fs(location, **dict(storage_options or {}))
         except ImportError as exc:

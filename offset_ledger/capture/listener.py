@@ -20,11 +20,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from offset_ledger.errors import install_hint
+
 try:
     from pyspark.sql.streaming import StreamingQueryListener
 except ImportError:  # the CLI, API and start_from_ledger run without PySpark; only this module needs it
     raise ModuleNotFoundError(
-        "OffsetLedgerListener needs PySpark 3.5 or 4.x: pip install 'offset-ledger[spark]', "
+        f"OffsetLedgerListener needs PySpark 3.5 or 4.x: {install_hint('spark')}, "
         "or run it where your platform's PySpark is installed", name="pyspark") from None
 
 from offset_ledger.capture.event_records import IDLE, PROGRESS, STARTED, TERMINATED

@@ -48,7 +48,14 @@ def findings_cmd(
                 break
     finally:
         ops.close()
-    emit(rows, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
+    if fmt == "table":  # a finding seen once has no lastSeenAt (null in JSON, as the API): its time is createdAt
+        shown = [{**r, "lastSeenAt": r["lastSeenAt"] or r["createdAt"]} for r in rows]
+        emit(shown, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
+                     "actualOffset", "message"], fmt)
+        if before is not None:
+            more_signal(f"--before {before} (or --all)")
+        return
+    emit(rows, ["id", "createdAt", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
                 "actualOffset", "message"], fmt, {"consumerGroup": group, "findings": rows, "nextBefore": before})
     if before is not None:
         more_signal(f"--before {before} (or --all)")
@@ -56,15 +63,17 @@ def findings_cmd(
 
 def resets_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
-    limit: int = typer.Option(50, "--limit", metavar="N", help="Newest N resets (1-999)."),
+    limit: int = typer.Option(50, "--limit", metavar="N", help="Newest N resets (1-1000, as every --limit)."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
     from offset_ledger.errors import InvalidInput
 
     fmt = check_format(fmt)
-    if not 1 <= limit <= 999:
-        raise InvalidInput(f"--limit must be between 1 and 999, not {limit}")
+    from offset_ledger.operate.audit import MAX_PAGE
+
+    if not 1 <= limit <= MAX_PAGE:
+        raise InvalidInput(f"--limit must be between 1 and {MAX_PAGE}, not {limit}")
     ops = operations(dsn)
     try:
         group, found = ops.resets(pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
@@ -79,7 +88,7 @@ def resets_cmd(
     emit(rows, ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
                 "changes"], fmt, {"consumerGroup": group, "resets": found})
     if more:
-        more_signal(f"--limit {min(limit * 2, 999)} (older resets not shown)")
+        more_signal(f"--limit {min(limit * 2, MAX_PAGE)} (older resets not shown)")
 
 
 def register(app: typer.Typer) -> None:

@@ -17,6 +17,7 @@ from offset_ledger.cli.support import (
     check_format,
     emit,
     kafka_client,
+    ledger_ready,
     operations,
 )
 
@@ -55,6 +56,7 @@ def mirror_cmd(
     kafka.require()
     engine = make_engine(dsn, create=False)
     try:
+        ledger_ready(engine)
         with engine.connect() as conn:
             group = resolve_group(conn, pipeline, consumer_group)
         with kafka.adapter() as adapter:
@@ -108,7 +110,7 @@ def import_checkpoint_cmd(
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption,
     dsn: Optional[str] = DsnOption,
-    fmt: str = typer.Option("table", "--format", "-f", help="Output: table | json."),
+    fmt: str = FormatOption,
     timeout: Optional[int] = TimeoutOption,
 ) -> None:
     """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default).
@@ -122,19 +124,21 @@ def import_checkpoint_cmd(
     import json as _json
 
     from offset_ledger.cli.positional import pipeline_and_checkpoint
-    from offset_ledger.errors import InvalidInput
     from offset_ledger.operate.adopt import import_checkpoint
 
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option)
-    if fmt not in ("table", "json"):
-        raise InvalidInput(f"unknown --format {fmt!r}; use table or json")
+    fmt = check_format(fmt)
     kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
     result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
                                app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
                                checkpoint_root=checkpoint_root, bootstrap_servers=kafka.bootstrap_servers,
                                kafka_options=kafka.options, kafka_timeout_ms=kafka.timeout_ms)
+    rows = [{"topic": t, "partition": p, "nextOffset": o}
+            for t, parts in result.positions.items() for p, o in parts.items()]
     if fmt == "json":
         typer.echo(_json.dumps(result.to_dict(), indent=2))
+    elif fmt == "csv":
+        emit(rows, ["topic", "partition", "nextOffset"], "csv")
     else:
         batch = ("no committed batch: the initial offsets" if result.committed_batch_id is None
                  else f"last committed batch {result.committed_batch_id}")
@@ -145,9 +149,7 @@ def import_checkpoint_cmd(
         for line in result.skipped:
             typer.echo(f"  {line}")
         typer.echo(f"positions of pipeline {result.pipeline!r}, consumer group {result.consumer_group!r}:")
-        rows = [{"topic": t, "partition": p, "next_offset": o}
-                for t, parts in result.positions.items() for p, o in parts.items()]
-        emit(rows, ["topic", "partition", "next_offset"], "table")
+        emit(rows, ["topic", "partition", "nextOffset"], "table")
     if result.executed:
         typer.echo(f"imported as checkpoint generation {result.generation} at {result.checkpoint_location}: runs "
                    "on it move these positions from now on", err=True)

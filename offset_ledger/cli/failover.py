@@ -10,8 +10,11 @@ import typer
 from offset_ledger.cli.support import (
     CommandConfigOption,
     DsnOption,
+    FormatOption,
     GroupOption,
     KafkaOptionOption,
+    check_format,
+    emit,
     safe_text,
 )
 
@@ -41,9 +44,12 @@ def failover_cmd(
     consumer_group: Optional[str] = GroupOption,
     checkpoint_root: Optional[str] = typer.Option(
         None, "--checkpoint-root", help="Where the new generation goes (default: the current generation's root)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print; write nothing."),
+    execute: bool = typer.Option(False, "--execute",
+                                 help="Record the new generation and positions (default: a dry run, as reset)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print; write nothing (the default)."),
     force: bool = typer.Option(False, "--force", help="Fail over although the ledger shows an active run."),
-    as_json: bool = typer.Option(False, "--json", help="Print the whole plan as JSON."),
+    fmt: str = FormatOption,
+    as_json: bool = typer.Option(False, "--json", hidden=True, help="Deprecated: --format json."),
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption,
     dsn: Optional[str] = DsnOption,
@@ -57,9 +63,11 @@ def failover_cmd(
 
     Examples:
 
-      offset-ledger failover orders --to-bootstrap backup:9092 --source-alias primary --dry-run
+      offset-ledger failover orders --to-bootstrap backup:9092 --source-alias primary
 
-      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary --uncheckpointed earliest
+      offset-ledger failover orders --to-bootstrap primary:9092 --source-alias backup --target-alias primary --uncheckpointed earliest --execute
+
+    A dry run unless --execute, like reset, import-checkpoint and prune (until 0.x it wrote by default).
 
     Failing back (the second example): MM2 translates nothing back onto the original topic, so it
     starts at that topic's log start (docs/failover.md, "Failing back").
@@ -69,20 +77,38 @@ def failover_cmd(
     from offset_ledger.operate.failover import dumps, failover
 
     # Bad values fail before anything connects.
+    fmt = check_format(fmt)
+    if as_json:  # the one output option of every command, -f json, since this release
+        typer.echo("note: --json is deprecated; use -f json", err=True)
+        fmt = "json"
     if uncheckpointed not in ("fail", "earliest"):
         raise InvalidInput(f"--uncheckpointed must be fail or earliest, not {uncheckpointed!r}")
     if replication_policy not in ("default", "identity"):
         raise InvalidInput(f"--replication-policy must be default or identity, not {replication_policy!r}")
     if not to_bootstrap.strip():
         raise InvalidInput("--to-bootstrap must name the target cluster's brokers")
+    if execute and dry_run:
+        raise InvalidInput("--execute and --dry-run contradict each other; give one")
     result = failover(
         pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
         replication_policy=replication_policy,  # type: ignore[arg-type]
         separator=separator, uncheckpointed=uncheckpointed,  # type: ignore[arg-type]
         consumer_group=consumer_group, topics=topic or None, checkpoint_root=checkpoint_root, dsn=dsn,
-        kafka_options=gather(kafka_option, command_config), dry_run=dry_run, force=force)
-    if as_json:
+        kafka_options=gather(kafka_option, command_config), dry_run=not execute, force=force)
+    if not execute and not dry_run:
+        # Deprecation, for one release: a bare failover used to write; say so, once, on stderr.
+        typer.echo("note: failover is a dry run unless --execute (it wrote by default before this release)",
+                   err=True)
+    if fmt == "json":
         typer.echo(dumps(result))
+        return
+    if fmt == "csv":
+        emit([{"targetTopic": p.target_topic, "partition": p.partition, "status": p.status,
+               "ledgerNextOffset": p.ledger_next_offset, "checkpointUpstreamOffset": p.checkpoint_upstream_offset,
+               "startNextOffset": p.start_next_offset, "rereadMax": p.reread_max}
+              for p in result.plan.partitions],
+             ["targetTopic", "partition", "status", "ledgerNextOffset", "checkpointUpstreamOffset",
+              "startNextOffset", "rereadMax"], "csv")
         return
     typer.echo(f"{'topic on target':<28} {'part':>4} {'status':<13} {'ledger':>9} {'mm2 upstream':>12} "
                f"{'start':>9} {'re-read max':>11}  record time span")
@@ -95,7 +121,7 @@ def failover_cmd(
             f"{_num(p.checkpoint_upstream_offset):>12} {p.start_next_offset:>9} {p.reread_max:>11}  -"))
     typer.echo(f"startingOffsets: {result.starting_offsets_json}")
     if result.dry_run:
-        typer.echo("dry run: nothing written", err=True)
+        typer.echo("dry run: nothing written; add --execute to fail over", err=True)
     else:
         typer.echo(f"checkpoint: {result.checkpoint_location} (generation {result.generation})")
     for finding in result.findings:

@@ -34,7 +34,7 @@ app = typer.Typer(
          "6 verify found unexplained gaps or overlaps (docs/cli.md).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     rich_markup_mode=None,
     context_settings=CONTEXT,
 )
@@ -51,10 +51,25 @@ def _version(value: bool) -> None:
 @app.callback()
 def _main(
     traceback: bool = typer.Option(False, "--traceback", help="Show the full traceback on errors."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what happens on stderr; tracebacks on errors."),
+    quiet: bool = typer.Option(False, "--quiet", "-q",
+                               help="Only the answer on stdout and errors on stderr (no notes, no 'more:' hints)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    _state["traceback"] = traceback
+    from offset_ledger.errors import InvalidInput
+
+    if quiet and verbose:
+        raise InvalidInput("choose one of --quiet and --verbose")
+    _state["traceback"] = traceback or verbose
+    if verbose:
+        import logging
+
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    if quiet:  # notes go nowhere; main() prints an error on the real stderr all the same
+        import io
+
+        sys.stderr = io.StringIO()
 
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
@@ -94,6 +109,7 @@ def pipelines_cmd(
 ) -> None:
     """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch,
     lag and findings."""
+    from offset_ledger.cli.support import short_id
     from offset_ledger.operate.audit import findings_counts
 
     fmt = _check_format(fmt)
@@ -111,7 +127,7 @@ def pipelines_cmd(
             row["generation"] = None if gen is None else f"{gen['generation']}({gen['appVersion'] or '-'})"
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
-            row["why"] = "; ".join(f"{r['runId'][:8]} {r['state']}: {r['why']}" for r in row["runs"]) or None
+            row["why"] = "; ".join(f"{short_id(r['runId'])} {r['state']}: {r['why']}" for r in row["runs"]) or None
             row["headroom"] = _headroom_cell(row, fmt)
         columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]
@@ -133,13 +149,16 @@ def offsets_cmd(
     finally:
         ops.close()
     document: dict[str, dict[str, int]] = {}
+    out = []
     for r in rows:
         document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
-        r["placed_by"] = ("reset" if r["reset_id"] is not None
-                          else "generation" if r.get("generation_id") is not None and r["query_id"] is None
-                          else "batch")
-    _emit(rows, ["topic", "partition", "next_offset", "placed_by", "updated_at", "batch_id", "reset_id"], fmt,
-          document)
+        # One casing in JSON, CSV and the API: camelCase (the table's headers are its UPPER_SNAKE).
+        out.append({"topic": r["topic"], "partition": r["partition"], "nextOffset": r["next_offset"],
+                    "placedBy": ("reset" if r["reset_id"] is not None
+                                 else "generation" if r.get("generation_id") is not None and r["query_id"] is None
+                                 else "batch"),
+                    "updatedAt": r["updated_at"], "batchId": r["batch_id"], "resetId": r["reset_id"]})
+    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document)
 
 
 @app.command("history")
@@ -256,8 +275,8 @@ def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
 
 @app.command("serve")
 def serve_cmd(
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind (loopback by default)."),
-    port: int = typer.Option(9090, "--port", help="Port to listen on."),
+    host: Optional[str] = typer.Option(None, "--host", help="Address to bind (OFFSET_LEDGER_HOST; default: loopback)."),
+    port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (OFFSET_LEDGER_PORT; default 9090)."),
     insecure: bool = typer.Option(False, "--insecure",
                                   help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
@@ -280,6 +299,12 @@ def serve_cmd(
     from offset_ledger.errors import ConfigError
 
     s = settings()
+    host = s.host if host is None else host
+    if port is None:
+        try:
+            port = int(s.port)
+        except ValueError:
+            raise ConfigError(f"invalid OFFSET_LEDGER_PORT {s.port[:40]!r}: a port number, 1-65535") from None
     try:
         loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -299,6 +324,15 @@ def serve_cmd(
     from offset_ledger.cli.watch import parse_watch_specs, start_watchers
 
     specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
+    from offset_ledger.cli.support import ledger_ready
+    from offset_ledger.ledger.engine import make_engine
+
+    if not specs:  # with --watch serve records batches, and creates its ledger as watch does
+        probe = make_engine(dsn, create=False)  # a mistyped path must not become an empty ledger
+        try:
+            ledger_ready(probe)  # refused at start, not answered with 503 on every request
+        finally:
+            probe.dispose()
     # The bound address is a name clients use; a wildcard bind names no host.
     hosts = [] if host in ("0.0.0.0", "::", "") else [host]
     stop_watchers = start_watchers(specs, dsn)
@@ -351,8 +385,12 @@ def main(argv: Optional[list[str]] = None) -> None:
 
     from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
 
+    real_stderr = sys.stderr
     try:
-        app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+        try:
+            app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+        finally:
+            sys.stderr = real_stderr  # --quiet silenced the notes, never the error below
     except OffsetLedgerError as exc:
         if _state["traceback"]:
             raise
@@ -376,8 +414,10 @@ def main(argv: Optional[list[str]] = None) -> None:
         if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
             raise
         # A listener-only install (no [server] extra) asked for the REST API or the console.
+        from offset_ledger.errors import install_hint
+
         print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
-              "pip install 'offset-ledger[server]'", file=sys.stderr)
+              f"{install_hint('server')}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     except Exception as exc:  # noqa: BLE001 - a bug: one line and code 1, the traceback on request
         if _state["traceback"]:

@@ -39,10 +39,20 @@ def _with_ledger(dsn: Optional[str], doing: str, work: Callable[[Any], T], *, wr
         engine.dispose()
 
 
+def _known(conn: Any, pipeline: str, read: Callable[[Any, str], T]) -> T:
+    """``read(conn, pipeline)`` of a pipeline the ledger knows (runs, positions or stored policies)."""
+    from offset_ledger.operate.known import require_pipeline
+
+    require_pipeline(conn, pipeline, with_policies=True)
+    return read(conn, pipeline)
+
+
 def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
+    from offset_ledger.operate.policy_view import API_NAMES
     from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
 
-    return [{"policy": k, "value": policies.get(k, DEFAULTS[k]),
+    # The API's names (onDataLoss): one casing for the CLI's JSON/CSV and the API.
+    return [{"policy": API_NAMES[k], "value": policies.get(k, DEFAULTS[k]),
              "source": "stored" if k in policies else "default"} for k in POLICY_KEYS]
 
 
@@ -50,13 +60,17 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
              fmt: str = FormatOption) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
-    from offset_ledger.ledger.policy_store import current_policies
     from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    policies = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
-    emit(_rows(policies), ["policy", "value", "source"], fmt, document={"pipeline": pipeline, "policies": policies})
+    from offset_ledger.ledger.policy_store import policy_history
+    from offset_ledger.operate.policy_view import policies_document
+
+    history = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
+    policies = dict(history[-1].policies) if history else {}
+    # JSON: the API's GET answer, field for field (stored, effective, sources, lastChange).
+    emit(_rows(policies), ["policy", "value", "source"], fmt, document=policies_document(pipeline, history))
 
 
 @policy_app.command("set")
@@ -79,9 +93,14 @@ def set_cmd(
                                               help="Remove a stored policy (back to the default); repeatable."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in the history)."),
     actor: Optional[str] = typer.Option(None, "--actor", metavar="NAME", help="Who (default: the OS user)."),
+    new_pipeline: bool = typer.Option(False, "--new-pipeline",
+                                      help="PIPELINE has not run yet: store its policies before its first run."),
     dsn: Optional[str] = DsnOption,
 ) -> None:
     """Change PIPELINE's stored policies; every change is kept with who and why.
+
+    A pipeline the ledger does not know is refused (a typo would store policies nobody reads) unless
+    --new-pipeline.
 
     Example: offset-ledger policy set orders --on-data-loss earliest --window 10m --reason "windowed since v2"
     """
@@ -96,10 +115,13 @@ def set_cmd(
         "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
         "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": kafka_timestamp,
         "commit_to_kafka": commit_to_kafka}.items() if v is not None}
+    from offset_ledger.operate.policy_view import API_NAMES
+
+    by_api_name = {v: k for k, v in API_NAMES.items()}
     for key in unset or []:
-        name = key.replace("-", "_")
+        name = by_api_name.get(key, key.replace("-", "_"))  # onDataLoss (as shown), on-data-loss or on_data_loss
         if name not in POLICY_KEYS:
-            raise InvalidInput(f"--unset {key}: no such policy (known: {', '.join(POLICY_KEYS)})")
+            raise InvalidInput(f"--unset {key}: no such policy (known: {', '.join(API_NAMES.values())})")
         if name in changes:
             raise InvalidInput(f"--unset {key} and a value for it in one call")
         changes[name] = None
@@ -108,9 +130,12 @@ def set_cmd(
     if not (reason and reason.strip()):
         raise InvalidInput('a policy change needs a reason (--reason TEXT); it is kept in the history')
     check_policies(changes)  # bad values fail before any connection is made
+    read = current_policies if new_pipeline else (lambda conn, name: _known(conn, name, current_policies))
     try:  # and a set that is wrong as a whole (a slide with no window) before anything is created
-        current = _with_ledger(dsn, "reading policies", lambda conn: current_policies(conn, pipeline))
-    except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: this call creates it
+        current = _with_ledger(dsn, "reading policies", lambda conn: read(conn, pipeline))
+    except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: only a new pipeline's call creates it
+        if not new_pipeline:
+            raise
         current = {}
     merged(current, changes)
     change = _with_ledger(dsn, "storing policies", lambda conn: set_policies(
@@ -129,9 +154,11 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
 
     check_name("pipeline", pipeline)
     check_format(fmt)
-    changes = _with_ledger(dsn, "reading policies", lambda conn: policy_history(conn, pipeline))
+    changes = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
+    from offset_ledger.operate.policy_view import to_api
+
     rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
-             "policies": json.dumps(dict(c.policies), sort_keys=True)} for c in changes]
+             "policies": json.dumps(to_api(c.policies), sort_keys=True)} for c in changes]
     emit(rows, ["id", "at", "actor", "reason", "policies"], fmt)
 
 

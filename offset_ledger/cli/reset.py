@@ -49,9 +49,11 @@ def _read(path: str, what: str) -> str:
     from offset_ledger.errors import InvalidInput
 
     try:
-        return sys.stdin.read() if path == "-" else Path(path).read_text()
+        return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(f"cannot read {what} {path!r}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:  # a binary file, or another encoding: name where it breaks
+        raise InvalidInput(f"cannot read {what} {path!r}: not UTF-8 text (byte {exc.start})") from exc
 
 
 def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, modes: dict[str, Any],
@@ -61,8 +63,9 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
     from datetime import datetime, timezone
 
     from offset_ledger.errors import InvalidInput
-    from offset_ledger.operate.kcg import parse_duration, parse_offsets_csv
+    from offset_ledger.operate.kcg import parse_offsets_csv
     from offset_ledger.operate.operations import parse_timestamp, to_epoch_ms
+    from offset_ledger.rules.durations import parse_duration
     from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
 
     chosen = [name for name, value in modes.items() if value not in (None, False)]
@@ -88,7 +91,7 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
     if mode == "--to-datetime":
         return ResetRequest("timestamp", timestamp_ms=to_epoch_ms(parse_timestamp(value)), **common)
     if mode == "--by-duration":
-        since = datetime.now(timezone.utc) - parse_duration(value)
+        since = datetime.now(timezone.utc) - parse_duration(value, "--by-duration")
         return ResetRequest("timestamp", timestamp_ms=to_epoch_ms(since), **common)
     if mode == "--to-offsets":
         try:
@@ -174,6 +177,10 @@ def reset_cmd(
     modes = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-current": to_current,
              "--to-offset": to_offset, "--to-offsets": to_offsets, "--from-file": from_file,
              "--to-datetime": to_datetime, "--by-duration": by_duration, "--shift-by": shift_by}
+    if by_duration is not None:  # bad input fails before any connection is made
+        from offset_ledger.rules.durations import parse_duration
+
+        parse_duration(by_duration, "--by-duration")
     ops = operations(dsn, kafka)
     try:
         request = build_request(ops, pipeline, consumer_group, modes=modes, scope=scope, out_of_range=out_of_range)

@@ -61,13 +61,15 @@ def resolve_cmd(
     kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
     if window is not None or slide is not None or watermark_delay is not None:
         # Bad durations fail before any connection is made.
-        from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
+        from offset_ledger.rules.durations import parse_duration
+        from offset_ledger.rules.stateful import WindowSpec
 
+        for option, value in (("--window", window), ("--slide", slide), ("--watermark-delay", watermark_delay)):
+            if value is not None:
+                parse_duration(value, option)  # each value's grammar first, then how they combine
         if window is None:
             raise ConfigError("--slide and --watermark-delay need --window")
         WindowSpec.parse(window, slide)
-        if watermark_delay is not None:
-            parse_duration_ms(watermark_delay, option="watermark_delay")
     kafka.require()
     engine = make_engine(dsn, create=False)
     try:

@@ -111,7 +111,8 @@ def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, do
             writer.writerow(["" if row.get(c) is None else safe_text(row.get(c)) for c in columns])
         return
     cells = [[("-" if row.get(c) is None else safe_text(row.get(c))) for c in columns] for row in rows]
-    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    # Widths from the header as printed (UPPER_SNAKE is longer than the camelCase name it comes from).
+    widths = [max([len(header(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
     typer.echo("  ".join(header(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
     for r in cells:
         typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
@@ -165,7 +166,43 @@ def operations(dsn: Optional[str], kafka: KafkaClient | None = None) -> Operatio
     from offset_ledger.operate.operations import Operations
 
     engine = make_engine(dsn, create=False)
+    ledger_ready(engine)
     if kafka is None:
         return Operations(engine)
     return Operations(engine, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
                       kafka_timeout_ms=kafka.timeout_ms)
+
+
+def require_named(engine: Any, pipeline: str, consumer_group: str | None = None) -> None:
+    """UnknownPipeline / UnknownConsumerGroup (naming what exists) unless the ledger knows them."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from offset_ledger.ledger.engine import translate_db_error
+    from offset_ledger.operate.known import require_group, require_pipeline
+
+    try:
+        with engine.connect() as conn:
+            if consumer_group is None:
+                require_pipeline(conn, pipeline)
+            else:
+                require_group(conn, pipeline, consumer_group)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the ledger") from exc
+
+
+def ledger_ready(engine: Any) -> None:
+    """A read's ledger must hold the schema (one SELECT): refused at start, never created by a read."""
+    from offset_ledger.ledger.engine import require_schema
+
+    try:
+        require_schema(engine)
+    except BaseException:
+        engine.dispose()
+        raise
+
+
+def short_id(run_id: str) -> str:
+    """A run id short enough for a table, never cut mid-word: ``1a2b3c4d`` of a uuid,
+    ``checkpoint:1a2b3c4d`` of a run the watcher recorded (its prefix says where it came from)."""
+    prefix, sep, rest = run_id.rpartition(":")
+    return f"{prefix}{sep}{rest[:8]}"

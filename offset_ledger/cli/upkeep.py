@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import typer
 
-from offset_ledger.cli.support import DsnOption
+from offset_ledger.cli.support import DsnOption, FormatOption
 
 
 def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("head", help="Target revision.")) -> None:
@@ -19,25 +19,41 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
 
 
 def prune_cmd(
-    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m."),
+    older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m, P30D (docs/cli.md, durations)."),
     execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
     pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Only this pipeline's history."),
     chunk_size: int = typer.Option(20_000, "--chunk-size", min=1, help="Rows deleted per transaction."),
-    dsn: Optional[str] = DsnOption,
+    dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
 ) -> None:
     """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
     from offset_ledger.ledger.engine import check_connection, make_engine
-    from offset_ledger.ledger.prune import parse_duration, prune
+    from offset_ledger.ledger.prune import prune
+    from offset_ledger.rules.durations import parse_duration
 
-    age = parse_duration(older_than)  # bad input fails before any connection is made
+    from offset_ledger.cli.support import check_format, emit
+
+    fmt = check_format(fmt)
+    age = parse_duration(older_than, "--older-than")  # bad input fails before any connection is made
     engine = make_engine(dsn, create=False)
     check_connection(engine)
+    if pipeline is not None:  # a typo must not read as "would delete 0"
+        from offset_ledger.cli.support import require_named
+
+        require_named(engine, pipeline)
 
     def _progress(table: str, done: int, total: int) -> None:
         typer.echo(f"  {table}: deleted {done:,} of {total:,}", err=True)
 
     report = prune(engine, age, pipeline=pipeline, execute=execute, chunk_size=chunk_size,
                    progress=_progress)
+    if fmt != "table":  # machine formats: one row per table; the document says what ran
+        rows = [{"table": name, "deleted": c.deleted, "kept": c.kept, "older": c.older}
+                for name, c in (("batches", report.batches), ("batch_offsets", report.batch_offsets))]
+        emit(rows, ["table", "deleted", "kept", "older"], fmt, {
+            "pipeline": pipeline, "olderThan": older_than, "cutoff": report.cutoff, "executed": report.executed,
+            "tables": {r["table"]: {k: r[k] for k in ("deleted", "kept", "older")} for r in rows},
+            "prunedRanges": report.islands if report.executed else None, "seconds": round(report.seconds, 3)})
+        return
     verb = "deleted" if report.executed else "would delete"
     scope = f" of pipeline {pipeline!r}" if pipeline else ""
     typer.echo(f"history{scope} older than {older_than} (before {report.cutoff.isoformat(timespec='seconds')}):")

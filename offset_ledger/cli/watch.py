@@ -41,6 +41,7 @@ def watch_cmd(
 
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option, "watch")
     check_name("pipeline", pipeline)
+    check_checkpoint_exists(checkpoint)  # before the ledger is touched: a typo records nothing, silently
     engine = make_engine(dsn)
     check_connection(engine)
     ensure_schema(engine)
@@ -79,8 +80,25 @@ def parse_watch_specs(items: list[str]) -> list[tuple[str, str]]:
         pipeline, sep, checkpoint = item.partition("=")
         if not sep or not pipeline.strip() or not checkpoint.strip():
             raise ConfigError(f"--watch must be PIPELINE=CHECKPOINT, not {item!r}")
+        check_checkpoint_exists(checkpoint.strip())
         out.append((check_name("pipeline", pipeline.strip()), checkpoint.strip()))
     return out
+
+
+def check_checkpoint_exists(location: str) -> None:
+    """A local checkpoint location (a path or ``file:``) must be a directory; remote ones are read as they come."""
+    from pathlib import Path
+    from urllib.parse import urlparse
+
+    from offset_ledger.errors import InvalidInput
+
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file") and len(parsed.scheme) > 1:  # one letter: a Windows drive
+        return
+    path = Path(parsed.path if parsed.scheme == "file" else location)
+    if not path.is_dir():
+        what = "not a directory" if path.exists() else "no such directory"
+        raise InvalidInput(f"checkpoint {location}: {what} (the query's checkpointLocation)", checkpoint=location)
 
 
 def start_watchers(specs: list[tuple[str, str]], dsn: str | None) -> Callable[[], None]:

@@ -100,7 +100,9 @@ def _pyspark_version_and_jars() -> tuple[str, Path]:
     except importlib.metadata.PackageNotFoundError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        raise StackError("PySpark is not installed; pip install 'offset-ledger[spark]' "
+        from offset_ledger.errors import install_hint
+
+        raise StackError(f"PySpark is not installed; {install_hint('spark')} "
                          "(the connector is resolved for the installed version)")
     return version, Path(list(spec.submodule_search_locations)[0]) / "jars"
 

@@ -65,9 +65,12 @@ def parse_properties(text: str, *, source: str) -> dict[str, str]:
 def read_command_config(path: str | os.PathLike[str]) -> dict[str, str]:
     """A Kafka tools ``--command-config`` file as ``kafka.``-prefixed options."""
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read --command-config {str(path)!r}: {exc.strerror or exc}",
+                          path=str(path)) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"cannot read --command-config {str(path)!r}: not UTF-8 text (byte {exc.start})",
                           path=str(path)) from exc
     return {spark_key(k): v for k, v in parse_properties(text, source=str(path)).items()}
 

@@ -25,9 +25,9 @@ RunState = Literal["active", "stale", "terminated"]
 def run_timeout() -> timedelta:
     """The configured run timeout (``OFFSET_LEDGER_RUN_TIMEOUT``; InvalidDuration when malformed)."""
     from offset_ledger.config import settings
-    from offset_ledger.ledger.prune import parse_duration
+    from offset_ledger.rules.durations import parse_duration
 
-    return parse_duration(settings().run_timeout)
+    return parse_duration(settings().run_timeout, "OFFSET_LEDGER_RUN_TIMEOUT")
 
 
 def _utc(value: datetime | None) -> datetime | None:

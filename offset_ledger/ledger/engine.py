@@ -43,7 +43,8 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
         if url.database and url.database != ":memory:":
             if not create and not Path(url.database).exists():
                 raise ConfigError(f"no ledger database at {url.database}: check --dsn / OFFSET_LEDGER_DSN, or "
-                                  "create it with 'offset-ledger db upgrade'", dsn=url_text)
+                                  "create it with 'offset-ledger db upgrade'", dsn=url_text, missing=True)
+            _check_sqlite_file(Path(url.database), url_text)
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 30})
 
@@ -59,6 +60,24 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
         return _server_engine(url, pool_size)
     except (ArgumentError, ImportError) as exc:
         raise ConfigError(f"cannot use database URL {url.render_as_string()!r}: {exc}") from exc
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: Path, url_text: str) -> None:
+    """A ``--dsn`` naming a file of another kind (a CSV, a log) is a usage error, before any driver call
+    (SQLite would only say "file is not a database" at the first statement, or a write would clobber it)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(len(_SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise ConfigError(f"cannot open the ledger database {path}: {exc.strerror or exc}", dsn=url_text) from exc
+    if head and head != _SQLITE_HEADER:  # an empty file is an empty database
+        raise ConfigError(f"{path} is not a database (SQLite expects its own file format): check --dsn / OFFSET_LEDGER_DSN",
+                          dsn=url_text)
 
 
 def _server_engine(url: URL, pool_size: int, **options: Any) -> Engine:
@@ -119,6 +138,9 @@ def translate_db_error(exc: Exception, doing: str) -> LedgerError:
     detail = " ".join(str(orig).split())
     sqlstate = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
     # 42P01 undefined_table (Postgres); SQLite reports it as an OperationalError.
+    if "file is not a database" in detail:  # SQLite: --dsn names a file of another kind (a CSV, a log)
+        return LedgerWithoutSchema(f"the ledger --dsn names a file that is not a database; check --dsn / "
+                                   f"OFFSET_LEDGER_DSN ({detail})")
     if sqlstate == "42P01" or "no such table" in detail:
         return LedgerWithoutSchema(f"the ledger database has no offset-ledger schema; run 'offset-ledger db "
                                    f"upgrade' ({detail})")
@@ -149,6 +171,22 @@ def check_connection(engine: Engine) -> None:
         raise LedgerUnavailable(
             f"cannot connect to the ledger database {engine.url.render_as_string()}: {exc.orig}",
         ) from exc
+
+
+def require_schema(engine: Engine) -> str:
+    """The schema revision; LedgerWithoutSchema (exit 2, HTTP 503) when the database has none.
+
+    Reads and ``serve`` call this first: one SELECT, so a mistyped or never-upgraded ledger is refused
+    at start with what to run, instead of answering every request with the same error later.
+    """
+    try:
+        with engine.connect() as conn:
+            revision = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "opening the ledger") from exc
+    if revision is None:
+        raise LedgerWithoutSchema("the ledger database has no offset-ledger schema; run 'offset-ledger db upgrade'")
+    return str(revision)
 
 
 def migrations_dir() -> Path:

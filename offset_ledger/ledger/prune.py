@@ -13,7 +13,6 @@ one never recorded.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -39,23 +38,12 @@ from offset_ledger.ledger.tables import (
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_SIZE = 20_000
-_UNITS = {"d": timedelta(days=1), "h": timedelta(hours=1), "m": timedelta(minutes=1),
-          "s": timedelta(seconds=1)}
-_DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 # Tuple-IN lists stay well under SQLite's bound-parameter limit.
 _KEYS_PER_QUERY = 400
 
 #: ``progress(table, deleted_so_far, to_delete)`` after each committed chunk.
 ProgressCallback = Callable[[str, int, int], None]
 BatchKey = tuple[str, int]  # (query_id, batch_id)
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30d`` / ``12h`` / ``90m`` / ``45s`` -> timedelta; anything else raises InvalidDuration."""
-    match = _DURATION.match(text or "")
-    if not match or int(match.group(1)) <= 0:
-        raise InvalidDuration(text)
-    return int(match.group(1)) * _UNITS[match.group(2)]
 
 
 @dataclass(frozen=True)
@@ -205,7 +193,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
     problems, not with batches. The batch a finding names (its latest sighting) keeps its rows.
     """
     if older_than <= timedelta(0):
-        raise InvalidDuration(str(older_than))
+        raise InvalidDuration(str(older_than), "older_than", "must be longer than zero")
     started = time.perf_counter()
     cutoff = (now or datetime.now(timezone.utc)) - older_than
     try:

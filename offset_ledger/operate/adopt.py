@@ -192,7 +192,15 @@ def import_checkpoint(
         with KafkaAdapter(bootstrap_servers, kafka_options, request_timeout_ms=kafka_timeout_ms) as adapter:
             topic_ids = adapter.topic_ids(sorted(chosen.positions))
     own = engine is None
-    engine = engine or make_engine(dsn)
+    try:
+        engine = engine or make_engine(dsn, create=execute)  # a dry run never creates a ledger
+    except ConfigError as exc:
+        if execute or not exc.details.get("missing"):
+            raise
+        # A dry run before the ledger exists: nothing there to refuse over, and nothing created.
+        return AdoptResult(pipeline, group, state.location, root, state.query_id, state.committed_batch_id,
+                           state.planned_batch_ids, chosen.positions, chosen.used, chosen.skipped,
+                           executed=False, findings=(_finding(state, chosen),))
     try:
         if execute:
             ensure_schema(engine)

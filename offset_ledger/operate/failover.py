@@ -30,7 +30,9 @@ from offset_ledger.errors import (
     InvalidInput,
     KafkaError,
     PlanConflict,
+    UnknownConsumerGroup,
     UnknownPipeline,
+    UnknownTopic,
 )
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.kafka.mm2_checkpoints import cluster_id, read_checkpoints
@@ -139,7 +141,7 @@ def failover(
     ``result.checkpoint_location`` (or call ``start_from_ledger`` with those topics: it resumes the
     new generation).
     """
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.ledger.engine import make_engine, require_schema
 
     if not to_bootstrap or not str(to_bootstrap).strip():
         raise ConfigError("failover needs the target cluster's bootstrap servers (to_bootstrap)")
@@ -151,14 +153,13 @@ def failover(
         raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
     engine = make_engine(dsn, create=False)  # a mistyped SQLite path is an error, never a new ledger
     try:
-        ensure_schema(engine)
+        require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
         group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
                                                               app_version)
         wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
         unknown = sorted(set(wanted) - {tp.topic for tp in before})
-        if unknown:
-            raise FailoverRefused(f"the ledger has no positions of {pipeline!r} on {', '.join(unknown)}",
-                                  reason="topic_unknown", topics=unknown)
+        if unknown:  # a typo, not a refusal: name the topics the pipeline does read
+            raise UnknownTopic(unknown[0], pipeline, sorted({tp.topic for tp in before}))
         topic_map = {t: target_topic(t, source_alias=source_alias, target_alias=target_alias,
                                      policy=replication_policy, separator=separator) for t in wanted}
         ledger = {tp: o for tp, o in before.items() if tp.topic in topic_map}
@@ -213,7 +214,11 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
         with engine.connect() as conn:
             footprint = pipeline_footprint(conn, pipeline)
             if not footprint:
-                raise UnknownPipeline(pipeline)
+                from offset_ledger.operate.known import pipeline_names
+
+                raise UnknownPipeline(pipeline, pipeline_names(conn))
+            if consumer_group is not None and consumer_group not in footprint:
+                raise UnknownConsumerGroup(pipeline, consumer_group, sorted(footprint))
             group = consumer_group or choose_group(pipeline, footprint)
             if gens.pending_reset_ids(conn, pipeline, group):
                 # MM2 translated the group's offsets, which a pending reset has not moved yet.

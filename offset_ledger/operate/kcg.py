@@ -1,5 +1,5 @@
-"""kafka-consumer-groups' file formats and durations, pure: ``--from-file`` CSV in, ``--export`` CSV
-out, ``--by-duration`` text to a timedelta.
+"""kafka-consumer-groups' file formats, pure: ``--from-file`` CSV in, ``--export`` CSV out
+(``--by-duration`` is parsed by the one duration grammar, ``offset_ledger.rules.durations``).
 
 KCG exports ``topic,partition,offset`` lines without a header; ``--from-file`` reads those, and
 also a first line that names the columns (what a spreadsheet adds). Offsets are next offsets to
@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import csv
 import io
-import re
 from collections.abc import Iterable
-from datetime import timedelta
 
 from offset_ledger.errors import InvalidInput
 from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.resets import PartitionReset, parse_partition_key, validate_offset
 
-_ISO_DURATION = re.compile(
-    r"^P(?:(?P<d>\d+(?:\.\d+)?)D)?(?:T(?:(?P<h>\d+(?:\.\d+)?)H)?(?:(?P<m>\d+(?:\.\d+)?)M)?"
-    r"(?:(?P<s>\d+(?:\.\d+)?)S)?)?$", re.IGNORECASE)
-_SHORT_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[dhms])$", re.IGNORECASE)
-_UNITS = {"d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
 
 
 def parse_offsets_csv(text: str, *, source: str) -> dict[TopicPartition, int]:
@@ -61,22 +54,3 @@ def export_csv(partitions: Iterable[PartitionReset]) -> str:
     for p in sorted(partitions, key=lambda x: (x.topic, x.partition)):
         writer.writerow([p.topic, p.partition, p.target_next_offset])
     return buffer.getvalue()
-
-
-def parse_duration(text: str) -> timedelta:
-    """``--by-duration``: KCG's ISO 8601 form (``PT10M``, ``P1DT2H``) or a short one (``10m``, ``2h``)."""
-    raw = text.strip()
-    found = _ISO_DURATION.match(raw)
-    if found and raw.upper() not in ("P", "PT") and any(found.groupdict().values()):
-        parts = {k: float(v) for k, v in found.groupdict().items() if v}
-        value = timedelta(days=parts.get("d", 0), hours=parts.get("h", 0), minutes=parts.get("m", 0),
-                          seconds=parts.get("s", 0))
-    else:
-        short = _SHORT_DURATION.match(raw)
-        if not short:
-            raise InvalidInput(f"invalid --by-duration {text[:40]!r}: use ISO 8601 (PT10M, P1DT2H) or 10m, 2h, 1d",
-                               duration=text[:40])
-        value = timedelta(**{_UNITS[short.group("unit").lower()]: float(short.group("n"))})
-    if value <= timedelta(0):
-        raise InvalidInput(f"invalid --by-duration {text[:40]!r}: must be longer than zero", duration=text[:40])
-    return value

@@ -57,9 +57,9 @@ class WindowFacts:
 def status_window() -> timedelta:
     """``OFFSET_LEDGER_STATUS_WINDOW`` (default 5m)."""
     from offset_ledger.config import settings
-    from offset_ledger.ledger.prune import parse_duration
+    from offset_ledger.rules.durations import parse_duration
 
-    return parse_duration(settings().status_window)
+    return parse_duration(settings().status_window, "OFFSET_LEDGER_STATUS_WINDOW")
 
 
 def positions_and_window(

@@ -22,7 +22,7 @@ from offset_ledger.errors import (
     AmbiguousConsumerGroup,
     ConfigError,
     InvalidInput,
-    UnknownPipeline,
+    UnknownConsumerGroup,
     UnknownTopic,
 )
 from offset_ledger.ledger import queries
@@ -69,15 +69,15 @@ log = logging.getLogger(__name__)
 
 def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
     """The consumer group to use: the one given (it must be in the ledger), else the pipeline's only one."""
+    from offset_ledger.operate.known import require_pipeline
+
     check_name("pipeline", pipeline)
-    groups = queries.consumer_groups(conn, pipeline)
+    groups = require_pipeline(conn, pipeline)  # UnknownPipeline naming the pipelines that exist
     if consumer_group is not None:
         check_name("consumer group", consumer_group)
         if consumer_group not in groups:
-            raise UnknownPipeline(pipeline)
+            raise UnknownConsumerGroup(pipeline, consumer_group, groups)
         return consumer_group
-    if not groups:
-        raise UnknownPipeline(pipeline)
     if len(groups) == 1:
         return groups[0]
     # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
@@ -171,6 +171,12 @@ class Operations(ResetOperations, MetricsReads):
 
         with self._db() as conn:
             conn.execute(text("SELECT 1"))
+
+    def schema_revision(self) -> str:
+        """The ledger's schema revision (LedgerWithoutSchema / LedgerUnavailable when it has none or is away)."""
+        from offset_ledger.ledger.engine import require_schema
+
+        return require_schema(self._reads)
 
     def resolve_group(self, conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
         """The consumer group to use (``resolve_group``)."""
@@ -300,6 +306,10 @@ class Operations(ResetOperations, MetricsReads):
         after = decode_cursor(cursor) if cursor else None
         with self._db() as conn:
             group = self.resolve_group(conn, pipeline, consumer_group)
+            if topic is not None:
+                from offset_ledger.operate.known import require_topics
+
+                require_topics(conn, pipeline, group, [topic])
             rows = queries.batch_history(conn, pipeline, group, topic=topic, since=since, until=until,
                                          limit=limit + 1, after=after)
             more = len(rows) > limit

@@ -25,6 +25,7 @@ from offset_ledger.operate.inputs import (
     check_reason,
     check_topic,
 )
+from offset_ledger.operate.known import require_topics
 from offset_ledger.operate.move_cost import reset_cost
 from offset_ledger.rules.model import Position
 from offset_ledger.rules.resets import (
@@ -69,6 +70,7 @@ class ResetOperations:
         self._check_reset_names(request)
         with self._db() as conn:
             group = self.resolve_group(conn, pipeline, consumer_group)
+            require_topics(conn, pipeline, group, request.scope or ())
             positions = queries.current_positions(conn, pipeline, group)
         return group, self._plan_reset(pipeline, request, positions)
 
@@ -115,6 +117,7 @@ class ResetOperations:
         self._check_reset_names(request)
         with self._db() as conn:
             group = self.resolve_group(conn, pipeline, consumer_group)
+            require_topics(conn, pipeline, group, request.scope or ())  # a typo is not a new topic
         try:
             plan, stored = record_reset(
                 self.engine, lambda positions: self._plan_reset(pipeline, request, positions),

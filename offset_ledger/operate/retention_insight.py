@@ -44,9 +44,9 @@ Timestamps = Callable[[Sequence["PartitionLag"]], Mapping[tuple[str, int, int], 
 def warn_seconds() -> float:
     """``OFFSET_LEDGER_RETENTION_WARN`` (default 1h) in seconds."""
     from offset_ledger.config import settings
-    from offset_ledger.ledger.prune import parse_duration
+    from offset_ledger.rules.durations import parse_duration
 
-    return parse_duration(settings().retention_warn).total_seconds()
+    return parse_duration(settings().retention_warn, "OFFSET_LEDGER_RETENTION_WARN").total_seconds()
 
 
 class RetentionInsight:

@@ -19,6 +19,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.verify_reads import VerifyInputs, read_inputs
 from offset_ledger.ledger.verify_rows import merged, stream_rows, tagged, unknown_start_rows
 from offset_ledger.operate.inputs import check_topic
+from offset_ledger.operate.known import require_topics
 from offset_ledger.operate.verify_loss import attach, loss_stretches
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, summarize, verify_ranges
 
@@ -140,6 +141,8 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
                 conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             with conn.begin():
                 group = ops.resolve_group(conn, pipeline, consumer_group)
+                if topic is not None:  # a typo would otherwise verify 0 partitions: "read exactly once"
+                    require_topics(conn, pipeline, group, [topic])
                 inputs = read_inputs(conn, pipeline, group, topic)
                 side = unknown_start_rows(conn, pipeline, group, topic)
                 rows = tagged(merged(stream_rows(conn, pipeline, group, topic), side), inputs)

@@ -24,52 +24,24 @@ No I/O here: ``offset_ledger.operate.restart`` feeds the batches read from the l
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from offset_ledger.errors import InvalidRestartOptions, StatefulRestartRefused
+from offset_ledger.errors import InvalidDuration, InvalidRestartOptions, StatefulRestartRefused
+from offset_ledger.rules.durations import parse_duration_ms as _parse_ms
 from offset_ledger.rules.model import EARLIEST, Finding, TopicPartition
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
-_UNITS_MS = {
-    "ms": 1, "millisecond": 1, "milliseconds": 1, "msec": 1, "msecs": 1,
-    "s": 1_000, "sec": 1_000, "secs": 1_000, "second": 1_000, "seconds": 1_000,
-    "m": 60_000, "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-    "w": 604_800_000, "week": 604_800_000, "weeks": 604_800_000,
-}
-_PART = re.compile(r"\s*(\d+)\s*([a-z]+)\s*")
-
-
 def parse_duration_ms(text: str | int | timedelta, *, option: str = "window") -> int:
-    """A duration as Spark writes it (``"10 seconds"``, ``"1 minute 30 seconds"``, ``"interval 5
-    minutes"``, or short: ``10s``, ``5m``, ``1h``), a timedelta or int ms -> milliseconds (> 0)."""
-    if isinstance(text, timedelta):
-        ms = int(text.total_seconds() * 1000)
-    elif isinstance(text, int) and not isinstance(text, bool):
-        ms = text
-    elif isinstance(text, str):
-        body = text.strip().lower()
-        body = body[len("interval"):] if body.startswith("interval") else body
-        parts = _PART.findall(body)
-        if not parts or _PART.sub("", body) != "":
-            raise InvalidRestartOptions(
-                f"{option} must be a duration like '10 seconds', '1 minute' or '10m', not {text!r}",
-                option=option, value=text)
-        ms = 0
-        for amount, unit in parts:
-            if unit not in _UNITS_MS:
-                raise InvalidRestartOptions(f"{option}: unknown unit {unit!r} in {text!r}", option=option, value=text)
-            ms += int(amount) * _UNITS_MS[unit]
-    else:
-        raise InvalidRestartOptions(f"{option} must be a duration string, not {text!r}", option=option)
-    if ms <= 0:
-        raise InvalidRestartOptions(f"{option} must be longer than zero, not {text!r}", option=option)
-    return ms
+    """A window, slide or watermark delay in milliseconds (> 0), in the one duration grammar
+    (``offset_ledger.rules.durations``: ``10 seconds``, ``10m``, ``PT10M``, ``interval 1 minute``);
+    an int is milliseconds. A bad one is InvalidRestartOptions naming ``option``."""
+    try:
+        return _parse_ms(text, option)
+    except InvalidDuration as exc:
+        raise InvalidRestartOptions(exc.message, option=option, value=str(text)[:60]) from None
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,8 @@ def test_resource_api_reads_and_reset_modes(ledger, pg_dsn: str, kafka) -> None:
         }).json()
         assert [b["batchId"] for b in window["batches"]] == [2, 1]
         assert window["batches"][0]["ranges"][0]["untilOffset"] == 24 * 3 // 5
-        assert c.get("/api/v1/pipelines/etl/history", params={"topic": "other_topic"}).json()["batches"] == []
+        other = c.get("/api/v1/pipelines/etl/history", params={"topic": "other_topic"})  # a typo is no empty page
+        assert other.status_code == 404 and "topic 'other_topic' is not read by pipeline 'etl'" in other.json()["message"]
 
         ts = c.post("/api/v1/pipelines/etl/resets", json={"mode": "timestamp", "timestamp": cut.isoformat()}).json()
         assert [(x["targetNextOffset"], x["recordsSkipped"], x["recordsReplayed"]) for x in ts["partitions"]] == [
@@ -196,7 +197,7 @@ def test_resource_api_reads_and_reset_modes(ledger, pg_dsn: str, kafka) -> None:
         assert f'offset_ledger_lag_records{{pipeline="etl",consumer_group="etl",topic="{topic}",partition="0"}} 6' in metrics
         assert f'offset_ledger_position_next_offset{{pipeline="etl",consumer_group="etl",topic="{topic}",partition="1"}} 30' in metrics
         assert "offset_ledger_kafka_up 1" in metrics
-        assert c.get("/healthz").json() == {"status": "ok"}
+        assert c.get("/healthz").json()["status"] == "ok" and c.get("/healthz").json()["ledger"]["reachable"]
 
 
 def test_kafka_and_database_unreachable_are_503(ledger, pg_dsn: str, kafka) -> None:  # type: ignore[no-untyped-def]

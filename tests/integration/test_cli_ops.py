@@ -54,7 +54,7 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     assert json.loads(r.stdout) == {topic: {"0": 12, "1": 20}}
     r = run(env, "offsets", "etl", "--format", "csv")
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    assert [(x["topic"], x["partition"], x["next_offset"], x["placed_by"]) for x in rows] == [
+    assert [(x["topic"], x["partition"], x["nextOffset"], x["placedBy"]) for x in rows] == [
         (topic, "0", "12", "batch"), (topic, "1", "20", "batch")]
 
     r = run(env, "history", "etl", "--limit", "2", "--format", "json")

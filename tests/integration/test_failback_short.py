@@ -42,7 +42,7 @@ def test_failing_back_is_refused_by_name_then_starts_the_original_topic_at_its_l
     assert "waiting does not help" in refused.stderr
     assert position_map(ledger, pipeline) == {(f"{home}.{topic}", 0): 3, (f"{home}.{topic}", 1): 4}
 
-    done = _cli(*base, "--uncheckpointed", "earliest", "--json")
+    done = _cli(*base, "--uncheckpointed", "earliest", "-f", "json", "--execute")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["topics"] == [topic] and doc["generation"] == 2

@@ -69,7 +69,7 @@ def test_failover_cli_refuses_uncheckpointed_partitions_then_records_the_generat
     assert f"{target}:1 (no_checkpoint)" in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     assert position_map(ledger, pipeline) == {("orders", 0): 6, ("orders", 1): 5}  # nothing written
 
-    dry = _cli(*base, "--uncheckpointed", "earliest", "--dry-run", "--json")
+    dry = _cli(*base, "--uncheckpointed", "earliest", "--dry-run", "-f", "json")
     assert dry.returncode == 0, dry.stderr
     doc = json.loads(dry.stdout)
     assert doc["dryRun"] and doc["generation"] is None and doc["checkpointLocation"] is None
@@ -77,7 +77,7 @@ def test_failover_cli_refuses_uncheckpointed_partitions_then_records_the_generat
     assert [(p["partition"], p["reason"]) for p in doc["problems"]] == [(1, "no_checkpoint")]
     assert position_map(ledger, pipeline) == {("orders", 0): 6, ("orders", 1): 5}  # still nothing written
 
-    done = _cli(*base, "--uncheckpointed", "earliest")
+    done = _cli(*base, "--uncheckpointed", "earliest", "--execute")
     print(done.stdout, done.stderr)
     assert done.returncode == 0, done.stderr
     assert f'startingOffsets: {{"{target}":{{"0":4,"1":0}}}}' in done.stdout

@@ -136,7 +136,7 @@ def test_cli_import_checkpoint_dry_run_execute_and_errors(checkpoint: Path, dsn:
 @pytest.mark.parametrize("args, fragment", [
     (["import-checkpoint", "/nowhere"], "missing argument CHECKPOINT"),
     (["import-checkpoint", "p", "/nowhere"], "no such directory"),
-    (["import-checkpoint", "p", "/nowhere", "--format", "csv"], "--format"),
+    (["import-checkpoint", "p", "/nowhere", "--format", "xml"], "--format"),
     (["replay", "orders"], "--batch N"),
     (["replay", "orders", "--batch", "1", "--from", "2024-01-01"], "not both"),
     (["replay", "orders", "--from", "yesterday"], "invalid timestamp"),

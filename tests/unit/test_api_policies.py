@@ -151,7 +151,12 @@ def test_malformed_json_is_a_400_and_writes_nothing(engine) -> None:  # type: ig
 def test_policies_can_be_decided_before_the_first_run_and_names_with_a_slash_work(engine) -> None:  # type: ignore[no-untyped-def]
     client = _client(engine)
     url = "/api/v1/pipelines/orders%2Feu/policies"
-    done = client.put(url, json={"policies": {"firstRun": "2024-05-01T12:00:00+00:00"}, "reason": "start in May"})
+    body = {"policies": {"firstRun": "2024-05-01T12:00:00+00:00"}, "reason": "start in May"}
+    unknown = client.put(url, json=body)  # a typo would store policies nobody reads: 404 naming what exists
+    assert unknown.status_code == 404 and "unknown pipeline 'orders/eu'" in unknown.json()["message"], unknown.text
+    assert "orders-etl" in unknown.json()["message"] and _changes(engine) == 0
+    assert client.get(url).status_code == 404 and client.get(url + "/history").status_code == 404
+    done = client.put(url, json={**body, "newPipeline": True})
     assert done.status_code == 200, done.text
     assert done.json()["pipeline"] == "orders/eu" and done.json()["policies"]["firstRun"] == "2024-05-01T12:00:00+00:00"
     assert client.get(url + "/history").json()["changes"][0]["actor"] == "api"

@@ -115,6 +115,9 @@ def test_serve_passes_timeout_to_the_kafka_clients(monkeypatch: pytest.MonkeyPat
 
     monkeypatch.setattr(api, "create_app", fake_create_app)
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.setdefault("ran", (app, kw)))
+    code, _, err = cli(["serve", "--dsn", dsn], capsys)  # serve never creates a ledger
+    assert code == 2 and "no ledger database" in err and not seen
+    assert cli(["db", "upgrade", "--dsn", dsn], capsys)[0] == 0
     code, _, err = cli(["serve", "--dsn", dsn, "--bootstrap-server", "k:9092", "--timeout", "2500"], capsys)
     assert code == 0, err
     assert seen["kafka_timeout_ms"] == 2500 and seen["bootstrap_servers"] == "k:9092"

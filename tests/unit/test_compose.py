@@ -46,6 +46,10 @@ def _serve_port_default() -> int:
     command = typer.main.get_command(app)
     serve = command.commands["serve"]  # type: ignore[attr-defined]
     (port,) = [p for p in serve.params if p.name == "port"]
+    if port.default is None:  # the default is the setting's (OFFSET_LEDGER_PORT)
+        from offset_ledger.config import Settings
+
+        return int(Settings.model_fields["port"].default)
     return int(port.default)
 
 

@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert, select, update
 
 from offset_ledger.api import create_app
+from offset_ledger.ledger.engine import head_revision
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import checkpoint_generations, findings, runs
 from offset_ledger.operate.operations import Operations
@@ -74,7 +75,8 @@ def test_legacy_paths_still_reach_the_api_not_the_console(engine) -> None:  # ty
     assert c.get("/api/v1/pipelines/").json()["pipelines"][0]["pipeline"] == "orders"
     r = c.get("/console/static/no-such-file.js")
     assert r.status_code == 404 and r.json()["error"] == "NotFound"
-    assert c.get("/healthz").json() == {"status": "ok"}
+    assert c.get("/healthz").json() == {"status": "ok", "ledger": {"reachable": True, "schema": head_revision()}}
+    assert c.get("/livez").json() == {"status": "alive"}
 
 
 def test_pipeline_names_are_escaped_in_the_page(engine) -> None:  # type: ignore[no-untyped-def]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from offset_ledger.errors import InvalidInput, InvalidOffset
-from offset_ledger.operate.kcg import export_csv, parse_duration, parse_offsets_csv
+from offset_ledger.operate.kcg import export_csv, parse_offsets_csv
 from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.resets import PartitionReset
 
@@ -41,15 +41,3 @@ def test_export_reads_back_exactly(targets: dict[tuple[str, int], int]) -> None:
     assert parse_offsets_csv(export_csv(plan), source="f") == {TopicPartition(t, p): o for (t, p), o in targets.items()}
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("PT10M", timedelta(minutes=10)), ("P1DT2H", timedelta(days=1, hours=2)), ("PT0.5S", timedelta(seconds=0.5)),
-    ("30m", timedelta(minutes=30)), ("2h", timedelta(hours=2)), ("1d", timedelta(days=1)),
-])
-def test_durations(text: str, expected: timedelta) -> None:
-    assert parse_duration(text) == expected
-
-
-@pytest.mark.parametrize("text", ["", "P", "PT", "PT0S", "10", "-5m", "soon", "P1Y"])
-def test_bad_durations(text: str) -> None:
-    with pytest.raises(InvalidInput, match="by-duration"):
-        parse_duration(text)

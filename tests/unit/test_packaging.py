@@ -31,7 +31,7 @@ def test_serve_without_the_server_extra_says_what_to_install(tmp_path: Path) -> 
     env = dict(os.environ, PYTHONPATH=str(tmp_path), OFFSET_LEDGER_HOME=str(tmp_path / "home"))
     out = _python("from offset_ledger.cli.main import main; main(['serve'])", env)
     assert out.returncode == 2
-    assert out.stderr.strip().endswith("pip install 'offset-ledger[server]'") and out.stderr.count("\n") == 1
+    assert out.stderr.strip().endswith(f"pip install '{ROOT}[server]'") and out.stderr.count("\n") == 1
 
 
 def test_license_and_extras() -> None:

@@ -130,13 +130,18 @@ def test_the_policy_commands_set_show_and_audit(tmp_path: Path, capsys: pytest.C
     assert run("policy", "set", "orders", "--on-data-loss", "sometimes", "--reason", "r") == 2
     assert run("policy", "set", "orders", "--slide", "5m", "--reason", "r") == 2
     assert not (tmp_path / "ledger.db").exists()  # bad input wrote nothing
+    # A pipeline the ledger does not know is a typo until said otherwise.
+    assert run("policy", "set", "orders", "--on-data-loss", "earliest", "--reason", "v2") == 2
+    assert not (tmp_path / "ledger.db").exists()
     assert run("policy", "set", "orders", "--on-data-loss", "earliest", "--window", "10m", "--reason", "v2",
-               "--actor", "alice") == 0
+               "--actor", "alice", "--new-pipeline") == 0
     assert run("policy", "set", "orders", "--unset", "window", "--reason", "v3", "--actor", "bob") == 0
     capsys.readouterr()
     assert run("policy", "show", "orders", "-f", "json") == 0
-    assert json.loads(capsys.readouterr().out) == {"pipeline": "orders", "policies": {"on_data_loss": "earliest"}}
+    shown = json.loads(capsys.readouterr().out)  # the API's GET answer: camelCase, effective and sources
+    assert shown["pipeline"] == "orders" and shown["policies"] == {"onDataLoss": "earliest"}
+    assert shown["effective"]["onDataLoss"] == "earliest" and shown["sources"]["window"] == "default"
     assert run("policy", "history", "orders", "-f", "json") == 0
     history = json.loads(capsys.readouterr().out)
     assert [(h["actor"], h["reason"], json.loads(h["policies"])) for h in history] == [
-        ("alice", "v2", {"on_data_loss": "earliest", "window": "10m"}), ("bob", "v3", {"on_data_loss": "earliest"})]
+        ("alice", "v2", {"onDataLoss": "earliest", "window": "10m"}), ("bob", "v3", {"onDataLoss": "earliest"})]

@@ -149,7 +149,7 @@ def test_no_watermark_recorded_is_none_and_an_underivable_delay_is_refused() -> 
 @pytest.mark.parametrize("argv, fragment", [
     (["resolve", "p", "--topic", "t", "--window", "ten minutes"], "window"),
     (["resolve", "p", "--topic", "t", "--window", "10s", "--slide", "20s"], "slide"),
-    (["resolve", "p", "--topic", "t", "--window", "10s", "--watermark-delay", "0s"], "watermark_delay"),
+    (["resolve", "p", "--topic", "t", "--window", "10s", "--watermark-delay", "0s"], "--watermark-delay"),
     (["resolve", "p", "--topic", "t", "--slide", "5s"], "--window"),
 ])
 def test_cli_bad_window_options_exit_2_before_connecting(argv: list[str], fragment: str,

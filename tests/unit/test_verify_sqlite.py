@@ -208,7 +208,9 @@ def test_the_endpoint_answers_like_the_command_behind_the_same_token(engine: Eng
     assert [(s["partition"], s["fromOffset"], s["untilOffset"], s["kind"]) for s in doc["stretches"]] == [
         (1, 35, 40, "overlap")]
     assert client.get("/api/v1/pipelines/orders/verify?topic=t&unexplainedOnly=true", headers=auth).json()["ok"] is False
-    assert client.get("/api/v1/pipelines/orders/verify?topic=other", headers=auth).json()["stretches"] == []
+    other = client.get("/api/v1/pipelines/orders/verify?topic=other", headers=auth)  # a typo is no green answer
+    assert other.status_code == 404 and other.json()["message"] == (
+        "topic 'other' is not read by pipeline 'orders' (topics: t)"), other.text
     missing = client.get("/api/v1/pipelines/nobody/verify", headers=auth)
     assert missing.status_code == 404 and missing.json()["error"] == "UnknownPipeline"
     bad = client.get("/api/v1/pipelines/orders/verify?topic=bad%20topic", headers=auth)
