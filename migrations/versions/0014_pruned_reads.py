@@ -14,7 +14,9 @@ reads: verify sweeps it as history. Added columns:
 - ``first_until_offset``: where the island's first batch ended, so an unknown start (``from_offset``
   now NULL, as in ``batch_offsets``) is given back to verify as that batch's own row;
 - ``last_batch_time``: the island's last batch, so a restart's "where did the history stand" can
-  count the islands before it.
+  count the islands before it;
+- ``run_id``: the run that read it (an island never spans two runs), so a finding that flags the
+  run (a zombie, a run on a foreign checkpoint) still accounts for its pruned extra reads.
 
 Existing islands, converted where the data allows: an island that does not begin with its query's
 first batch (``from_batch_id > 0``: Spark reports every later batch's start) and whose query ran no
@@ -48,6 +50,7 @@ def upgrade() -> None:
             batch.add_column(sa.Column("counts_reads", sa.Boolean(), nullable=False, server_default=sa.false()))
             batch.add_column(sa.Column("first_until_offset", sa.BigInteger(), nullable=True))
             batch.add_column(sa.Column("last_batch_time", sa.DateTime(timezone=True), nullable=True))
+            batch.add_column(sa.Column("run_id", sa.String(64), nullable=True))
             batch.alter_column("from_offset", existing_type=sa.BigInteger(), nullable=True)
     kinds = ", ".join(f"'{k}'" for k in _RUN_FINDINGS)
     op.execute(sa.text(
@@ -63,6 +66,7 @@ def downgrade() -> None:
     op.execute("UPDATE pruned_ranges SET from_offset = until_offset WHERE from_offset IS NULL")
     with op.batch_alter_table("pruned_ranges") as batch:
         batch.alter_column("from_offset", existing_type=sa.BigInteger(), nullable=False)
+        batch.drop_column("run_id")
         batch.drop_column("last_batch_time")
         batch.drop_column("first_until_offset")
         batch.drop_column("counts_reads")

@@ -20,30 +20,34 @@ from sqlalchemy.engine import Connection
 _KEEP = "prune_keep_ids"
 _KEEP_ROWS = 5_000
 _KEY = 'pipeline, consumer_group, query_id, topic, "partition"'
+_KEY_BO = 'bo.pipeline, bo.consumer_group, bo.query_id, bo.topic, bo."partition"'
 
 # brk = 1 where a new island starts: the first range of its key, one that does not start where the
 # one before ended (a hole, an overlap, offsets going back, a second source of the same batch), or
 # one whose start was not reported (NULL = anything is NULL: it starts an island of its own with an
-# unknown start, ``rules.pruned``). Within an island only the first start can be NULL, and ends
+# unknown start, ``rules.pruned``), or one another run read (a finding may flag that run). Within an island only the first start can be NULL, and ends
 # never go back: MIN(until_offset) is the first batch's end.
 _ISLANDS = f"""
 INSERT INTO pruned_ranges ({_KEY}, from_batch_id, until_batch_id, from_offset, until_offset, batches,
-                           first_batch_time, cutoff, pruned_at, first_until_offset, last_batch_time, counts_reads)
+                           first_batch_time, cutoff, pruned_at, first_until_offset, last_batch_time, counts_reads,
+                           run_id)
 SELECT {_KEY}, MIN(batch_id), MAX(batch_id),
        CASE WHEN COUNT(from_offset) < COUNT(*) THEN NULL ELSE MIN(from_offset) END, MAX(until_offset),
-       COUNT(*), MIN(batch_time), :cutoff, :pruned_at, MIN(until_offset), MAX(batch_time), :counts_reads
+       COUNT(*), MIN(batch_time), :cutoff, :pruned_at, MIN(until_offset), MAX(batch_time), :counts_reads,
+       MIN(run_id)
 FROM (
-    SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time,
+    SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time, run_id,
            SUM(brk) OVER (PARTITION BY {_KEY} ORDER BY batch_id, source_index ROWS UNBOUNDED PRECEDING) AS island
     FROM (
-        SELECT {_KEY}, batch_id, source_index, from_offset, until_offset, batch_time,
+        SELECT {_KEY_BO}, bo.batch_id, source_index, from_offset, until_offset, bo.batch_time, b.run_id,
                CASE WHEN LAG(until_offset) OVER w IS NULL THEN 1
-                    WHEN from_offset = LAG(until_offset) OVER w AND until_offset >= LAG(until_offset) OVER w THEN 0
+                    WHEN from_offset = LAG(until_offset) OVER w AND until_offset >= LAG(until_offset) OVER w
+                         AND b.run_id = LAG(b.run_id) OVER w THEN 0
                     ELSE 1 END AS brk
-        FROM batch_offsets bo
+        FROM batch_offsets bo LEFT JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
         WHERE bo.batch_time < :cutoff {{pipeline}}
           AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = bo.id)
-        WINDOW w AS (PARTITION BY {_KEY} ORDER BY batch_id, source_index)
+        WINDOW w AS (PARTITION BY {_KEY_BO} ORDER BY bo.batch_id, source_index)
     ) marked
 ) numbered
 GROUP BY {_KEY}, island

@@ -320,5 +320,6 @@ pruned_ranges = Table(
     Column("counts_reads", Boolean, nullable=False, server_default=false()),
     Column("first_until_offset", BigInteger),  # where the island's first batch ended (exclusive)
     Column("last_batch_time", _tz()),
+    Column("run_id", String(64)),  # the run that read the island (a finding may flag it)
     Index(None, "pipeline", "consumer_group", "topic", "partition"),
 )

@@ -255,6 +255,14 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                               .where(batches.c.pipeline == pipeline, batches.c.consumer_group == group,
                                      batches.c.run_id.in_(sorted(flagged_runs)))):
             out.run_flags.setdefault((r.query_id, r.batch_id), []).extend(flagged_runs[r.run_id])
+        # Pruned reads of a flagged run: under the batch ids their rows carry (``rules.pruned.island_reads``).
+        for r in conn.execute(select(pruned_ranges.c.query_id, pruned_ranges.c.from_batch_id,
+                                     pruned_ranges.c.until_batch_id, pruned_ranges.c.run_id).distinct()
+                              .where(pruned_ranges.c.pipeline == pipeline, pruned_ranges.c.consumer_group == group,
+                                     pruned_ranges.c.counts_reads.is_(True),
+                                     pruned_ranges.c.run_id.in_(sorted(flagged_runs)))):
+            for batch_id in {r.from_batch_id, r.until_batch_id}:
+                out.run_flags.setdefault((r.query_id, batch_id), []).extend(flagged_runs[r.run_id])
     if out.boundaries or out.topic_boundaries:
         out.query_started = {r.query_id: _utc(r.started) for r in conn.execute(  # type: ignore[misc]
             select(batches.c.query_id, func.min(batches.c.batch_time).label("started"))

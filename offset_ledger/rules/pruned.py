@@ -17,7 +17,8 @@ Offsets: ``from_offset`` inclusive, ``until_offset`` exclusive (next offset to r
 of its own with an unknown start and keeps its end (``first_until_offset``): verify then resolves it
 exactly as it resolved the row (where it cannot be known, it stays unknown, never "continues").
 Two sources of one batch reading the same partition are two reads (verify counts both): the second
-starts an island of its own.
+starts an island of its own. An island is read by one run (a new run starts a new island), so a
+finding that flags a run (a zombie, a foreign checkpoint) still accounts for its pruned reads.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ class DeletedRange(NamedTuple):
     until_offset: int
     batch_time: datetime
     source_index: int = 0
+    run_id: str | None = None  # the run that read it (``batches.run_id``)
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Island:
     first_batch_time: datetime  # the island's first batch: which generation (incarnation) it belongs to
     first_until_offset: int = 0  # where the island's first batch ended (exclusive)
     last_batch_time: datetime | None = None
+    run_id: str | None = None  # one run reads an island: a finding that flags the run covers its reads
 
 
 def _key(r: DeletedRange) -> tuple[str, str, str, str, int]:
@@ -83,7 +86,7 @@ def islands(rows: Iterable[DeletedRange]) -> Iterator[Island]:
             raise ValueError(f"deleted ranges out of order: {k} batch {r.batch_id} after {key} batch {last[0]}")
         start = r.from_offset
         if cur is not None and k == key and start is not None and start == cur.until_offset \
-                and r.until_offset >= cur.until_offset:
+                and r.until_offset >= cur.until_offset and r.run_id == cur.run_id:
             cur.until_offset = r.until_offset
             cur.until_batch_id = r.batch_id
             cur.batches += 1
@@ -92,7 +95,7 @@ def islands(rows: Iterable[DeletedRange]) -> Iterator[Island]:
             if cur is not None:
                 yield cur
             cur = Island(r.pipeline, r.consumer_group, r.query_id, r.topic, r.partition, r.batch_id, r.batch_id,
-                         start, r.until_offset, 1, r.batch_time, r.until_offset, r.batch_time)
+                         start, r.until_offset, 1, r.batch_time, r.until_offset, r.batch_time, r.run_id)
         key, last = k, at
     if cur is not None:
         yield cur
