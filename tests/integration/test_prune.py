@@ -252,7 +252,7 @@ def test_a_pruned_first_batch_without_a_reported_start_stays_read(pg_dsn: str) -
             _history(conn, start_of_q1=None)
         assert _verify(engine) == []
         report = prune(engine, timedelta(days=1), now=NOW, execute=True)
-        assert report.batch_offsets.deleted == 10  # q1 0-3, q2 0 and 2-7 but 1 (named) ... 4 + 1 + 6 = 11 - kept
+        assert report.batch_offsets.deleted == 11  # q1 0-3, q2 0 and 2-7 (q2 1 is named, q2 8 recent)
         assert _verify(engine) == []
         with engine.connect() as conn:
             first = conn.execute(select(t.pruned_ranges.c.from_offset, t.pruned_ranges.c.first_until_offset)
