@@ -135,9 +135,11 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
             with conn.begin():
                 group = ops.resolve_group(conn, pipeline, consumer_group)
                 inputs = read_inputs(conn, pipeline, group, topic)
-                # Pruned history is swept as the reads it was: a prune never changes the answer.
+                # Pruned history is swept as the reads it was: a prune never changes the answer. On a
+                # tie an unknown start goes first, as it did among the rows before they were pruned.
                 side = sorted([*unknown_start_rows(conn, pipeline, group, topic),
-                               *pruned_rows(conn, pipeline, group, topic)], key=sort_key)
+                               *pruned_rows(conn, pipeline, group, topic)],
+                              key=lambda r: (*sort_key(r), r.from_offset is not None))
                 rows = tagged(merged(stream_rows(conn, pipeline, group, topic), side), inputs)
                 results = list(verify_ranges(rows, inputs.explanations, inputs.positions))
     except SQLAlchemyError as exc:
