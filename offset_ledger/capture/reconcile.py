@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunStart
-from offset_ledger.ledger.tables import batches, findings, runs
+from offset_ledger.ledger.tables import batches, findings, pruned_ranges, runs
 from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
 
@@ -158,6 +158,11 @@ def reconcile(
             # Only the ids the checkpoint still holds matter (a long-running query has many more).
             recorded = set(conn.execute(select(batches.c.batch_id).where(
                 batches.c.query_id == query_id, batches.c.batch_id >= (available[0] if available else 0))).scalars())
+            # Batches prune deleted (their islands name them): pruned, not missed.
+            pruned = [(r.from_batch_id, r.until_batch_id) for r in conn.execute(
+                select(pruned_ranges.c.from_batch_id, pruned_ranges.c.until_batch_id).distinct().where(
+                    pruned_ranges.c.query_id == query_id,
+                    pruned_ranges.c.until_batch_id >= (available[0] if available else 0)))]
             run_known = conn.execute(select(runs.c.run_id).where(runs.c.run_id == checkpoint_run_id(query_id))
                                      ).first() is not None
     except SQLAlchemyError as exc:
@@ -165,7 +170,9 @@ def reconcile(
     last_committed = available[-1] if available else None
     # Below the oldest batch the ledger still has, a missing one was pruned (prune keeps each
     # partition's newest batch), not missed: only holes above it and the tail are backfilled.
-    lacking = [b for b in available if b not in recorded and (first_recorded is None or b > first_recorded)]
+    # A batch an island names was pruned too (prune may keep an older one: a finding names it).
+    lacking = [b for b in available if b not in recorded and (first_recorded is None or b > first_recorded)
+               and not any(lo <= b <= hi for lo, hi in pruned)]
     if not lacking:
         return Reconciliation(location, query_id, True, last_committed, last_recorded)
     try:

@@ -64,7 +64,7 @@ def prune_cmd(
         typer.echo("dry run: nothing deleted; add --execute to delete")
     else:
         if report.islands:
-            typer.echo(f"  recorded {report.islands:,} pruned ranges: verify explains their stretches as pruned")
+            typer.echo(f"  recorded {report.islands:,} pruned ranges: verify reads them as the history they were")
         typer.echo(f"done in {report.seconds:.1f}s")
 
 

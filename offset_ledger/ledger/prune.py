@@ -6,8 +6,10 @@ partition rows: the latest batch of each (pipeline, consumer group, topic, parti
 that placed each current position, every batch a finding refers to, and the whole history of each
 pipeline's live windowed query (``live_stateful_queries``: a stateful restart rewinds through it).
 Only ``batches`` and ``batch_offsets`` rows lose history, and what they lose is recorded first as
-islands in ``pruned_ranges`` (``ledger.prune_record``), so ``verify`` can tell a pruned stretch from
-one never recorded.
+islands in ``pruned_ranges`` (``ledger.prune_record``): ``verify`` sweeps them as the reads they
+were, with the run that read them (a finding that flags a run still explains its pruned extra
+reads), so its answer is the same before and after a prune; a restart's ``reconcile`` knows their
+batch ids were pruned, not missed.
 """
 
 from __future__ import annotations

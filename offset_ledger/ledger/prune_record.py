@@ -14,38 +14,40 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import DateTime, Integer, bindparam, column, table, text
+from sqlalchemy import Boolean, DateTime, Integer, bindparam, column, table, text
 from sqlalchemy.engine import Connection
 
 _KEEP = "prune_keep_ids"
 _KEEP_ROWS = 5_000
 _KEY = 'pipeline, consumer_group, query_id, topic, "partition"'
+_KEY_BO = 'bo.pipeline, bo.consumer_group, bo.query_id, bo.topic, bo."partition"'
 
-# brk = 1 where a new island starts: the first range of its key, or one that does not start where
-# the one before ended (a hole, an overlap, offsets going back). A range with no reported start
-# continues the island (the recorder's and verify's rule). DISTINCT folds two sources of one batch
-# reading the same range.
+# brk = 1 where a new island starts: the first range of its key, one that does not start where the
+# one before ended (a hole, an overlap, offsets going back, a second source of the same batch), or
+# one whose start was not reported (NULL = anything is NULL: it starts an island of its own with an
+# unknown start, ``rules.pruned``), or one another run read (a finding may flag that run). Within an island only the first start can be NULL, and ends
+# never go back: MIN(until_offset) is the first batch's end.
 _ISLANDS = f"""
 INSERT INTO pruned_ranges ({_KEY}, from_batch_id, until_batch_id, from_offset, until_offset, batches,
-                           first_batch_time, cutoff, pruned_at)
-SELECT {_KEY}, MIN(batch_id), MAX(batch_id), MIN(COALESCE(from_offset, until_offset)), MAX(until_offset),
-       COUNT(*), MIN(batch_time), :cutoff, :pruned_at
+                           first_batch_time, cutoff, pruned_at, first_until_offset, last_batch_time, counts_reads,
+                           run_id)
+SELECT {_KEY}, MIN(batch_id), MAX(batch_id),
+       CASE WHEN COUNT(from_offset) < COUNT(*) THEN NULL ELSE MIN(from_offset) END, MAX(until_offset),
+       COUNT(*), MIN(batch_time), :cutoff, :pruned_at, MIN(until_offset), MAX(batch_time), :counts_reads,
+       MIN(run_id)
 FROM (
-    SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time,
-           SUM(brk) OVER (PARTITION BY {_KEY} ORDER BY batch_id ROWS UNBOUNDED PRECEDING) AS island
+    SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time, run_id,
+           SUM(brk) OVER (PARTITION BY {_KEY} ORDER BY batch_id, source_index ROWS UNBOUNDED PRECEDING) AS island
     FROM (
-        SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time,
+        SELECT {_KEY_BO}, bo.batch_id, source_index, from_offset, until_offset, bo.batch_time, b.run_id,
                CASE WHEN LAG(until_offset) OVER w IS NULL THEN 1
-                    WHEN (from_offset IS NULL OR from_offset = LAG(until_offset) OVER w)
-                         AND until_offset >= LAG(until_offset) OVER w THEN 0
+                    WHEN from_offset = LAG(until_offset) OVER w AND until_offset >= LAG(until_offset) OVER w
+                         AND b.run_id = LAG(b.run_id) OVER w THEN 0
                     ELSE 1 END AS brk
-        FROM (
-            SELECT DISTINCT {_KEY}, batch_id, from_offset, until_offset, batch_time
-            FROM batch_offsets bo
-            WHERE bo.batch_time < :cutoff {{pipeline}}
-              AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = bo.id)
-        ) doomed
-        WINDOW w AS (PARTITION BY {_KEY} ORDER BY batch_id)
+        FROM batch_offsets bo LEFT JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
+        WHERE bo.batch_time < :cutoff {{pipeline}}
+          AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = bo.id)
+        WINDOW w AS (PARTITION BY {_KEY_BO} ORDER BY bo.batch_id, source_index)
     ) marked
 ) numbered
 GROUP BY {_KEY}, island
@@ -66,7 +68,8 @@ def record_pruned(conn: Connection, cutoff: datetime, pipeline: str | None, keep
             # Typed: on SQLite a bare datetime would be compared as ISO text ('T' between date and
             # time) with the stored 'YYYY-MM-DD HH:MM:SS' form, and every row of the day would match.
             bindparam("cutoff", cutoff, type_=DateTime(timezone=True)),
-            bindparam("pruned_at", pruned_at, type_=DateTime(timezone=True)))
+            bindparam("pruned_at", pruned_at, type_=DateTime(timezone=True)),
+            bindparam("counts_reads", True, type_=Boolean()))
         params = {"pipeline": pipeline} if pipeline is not None else {}
         return conn.execute(stmt, params).rowcount or 0
     finally:

@@ -20,6 +20,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.types import JSON
 
@@ -308,11 +309,17 @@ pruned_ranges = Table(
     Column("partition", Integer, nullable=False),
     Column("from_batch_id", BigInteger, nullable=False),
     Column("until_batch_id", BigInteger, nullable=False),  # inclusive: the island's last batch
-    Column("from_offset", BigInteger, nullable=False),
+    Column("from_offset", BigInteger),  # NULL: the first batch's start was not reported (0014)
     Column("until_offset", BigInteger, nullable=False),
     Column("batches", BigInteger, nullable=False),
     Column("first_batch_time", _tz(), nullable=False),
     Column("cutoff", _tz(), nullable=False),
     Column("pruned_at", _tz(), nullable=False),
+    # 0014: the island stands for its reads (verify sweeps it as history). False: recorded by 0009,
+    # which folded an unknown start into the first end; verify only explains gaps by such an island.
+    Column("counts_reads", Boolean, nullable=False, server_default=false()),
+    Column("first_until_offset", BigInteger),  # where the island's first batch ended (exclusive)
+    Column("last_batch_time", _tz()),
+    Column("run_id", String(64)),  # the run that read the island (a finding may flag it)
     Index(None, "pipeline", "consumer_group", "topic", "partition"),
 )

@@ -238,12 +238,14 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
         out.explanations.extend(reset_explanations(reset.id, reset.actor, reset.reason, reset.mode,
                                                    [tuple(x) for x in parts], incs))  # type: ignore[misc]
 
-    # History prune deleted: its islands account for the gaps they cover (a hole among them does not).
+    # History prune deleted is swept as reads (``verify_rows.pruned_rows``); only islands 0009 recorded,
+    # which 0014 could not convert, still merely account for the gaps they cover.
     pr = pruned_ranges
     for r in conn.execute(select(pr.c.id, pr.c.query_id, pr.c.topic, pr.c.partition, pr.c.from_offset,
                                  pr.c.until_offset, pr.c.from_batch_id, pr.c.until_batch_id, pr.c.pruned_at,
                                  pr.c.first_batch_time)
                           .where(pr.c.pipeline == pipeline, pr.c.consumer_group == group,
+                                 pr.c.counts_reads.is_(False), pr.c.from_offset.is_not(None),
                                  *([pr.c.topic == topic] if topic is not None else []))
                           .order_by(pr.c.id)):
         pruned_at = _utc(r.pruned_at)
@@ -261,11 +263,27 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                               .where(batches.c.pipeline == pipeline, batches.c.consumer_group == group,
                                      batches.c.run_id.in_(sorted(flagged_runs)))):
             out.run_flags.setdefault((r.query_id, r.batch_id), []).extend(flagged_runs[r.run_id])
+        # Pruned reads of a flagged run: under the batch ids their rows carry (``rules.pruned.island_reads``).
+        for r in conn.execute(select(pruned_ranges.c.query_id, pruned_ranges.c.from_batch_id,
+                                     pruned_ranges.c.until_batch_id, pruned_ranges.c.run_id).distinct()
+                              .where(pruned_ranges.c.pipeline == pipeline, pruned_ranges.c.consumer_group == group,
+                                     pruned_ranges.c.counts_reads.is_(True),
+                                     pruned_ranges.c.run_id.in_(sorted(flagged_runs)))):
+            for batch_id in {r.from_batch_id, r.until_batch_id}:
+                out.run_flags.setdefault((r.query_id, batch_id), []).extend(flagged_runs[r.run_id])
     if out.boundaries or out.topic_boundaries:
         out.query_started = {r.query_id: _utc(r.started) for r in conn.execute(  # type: ignore[misc]
             select(batches.c.query_id, func.min(batches.c.batch_time).label("started"))
             .where(batches.c.pipeline == pipeline, batches.c.consumer_group == group)
             .group_by(batches.c.query_id))}
+        # A query whose first batches were pruned started when its first island did.
+        for r in conn.execute(select(pruned_ranges.c.query_id, func.min(pruned_ranges.c.first_batch_time))
+                              .where(pruned_ranges.c.pipeline == pipeline, pruned_ranges.c.consumer_group == group)
+                              .group_by(pruned_ranges.c.query_id)):
+            at = _utc(r[1])
+            known = out.query_started.get(r.query_id)
+            if at is not None and (known is None or at < known):
+                out.query_started[r.query_id] = at
     if topic is not None:
         out.explanations = [e for e in out.explanations if e.topic == topic]
     return out
@@ -311,4 +329,14 @@ def _ends_before(conn: Connection, pipeline: str, group: str, at: datetime,
             .group_by(b.c.topic, b.c.partition))
     if topic is not None:
         stmt = stmt.where(b.c.topic == topic)
-    return {(t, p): int(u) for t, p, u in conn.execute(stmt)}
+    ends = {(t, p): int(u) for t, p, u in conn.execute(stmt)}
+    # Pruned history ended there too: the islands whose last batch ran before ``at`` (0014 records it).
+    pr = pruned_ranges
+    islands = (select(pr.c.topic, pr.c.partition, func.max(pr.c.until_offset))
+               .where(pr.c.pipeline == pipeline, pr.c.consumer_group == group, pr.c.last_batch_time < at)
+               .group_by(pr.c.topic, pr.c.partition))
+    if topic is not None:
+        islands = islands.where(pr.c.topic == topic)
+    for t, p, u in conn.execute(islands):
+        ends[(t, p)] = max(ends.get((t, p), int(u)), int(u))
+    return ends

@@ -1,6 +1,6 @@
 """The range rows verify sweeps, streamed from the ledger in the sweep's order (``rules.verify.sort_key``):
-the server-side cursor over ``batch_offsets``, the few rows whose start was not reported merged in,
-and each row tagged with its incarnation and the finding that accounts for its extra reads.
+the server-side cursor over ``batch_offsets``, the few rows whose start was not reported and the
+reads of pruned islands (``pruned_ranges``) merged in, and each row tagged with its incarnation and the finding that accounts for its extra reads.
 ``ledger.verify_reads`` reads everything else (``read_inputs``)."""
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from sqlalchemy import literal, null, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.batch_ranges import first_batch_starts
-from offset_ledger.ledger.tables import batch_offsets
+from offset_ledger.ledger.tables import batch_offsets, pruned_ranges
 from offset_ledger.ledger.verify_reads import VerifyInputs
+from offset_ledger.rules.pruned import island_reads
 from offset_ledger.rules.verify import RangeRow, sort_key
 
 #: Rows fetched per round trip from the server-side cursor.
@@ -32,7 +33,14 @@ def unknown_start_rows(conn: Connection, pipeline: str, group: str, topic: str |
         b.c.pipeline == pipeline, b.c.consumer_group == group, b.c.from_offset.is_(None))
     if topic is not None:
         stmt = stmt.where(b.c.topic == topic)
-    rows = conn.execute(stmt).all()
+    rows = [RangeRow(r.topic, r.partition, None, r.until_offset, r.query_id, r.batch_id) for r in conn.execute(stmt)]
+    out = resolve_starts(conn, pipeline, group, rows)
+    out.sort(key=sort_key)
+    return out
+
+
+def resolve_starts(conn: Connection, pipeline: str, group: str, rows: Sequence[RangeRow]) -> list[RangeRow]:
+    """Rows without a start, batch 0's given the start its generation resolved (when it can have begun there)."""
     if not rows:
         return []
     starts = first_batch_starts(conn, pipeline, group, {r.query_id for r in rows if r.batch_id == 0})
@@ -41,7 +49,26 @@ def unknown_start_rows(conn: Connection, pipeline: str, group: str, topic: str |
         start = starts.get((r.query_id, r.topic, r.partition)) if r.batch_id == 0 else None
         if start is not None and start > r.until_offset:
             start = None  # not where this range can have begun: keep it unknown
-        out.append(RangeRow(r.topic, r.partition, start, r.until_offset, r.query_id, r.batch_id))
+        out.append(r._replace(from_offset=start))
+    return out
+
+
+def pruned_rows(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> list[RangeRow]:
+    """The reads of the islands prune deleted (``rules.pruned.island_reads``), swept like the rows they were; sorted.
+
+    Few (a row per island, not per batch), so read whole. An island's unknown start is resolved as
+    its row was (``resolve_starts``). 0009's islands (``counts_reads`` false) are not reads: they
+    only explain gaps (``verify_reads``).
+    """
+    pr = pruned_ranges
+    stmt = select(pr.c.topic, pr.c.partition, pr.c.query_id, pr.c.from_batch_id, pr.c.until_batch_id,
+                  pr.c.from_offset, pr.c.first_until_offset, pr.c.until_offset).where(
+        pr.c.pipeline == pipeline, pr.c.consumer_group == group, pr.c.counts_reads.is_(True))
+    if topic is not None:
+        stmt = stmt.where(pr.c.topic == topic)
+    rows = [x for r in conn.execute(stmt) for x in island_reads(*r)]
+    out = [r for r in rows if r.from_offset is not None]
+    out.extend(resolve_starts(conn, pipeline, group, [r for r in rows if r.from_offset is None]))
     out.sort(key=sort_key)
     return out
 

@@ -17,11 +17,11 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.verify_reads import VerifyInputs, read_inputs
-from offset_ledger.ledger.verify_rows import merged, stream_rows, tagged, unknown_start_rows
+from offset_ledger.ledger.verify_rows import merged, pruned_rows, stream_rows, tagged, unknown_start_rows
 from offset_ledger.operate.inputs import check_topic
 from offset_ledger.operate.known import require_topics
 from offset_ledger.operate.verify_loss import attach, loss_stretches
-from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, summarize, verify_ranges
+from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, sort_key, summarize, verify_ranges
 
 if TYPE_CHECKING:
     from offset_ledger.operate.operations import Operations
@@ -144,7 +144,11 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
                 if topic is not None:  # a typo would otherwise verify 0 partitions: "read exactly once"
                     require_topics(conn, pipeline, group, [topic])
                 inputs = read_inputs(conn, pipeline, group, topic)
-                side = unknown_start_rows(conn, pipeline, group, topic)
+                # Pruned history is swept as the reads it was: a prune never changes the answer. On a
+                # tie an unknown start goes first, as it did among the rows before they were pruned.
+                side = sorted([*unknown_start_rows(conn, pipeline, group, topic),
+                               *pruned_rows(conn, pipeline, group, topic)],
+                              key=lambda r: (*sort_key(r), r.from_offset is not None))
                 rows = tagged(merged(stream_rows(conn, pipeline, group, topic), side), inputs)
                 results = list(verify_ranges(rows, inputs.explanations, inputs.positions))
     except SQLAlchemyError as exc:

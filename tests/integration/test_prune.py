@@ -23,7 +23,7 @@ def _batch(conn, pipeline: str, query_id: str, batch_id: int, when: datetime,  #
     conn.execute(insert(t.batches).values(
         pipeline=pipeline, consumer_group=pipeline, query_id=query_id, run_id=f"r-{query_id}",
         batch_id=batch_id, batch_time=when, recorded_at=when,
-        input_rows=sum(u - f for f, u in parts.values())))
+        input_rows=sum(u - f for f, u in parts.values() if f is not None)))
     conn.execute(insert(t.batch_offsets), [
         dict(pipeline=pipeline, consumer_group=pipeline, query_id=query_id, batch_id=batch_id,
              source_index=0, topic=topic, partition=part, from_offset=frm, until_offset=until,
@@ -188,7 +188,7 @@ def test_prune_on_the_embedded_sqlite_ledger(tmp_path) -> None:  # type: ignore[
     assert batch_keys(engine) == KEPT_AFTER_30D
 
 
-def test_verify_after_prune_on_postgres_names_pruned_stretches_and_keeps_the_hole(pg_dsn: str) -> None:
+def test_verify_after_prune_on_postgres_gives_the_same_answer_and_keeps_the_hole(pg_dsn: str) -> None:
     """The SQLite test of tests/unit/test_prune_verify_sqlite.py on Postgres (server-side cursors)."""
     from tests.unit.test_prune_verify_sqlite import _stretches, history_with_a_hole
     from tests.unit.test_recorder_sqlite import T0
@@ -199,9 +199,129 @@ def test_verify_after_prune_on_postgres_names_pruned_stretches_and_keeps_the_hol
     assert _stretches(pg_engine) == [(0, 50, 60, "gap", False, [])]
     report = prune(pg_engine, timedelta(seconds=1), now=T0 + timedelta(seconds=8), execute=True)
     assert (report.batch_offsets.deleted, report.islands) == (11, 5)
-    assert _stretches(pg_engine) == [(0, 20, 50, "gap", True, ["pruned"]), (0, 50, 60, "gap", False, []),
-                                     (0, 60, 70, "gap", True, ["pruned"]), (1, 20, 70, "gap", True, ["pruned"])]
+    assert _stretches(pg_engine) == [(0, 50, 60, "gap", False, [])]
     pg_engine.dispose()
+
+
+# -- issue 33, case 5: verify and a restart's reconcile are stable under prune, on real Postgres --------
+
+
+def _verify(engine: Engine) -> list[tuple]:
+    from offset_ledger.operate.operations import Operations
+    from offset_ledger.operate.verifying import verify_pipeline
+
+    ops = Operations(engine)
+    try:
+        report = verify_pipeline(ops, "orders")
+    finally:
+        ops.close()
+    return [(s.partition, s.from_offset, s.until_offset, s.kind, s.times, s.explained) for s in report.stretches]
+
+
+def _history(conn, start_of_q1: int | None, gap_at: int | None = None) -> None:  # type: ignore[no-untyped-def]
+    """q1: batches 0-3 of 10 records on partition 0 (old); q2 from offset 40: batch 0 (start as given),
+    batches 1-7 (old; batch 1 named by a finding, the first with ``gap_at``: skipped 5 records), batch 8 recent."""
+    at = NOW - timedelta(days=40)
+    for b in range(4):
+        _batch(conn, "orders", "q1", b, at + timedelta(minutes=b), {("orders", 0): (b * 10, b * 10 + 10)})
+    end = 40
+    for b in range(9):
+        when = NOW - timedelta(hours=1) if b == 8 else at + timedelta(minutes=10 + b)
+        frm: int | None = end
+        if b == 0:
+            frm = start_of_q1
+        elif b == gap_at:
+            frm = end + 5
+        _batch(conn, "orders", "q2", b, when, {("orders", 0): (frm, (frm if frm is not None else end) + 10)})
+        end = (frm if frm is not None else end) + 10
+        if b == gap_at:
+            conn.execute(insert(t.findings).values(
+                pipeline="orders", consumer_group="orders", kind="gap", topic="orders", partition=0, query_id="q2",
+                batch_id=b, expected_offset=frm - 5, actual_offset=frm, message="gap", created_at=when))
+    conn.execute(insert(t.findings).values(pipeline="orders", consumer_group="orders", kind="regression",
+                                           query_id="q2", batch_id=1, message="names batch 1", created_at=at))
+    _position(conn, "orders", "orders", 0, end, "q2", 8)
+
+
+def test_a_pruned_first_batch_without_a_reported_start_stays_read(pg_dsn: str) -> None:
+    """(a) q2's batch 0 was recorded without a start (a fresh checkpoint): verify takes it to continue.
+    0009 recorded its island from the batch's end: a false unexplained gap [40, 50) after the prune."""
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    try:
+        with engine.begin() as conn:
+            _history(conn, start_of_q1=None)
+        assert _verify(engine) == []
+        report = prune(engine, timedelta(days=1), now=NOW, execute=True)
+        assert report.batch_offsets.deleted == 11  # q1 0-3, q2 0 and 2-7 (q2 1 is named, q2 8 recent)
+        assert _verify(engine) == []
+        with engine.connect() as conn:
+            first = conn.execute(select(t.pruned_ranges.c.from_offset, t.pruned_ranges.c.first_until_offset)
+                                 .where(t.pruned_ranges.c.query_id == "q2", t.pruned_ranges.c.from_batch_id == 0)).one()
+        assert tuple(first) == (None, 50)  # the start stays unknown; the batch's end is kept
+    finally:
+        engine.dispose()
+
+
+def test_a_gap_older_than_the_first_kept_range_is_still_a_gap(pg_dsn: str) -> None:
+    """(b) A recorder gap finding on q1's batch 2: the skipped [60, 65) is older than every kept range
+    but the named batch itself. Before: "gap"; 0009: "ok" after the prune (the sweep began at the first
+    kept range). Now the same gap, with the recorder's finding in its notes."""
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    try:
+        with engine.begin() as conn:
+            _history(conn, start_of_q1=40, gap_at=2)
+            # The gap's batch is named (kept); every batch before it is pruned but q2/1 (named too): drop that name.
+            conn.execute(t.findings.delete().where(t.findings.c.kind == "regression"))
+        before = _verify(engine)
+        assert before == [(0, 60, 65, "gap", 1, False)]
+        prune(engine, timedelta(days=1), now=NOW, execute=True)
+        with engine.connect() as conn:
+            kept = sorted(conn.execute(select(t.batches.c.query_id, t.batches.c.batch_id)).all())
+        assert [tuple(k) for k in kept] == [("q2", 2), ("q2", 8)]
+        assert _verify(engine) == before
+    finally:
+        engine.dispose()
+
+
+def test_a_restart_after_a_prune_that_kept_an_old_batch_backfills_nothing(pg_dsn: str, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """(c) The restart's reconcile (``operate.restart.reconcile_current``) reads q2's real checkpoint files.
+    Prune kept q2's batch 1 (a finding names it) and deleted 2-7: 0009 took them for missed batches,
+    "the ledger lacked 6 batches", and re-inserted them."""
+    import json
+
+    from offset_ledger.operate.restart import reconcile_current
+    from tests.unit.test_checkpoint import _commit, _offsets
+
+    location = tmp_path / "checkpoint" / "1"
+    for sub in ("offsets", "commits"):
+        (location / sub).mkdir(parents=True)
+    (location / "metadata").write_text(json.dumps({"id": "q2"}))
+    for b in range(9):  # as Spark writes them: offsets/<n> the batch's end, commits/<n> once committed
+        (location / "offsets" / str(b)).write_text(_offsets(json.dumps({"orders": {"0": 50 + b * 10}})))
+        (location / "commits" / str(b)).write_text(_commit())
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    try:
+        with engine.begin() as conn:
+            _history(conn, start_of_q1=40)
+            conn.execute(insert(t.checkpoint_generations).values(
+                pipeline="orders", consumer_group="orders", generation=1, checkpoint_root=str(tmp_path / "checkpoint"),
+                location=str(location), reason="first", created_at=NOW - timedelta(days=41), query_id="q2",
+                resolved_offsets={"orders": {"0": 40}}))
+        assert reconcile_current(engine, "orders", "orders") == ()  # the ledger has every batch
+        prune(engine, timedelta(days=1), now=NOW, execute=True)
+        before = batch_keys(engine)
+        assert {k for k in before if k[1] == "q2"} == {("orders", "q2", 1), ("orders", "q2", 8)}
+        assert reconcile_current(engine, "orders", "orders") == ()
+        assert batch_keys(engine) == before
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(t.findings)
+                                .where(t.findings.c.kind == "backfilled")).scalar_one() == 0
+        assert _verify(engine) == []
+    finally:
+        engine.dispose()
 
 
 @pytest.mark.parametrize("seed", range(2))
