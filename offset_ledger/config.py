@@ -28,8 +28,13 @@ class Settings(BaseSettings):
     api_tokens_file: Path | None = Field(default=None, description="a file of name:role:secret lines")
     allowed_hosts: str | None = Field(default=None, description="Host names the API answers besides loopback "
                                                                 "(comma-separated; * for any)")
-    run_timeout: str = Field(default="10m", description="silence after which an unterminated run is stale "
-                                                        "(at least 3 x its longest batch)")
+    run_silence_floor: str = Field(default="60s", description="least silence after which a run the listener "
+                                                              "watches is presumed crashed (its bound: at least "
+                                                              "3 x its longest batch and 3 x its longest gap "
+                                                              "between events)")
+    run_timeout: str = Field(default="10m", description="how long a run only a sink or the watcher records (no "
+                                                        "listener heartbeats) counts as running after its last "
+                                                        "batch (at least 3 x its longest batch)")
     status_window: str = Field(default="5m", description="window the pipeline status (OK, LAGGING, STALLED, "
                                                           "STOPPED, REWOUND) is evaluated over")
     retention_warn: str = Field(default="1h", description="retention headroom below which a partition is WARN "
