@@ -211,6 +211,9 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             written = self._write_batches(conn, new, txn)
             duplicates += len(new) - len(written)
             new = written
+        if duplicates:
+            kept = {id(r) for r in new}
+            self._hear_duplicates(conn, [r for r in recs if id(r) not in kept])
         if txn.other_runs:
             self._move_positions(conn, txn.other_runs, txn)
         return self._outcome(conn, txn, len(new), duplicates)

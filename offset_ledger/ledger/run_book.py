@@ -118,6 +118,21 @@ class RunBook:
             or_(and_(inferred, heard <= end), and_(~inferred, runs.c.started_at < started, heard <= started)),
         ).values(terminated_at=end))
 
+    def _hear_duplicates(self, conn: Connection, dropped: list[BatchRecord]) -> None:
+        """Runs whose batches another writer recorded first (the sink, in its own transaction) are
+        alive all the same: their heartbeat and longest batch move, never backwards (a re-delivery)."""
+        top = func.max if conn.dialect.name == "sqlite" else func.greatest
+        last: dict[str, tuple[datetime, int | None]] = {}
+        for rec in dropped:
+            b = rec.batch
+            at, longest = last.get(b.run_id, (utc(b.batch_time), b.duration_ms))
+            last[b.run_id] = (max(at, utc(b.batch_time)), max(longest or 0, b.duration_ms or 0) or None)
+        for run_id, (at, longest) in last.items():
+            values: dict[str, Any] = {"last_heartbeat_at": func.coalesce(top(runs.c.last_heartbeat_at, at), at)}
+            if longest is not None:
+                values["max_batch_ms"] = func.coalesce(top(runs.c.max_batch_ms, longest), longest)
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
+
     def _ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
         """Know every run's start and generation (the position rules need them); make rows for unseen runs."""
         unknown = sorted({r.batch.run_id for r in recs} - set(self._runs) - set(txn.runs))

@@ -10,7 +10,8 @@ termination or it has been silent longer than its *silence bound*::
 The floor (``OFFSET_LEDGER_RUN_SILENCE_FLOOR``, 60 s) keeps a slow listener bus or a GC pause from
 opening a live query to resets; 3 x the longest batch covers a batch that takes minutes (no event
 arrives while it runs); 3 x the observed gap covers a longer idle interval or a trigger interval
-(events arrive only at triggers).
+(events arrive only at triggers). A run heard from not once since its start (its first batch, maybe
+a large backlog, is still running) gets ``OFFSET_LEDGER_RUN_TIMEOUT`` (10 min) if that is longer.
 
 A sink (``sink:<query id>``) or the checkpoint watcher (``checkpoint:<query id>``) records runs too,
 but hears only batches. Such a run of a query the listener watched at the time of its last batch
@@ -109,6 +110,10 @@ def silence_bound(max_batch_ms: int | None, max_gap_ms: int | None, floor: timed
 def assess_listener_run(run: RunFacts, *, now: datetime, bounds: Bounds = Bounds()) -> Liveness:
     """The state of a run the listener records (its own heartbeats)."""
     bound = silence_bound(run.max_batch_ms, run.max_gap_ms, bounds.floor)
+    if run.last_heartbeat_at is None:
+        # Nothing heard since the start: its first batch may be a backlog of any length, and no event
+        # arrives while a batch runs. Until it reports one, it gets the longer bound.
+        bound = max(bound, bounds.inferred)
     seen = run.last_seen
     if run.ended:
         return Liveness(run.run_id, run.query_id, "terminated", seen, bound, "Spark reported its termination")

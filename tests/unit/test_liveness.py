@@ -106,3 +106,11 @@ def test_the_verdict_names_the_run_and_how_long_ago() -> None:
     stopped = pipeline_verdict([], now=now, last_end=(RUN, T0 + 4 * S))
     assert stopped.state == "stopped" and stopped.reason == "query ended 8 s ago (run 0374a913)"
     assert pipeline_verdict([], now=now).reason == "no run recorded"
+
+
+def test_a_run_heard_from_not_once_since_its_start_gets_the_longer_bound() -> None:
+    # Its first batch (a backlog) may run for minutes, and no event arrives while a batch runs.
+    fresh = RunFacts(RUN, "q1", T0)
+    assert assess_listener_run(fresh, now=T0 + 9 * 60 * S).state == "active"
+    assert assess_listener_run(fresh, now=T0 + 11 * 60 * S).state == "stale"
+    assert assess_listener_run(listener(T0 + S), now=T0 + 62 * S).state == "stale"

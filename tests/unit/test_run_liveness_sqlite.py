@@ -16,8 +16,9 @@ from offset_ledger.capture.event_records import IDLE, TERMINATED, EventConverter
 from offset_ledger.capture.spool import Event
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.recorder import Recorder, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.ledger.tables import runs
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 S = timedelta(seconds=1)
@@ -125,3 +126,23 @@ def test_idle_events_are_throttled_but_a_longer_gap_is_always_written() -> None:
     for e in events:
         conv.convert(e)
     assert (time.perf_counter() - began) / len(events) < 0.001
+
+
+def test_a_listener_run_whose_batches_the_sink_recorded_first_is_heard_and_its_longest_batch_kept(
+        engine: Engine) -> None:
+    def batch(run: str, batch_id: int, at: datetime, ms: int) -> BatchRecord:
+        src = (SourceProgress(0, "KafkaV2[Subscribe[t]]", (PartitionRange("t", 0, batch_id * 10, batch_id * 10 + 10),), 10),)
+        return BatchRecord("p", "p", BatchOffsets("q1", run, "p", batch_id, at, 10, src, ms,
+                                                  recorded_by="sink" if run.startswith("sink:") else None))
+
+    rec = Recorder(engine)
+    try:
+        rec.record([RunStart("p", "p", "q1", "r1", "p", T0)], now=T0)
+        rec.record([RunStart("p", "p", "q1", "sink:q1", None, T0), batch("sink:q1", 0, T0 + S, 40_000)], now=T0)
+        rec.record([batch("r1", 0, T0 + S, 40_000)], now=T0 + 2 * S)  # the listener's report of it: a duplicate
+        rec.record([batch("r1", 0, T0 + S, 40_000)], now=T0 + 3 * S)  # re-delivered: nothing moves backwards
+    finally:
+        rec.close()
+    with engine.connect() as conn:
+        row = conn.execute(select(runs.c.last_heartbeat_at, runs.c.max_batch_ms).where(runs.c.run_id == "r1")).one()
+    assert row.max_batch_ms == 40_000 and row.last_heartbeat_at.replace(tzinfo=timezone.utc) == T0 + S
