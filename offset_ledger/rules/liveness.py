@@ -202,7 +202,10 @@ def pipeline_verdict(runs: Sequence[Liveness], *, now: datetime,
 
 
 def short(run_id: str) -> str:
-    """A run id as the faces show it: 8 characters (``sink:c97`` for a sink's run)."""
+    """A run id as the faces show it: 8 characters (a sink's or watcher's run: its prefix and 8 of its query id)."""
+    for prefix in INFERRED_RUN_PREFIXES:
+        if run_id.startswith(prefix):
+            return run_id[:len(prefix) + 8]
     return run_id[:8]
 
 
