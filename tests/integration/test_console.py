@@ -339,11 +339,15 @@ def test_a_running_pipeline_shows_running_and_its_reset_is_refused_with_409(
 
         browser.get(served.url + "/")
         row = '#pipelines tbody tr[data-pipeline="live"]'
-        wait_for(browser, lambda d: css(d, f"{row} [data-col=state]").text == "running", what="live is running")
+        wait_for(browser, lambda d: css(d, f"{row} [data-col=state] .badge").text == "running", what="live is running")
+        # The evidence beside it, as the API and the CLI give it (rules.liveness).
+        assert f"from run {str(query.runId)[:8]}" in css(browser, f"{row} [data-col=state]").text
         assert css(browser, f"{row} [data-col=lag]").text == "0"
 
         browser.get(served.url + "/pipelines/live")
         wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="live's positions")
+        wait_for(browser, lambda d: f"from run {str(query.runId)[:8]}" in css(d, "#summary").text,
+                 what="the state's evidence on the pipeline page")
         before = httpx.get(f"{served.url}/v1/getCurrentOffsets?pipelineName=live").json()
         css(browser, "#reset-preview-button").click()  # earliest, every topic
         wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")
