@@ -133,7 +133,8 @@ def test_pipelines_table_shows_the_pipeline_its_lag_and_refreshes_by_itself(
     browser.get(served.url + "/")
     row = '#pipelines tbody tr[data-pipeline="orders"]'
     wait_for(browser, lambda d: css(d, f"{row} [data-col=lag]").text == "30", what="lag 30 in the pipelines table")
-    assert css(browser, f"{row} [data-col=state]").text == "stopped"
+    assert css(browser, f"{row} [data-col=state] .badge").text == "stopped"
+    assert "query ended" in css(browser, f"{row} [data-col=state]").text  # its evidence (rules.liveness)
     # Retention headroom: the broker's default retention (7 days) less the unread record's age, coloured OK.
     wait_for(browser, lambda d: css(d, f"{row} [data-col=headroomSeconds]").text.startswith("6d"), what="headroom")
     assert "headroom-OK" in css(browser, f"{row} [data-col=headroomSeconds] .badge").get_attribute("class")
