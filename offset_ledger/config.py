@@ -43,9 +43,16 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="`serve --host`: the address to bind")
     # Text, checked where it is used: a malformed variable must fail `serve` only, with its name.
     port: str = Field(default="9090", description="`serve --port`: the port to listen on")
+    run_silence_floor: str = Field(default="60s", description=(
+        "resets (409), `pipelines`, `/metrics`: the least silence after which a run the listener watches is "
+        "presumed crashed; its bound is max(this, 3 x its longest batch, 3 x the longest gap the listener "
+        "observed between its events) ([operations.md](operations.md#is-it-running); a "
+        "[duration](cli.md#durations))"))
     run_timeout: str = Field(default="10m", description=(
-        "resets (409), `pipelines`, `/metrics`: an unterminated run silent for longer than max(this, 3 x its "
-        "longest batch) is stale, not running (a [duration](cli.md#durations))"))
+        "how long a run only a sink or `watch` records (no listener heartbeats) counts as running after its "
+        "last batch (at least 3 x its longest batch); the state says `uncertain`. Also the bound of a "
+        "listener run not heard from once since its start (its first batch may be a backlog) "
+        "(a [duration](cli.md#durations))"))
     status_window: str = Field(default="5m", description=(
         "`lag`, `pipelines`, `/metrics`: the window the pipeline status (OK, LAGGING, STALLED, STOPPED, "
         "REWOUND) is evaluated over (a [duration](cli.md#durations))"))

@@ -254,13 +254,16 @@ class FirstRunRefused(InvalidRestartOptions):
 class ActiveRunConflict(OffsetLedgerError):
     """A reset was refused because the pipeline has an active run (use force to override)."""
 
-    def __init__(self, pipeline: str, run_ids: Sequence[str]) -> None:
+    def __init__(self, pipeline: str, run_ids: Sequence[str], evidence: str | None = None) -> None:
+        # ``evidence``: the pipelines list's state reason ("running: last event 12 s ago from run 0374a913 ...").
+        said = f" ({evidence})" if evidence else ""
         super().__init__(
-            f"pipeline {pipeline!r} has an active run ({', '.join(run_ids)}); stop it first or force the reset",
-            pipeline=pipeline, run_ids=list(run_ids),
+            f"pipeline {pipeline!r} has an active run ({', '.join(run_ids)}){said}; stop it first or force the reset",
+            pipeline=pipeline, run_ids=list(run_ids), **({"evidence": evidence} if evidence else {}),
         )
         self.pipeline = pipeline
         self.run_ids = list(run_ids)
+        self.evidence = evidence
 
 
 class SinkFenced(OffsetLedgerError):

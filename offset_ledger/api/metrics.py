@@ -93,7 +93,7 @@ def render_metrics(snap: MetricsSnapshot) -> str:
              round((snap.now - _aware(s.last_batch_time)).total_seconds(), 3))
             for s in snap.pipelines if s.last_batch_time is not None])
     family("offset_ledger_pipeline_running", "gauge", "1 when the pipeline has an active run, else 0.",
-           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), 1 if s.state == "running" else 0)
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), 1 if s.active_run_ids else 0)
             for s in snap.pipelines])
     family("offset_ledger_foreign_runs", "gauge",
            "Active runs of the pipeline not on its current checkpoint generation (their batches move no position).",

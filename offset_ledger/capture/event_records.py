@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from offset_ledger.capture.spool import Event
@@ -21,6 +22,12 @@ log = logging.getLogger(__name__)
 
 STARTED, PROGRESS, IDLE, TERMINATED = "started", "progress", "idle", "terminated"
 
+#: At most one heartbeat write per run this often: with a short
+#: ``spark.sql.streaming.noDataProgressEventInterval`` idle events may come many times a second, and
+#: the silence bound (``rules.liveness``, at least 60 s) needs far less. A heartbeat that widens the
+#: run's longest gap is always written.
+HEARTBEAT_EVERY_SECONDS = 5.0
+
 
 def _utc(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=timezone.utc)
@@ -37,6 +44,7 @@ class EventConverter:
         self._count_failure = count_failure
         self._query_pipeline: dict[str, tuple[str, str, str | None]] = {}
         self._warned_unnamed: set[str] = set()
+        self._beats: dict[str, _Beat] = {}  # per run: what the heartbeat throttle and the gap need
 
     def convert(self, event: Event) -> tuple[list[Record], tuple[str, str, int | None] | None]:
         """One event -> ledger records (none for unnamed queries) and what it settles."""
@@ -59,8 +67,11 @@ class EventConverter:
                 return [], mark
             pipeline, group, _ = target
             if is_no_data(batch):
-                return [RunHeartbeat(pipeline, group, batch.query_id, batch.run_id, batch.batch_time)], mark
-            return [BatchRecord(pipeline, group, batch)], mark
+                return self._heartbeat(pipeline, group, batch.query_id, batch.run_id, batch.batch_time), mark
+            grew = self._beat(batch.run_id, batch.batch_time, written=True)
+            beat = [] if grew is None else [
+                RunHeartbeat(pipeline, group, batch.query_id, batch.run_id, batch.batch_time, grew)]
+            return [BatchRecord(pipeline, group, batch), *beat], mark
         if event.kind == IDLE:
             idle = parse_idle(event.payload)
             self._first_sight(idle.query_id)
@@ -68,16 +79,42 @@ class EventConverter:
             mark = (IDLE, idle.query_id, None)
             if target is None:
                 return [], mark
-            return [RunHeartbeat(target[0], target[1], idle.query_id, idle.run_id, idle.at)], mark
+            return self._heartbeat(target[0], target[1], idle.query_id, idle.run_id, idle.at), mark
         if event.kind == TERMINATED:
             ended = parse_terminated(event.payload)
             target = self._pipeline_for(event, ended.query_id, None)
+            self._beats.pop(ended.run_id, None)
             mark = (TERMINATED, ended.query_id, None)
             if target is None:
                 return [], mark
             return [RunEnd(target[0], target[1], ended.query_id, ended.run_id, _utc(event.received_at),
                            ended.exception)], mark
         raise ProgressParseError(f"unknown event kind {event.kind!r}")
+
+    def _heartbeat(self, pipeline: str, group: str, query_id: str, run_id: str, at: datetime) -> list[Record]:
+        """An idle event or an empty progress report: a heartbeat record, unless one was written just now."""
+        beat = self._beats.get(run_id)
+        due = beat is None or (at - beat.written_at).total_seconds() >= HEARTBEAT_EVERY_SECONDS
+        grew = self._beat(run_id, at, written=False)
+        if grew is None and not due:
+            return []
+        self._beats[run_id].written_at = at
+        return [RunHeartbeat(pipeline, group, query_id, run_id, at, grew)]
+
+    def _beat(self, run_id: str, at: datetime, *, written: bool) -> int | None:
+        """Note an event of ``run_id`` at ``at`` (Spark's time); the run's longest gap when it grew."""
+        beat = self._beats.get(run_id)
+        if beat is None:
+            self._beats[run_id] = _Beat(at, at if written else _NEVER, 0)
+            return None
+        gap_ms = int((at - beat.last_event_at).total_seconds() * 1000)
+        beat.last_event_at = max(beat.last_event_at, at)
+        if written:
+            beat.written_at = at
+        if gap_ms > beat.max_gap_ms:
+            beat.max_gap_ms = gap_ms
+            return gap_ms
+        return None
 
     def _first_sight(self, query_id: str, *, started: bool = False) -> str | None:
         """Tell the listener about a query (each run's start, else its first event): the checkpoint."""
@@ -118,3 +155,15 @@ class EventConverter:
             self._count_failure(f"pipeline mapping failed for query {name!r}: {exc!r}; using the query name")
             return None
         return str(mapped) if mapped else None
+
+
+_NEVER = datetime.min.replace(tzinfo=timezone.utc)
+
+
+@dataclass
+class _Beat:
+    """One run's last event, last heartbeat written and longest gap seen (Spark's clock)."""
+
+    last_event_at: datetime
+    written_at: datetime
+    max_gap_ms: int

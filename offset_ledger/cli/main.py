@@ -107,9 +107,8 @@ def pipelines_cmd(
     fmt: str = FormatOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
 ) -> None:
-    """List pipelines with state (running/stale/stopped) and why, generation, foreign runs, last batch,
-    lag and findings."""
-    from offset_ledger.cli.support import short_id
+    """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
+    batch, lag and findings."""
     from offset_ledger.operate.audit import findings_counts
 
     fmt = _check_format(fmt)
@@ -127,7 +126,7 @@ def pipelines_cmd(
             row["generation"] = None if gen is None else f"{gen['generation']}({gen['appVersion'] or '-'})"
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
-            row["why"] = "; ".join(f"{short_id(r['runId'])} {r['state']}: {r['why']}" for r in row["runs"]) or None
+            row["why"] = row["stateReason"]  # the same answer and evidence as the API, console and 409
             row["headroom"] = _headroom_cell(row, fmt)
         columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]

@@ -10,6 +10,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger import console_queries as cq
+from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.operations import Operations
@@ -61,6 +62,7 @@ class ConsoleReads:
             group = self.ops.resolve_group(conn, pipeline, consumer_group)
             runs = cq.pipeline_runs(conn, pipeline, group)
             gens = cq.pipeline_generations(conn, pipeline, group)
+            judged = {a.run_id: a for a in open_runs(conn, pipeline, group).get((pipeline, group), [])}
         # The recorder decided which generation each run is on (``authority.match_generation``);
         # only the newest generation's runs move positions, the rest are foreign.
         number = {g["id"]: g["generation"] for g in gens}
@@ -75,6 +77,10 @@ class ConsoleReads:
                 "startedAt": iso_utc(r["started_at"]), "terminatedAt": iso_utc(r["terminated_at"]),
                 "lastHeartbeatAt": iso_utc(r["last_heartbeat_at"]), "lastBatchId": r["last_batch_id"],
                 "exception": (r["exception"] or None) and str(r["exception"])[:2000],
+                # The liveness rule's answer (ledger.activity): an unterminated row may be presumed crashed,
+                # and a sink's row ended with its query.
+                "state": judged[r["run_id"]].state if r["run_id"] in judged else "terminated",
+                "why": judged[r["run_id"]].why if r["run_id"] in judged else None,
             } for r in runs],
             "generations": [{
                 "generation": g["generation"], "location": g["location"], "appVersion": g["app_version"],

@@ -1,44 +1,59 @@
-"""When a run counts as active: the rule behind 409 on resets and the pipelines' running/stale state.
+"""When a run counts as active, read from the ledger: the rule (``rules.liveness``) over ``runs`` rows.
 
-A run is active until Spark reports its termination or it misses heartbeats (progress or idle
-events; Spark posts one at least every 10 s while a query waits for data) for longer than its
-timeout: ``max(run timeout, 3 x the longest batch it reported)``. The run timeout comes from
-``OFFSET_LEDGER_RUN_TIMEOUT`` (default 10m): a query whose micro-batches take 20 minutes sends no
-event during a batch, and must not look stopped (and open to resets) in the middle of one.
+It decides 409 on resets, the pipelines' running/uncertain/stale/stopped state and its evidence.
+Two settings feed it: ``OFFSET_LEDGER_RUN_SILENCE_FLOOR`` (60 s), the least silence after which a run
+the listener watches is presumed crashed, and ``OFFSET_LEDGER_RUN_TIMEOUT`` (10 min), how long a run
+only a sink or the watcher records (no listener heartbeats) counts as running after its last batch.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
-from sqlalchemy import Select, select
+from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.tables import runs
+from offset_ledger.rules.liveness import (
+    Bounds,
+    Liveness,
+    PipelineVerdict,
+    RunFacts,
+    RunState,
+    assess_runs,
+    pipeline_verdict,
+)
 
-RunState = Literal["active", "stale", "terminated"]
+__all__ = ["RunActivity", "RunState", "bounds", "last_ends", "open_runs", "run_is_active", "run_timeout",
+           "verdict"]
 
 
 def run_timeout() -> timedelta:
-    """The configured run timeout (``OFFSET_LEDGER_RUN_TIMEOUT``; InvalidDuration when malformed)."""
+    """``OFFSET_LEDGER_RUN_TIMEOUT``: how long a run without listener heartbeats is inferred running."""
     from offset_ledger.config import settings
     from offset_ledger.rules.durations import parse_duration
 
     return parse_duration(settings().run_timeout, "OFFSET_LEDGER_RUN_TIMEOUT")
 
 
-def _utc(value: datetime | None) -> datetime | None:
-    if value is None:
-        return None
-    return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+def bounds(timeout: timedelta | None = None) -> Bounds:
+    """The configured bounds (InvalidDuration when malformed); ``timeout`` overrides both."""
+    if timeout is not None:
+        return Bounds(floor=timeout, inferred=timeout)
+    from offset_ledger.config import settings
+    from offset_ledger.rules.durations import parse_duration
+
+    return Bounds(floor=parse_duration(settings().run_silence_floor, "OFFSET_LEDGER_RUN_SILENCE_FLOOR"),
+                  inferred=run_timeout())
 
 
 @dataclass(frozen=True)
 class RunActivity:
-    """One run's state and why."""
+    """One run's state and why (the API's ``runs`` entries)."""
 
     run_id: str
     query_id: str
@@ -47,74 +62,105 @@ class RunActivity:
     timeout: timedelta
     why: str
     generation_id: int | None = None
+    inferred: bool = False  # no listener heartbeats: the state is inferred from the last batch
+    follows: str | None = None  # a sink's or watcher's run: the listener run whose state it takes
 
     def to_dict(self) -> dict[str, Any]:
         return {"runId": self.run_id, "queryId": self.query_id, "state": self.state,
                 "lastSeen": self.last_seen.isoformat(), "timeoutSeconds": int(self.timeout.total_seconds()),
-                "why": self.why}
+                "why": self.why, "inferred": self.inferred}
+
+    @classmethod
+    def of(cls, lv: Liveness, generation_id: int | None) -> RunActivity:
+        return cls(lv.run_id, lv.query_id, lv.state, lv.last_seen, lv.bound, lv.why, generation_id, lv.inferred,
+                   lv.follows)
 
 
-def assess(
-    run_id: str, query_id: str, terminated_at: datetime | None, last_heartbeat_at: datetime | None,
-    started_at: datetime, max_batch_ms: int | None, *, now: datetime, timeout: timedelta | None = None,
-) -> RunActivity:
-    """The state of one run at ``now`` and a sentence that says why."""
-    base = timeout if timeout is not None else run_timeout()
-    longest = timedelta(milliseconds=max_batch_ms or 0)
-    limit = max(base, 3 * longest)
-    seen = _utc(last_heartbeat_at) or _utc(started_at)
-    assert seen is not None
-    basis = (f"timeout {_human(limit)} = 3 x its longest batch {_human(longest)}" if limit > base
-             else f"timeout {_human(limit)}")
-    if terminated_at is not None:
-        return RunActivity(run_id, query_id, "terminated", seen, limit, "Spark reported its termination")
-    silent = now - seen
-    if silent <= limit:
-        return RunActivity(run_id, query_id, "active", seen, limit,
-                           f"last heartbeat {_human(silent)} ago ({basis})")
-    return RunActivity(run_id, query_id, "stale", seen, limit,
-                       f"no heartbeat for {_human(silent)} and no termination reported ({basis}): "
-                       f"presumed crashed")
+def facts(row: Any) -> RunFacts:
+    """A ``runs`` row (with the columns of ``_open_runs_stmt``) as the rule's input."""
+    return RunFacts(row.run_id, row.query_id, row.started_at, row.terminated_at, row.last_heartbeat_at,
+                    row.max_batch_ms, row.max_gap_ms)
 
 
-def run_is_active(
-    terminated_at: datetime | None, last_heartbeat_at: datetime | None, started_at: datetime,
-    max_batch_ms: int | None, *, now: datetime, timeout: timedelta | None = None,
-) -> bool:
-    return assess("", "", terminated_at, last_heartbeat_at, started_at, max_batch_ms, now=now,
-                  timeout=timeout).state == "active"
+def run_is_active(rows: Iterable[Any], run_id: str | None = None, *, now: datetime,
+                  timeout: timedelta | None = None) -> bool:
+    """Whether any of ``rows`` (runs of one query; or only ``run_id``) counts as active at ``now``."""
+    lives = assess_runs([facts(r) for r in rows], now=now, bounds=bounds(timeout))
+    return any(lv.state == "active" for lv in lives if run_id is None or lv.run_id == run_id)
+
+
+def _columns() -> tuple[Any, ...]:
+    return (runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.query_id, runs.c.started_at,
+            runs.c.terminated_at, runs.c.last_heartbeat_at, runs.c.max_batch_ms, runs.c.max_gap_ms,
+            runs.c.generation_id)
 
 
 @cache
 def _open_runs_stmt() -> Select[Any]:
     # Built once (the pipelines list asks on every request); .where() on it makes a new statement.
-    return select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.query_id, runs.c.started_at,
-                  runs.c.last_heartbeat_at, runs.c.max_batch_ms, runs.c.generation_id
-                  ).where(runs.c.terminated_at.is_(None)).order_by(runs.c.started_at)
+    # Open: never ended, or (a sink's or watcher's run, which a later run of the query reuses) a batch
+    # recorded after its end.
+    return select(*_columns()).where(or_(
+        runs.c.terminated_at.is_(None),
+        and_(runs.c.last_heartbeat_at > runs.c.terminated_at,
+             or_(runs.c.run_id.like("sink:%"), runs.c.run_id.like("checkpoint:%"))),
+    )).order_by(runs.c.started_at)
 
 
 def open_runs(
     conn: Connection, pipeline: str | None = None, consumer_group: str | None = None, *,
     now: datetime | None = None, timeout: timedelta | None = None,
 ) -> dict[tuple[str, str], list[RunActivity]]:
-    """Every unterminated run (of one pipeline and group, or all), assessed, oldest first."""
+    """Every open run (of one pipeline and group, or all), assessed, oldest first."""
     at = now or datetime.now(timezone.utc)
-    limit = timeout if timeout is not None else run_timeout()
+    limits = bounds(timeout)
     stmt = _open_runs_stmt()
     if pipeline is not None:
         stmt = stmt.where(runs.c.pipeline == pipeline, runs.c.consumer_group == (consumer_group or pipeline))
+    rows = conn.execute(stmt).all()
+    open_ids = {r.run_id for r in rows}
+    # A sink's or watcher's run follows the listener's runs of its query, ended ones included.
+    inferred_queries = sorted({r.query_id for r in rows if facts(r).inferred})
+    extra = conn.execute(select(*_columns()).where(runs.c.query_id.in_(inferred_queries))).all() \
+        if inferred_queries else []
+    by_query: dict[str, list[Any]] = {}
+    for r in [*rows, *(x for x in extra if x.run_id not in open_ids)]:
+        by_query.setdefault(r.query_id, []).append(r)
+    lives: dict[str, Liveness] = {}
+    for group_rows in by_query.values():
+        for lv in assess_runs([facts(r) for r in group_rows], now=at, bounds=limits):
+            lives[lv.run_id] = lv
     out: dict[tuple[str, str], list[RunActivity]] = {}
-    for r in conn.execute(stmt):
-        act = assess(r.run_id, r.query_id, None, r.last_heartbeat_at, r.started_at, r.max_batch_ms,
-                     now=at, timeout=limit)
-        out.setdefault((r.pipeline, r.consumer_group), []).append(replace(act, generation_id=r.generation_id))
+    for r in rows:
+        lv = lives[r.run_id]
+        if lv.state != "terminated":
+            out.setdefault((r.pipeline, r.consumer_group), []).append(RunActivity.of(lv, r.generation_id))
     return out
 
 
-def _human(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+def last_ends(conn: Connection, pipeline: str | None = None,
+              consumer_group: str | None = None) -> dict[tuple[str, str], tuple[str, datetime]]:
+    """(run id, time) of the most recent recorded termination per pipeline and group: ``stopped``'s evidence."""
+    newest = select(runs.c.pipeline, runs.c.consumer_group, func.max(runs.c.terminated_at).label("at"))
+    if pipeline is not None:
+        newest = newest.where(runs.c.pipeline == pipeline, runs.c.consumer_group == (consumer_group or pipeline))
+    sub = newest.where(runs.c.terminated_at.is_not(None)).group_by(runs.c.pipeline, runs.c.consumer_group).subquery()
+    stmt = select(runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.terminated_at).join(
+        sub, and_(sub.c.pipeline == runs.c.pipeline, sub.c.consumer_group == runs.c.consumer_group,
+                  sub.c.at == runs.c.terminated_at)).order_by(runs.c.started_at.desc(), runs.c.run_id)
+    out: dict[tuple[str, str], tuple[str, datetime]] = {}
+    for r in conn.execute(stmt):
+        # Runs ended with the query share its end: the newest listener run is the one Spark reported,
+        # the sink's record and older crashed runs are its echo.
+        key = (r.pipeline, r.consumer_group)
+        if key not in out or out[key][0].startswith(("sink:", "checkpoint:")):
+            out[key] = (r.run_id, r.terminated_at)
+    return out
+
+
+def verdict(acts: Iterable[RunActivity], last_end: tuple[str, datetime] | None, *,
+            now: datetime | None = None) -> PipelineVerdict:
+    """The pipeline's state and evidence from its open runs (``open_runs``) and last end (``last_ends``)."""
+    lives = [Liveness(a.run_id, a.query_id, a.state, a.last_seen, a.timeout, a.why, a.inferred, a.follows)
+             for a in acts]
+    return pipeline_verdict(lives, now=now or datetime.now(timezone.utc), last_end=last_end)

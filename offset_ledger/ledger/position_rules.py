@@ -162,10 +162,10 @@ class PositionRules:
 
     def _query_active(self, conn: Connection, query_id: str, now: datetime) -> bool:
         """Whether ``query_id`` has a run that counts as active (``ledger.activity``)."""
-        rows = conn.execute(select(runs.c.started_at, runs.c.last_heartbeat_at, runs.c.terminated_at,
-                                   runs.c.max_batch_ms).where(runs.c.query_id == query_id))
-        return any(run_is_active(r.terminated_at, r.last_heartbeat_at, r.started_at, r.max_batch_ms, now=now)
-                   for r in rows)
+        rows = conn.execute(select(runs.c.run_id, runs.c.query_id, runs.c.started_at, runs.c.last_heartbeat_at,
+                                   runs.c.terminated_at, runs.c.max_batch_ms, runs.c.max_gap_ms)
+                            .where(runs.c.query_id == query_id)).all()
+        return run_is_active(rows, now=now)
 
     def _foreign_finding(self, conn: Connection, rec: BatchRecord, txn: _Txn, run: _Run, generation_id: int) -> None:
         """One ``foreign_run`` finding per run and current generation, however many batches it reports."""

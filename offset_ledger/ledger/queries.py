@@ -42,10 +42,9 @@ def current_positions(
     return [Position(topic, partition, offset) for topic, partition, offset in rows]
 
 
-#: The default run timeout (``OFFSET_LEDGER_RUN_TIMEOUT`` overrides it; see ``ledger.activity``):
-#: Spark posts a progress event at least every 10 s even when idle
-#: (spark.sql.streaming.noDataProgressEventInterval), so a run silent for this long (and for 3 x
-#: its longest batch) crashed without a QueryTerminated event and must not block resets forever.
+#: The default ``OFFSET_LEDGER_RUN_TIMEOUT`` (``ledger.activity``, ``rules.liveness``): how long a run
+#: without listener heartbeats (a sink's or the watcher's) counts as running after its last batch.
+#: Runs the listener watches are judged on their own heartbeats (a 60 s floor).
 RUN_STALENESS = timedelta(minutes=10)
 
 _CONFIGURED: Any = object()

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -55,7 +55,7 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
     utc,
 )
 from offset_ledger.ledger.run_book import RunBook
-from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, runs
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.read_shortfall import read_shortfalls
 
@@ -196,11 +196,18 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             if isinstance(rec, RunStart):
                 self._run_start(conn, rec, txn)
             elif isinstance(rec, RunHeartbeat):
-                self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
-                                rec.at, {"last_heartbeat_at": utc(rec.at)})
+                values: dict[str, Any] = {"last_heartbeat_at": utc(rec.at)}
+                plain = dict(values, max_gap_ms=rec.max_gap_ms)
+                if rec.max_gap_ms is not None:  # the listener saw a longer silence: widens the run's bound
+                    values["max_gap_ms"] = func.coalesce(
+                        func.max(runs.c.max_gap_ms, rec.max_gap_ms) if conn.dialect.name == "sqlite"
+                        else func.greatest(runs.c.max_gap_ms, rec.max_gap_ms), rec.max_gap_ms)
+                self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id, rec.at, values,
+                                plain)
             elif isinstance(rec, RunEnd):
                 self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
                                 rec.at, {"terminated_at": utc(rec.at), "exception": rec.exception})
+                self._end_query_runs(conn, rec.query_id, rec.run_id, rec.at)
         recs = [r for r in records if isinstance(r, BatchRecord)]
         if recs:
             self._ensure_runs(conn, recs, txn)
@@ -210,6 +217,9 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             written = self._write_batches(conn, new, txn)
             duplicates += len(new) - len(written)
             new = written
+        if duplicates:
+            kept = {id(r) for r in new}
+            self._hear_duplicates(conn, [r for r in recs if id(r) not in kept])
         if txn.other_runs:
             self._move_positions(conn, txn.other_runs, txn)
         # A sink or watcher may have recorded the batch first (rows not counted): the listener's

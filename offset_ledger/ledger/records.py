@@ -40,6 +40,7 @@ class RunHeartbeat:
     query_id: str
     run_id: str
     at: datetime
+    max_gap_ms: int | None = None  # the longest silence between the run's events so far, when it grew
 
 
 @dataclass(frozen=True)

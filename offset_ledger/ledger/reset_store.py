@@ -19,7 +19,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import ActiveRunConflict
 from offset_ledger.ledger.locks import lock_pipeline
-from offset_ledger.ledger.queries import active_run_ids, current_positions
+from offset_ledger.ledger.activity import open_runs, verdict
+from offset_ledger.ledger.queries import current_positions
 from offset_ledger.ledger.tables import positions, reset_partitions, resets
 from offset_ledger.rules.model import Position
 from offset_ledger.rules.resets import ResetPlan
@@ -56,9 +57,12 @@ def record_reset(
         plan = planner(current_positions(conn, pipeline, consumer_group))
         if not dry_run:
             plan.check_executable()
-        active = active_run_ids(conn, pipeline, consumer_group, now=created_at)
+        acts = open_runs(conn, pipeline, consumer_group, now=created_at).get((pipeline, consumer_group), [])
+        active = [a.run_id for a in acts if a.state == "active"]
         if active and not dry_run and not force:
-            raise ActiveRunConflict(pipeline, active)
+            # The same answer and evidence the pipelines list shows (ledger.activity).
+            judged = verdict(acts, None, now=created_at)
+            raise ActiveRunConflict(pipeline, active, f"{judged.state}: {judged.reason}")
         status = "dry_run" if dry_run else "pending"
         parameters: dict[str, Any] = dict(plan.parameters)
         if active:

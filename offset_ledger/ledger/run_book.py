@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger import generations as gens
@@ -22,6 +22,7 @@ from offset_ledger.ledger.tables import (
     runs,
 )
 from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
+from offset_ledger.rules.liveness import INFERRED_RUN_PREFIXES
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
 
@@ -89,13 +90,48 @@ class RunBook:
         return []
 
     def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
-                   at: datetime, values: dict[str, Any]) -> None:
+                   at: datetime, values: dict[str, Any], new_values: dict[str, Any] | None = None) -> None:
+        """Update the run's row; make it when missing (from ``new_values``, default ``values``)."""
         done = conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
         if done.rowcount == 0:
             # The listener was added after the query started: make the run row from what we know.
             stmt = self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id])
             conn.execute(stmt, [{"run_id": run_id, "query_id": query_id, "pipeline": pipeline,
-                                 "consumer_group": group, "started_at": utc(at), **values}])
+                                 "consumer_group": group, "started_at": utc(at), **(new_values or values)}])
+
+    def _end_query_runs(self, conn: Connection, query_id: str, run_id: str, at: datetime) -> None:
+        """Spark reported run ``run_id`` of ``query_id`` ended: end the query's other records of it.
+
+        The sink's and the watcher's runs of the query (they hear batches only, so nothing else would
+        end them) whose last batch is not after the end; and earlier runs of the query silent since
+        this run started (a SIGKILLed driver's: only one run writes a checkpoint at a time, and a live
+        one posts an event at least every few seconds).
+        """
+        end = utc(at)
+        if run_id.startswith(INFERRED_RUN_PREFIXES):
+            return  # only Spark's own word ends other records (a restart's pass closes its own run only)
+        started = select(runs.c.started_at).where(runs.c.run_id == run_id).scalar_subquery()
+        heard = func.coalesce(runs.c.last_heartbeat_at, runs.c.started_at)
+        inferred = or_(*(runs.c.run_id.like(f"{p}%") for p in INFERRED_RUN_PREFIXES))
+        conn.execute(update(runs).where(
+            runs.c.query_id == query_id, runs.c.run_id != run_id, runs.c.terminated_at.is_(None),
+            or_(and_(inferred, heard <= end), and_(~inferred, runs.c.started_at < started, heard <= started)),
+        ).values(terminated_at=end))
+
+    def _hear_duplicates(self, conn: Connection, dropped: list[BatchRecord]) -> None:
+        """Runs whose batches another writer recorded first (the sink, in its own transaction) are
+        alive all the same: their heartbeat and longest batch move, never backwards (a re-delivery)."""
+        top = func.max if conn.dialect.name == "sqlite" else func.greatest
+        last: dict[str, tuple[datetime, int | None]] = {}
+        for rec in dropped:
+            b = rec.batch
+            at, longest = last.get(b.run_id, (utc(b.batch_time), b.duration_ms))
+            last[b.run_id] = (max(at, utc(b.batch_time)), max(longest or 0, b.duration_ms or 0) or None)
+        for run_id, (at, longest) in last.items():
+            values: dict[str, Any] = {"last_heartbeat_at": func.coalesce(top(runs.c.last_heartbeat_at, at), at)}
+            if longest is not None:
+                values["max_batch_ms"] = func.coalesce(top(runs.c.max_batch_ms, longest), longest)
+            conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
 
     def _ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
         """Know every run's start and generation (the position rules need them); make rows for unseen runs."""

@@ -65,6 +65,10 @@ runs = Table(
     # The longest micro-batch (Spark's triggerExecution) the run reported: a run is active until it
     # misses heartbeats for max(run timeout, 3 x this) (0003).
     Column("max_batch_ms", BigInteger),
+    # The longest silence the listener observed between two of the run's events (progress or idle):
+    # a longer idle or trigger interval than Spark's 10 s default widens its silence bound
+    # (``rules.liveness``). NULL: not observed (a sink's or the watcher's run, an older listener) (0012).
+    Column("max_gap_ms", BigInteger),
     Index(None, "pipeline", "consumer_group", "started_at"),
     Index(None, "query_id"),
 )

@@ -31,7 +31,9 @@ class PipelineSummary:
 
     pipeline: str
     consumer_group: str
-    state: str  # running | stale (unterminated runs, none heard from in time) | stopped
+    # running | uncertain (no listener: inferred from the last batch) | stale (unterminated runs, none heard
+    # from within its bound) | stopped; ``state_reason`` says why with the evidence (offset_ledger.rules.liveness)
+    state: str
     active_run_ids: tuple[str, ...]
     partitions: int
     last_batch_time: datetime | None
@@ -42,11 +44,16 @@ class PipelineSummary:
     foreign_run_ids: tuple[str, ...] = ()  # active runs not on the current generation's checkpoint
     status: str | None = None  # OK | LAGGING | STALLED | STOPPED | REWOUND (offset_ledger.rules.status); None: lag unknown
     headroom: Headroom | None = None  # its most severe partition's retention headroom (offset_ledger.rules.retention)
+    state_reason: str | None = None  # "last event 12 s ago from run 0374a913 (silence bound 60 s)"
+    state_run_id: str | None = None  # the run the state rests on
+    last_event_at: datetime | None = None  # that run's last event (or end, when stopped)
     records_lost: int = 0  # records its batches never read, unexplained (issue 41: status ERR)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "state": self.state,
+            "stateReason": self.state_reason, "stateRunId": self.state_run_id,
+            "lastEventAt": iso_utc(self.last_event_at),
             "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
             "lastBatchTime": iso_utc(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
             "runs": [r.to_dict() for r in self.runs],

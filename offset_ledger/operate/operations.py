@@ -26,7 +26,7 @@ from offset_ledger.errors import (
     UnknownTopic,
 )
 from offset_ledger.ledger import queries
-from offset_ledger.ledger.activity import open_runs
+from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.engine import read_engine, translate_db_error
 from offset_ledger.ledger.loss_reads import shortfall_findings
 from offset_ledger.operate.answers import (  # noqa: F401 - re-exported: the faces import them from here
@@ -197,7 +197,9 @@ class Operations(ResetOperations, MetricsReads):
         facts: dict[Any, Any] = {}
         with self._db() as conn:
             rows = queries.pipeline_summaries(conn)
-            open_by_group = open_runs(conn)
+            now = datetime.now(timezone.utc)
+            open_by_group = open_runs(conn, now=now)
+            ends = last_ends(conn)
             pos: dict[tuple[str, str], list[Position]] = {}
             if with_lag and rows and self.has_kafka:  # without Kafka there is no lag to compute
                 pos, facts = self._positions_and_window(conn)
@@ -220,11 +222,12 @@ class Operations(ResetOperations, MetricsReads):
                 "app_version": r["generation_app_version"], "location": r["generation_location"]}
             foreign = tuple(a.run_id for a in acts if a.state == "active" and gen is not None
                             and a.generation_id != gen["id"])
-            state = "running" if active else ("stale" if acts else "stopped")
+            judged = verdict(acts, ends.get(key), now=now)
             out.append(PipelineSummary(
-                r["pipeline"], r["consumer_group"], state, active,
+                r["pipeline"], r["consumer_group"], judged.state, active,
                 int(r["partitions"] or 0), r["last_batch_time"], r["last_batch_id"], lag,
                 acts, gen, foreign, with_lost_records(statuses.get(key), lost.get(key, 0)), headrooms.get(key),
+                state_reason=judged.reason, state_run_id=judged.run_id, last_event_at=judged.last_event_at,
                 records_lost=lost.get(key, 0),
             ))
         return out

@@ -135,7 +135,8 @@ def test_pipelines_table_shows_the_pipeline_its_lag_and_refreshes_by_itself(
     browser.get(served.url + "/")
     row = '#pipelines tbody tr[data-pipeline="orders"]'
     wait_for(browser, lambda d: css(d, f"{row} [data-col=lag]").text == "30", what="lag 30 in the pipelines table")
-    assert css(browser, f"{row} [data-col=state]").text == "stopped"
+    assert css(browser, f"{row} [data-col=state] .badge").text == "stopped"
+    assert "query ended" in css(browser, f"{row} [data-col=state]").text  # its evidence (rules.liveness)
     # Retention headroom: the broker's default retention (7 days) less the unread record's age, coloured OK.
     wait_for(browser, lambda d: css(d, f"{row} [data-col=headroomSeconds]").text.startswith("6d"), what="headroom")
     assert "headroom-OK" in css(browser, f"{row} [data-col=headroomSeconds] .badge").get_attribute("class")
@@ -341,11 +342,15 @@ def test_a_running_pipeline_shows_running_and_its_reset_is_refused_with_409(
 
         browser.get(served.url + "/")
         row = '#pipelines tbody tr[data-pipeline="live"]'
-        wait_for(browser, lambda d: css(d, f"{row} [data-col=state]").text == "running", what="live is running")
+        wait_for(browser, lambda d: css(d, f"{row} [data-col=state] .badge").text == "running", what="live is running")
+        # The evidence beside it, as the API and the CLI give it (rules.liveness).
+        assert f"from run {str(query.runId)[:8]}" in css(browser, f"{row} [data-col=state]").text
         assert css(browser, f"{row} [data-col=lag]").text == "0"
 
         browser.get(served.url + "/pipelines/live")
         wait_for(browser, lambda d: len(partition_positions(d)) == PARTITIONS, what="live's positions")
+        wait_for(browser, lambda d: f"from run {str(query.runId)[:8]}" in css(d, "#summary").text,
+                 what="the state's evidence on the pipeline page")
         before = httpx.get(f"{served.url}/v1/getCurrentOffsets?pipelineName=live").json()
         click(browser, "#reset-preview-button")  # earliest, every topic
         wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the dry run")

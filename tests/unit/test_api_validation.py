@@ -249,7 +249,7 @@ def test_active_run_blocks_executed_resets_until_its_heartbeat_is_stale(engine) 
     listed = client.get("/api/v1/pipelines").json()["pipelines"][0]
     # Unterminated but silent: stale, not running, and the list says why.
     assert listed["state"] == "stale" and listed["activeRunIds"] == []
-    assert listed["runs"][0]["state"] == "stale" and "no heartbeat for" in listed["runs"][0]["why"]
+    assert listed["runs"][0]["state"] == "stale" and "no event for" in listed["runs"][0]["why"]
 
 
 def test_metrics_report_listener_health(engine, client: TestClient) -> None:  # type: ignore[no-untyped-def]

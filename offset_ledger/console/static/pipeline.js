@@ -28,7 +28,7 @@
     const dl = document.getElementById("summary");
     const item = (term, value) => el("div", {}, el("dt", {}, term), el("dd", {}, value));
     dl.replaceChildren(...(row ? [
-      item("Consumer group", row.consumerGroup), item("State", stateBadge(row.state)),
+      item("Consumer group", row.consumerGroup), item("State", [stateBadge(row.state), row.stateReason ? el("span", { class: "muted small state-reason" }, " " + row.stateReason) : null]),
       item("Lag (records)", num(row.lag)), item("Retention headroom", headroomBadge(row)),
       item("Last batch", time(row.lastBatchTime, true)),
       item("App version", row.appVersion || "—"), item("Generation", num(row.generation)),
@@ -122,7 +122,9 @@
       // A foreign run (not on the current generation's checkpoint) moves no position: say so loudly.
       el("td", { class: "num" }, num(r.generation), r.foreign ? el("span", { class: "badge finding" }, " foreign") : null),
       el("td", {}, time(r.startedAt)),
-      el("td", {}, r.terminatedAt ? ["ended ", time(r.terminatedAt)] : ["running, heard ", time(r.lastHeartbeatAt || r.startedAt, true)],
+      // Unterminated rows as the liveness rule judges them: a silent one is presumed crashed, not running.
+      el("td", { title: r.why || null }, r.terminatedAt && r.state === "terminated" ? ["ended ", time(r.terminatedAt)]
+        : [r.state === "active" ? "running, heard " : "presumed ended, last heard ", time(r.lastHeartbeatAt || r.startedAt, true)],
         r.exception ? el("div", { class: "error small" }, r.exception) : null),
       el("td", { class: "num" }, num(r.lastBatchId)), el("td", { class: "path" }, r.checkpointLocation || "—"),
     )), "No runs recorded.", 7);
