@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0014"
-down_revision = "0009"
+down_revision = "0012"
 branch_labels = None
 depends_on = None
 
