@@ -24,6 +24,21 @@ from offset_ledger.rules.progress import (
 log = logging.getLogger(__name__)
 
 
+def with_true_starts(batch: BatchOffsets, location: str) -> BatchOffsets:
+    """Ranges Spark reported without a start (a new query's first batch) get the start Spark wrote in
+    the checkpoint at ``location`` (``batch_starts``); where it cannot be read the start stays unknown
+    (None), never assumed to continue the history."""
+    if all(r.from_offset is not None for s in batch.sources for r in s.ranges):
+        return batch
+    starts = batch_starts(location, batch.batch_id)
+    if not starts:
+        return batch
+    sources = tuple(replace(s, ranges=tuple(
+        replace(r, from_offset=starts.get(s.source_index, {}).get(r.topic, {}).get(r.partition))
+        if r.from_offset is None else r for r in s.ranges)) for s in batch.sources)
+    return replace(batch, sources=sources)
+
+
 def batch_starts(location: str, batch_id: int) -> dict[int, Mapping[str, Mapping[int, int]]]:
     """Where each Kafka source of batch ``batch_id`` began, as the checkpoint says: source index ->
     topic -> partition -> offset. Batch 0 began at the initial offsets Spark resolved and wrote in
@@ -130,21 +145,8 @@ class EventConverter:
         return checkpoint
 
     def _with_true_starts(self, batch: BatchOffsets) -> BatchOffsets:
-        """Ranges Spark reported without a start (a new query's first batch) get the start Spark wrote in
-        the checkpoint (``batch_starts``); where it cannot be read the start stays unknown (None), never
-        assumed to continue the history."""
-        if all(r.from_offset is not None for s in batch.sources for r in s.ranges):
-            return batch
         location = self._checkpoints.get(batch.query_id)
-        if location is None:
-            return batch
-        starts = batch_starts(location, batch.batch_id)
-        if not starts:
-            return batch
-        sources = tuple(replace(s, ranges=tuple(
-            replace(r, from_offset=starts.get(s.source_index, {}).get(r.topic, {}).get(r.partition))
-            if r.from_offset is None else r for r in s.ranges)) for s in batch.sources)
-        return replace(batch, sources=sources)
+        return batch if location is None else with_true_starts(batch, location)
 
     def _pipeline_for(self, event: Event, query_id: str, name: str | None) -> tuple[str, str, str | None] | None:
         """(pipeline, consumer group, app version) of a query; idle/terminated events carry no name."""
