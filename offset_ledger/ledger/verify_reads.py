@@ -138,6 +138,11 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
     found = conn.execute(select(f.c.id, f.c.kind, f.c.topic, f.c.partition, f.c.expected_offset, f.c.actual_offset,
                                 f.c.details, f.c.generation_id, f.c.run_id, f.c.message)
                          .where(f.c.pipeline == pipeline, f.c.consumer_group == group).order_by(f.c.id)).all()
+    # Runs of a checkpoint re-created in place (a job started by hand on a lost checkpoint): what they
+    # read again is outside the ledger's control, so their ``regression`` findings explain nothing.
+    recreated = [r.id for r in gens if r.reason == "checkpoint_recreated"]
+    by_hand = set(conn.execute(select(runs.c.run_id).where(runs.c.generation_id.in_(recreated))).scalars()) \
+        if recreated else set()
     ended: dict[tuple[str, int, int], int] = {}  # (topic, partition, generation) -> where the old incarnation stood
     for r in found:
         details = r.details or {}
@@ -178,7 +183,7 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                     out.explanations.append(e)
         elif r.kind == "state_rewind" and gen is not None:
             rewinds.append((r, gen))
-        elif r.kind in RUN_FINDINGS and r.run_id:
+        elif r.kind in RUN_FINDINGS and r.run_id and not (r.kind == "regression" and r.run_id in by_hand):
             flagged_runs.setdefault(r.run_id, []).append(
                 (None if r.kind == "foreign_run" else r.topic, None if r.kind == "foreign_run" else r.partition,
                  Reason(r.kind, r.id, _short(r.message))))

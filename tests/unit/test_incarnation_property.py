@@ -80,6 +80,8 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("restart"), st.booleans()),          # True: a new app version
     st.tuples(st.just("by_hand"), st.sampled_from(["earliest", "latest"])),
     st.tuples(st.just("zombie"), st.integers(1, 6)),
+    # The checkpoint is lost, records arrive, and either the ledger restarts the job or a person does.
+    st.tuples(st.just("lose"), st.integers(0, 6), st.sampled_from(["restart", "earliest", "latest"])),
 ), min_size=1, max_size=20)
 
 
@@ -115,8 +117,16 @@ def _check(tmp: Path, ops: list[tuple[Any, ...]]) -> None:
                 output[p].update(r)
         recorder.record([rec])
 
+    expanded: list[tuple[Any, ...]] = []
+    for op in ops:
+        if op[0] == "lose":
+            expanded += [("batch", 6), ("delete",), ("produce", op[1], 0), ("produce", op[1], 1),
+                         ("restart", False) if op[2] == "restart" else ("by_hand", op[2]), ("produce", 2, 0),
+                         ("batch", 6)]
+        else:
+            expanded.append(op)
     try:
-        for op in ops:
+        for op in expanded:
             if op[0] == "produce":
                 cluster.log_end[op[2]] += op[1]
             elif op[0] == "batch" and run is not None:
@@ -154,14 +164,14 @@ def _check(tmp: Path, ops: list[tuple[Any, ...]]) -> None:
         expected = set()
         for p in PARTS:
             position = report.inputs.positions.get((TOPIC, p, 0))
-            top = max([position or 0, *reads[p]]) + 1 if reads[p] else 0
+            top = max([position or 0, *(o + 1 for o in reads[p])])
             for o in range(first.get(p, 0), top):
                 n = reads[p][o]
                 if o < (position or 0) and n == 0:
                     expected.add((p, o, "gap"))
                 elif n > 1:
                     expected.add((p, o, "overlap"))
-        assert bad == expected, (sorted(bad ^ expected), [s for s in report.stretches])
+        assert bad == expected, (sorted(bad ^ expected), expanded, report.stretches)
     finally:
         recorder.close()
         engine.dispose()
