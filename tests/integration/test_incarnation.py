@@ -24,6 +24,7 @@ from offset_ledger.sinks import PostgresSink
 from tests.integration.sink_helper import create_target, target_values
 from tests.integration.test_adopt_replay import _cli
 from tests.integration.test_restart import _run as _run_to_end
+from tests.integration.test_verify import _capture
 from tests.integration.test_restart import _values
 from tests.integration.test_sink_postgres import _run
 
@@ -79,6 +80,8 @@ def test_a_lost_checkpoint_restarted_with_the_same_version_writes_every_record_o
     (lost,) = [f for f in p2.findings if f.kind == "checkpoint_lost"]
     assert f"checkpoint of generation 1 at {p1.checkpoint_location} is gone" in lost.message
     assert p2.starting_offsets == {topic: {"0": 30, "1": 30}}
+    _capture("lost-restart.txt", f"checkpoint: {p2.checkpoint_location} (fresh)\n" + "".join(
+        f"finding: {f.kind} {f.message}\n" for f in p2.findings))
     gens = _sql(pg_dsn, "SELECT generation, reason FROM checkpoint_generations ORDER BY generation")
     assert [(g.generation, g.reason) for g in gens] == [(1, "first"), (2, "checkpoint_lost")]
     done = _cli("verify", "orders", "--dsn", pg_dsn, "-f", "json")
@@ -135,6 +138,8 @@ def test_a_job_started_by_hand_at_latest_on_a_lost_checkpoint_shows_the_skipped_
         listener.close()
     assert read == Counter(_values("c", 10))  # the 40 waiting records were never read
 
+    table = _cli("verify", "orders", "--dsn", pg_dsn)
+    _capture("by-hand-verify.txt", table.stdout + table.stderr)
     report = _cli("verify", "orders", "--dsn", pg_dsn, "-f", "json")
     assert report.returncode == 6, report.stdout + report.stderr
     doc = json.loads(report.stdout)

@@ -146,6 +146,11 @@ def _check(tmp: Path, ops: list[tuple[Any, ...]]) -> None:
                 plan = restart_with(engine, cluster, pipeline="orders", topics=[TOPIC],
                                     checkpoint_root=str(tmp / "ck"), app_version=str(version))
                 where = plan.checkpoint_location or ""
+                if location is not None and not Path(location, "metadata").exists():
+                    # A query ran there (every start writes metadata): the checkpoint is lost, and the
+                    # restart plans a new incarnation instead of handing Spark the old batch ids.
+                    assert plan.fresh_checkpoint and where != location, plan
+                    assert "checkpoint_lost" in [f.kind for f in plan.findings], plan.findings
                 if run is not None and where != location:
                     zombie = run  # the old driver is not stopped: it keeps running on its checkpoint
                 if Path(where, "metadata").exists():
