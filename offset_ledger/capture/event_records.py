@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from offset_ledger.capture.spool import Event
+from offset_ledger.errors import CheckpointFormatError, ConfigError
 from offset_ledger.ledger.recorder import BatchRecord, Record, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.rules.checkpoint import parse_initial_offsets, parse_offsets_file
+from offset_ledger.rules.model import BatchOffsets
 from offset_ledger.rules.progress import (
     ProgressParseError,
     is_no_data,
@@ -19,6 +22,50 @@ from offset_ledger.rules.progress import (
 )
 
 log = logging.getLogger(__name__)
+
+
+def with_true_starts(batch: BatchOffsets, location: str) -> BatchOffsets:
+    """Ranges Spark reported without a start (a new query's first batch) get the start Spark wrote in
+    the checkpoint at ``location`` (``batch_starts``); where it cannot be read the start stays unknown
+    (None), never assumed to continue the history."""
+    if all(r.from_offset is not None for s in batch.sources for r in s.ranges):
+        return batch
+    starts = batch_starts(location, batch.batch_id)
+    if not starts:
+        return batch
+    sources = tuple(replace(s, ranges=tuple(
+        replace(r, from_offset=starts.get(s.source_index, {}).get(r.topic, {}).get(r.partition))
+        if r.from_offset is None else r for r in s.ranges)) for s in batch.sources)
+    return replace(batch, sources=sources)
+
+
+def batch_starts(location: str, batch_id: int) -> dict[int, Mapping[str, Mapping[int, int]]]:
+    """Where each Kafka source of batch ``batch_id`` began, as the checkpoint says: source index ->
+    topic -> partition -> offset. Batch 0 began at the initial offsets Spark resolved and wrote in
+    ``sources/<n>/0``; batch N at ``offsets/N-1``. Empty when the checkpoint cannot say."""
+    from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+    try:
+        files = checkpoint_files(location)
+        if batch_id == 0:
+            out: dict[int, Mapping[str, Mapping[int, int]]] = {}
+            for name in files.list("sources"):
+                if not name.isdigit():
+                    continue
+                raw = files.read(f"sources/{name}/0")
+                if raw is not None:
+                    initial = parse_initial_offsets(raw, int(name), f"{location}/sources/{name}/0")
+                    if initial.kind == "kafka" and initial.kafka:
+                        out[int(name)] = initial.kafka
+            return out
+        raw = files.read(f"offsets/{batch_id - 1}")
+        if raw is None:
+            return {}
+        _, _, sources = parse_offsets_file(raw, f"{location}/offsets/{batch_id - 1}")
+        return {s.index: s.kafka for s in sources if s.kind == "kafka" and s.kafka}
+    except (CheckpointFormatError, ConfigError, OSError, ValueError) as exc:
+        log.info("offset-ledger: the start of batch %d is unknown: %s", batch_id, exc)
+        return {}
 
 STARTED, PROGRESS, IDLE, TERMINATED = "started", "progress", "idle", "terminated"
 
@@ -45,6 +92,7 @@ class EventConverter:
         self._query_pipeline: dict[str, tuple[str, str, str | None]] = {}
         self._warned_unnamed: set[str] = set()
         self._beats: dict[str, _Beat] = {}  # per run: what the heartbeat throttle and the gap need
+        self._checkpoints: dict[str, str] = {}  # query id -> its checkpoint, where the session said
 
     def convert(self, event: Event) -> tuple[list[Record], tuple[str, str, int | None] | None]:
         """One event -> ledger records (none for unnamed queries) and what it settles."""
@@ -61,6 +109,7 @@ class EventConverter:
         if event.kind == PROGRESS:
             batch = parse_progress(event.payload)
             self._first_sight(batch.query_id)
+            batch = self._with_true_starts(batch)
             target = self._pipeline_for(event, batch.query_id, batch.query_name)
             mark = (PROGRESS, batch.query_id, batch.batch_id)
             if target is None:
@@ -123,10 +172,17 @@ class EventConverter:
         if not started and (query_id in self._query_pipeline or query_id in self._warned_unnamed):
             return None
         try:
-            return self._on_query_seen(query_id)
+            checkpoint = self._on_query_seen(query_id)
         except Exception:  # noqa: BLE001 - only an optimisation for flush() and a detail of the run
             log.debug("on_query_seen failed", exc_info=True)
             return None
+        if checkpoint:
+            self._checkpoints[query_id] = checkpoint
+        return checkpoint
+
+    def _with_true_starts(self, batch: BatchOffsets) -> BatchOffsets:
+        location = self._checkpoints.get(batch.query_id)
+        return batch if location is None else with_true_starts(batch, location)
 
     def _pipeline_for(self, event: Event, query_id: str, name: str | None) -> tuple[str, str, str | None] | None:
         """(pipeline, consumer group, app version) of a query; idle/terminated events carry no name."""

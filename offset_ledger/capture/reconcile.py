@@ -34,6 +34,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunStart
 from offset_ledger.ledger.tables import batches, findings, pruned_ranges, runs
 from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
+from offset_ledger.rules.incarnation import Incarnation, checkpoint_incarnation, incarnation_finding
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,9 @@ class Reconciliation:
     ledger_batch_id: int | None = None      # the last batch the ledger had of that query before
     backfilled: tuple[int, ...] = ()
     findings: tuple[Finding, ...] = field(default=())
+    #: a restart's pass (``generation`` given): whether the checkpoint is still the generation's
+    #: incarnation (``offset_ledger.rules.incarnation``); anything but "same" needs a fresh generation
+    incarnation: Incarnation = "same"
 
     @property
     def behind(self) -> bool:
@@ -109,6 +113,7 @@ def reconcile(
     files: CheckpointFiles | None = None, storage_options: Any = None, end_run: bool = True,
     store_findings: bool = True, recorder: Recorder | None = None, now: datetime | None = None,
     baseline: Callable[[], Mapping[tuple[str, int], int]] | None = None,
+    generation: int | None = None, ran: bool = False,
 ) -> Reconciliation:
     """Record every batch ``location`` committed that the ledger lacks; the findings say what was done.
 
@@ -120,6 +125,12 @@ def reconcile(
     generation on this checkpoint started from (asked only when batches are missing); batches that
     end at or before them are the checkpoint's history before the ledger adopted it, not batches the
     listener missed, and are left out.
+
+    ``generation`` (a restart's pass over the current generation, whose number it is): a checkpoint
+    that is gone, empty or holds another query than ``expected_query_id`` (when ``ran``, or the
+    ledger has runs of that query, a query ran on it) is another incarnation: the result says which
+    (``incarnation``) with a stored ``checkpoint_lost`` / ``checkpoint_recreated`` finding, and the
+    restart opens a fresh generation instead of reusing this one's batch ids.
     """
     at = now or datetime.now(timezone.utc)
     try:
@@ -136,9 +147,17 @@ def reconcile(
         available = committed_batch_ids(reader)
     except (CheckpointFormatError, ConfigError, OSError) as exc:
         message = getattr(exc, "message", None) or str(exc)
-        if isinstance(exc, CheckpointFormatError) and "no such directory" in message and not recorded_on_location:
+        missing = isinstance(exc, CheckpointFormatError) and "no such directory" in message
+        if missing and generation is not None:
+            return _incarnation(engine, location, pipeline, consumer_group, generation, expected_query_id, None,
+                                exists=False, ran=ran or recorded_on_location, store=store_findings, at=at)
+        if missing and not recorded_on_location:
             return Reconciliation(location, None, True)  # handed out, never started
         return _unreadable(engine, location, pipeline, consumer_group, message, store_findings, at)
+    if generation is not None and (query_id is None or (expected_query_id is not None
+                                                         and query_id != expected_query_id)):
+        return _incarnation(engine, location, pipeline, consumer_group, generation, expected_query_id, query_id,
+                            exists=True, ran=ran or recorded_on_location, store=store_findings, at=at)
     if query_id is None:
         return Reconciliation(location, None, True)
     if expected_query_id is not None and query_id != expected_query_id:
@@ -219,6 +238,22 @@ def reconcile(
     else:
         log.info("offset-ledger watch: recorded %s of %s from %s", _span(ids), pipeline, location)
     return Reconciliation(location, query_id, True, last_committed, last_recorded, ids, (finding,))
+
+
+def _incarnation(engine: Engine, location: str, pipeline: str, group: str, generation: int,
+                 expected_query_id: str | None, found_query_id: str | None, *, exists: bool, ran: bool,
+                 store: bool, at: datetime) -> Reconciliation:
+    """The checkpoint is gone, empty or another query's: which incarnation, and the finding saying so."""
+    which = checkpoint_incarnation(ran=ran, exists=exists, claimed_query_id=expected_query_id,
+                                   found_query_id=found_query_id)
+    finding = incarnation_finding(which, generation=generation, location=location,
+                                  claimed_query_id=expected_query_id, found_query_id=found_query_id)
+    if finding is None:
+        return Reconciliation(location, found_query_id, True)
+    if store:
+        _store(engine, pipeline, group, [finding], at)
+    log.warning("offset-ledger: %s", finding.message)
+    return Reconciliation(location, found_query_id, True, findings=(finding,), incarnation=which)
 
 
 def _before(batch: CommittedBatch, start: Mapping[tuple[str, int], int]) -> bool:

@@ -341,3 +341,52 @@ def adopt_defaulted_group(conn: Connection, pipeline: str, from_group: str, to_g
     log.info("pipeline %s: defaulted consumer group %s adopted by %s (%d generations)", pipeline, from_group,
              to_group, moved)
     return int(moved or 0)
+
+
+def open_incarnation(conn: Connection, *, pipeline: str, consumer_group: str, query_id: str, location: str,
+                     now: datetime | None = None) -> int | None:
+    """The generation of a query that re-created the current generation's checkpoint in place.
+
+    Someone started the job by hand on the current generation's location after its checkpoint was
+    lost: Spark began a new query there (a new id, batch ids from 0). It runs at the pipeline's
+    authoritative location, but it is not the query that claimed the generation, so it gets a
+    generation of its own at the same location (reason ``checkpoint_recreated``, claimed by it, with
+    a finding): its batches never match the old query's anywhere (sinks, positions, verify). Called
+    by the recorder and the sinks, whichever sees the query first; under the pipeline lock, so both
+    get the one generation. None when the newest generation is not at ``location`` (a run on an old
+    generation's location stays foreign there).
+    """
+    lock_pipeline(conn, pipeline, consumer_group)
+    g = checkpoint_generations
+    mine = conn.execute(select(g.c.id).where(g.c.pipeline == pipeline, g.c.consumer_group == consumer_group,
+                                             g.c.query_id == query_id)
+                        .order_by(g.c.generation.desc()).limit(1)).scalar()
+    if mine is not None:
+        return int(mine)
+    current = current_generation(conn, pipeline, consumer_group, offsets=False)
+    from offset_ledger.rules.authority import same_location
+
+    if current is None or not same_location(location, current.location):
+        return None
+    if current.query_id is None:  # nobody claimed it after all: this query is its first
+        conn.execute(update(g).where(g.c.id == current.id, g.c.query_id.is_(None)).values(query_id=query_id))
+        return current.id
+    at = now or datetime.now(timezone.utc)
+    number = current.generation + 1
+    gen_id = conn.execute(insert(g).values(
+        pipeline=pipeline, consumer_group=consumer_group, generation=number, checkpoint_root=current.checkpoint_root,
+        location=current.location, app_version=current.app_version, reason="checkpoint_recreated", created_at=at,
+        starting_offsets=None, resolved_offsets=None, topic_ids=dict(current.topic_ids) if current.topic_ids else None,
+        query_id=query_id, group_defaulted=True if current.group_defaulted else None,
+    ).returning(g.c.id)).scalar_one()
+    text_ = (f"query {query_id} re-created the checkpoint of generation {current.generation} at {current.location} "
+             f"(query {current.query_id} ran on it; was the directory deleted and the job started by hand?): "
+             f"recorded as generation {number}, a new incarnation at the same location whose batch ids never "
+             f"match generation {current.generation}'s; its first batch starts where Spark says it did")
+    conn.execute(insert(findings).values(
+        pipeline=pipeline, consumer_group=consumer_group, kind="checkpoint_recreated", message=text_,
+        details={"generation": number, "replaces_generation": current.generation, "checkpoint_location": location,
+                 "query_id": current.query_id, "found_query_id": query_id},
+        created_at=at, generation_id=gen_id))
+    log.warning("offset-ledger: %s", text_)
+    return int(gen_id)

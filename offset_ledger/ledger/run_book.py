@@ -21,7 +21,7 @@ from offset_ledger.ledger.tables import (
     checkpoint_generations,
     runs,
 )
-from offset_ledger.rules.authority import GenerationRef, match_generation, same_location
+from offset_ledger.rules.authority import GenerationRef, claimed_by_other, match_generation, same_location
 from offset_ledger.rules.liveness import INFERRED_RUN_PREFIXES
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
@@ -69,6 +69,16 @@ class RunBook:
                                  query_seen_before=seen)
         if found is None:
             return None
+        if checkpoint_location and claimed_by_other(found, query_id):
+            # Another query claimed the generation at this location: the checkpoint was re-created
+            # in place (Spark keeps a query's id in its checkpoint). On the current generation that
+            # is a new incarnation with its own generation; on an old one the run stays foreign.
+            incarnation = gens.open_incarnation(conn, pipeline=pipeline, consumer_group=group, query_id=query_id,
+                                                location=checkpoint_location)
+            if incarnation is not None:
+                self._generation_offsets.pop(incarnation, None)
+                return incarnation
+            return found.id
         if found.query_id is None:
             conn.execute(update(checkpoint_generations)
                          .where(checkpoint_generations.c.id == found.id, checkpoint_generations.c.query_id.is_(None))
@@ -162,13 +172,16 @@ class RunBook:
         return txn.runs.get(run_id) or self._runs[run_id]
 
     def _with_first_starts(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
-        """Give ranges Spark reported without a start (a fresh checkpoint's first batch) the start
-        the run's generation resolved, so every recorded range is a real ``[from, until)``."""
+        """Give ranges Spark reported without a start the start the run's generation resolved, where that
+        is where Spark began: batch 0 of the query on a generation it claimed (a fresh checkpoint starts
+        at the startingOffsets the plan resolved). The listener fills starts from the checkpoint first
+        (``event_records.batch_starts``); anything else stays unknown (None), never assumed."""
         out = []
         for rec in recs:
             b = rec.batch
             gen_id = self._run_of(b.run_id, txn).generation_id
-            if gen_id is None or all(r.from_offset is not None for s in b.sources for r in s.ranges):
+            if gen_id is None or b.batch_id != 0 or all(r.from_offset is not None for s in b.sources
+                                                        for r in s.ranges):
                 out.append(rec)
                 continue
             starts = self._resolved_offsets(conn, gen_id)

@@ -50,16 +50,38 @@ def _insert(conn: Connection) -> Any:
     return insert
 
 
-def generation_of(conn: Connection, pipeline: str, consumer_group: str, location: str) -> int | None:
-    """The id of the pipeline's checkpoint generation at ``location`` (None: not one the ledger handed out)."""
-    rows = conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location)
+def generation_of(conn: Connection, pipeline: str, consumer_group: str, location: str,
+                  query_id: str | None = None) -> int | None:
+    """The id of the pipeline's checkpoint generation at ``location`` (None: not one the ledger handed out).
+
+    ``query_id``: the query whose batch this is (the id in the checkpoint's ``metadata``). A
+    checkpoint re-created in place holds another query than the one that claimed the generation:
+    that query is a new incarnation with a generation of its own (``generations.open_incarnation``),
+    so its batch ids never match the old query's commits.
+    """
+    rows = conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
+                               checkpoint_generations.c.query_id)
                         .where(checkpoint_generations.c.pipeline == pipeline,
                                checkpoint_generations.c.consumer_group == consumer_group)
                         .order_by(checkpoint_generations.c.generation.desc())).all()
-    for r in rows:
-        if same_location(location, r.location):
+    here = [r for r in rows if same_location(location, r.location)]
+    if not here:
+        return None
+    if query_id is None:
+        return int(here[0].id)
+    for r in here:
+        if r.query_id == query_id:
             return int(r.id)
-    return None
+    if here[0].query_id is None:
+        # The first query on the generation claims it (as a run does), also without a listener: a
+        # later query on a re-created checkpoint is then told apart.
+        conn.execute(update(checkpoint_generations).where(checkpoint_generations.c.id == here[0].id,
+                                                          checkpoint_generations.c.query_id.is_(None))
+                     .values(query_id=query_id))
+        return int(here[0].id)
+    found = gens.open_incarnation(conn, pipeline=pipeline, consumer_group=consumer_group, query_id=query_id,
+                                  location=location)
+    return int(here[0].id) if found is None else found
 
 
 def current_generation_id(conn: Connection, pipeline: str, consumer_group: str) -> int | None:

@@ -142,6 +142,11 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
     found = conn.execute(select(f.c.id, f.c.kind, f.c.topic, f.c.partition, f.c.expected_offset, f.c.actual_offset,
                                 f.c.details, f.c.generation_id, f.c.run_id, f.c.message, f.c.query_id, f.c.batch_id)
                          .where(f.c.pipeline == pipeline, f.c.consumer_group == group).order_by(f.c.id)).all()
+    # Runs of a checkpoint re-created in place (a job started by hand on a lost checkpoint): what they
+    # read again is outside the ledger's control, so their ``regression`` findings explain nothing.
+    recreated = [r.id for r in gens if r.reason == "checkpoint_recreated"]
+    by_hand = set(conn.execute(select(runs.c.run_id).where(runs.c.generation_id.in_(recreated))).scalars()) \
+        if recreated else set()
     ended: dict[tuple[str, int, int], int] = {}  # (topic, partition, generation) -> where the old incarnation stood
     for r in found:
         details = r.details or {}
@@ -164,6 +169,7 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
 
     rewinds: list[tuple[Any, int]] = []
     flagged_runs: dict[str, list[tuple[str | None, int | None, Reason]]] = {}
+    foreign_from: dict[tuple[str, int | None], int] = {}  # (run id, finding id) -> its first foreign batch
     for r in found:
         details = r.details or {}
         gen = number_of.get(r.generation_id) if r.generation_id is not None else None
@@ -186,10 +192,14 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                     out.explanations.append(e)
         elif r.kind == "state_rewind" and gen is not None:
             rewinds.append((r, gen))
-        elif r.kind in RUN_FINDINGS and r.run_id:
+        elif r.kind in RUN_FINDINGS and r.run_id and not (r.kind == "regression" and r.run_id in by_hand):
             flagged_runs.setdefault(r.run_id, []).append(
                 (None if r.kind == "foreign_run" else r.topic, None if r.kind == "foreign_run" else r.partition,
                  Reason(r.kind, r.id, _short(r.message))))
+            if r.kind == "foreign_run" and r.batch_id is not None:
+                # A run becomes foreign when a newer generation opens under it (a zombie): the batches
+                # it committed before, while it was the authority, are not explained by it.
+                foreign_from[(r.run_id, r.id)] = r.batch_id
         elif r.kind == "gap" and r.topic is not None and r.partition is not None \
                 and r.expected_offset is not None and r.actual_offset is not None:
             out.gap_findings[(r.topic, r.partition, r.expected_offset, r.actual_offset)] = r.id
@@ -262,7 +272,8 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
         for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id)
                               .where(batches.c.pipeline == pipeline, batches.c.consumer_group == group,
                                      batches.c.run_id.in_(sorted(flagged_runs)))):
-            out.run_flags.setdefault((r.query_id, r.batch_id), []).extend(flagged_runs[r.run_id])
+            out.run_flags.setdefault((r.query_id, r.batch_id), []).extend(
+                f for f in flagged_runs[r.run_id] if r.batch_id >= foreign_from.get((r.run_id, f[2].id), r.batch_id))
         # Pruned reads of a flagged run: under the batch ids their rows carry (``rules.pruned.island_reads``).
         for r in conn.execute(select(pruned_ranges.c.query_id, pruned_ranges.c.from_batch_id,
                                      pruned_ranges.c.until_batch_id, pruned_ranges.c.run_id).distinct()
@@ -270,7 +281,8 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                                      pruned_ranges.c.counts_reads.is_(True),
                                      pruned_ranges.c.run_id.in_(sorted(flagged_runs)))):
             for batch_id in {r.from_batch_id, r.until_batch_id}:
-                out.run_flags.setdefault((r.query_id, batch_id), []).extend(flagged_runs[r.run_id])
+                out.run_flags.setdefault((r.query_id, batch_id), []).extend(
+                    f for f in flagged_runs[r.run_id] if batch_id >= foreign_from.get((r.run_id, f[2].id), batch_id))
     if out.boundaries or out.topic_boundaries:
         out.query_started = {r.query_id: _utc(r.started) for r in conn.execute(  # type: ignore[misc]
             select(batches.c.query_id, func.min(batches.c.batch_time).label("started"))

@@ -31,7 +31,7 @@ from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.position_check import positions_moved
 from offset_ledger.ledger.queries import pipeline_footprint
-from offset_ledger.ledger.tables import checkpoint_generations
+from offset_ledger.ledger.tables import checkpoint_generations, sink_batches
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
@@ -212,7 +212,7 @@ def restart_with(
     # Ground truth first: what the current generation's checkpoint committed and the
     # listener never delivered is recorded before anything is planned from the ledger.
     t0 = time.perf_counter()
-    truth = reconcile_current(engine, pipeline, consumer_group)
+    truth, lost = reconcile_current(engine, pipeline, consumer_group)
     log.debug("reconciled %s with its checkpoint in %.1f ms", pipeline, (time.perf_counter() - t0) * 1000)
     changes: list[str] = []
     for attempt in range(1, _PLAN_ATTEMPTS + 1):
@@ -220,7 +220,7 @@ def restart_with(
         plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
                                       allow_first_run, rewind)
         if stored_window and not ledger.pending_reset_ids and _generation_reason(
-                plan, ledger, app_version, checkpoint_root, new_checkpoint) not in (None, "first"):
+                plan, ledger, app_version, checkpoint_root, new_checkpoint, lost) not in (None, "first"):
             # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
             rewind = True
             plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
@@ -228,7 +228,7 @@ def restart_with(
         done = _decide_under_lock(
             engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
             checkpoint_root=checkpoint_root, app_version=app_version,
-            new_checkpoint=new_checkpoint or rewind,
+            new_checkpoint=new_checkpoint or rewind, lost=lost,
             # Nobody named the group: it stays the helper's guess until a run reports its own.
             defaulted_group=consumer_group is None and (
                 not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
@@ -265,10 +265,15 @@ def _plan(engine: Engine, adapter: Any, pipeline: str, consumer_group: str | Non
 
 
 def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str | None, checkpoint_root: str,
-                       new_checkpoint: bool) -> str | None:
-    """Why this plan needs a fresh checkpoint generation (``resolver.new_generation_reason``), or None."""
+                       new_checkpoint: bool, lost: tuple[int, str] | None = None) -> str | None:
+    """Why this plan needs a fresh checkpoint generation (``resolver.new_generation_reason``), or None.
+
+    ``lost``: (generation id, incarnation) when reconciliation found that generation's checkpoint
+    gone, empty or re-created by another query; it counts while that generation is the current one.
+    """
     current = ledger.generation
     return new_generation_reason(
+        checkpoint_incarnation=lost[1] if lost and current is not None and current.id == lost[0] else None,
         has_current=current is not None, current_app_version=current.app_version if current else None,
         current_checkpoint_root=current.checkpoint_root if current else None, app_version=app_version,
         checkpoint_root=checkpoint_root, pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
@@ -279,8 +284,11 @@ def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str |
 _PLAN_ATTEMPTS = 3
 
 
-def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None) -> tuple[Finding, ...]:
-    """Reconcile the pipeline's current generation with its checkpoint; the findings say what happened.
+def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None,
+                      ) -> tuple[tuple[Finding, ...], tuple[int, str] | None]:
+    """Reconcile the pipeline's current generation with its checkpoint: the findings say what happened,
+    and (generation id, incarnation) when its checkpoint is no longer the one that ran on it (gone,
+    empty, re-created: ``rules.incarnation``), else None.
 
     Nothing to do for a pipeline without a generation (no checkpoint location is known) or with
     several consumer groups and none named (planning raises AmbiguousConsumerGroup next).
@@ -289,13 +297,17 @@ def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None)
         with engine.connect() as conn:
             footprint = pipeline_footprint(conn, pipeline)
             if consumer_group is None and len(footprint) > 1:
-                return ()
+                return (), None
             group = consumer_group or choose_group(pipeline, footprint)
             current = gens.current_generation(conn, pipeline, group, offsets=False)
+            # A sink's commit names the generation too: a query ran there even if no listener said so.
+            ran = current is not None and (current.query_id is not None or conn.execute(
+                select(sink_batches.c.id).where(sink_batches.c.generation_id == current.id).limit(1)
+            ).first() is not None)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the current generation") from exc
     if current is None:
-        return ()
+        return (), None
     def baseline() -> dict[tuple[str, int], int]:
         with engine.connect() as conn:
             raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
@@ -303,14 +315,14 @@ def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None)
         return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
 
     done = reconcile(engine, current.location, pipeline=pipeline, consumer_group=group,
-                     expected_query_id=current.query_id, baseline=baseline)
-    return done.findings
+                     expected_query_id=current.query_id, baseline=baseline, generation=current.generation, ran=ran)
+    return done.findings, (None if done.incarnation == "same" else (current.id, done.incarnation))
 
 
 def _decide_under_lock(
     engine: Engine, plan: RestartPlan, ledger: LedgerView, cluster: ClusterView, *, pipeline: str,
     consumer_group: str | None, checkpoint_root: str, app_version: str | None, new_checkpoint: bool,
-    defaulted_group: bool,
+    defaulted_group: bool, lost: tuple[int, str] | None = None,
 ) -> RestartPlan | list[str]:
     """Under the pipeline lock: the final plan (a new generation written, or the current one reused),
     or what changed since ``ledger`` was read (nothing written; the caller plans again).
@@ -333,7 +345,7 @@ def _decide_under_lock(
             current = ledger.generation
             # A rewind only takes effect on an empty checkpoint (the old one holds the state it
             # replaces): the caller asks for one with new_checkpoint.
-            reason = _generation_reason(plan, ledger, app_version, checkpoint_root, new_checkpoint)
+            reason = _generation_reason(plan, ledger, app_version, checkpoint_root, new_checkpoint, lost)
             if reason is None:
                 assert current is not None
                 log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",

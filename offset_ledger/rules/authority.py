@@ -59,13 +59,13 @@ def match_generation(
     if checkpoint_location:
         reported = locations.parse_location(checkpoint_location)
         places = [(g, locations.parse_location(g.location)) for g in generations]
-        for g, place in places:
-            if place == reported:
-                return g
+        exact = [g for g, place in places if place == reported]
+        if exact:
+            return _incarnation_at(exact, query_id)
         # Loose matches (a plain path or a missing authority) are only trusted when unambiguous: two
-        # candidates mean we cannot tell, and a run on no generation is history, never a position.
+        # locations mean we cannot tell, and a run on no generation is history, never a position.
         loose = [g for g, place in places if locations.same_place(reported, place)]
-        return loose[0] if len(loose) == 1 else None
+        return _incarnation_at(loose, query_id) if len({g.location for g in loose}) == 1 else None
     for g in generations:
         if g.query_id == query_id:
             return g
@@ -74,6 +74,21 @@ def match_generation(
         if newest.query_id is None:
             return newest
     return None
+
+
+def _incarnation_at(candidates: Sequence[GenerationRef], query_id: str) -> GenerationRef:
+    """Of the generations at one location (a checkpoint re-created in place has several), the one
+    this query claimed, else the newest. The caller tells a newest claimed by another query (the
+    checkpoint was re-created: ``claimed_by_other``) from one it may claim."""
+    for g in candidates:
+        if g.query_id == query_id:
+            return g
+    return max(candidates, key=lambda g: g.id)
+
+
+def claimed_by_other(generation: GenerationRef, query_id: str) -> bool:
+    """Whether another query claimed the generation: a new query on its checkpoint re-created it."""
+    return generation.query_id is not None and generation.query_id != query_id
 
 
 @dataclass(frozen=True)

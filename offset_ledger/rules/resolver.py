@@ -327,7 +327,8 @@ def _log_end(logs: Mapping[str, Mapping[int, Watermarks]], topic: str, partition
 # ---------------------------------------------------------------------------------------------
 # Checkpoint generations: whether the restart may resume the current one
 
-GenerationReason = Literal["first", "reset", "data_loss", "app_version", "checkpoint_root", "requested"]
+GenerationReason = Literal["first", "reset", "data_loss", "checkpoint_lost", "checkpoint_recreated", "app_version",
+                           "checkpoint_root", "requested"]
 
 
 def new_generation_reason(
@@ -340,10 +341,14 @@ def new_generation_reason(
     pending_resets: bool,
     requested: bool,
     data_loss: bool = False,
+    checkpoint_incarnation: str | None = None,
 ) -> GenerationReason | None:
     """Why a fresh checkpoint generation is needed, or None to resume the current one.
 
     ``app_version=None`` means the caller does not track versions: it never forces a new generation.
+    ``checkpoint_incarnation``: the current generation's checkpoint is ``"lost"``, ``"emptied"`` or
+    ``"recreated"`` (``rules.incarnation``): Spark would start a new query whose batch ids repeat the
+    old one's, so it gets a generation of its own.
     """
     if not has_current:
         return "first"
@@ -354,6 +359,10 @@ def new_generation_reason(
         # The checkpoint points at offsets the log no longer has (or a dead topic's): the policy's
         # clamped offsets only take effect on an empty checkpoint.
         return "data_loss"
+    if checkpoint_incarnation in ("lost", "emptied"):
+        return "checkpoint_lost"
+    if checkpoint_incarnation == "recreated":
+        return "checkpoint_recreated"
     if app_version is not None and app_version != current_app_version:
         return "app_version"
     if not same_root(checkpoint_root, current_checkpoint_root):

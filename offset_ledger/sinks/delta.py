@@ -94,7 +94,7 @@ class DeltaSink:
             with ledger.begin() as conn:
                 state = sink_store.lock_sink(conn, self.spec, now)
                 generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group,
-                                                         self.checkpoint_location)
+                                                         self.checkpoint_location, query_id)
                 if generation_id is None:
                     raise ConfigError(f"sink {self.name!r}: checkpoint {self.checkpoint_location} is not a generation "
                                       f"the ledger handed out for pipeline {self.pipeline!r}", sink=self.name)

@@ -159,7 +159,7 @@ class PostgresSink:
         files = checkpoint_files(self.checkpoint_location, self.storage_options)
         query_id, batch = running_batch(self.checkpoint_location, files, batch_id)
         try:
-            generation_id, current, committed = self._read_ledger(ledger, batch_id)
+            generation_id, current, committed = self._read_ledger(ledger, batch_id, query_id)
             with target.connect() as conn:
                 if self.target_dsn is not None:
                     target_log.ensure_tables(conn)
@@ -196,10 +196,10 @@ class PostgresSink:
         log.debug("sink %s batch %d: %s", self.name, batch_id, self.last_timings)
         return self._done(decision, batch_id, generation_id)
 
-    def _read_ledger(self, ledger: Engine, batch_id: int) -> tuple[int, int | None, int | None]:
+    def _read_ledger(self, ledger: Engine, batch_id: int, query_id: str) -> tuple[int, int | None, int | None]:
         """(the checkpoint's generation id, the pipeline's current one, the sequence if committed)."""
-        with ledger.connect() as conn:
-            generation_id = self._generation(conn)
+        with ledger.begin() as conn:  # begin: a checkpoint re-created in place records its incarnation
+            generation_id = self._generation(conn, query_id)
             return (generation_id, sink_store.current_generation_id(conn, self.pipeline, self.consumer_group),
                     sink_store.committed_sequence(conn, self.name, generation_id, batch_id))
 
@@ -236,7 +236,7 @@ class PostgresSink:
         try:
             # Read just before: a restart that opens a newer generation after this read is the
             # documented window of the two-database mode (docs/sinks.md).
-            _, current, _ = self._read_ledger(ledger, batch.batch_id)
+            _, current, _ = self._read_ledger(ledger, batch.batch_id, query_id)
             with target.begin() as conn:
                 state = target_log.lock(conn, self.name)
                 decision = decide(state, generation_id=generation_id, batch_id=batch.batch_id,
@@ -326,8 +326,9 @@ class PostgresSink:
             log.warning("offset-ledger sink %s: %s; skipped", self.name, decision.reason)
         return decision
 
-    def _generation(self, conn: Connection) -> int:
-        generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group, self.checkpoint_location)
+    def _generation(self, conn: Connection, query_id: str) -> int:
+        generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group, self.checkpoint_location,
+                                                 query_id)
         if generation_id is None:
             raise ConfigError(
                 f"sink {self.name!r}: checkpoint {self.checkpoint_location} is not a checkpoint generation the "

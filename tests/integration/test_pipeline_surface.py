@@ -85,15 +85,17 @@ def test_pipeline_start_reads_every_record_once_across_resume_deleted_checkpoint
     assert processed == produced and max(processed.values()) == 1
     assert _positions(pg_dsn) == kafka.end_offsets(topic)
 
-    # 3: the checkpoint is gone (lost volume, cleaned by hand): the plan says so, and Spark, finding
-    # no checkpoint, starts at the ledger's positions that start() set as startingOffsets.
+    # 3: the checkpoint is gone (lost volume, cleaned by hand): the plan says so and opens a fresh
+    # generation (Spark's new query begins its batch ids at 0 again; they must not be generation
+    # 1's) at the ledger's positions, which start() set as startingOffsets.
     shutil.rmtree(first.checkpoint_location)
     before = _positions(pg_dsn)
     kafka.produce(topic, _values("c", 30))
     produced += Counter(_values("c", 30))
     third, batches = _run(spark, deploy("1.0"), root, spool)
+    assert third.plan.fresh_checkpoint and third.checkpoint_location.startswith(str(root) + "/gen-2-")
     assert third.plan.starting_offsets == {topic: {str(p): o for p, o in before.items()}}
-    assert "checkpoint_unreadable" in [f.kind for f in third.plan.findings]
+    assert [f.kind for f in third.plan.findings] == ["checkpoint_lost"]
     processed += _total(batches)
     assert processed == produced and max(processed.values()) == 1
     assert _positions(pg_dsn) == kafka.end_offsets(topic)
@@ -102,13 +104,12 @@ def test_pipeline_start_reads_every_record_once_across_resume_deleted_checkpoint
     kafka.produce(topic, _values("d", 30))
     produced += Counter(_values("d", 30))
     fourth, batches = _run(spark, deploy("2.0"), root, spool)
-    assert fourth.plan.fresh_checkpoint and fourth.checkpoint_location.startswith(str(root) + "/gen-2-")
-    # The checkpoint Spark re-created in 3 belongs to another query than the one generation 1 saw:
-    # reported, never recorded from (the ledger already has its batches from the listener).
-    assert [f.kind for f in fourth.plan.findings] == ["checkpoint_foreign"]
+    assert fourth.plan.fresh_checkpoint and fourth.checkpoint_location.startswith(str(root) + "/gen-3-")
+    assert [f.kind for f in fourth.plan.findings] == []  # generation 2's checkpoint is its own query's
     processed += _total(batches)
     assert processed == produced and max(processed.values()) == 1  # no record lost or read twice
     assert _positions(pg_dsn) == kafka.end_offsets(topic)
 
     gens = sorted(_rows(pg_dsn, checkpoint_generations), key=lambda r: r.generation)
-    assert [(g.generation, g.app_version, g.reason) for g in gens] == [(1, "1.0", "first"), (2, "2.0", "app_version")]
+    assert [(g.generation, g.app_version, g.reason) for g in gens] == [
+        (1, "1.0", "first"), (2, "1.0", "checkpoint_lost"), (3, "2.0", "app_version")]
