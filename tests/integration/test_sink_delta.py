@@ -109,7 +109,11 @@ def test_a_delta_txn_collision_is_refused_and_never_recorded_as_the_live_batchs_
     # 2), recorded by the reconciling restart's plan from the Delta log.
     assert "sink_reconciled" in result["findings"]["3"]
     assert [r[:4] for r in rows] == [(1, 1, 0, 0), (2, 1, 1, 1), (3, 1, 2, 2)] and sum(r[4] for r in rows) == 30
-    # Known and not fixed here: that batch belongs to generation 1, not the current one, so recording
-    # it does not move the positions (authority: foreign_run); the plan still starts at 20 of 30 and
-    # a run of it would write version 2's 10 records again (docs/sinks.md, Limits).
-    assert sum(result["plan_3"].values()) == 20
+    assert "reset the pipeline to where it ended first" in refusal[0]  # the known gap below, said where it bites
+    # Known and not fixed yet: that batch belongs to generation 1, not the current one, so recording
+    # it does not move the positions (authority: foreign_run); the plan starts at 20 of 30 and a run
+    # of it would write version 2's 10 records again (docs/sinks.md, Limits). This reports the gap
+    # as an expected failure while it lasts, and passes once the plan starts after version 2.
+    if sum(result["plan_3"].values()) != 30:
+        pytest.xfail(f"known gap: the plan after the collision starts at {result['plan_3']}, before the "
+                     "10 records table version 2 already holds")
