@@ -50,17 +50,33 @@ def kafka_stream(spark, kafka, topic: str, max_per_trigger: int | None = None): 
     return reader.load().selectExpr("CAST(value AS STRING) AS value")
 
 
+_CHECKPOINTS: dict[str, Path] = {}  # query id -> its checkpoint, for the oracle's batch-0 starts
+
+
 def start(df, checkpoint: Path, name: str | None = None, trigger: str | None = None):  # type: ignore[no-untyped-def]
     writer = df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
     if name:
         writer = writer.queryName(name)
     if trigger:
         writer = writer.trigger(processingTime=trigger)
-    return writer.start()
+    query = writer.start()
+    _CHECKPOINTS[str(query.id)] = checkpoint
+    return query
+
+
+def _initial_offsets(query, index: int) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
+    """Where Spark began source ``index`` of a new query: the JSON line of ``sources/<index>/0``, which
+    Spark writes before batch 0 (its progress event reports that batch's start as null)."""
+    text = (_CHECKPOINTS[str(query.id)] / "sources" / str(index) / "0").read_text(encoding="utf-8")
+    return json.loads(next(line for line in text.splitlines() if line.lstrip().startswith("{")))
 
 
 def spark_rows(query) -> Rows:  # type: ignore[no-untyped-def]
-    """(batch id, source index, topic, partition, from, until) of every data batch Spark reported."""
+    """(batch id, source index, topic, partition, from, until) of every data batch Spark ran.
+
+    The starts are Spark's own: the progress event's ``startOffset``, or for batch 0 of a new query
+    (reported as null) the initial offsets Spark wrote in the checkpoint.
+    """
     rows: dict[tuple[int, int, str, int], tuple[int | None, int]] = {}
     for progress in query.recentProgress:
         doc = json.loads(progress.json)
@@ -68,7 +84,10 @@ def spark_rows(query) -> Rows:  # type: ignore[no-untyped-def]
         for index, source in enumerate(doc["sources"]):
             if not is_kafka_source(source["description"]) or source.get("endOffset") is None:
                 continue
-            start_offsets = _as_map(source.get("startOffset")) or {}
+            start_offsets = _as_map(source.get("startOffset"))
+            if start_offsets is None and doc["batchId"] == 0:
+                start_offsets = _initial_offsets(query, index)
+            start_offsets = start_offsets or {}
             for topic, parts in _as_map(source["endOffset"]).items():
                 for partition, until in parts.items():
                     since = start_offsets.get(topic, {}).get(partition)
