@@ -23,6 +23,7 @@ from offset_ledger.errors import LedgerError
 from offset_ledger.ledger.fast_batch import _int_array, _text_array
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
+from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.model import Finding
 
 log = logging.getLogger(__name__)
@@ -364,8 +365,6 @@ def open_incarnation(conn: Connection, *, pipeline: str, consumer_group: str, qu
     if mine is not None:
         return int(mine)
     current = current_generation(conn, pipeline, consumer_group, offsets=False)
-    from offset_ledger.rules.authority import same_location
-
     if current is None or not same_location(location, current.location):
         return None
     if current.query_id is None:  # nobody claimed it after all: this query is its first

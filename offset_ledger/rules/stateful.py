@@ -34,6 +34,7 @@ from offset_ledger.rules.model import EARLIEST, Finding, TopicPartition
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
+
 def parse_duration_ms(text: str | int | timedelta, *, option: str = "window") -> int:
     """A window, slide or watermark delay in milliseconds (> 0), in the one duration grammar
     (``offset_ledger.rules.durations``: ``10 seconds``, ``10m``, ``PT10M``, ``interval 1 minute``);
