@@ -14,15 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, exists, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.records import Record, RecordOutcome, _Txn, utc
-from offset_ledger.ledger.tables import checkpoint_generations, sink_batches, sinks
+from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches, sinks
 from offset_ledger.rules.authority import same_location
+from offset_ledger.rules.sink_ahead import SinkCommitRange, window_start
 from offset_ledger.rules.sink_identity import SinkState, SinkTarget, describe_target, target_change
 
 
@@ -216,3 +217,47 @@ def describe_output(row: dict[str, Any]) -> str:
     what = f"{row['row_count']} rows" if row.get("row_count") is not None else "rows"
     version = f", table version {row['table_version']}" if row.get("table_version") is not None else ""
     return f"sink {row['sink']} wrote {what} to {row['target']} (sequence {row['sequence']}{version})"
+
+
+def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
+                        ) -> tuple[list[SinkCommitRange], list[str]]:
+    """What ``rules.sink_ahead`` weighs before a plan: sink commits of older generations past the positions.
+
+    Generations from the last deliberate start (``sink_ahead.window_start``) up to, not including,
+    the current one. Returns their partition ranges that end past the ledger's position there (or
+    where it has none), and the commits the ledger learned after the current generation opened
+    but holds no ranges of (named), which nothing can place.
+    """
+    g = checkpoint_generations
+    rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at).where(
+        g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)).all()
+    if len(rows) < 2:
+        return [], []
+    current = max(rows, key=lambda r: r.generation)
+    start = window_start([(r.generation, r.reason, bool(r.stateful) and "inherited_from_generation" not in r.stateful)
+                          for r in rows], current.generation)
+    number_of = {r.id: r.generation for r in rows if start <= r.generation < current.generation}
+    if not number_of:
+        return [], []
+    sb, bo, p = sink_batches, batch_offsets, positions
+    mine = (sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group,
+            sb.c.generation_id.in_(sorted(number_of)))
+    same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
+                      bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
+    found = conn.execute(
+        select(sb.c.sink, sb.c.sequence, sb.c.generation_id, sb.c.batch_id, sb.c.table_version, bo.c.topic,
+               bo.c.partition, bo.c.from_offset, bo.c.until_offset, p.c.next_offset)
+        .join(bo, same_batch)
+        .outerjoin(p, and_(p.c.pipeline == sb.c.pipeline, p.c.consumer_group == sb.c.consumer_group,
+                           p.c.topic == bo.c.topic, p.c.partition == bo.c.partition))
+        .where(*mine, or_(p.c.next_offset.is_(None), bo.c.until_offset > p.c.next_offset))).all()
+    ranges = [SinkCommitRange(r.sink, int(r.sequence), number_of[r.generation_id], int(r.batch_id), r.table_version,
+                              r.topic, int(r.partition), r.from_offset, int(r.until_offset), r.next_offset)
+              for r in found]
+    # Ranges pruned away are no evidence of anything; a commit the ledger learned after the current
+    # generation opened (a reconcile) and holds no ranges of is.
+    unranged = conn.execute(select(sb.c.sink, sb.c.sequence, sb.c.generation_id, sb.c.batch_id, sb.c.table_version)
+                            .where(*mine, sb.c.recorded_at >= current.created_at,
+                                   func.coalesce(sb.c.row_count, 1) > 0, ~exists().where(same_batch))).all()
+    return ranges, [SinkCommitRange(r.sink, int(r.sequence), number_of[r.generation_id], int(r.batch_id),
+                                    r.table_version, "", 0, None, 0, None).named() for r in unranged]

@@ -277,7 +277,8 @@ def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str |
         has_current=current is not None, current_app_version=current.app_version if current else None,
         current_checkpoint_root=current.checkpoint_root if current else None, app_version=app_version,
         checkpoint_root=checkpoint_root, pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
-        data_loss=any(f.kind == "data_loss" for f in plan.findings))
+        data_loss=any(f.kind == "data_loss" for f in plan.findings),
+        sink_ahead=any(f.kind == "sink_ahead" for f in plan.findings))
 
 
 #: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).

@@ -26,6 +26,7 @@ from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import current_positions, pipeline_footprint
+from offset_ledger.ledger.sink_store import older_commits_ahead
 from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
 from offset_ledger.rules.model import (
     EARLIEST,
@@ -45,6 +46,7 @@ from offset_ledger.rules.resolver import (
     parse_on_data_loss,
     resolve,
 )
+from offset_ledger.rules.sink_ahead import SinkAhead, sink_ahead
 from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
 
 log = logging.getLogger(__name__)
@@ -241,6 +243,10 @@ def plan_restart(
         requested = select_topics(adapter, topics, topic_pattern, sorted({p.topic for p in ledger.positions}))
     wanted = set(requested)
     positions = [p for p in ledger.positions if p.topic in wanted]
+    ahead = sink_ahead_of(engine, pipeline, ledger)
+    if ahead.ends:  # a sink's target already holds what an older generation read past them
+        positions = [replace(p, next_offset=max(p.next_offset, ahead.ends.get((p.topic, p.partition), 0)))
+                     for p in positions]
     first = is_first_run(positions, requested)
     if first and ledger.footprint and not allow_first_run:
         raise FirstRunRefused(pipeline, ledger.consumer_group, requested, ledger.footprint)
@@ -262,6 +268,8 @@ def plan_restart(
     plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
                    on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
                    recreated=recreated_topics(ledger.generation, cluster, watermarks_of))
+    if ahead.findings:
+        plan = replace(plan, findings=(*ahead.findings, *plan.findings))
     if rewind is not None:
         plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
                        event_time_floor=rewind[1].event_time_floor)
@@ -274,6 +282,18 @@ def plan_restart(
               len(cluster.watermarks), (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
     ledger = replace(ledger, next_stateful=stateful_record(rewind, stored, event_time_is_kafka_timestamp))
     return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
+
+
+def sink_ahead_of(engine: Engine, pipeline: str, ledger: LedgerView) -> SinkAhead:
+    """``rules.sink_ahead`` over the ledger's sink commits of older generations (nothing with a reset pending)."""
+    if ledger.pending_reset_ids or ledger.generation is None:
+        return SinkAhead({})
+    try:
+        with engine.connect() as conn:
+            ranges, unranged = older_commits_ahead(conn, pipeline, ledger.consumer_group)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the sinks' commits") from exc
+    return sink_ahead(ranges, unranged=unranged, pipeline=pipeline)
 
 
 def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:

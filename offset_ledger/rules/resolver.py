@@ -328,7 +328,7 @@ def _log_end(logs: Mapping[str, Mapping[int, Watermarks]], topic: str, partition
 # Checkpoint generations: whether the restart may resume the current one
 
 GenerationReason = Literal["first", "reset", "data_loss", "checkpoint_lost", "checkpoint_recreated", "app_version",
-                           "checkpoint_root", "requested"]
+                           "checkpoint_root", "requested", "sink_ahead"]
 
 
 def new_generation_reason(
@@ -342,13 +342,15 @@ def new_generation_reason(
     requested: bool,
     data_loss: bool = False,
     checkpoint_incarnation: str | None = None,
+    sink_ahead: bool = False,
 ) -> GenerationReason | None:
     """Why a fresh checkpoint generation is needed, or None to resume the current one.
 
     ``app_version=None`` means the caller does not track versions: it never forces a new generation.
     ``checkpoint_incarnation``: the current generation's checkpoint is ``"lost"``, ``"emptied"`` or
     ``"recreated"`` (``rules.incarnation``): Spark would start a new query whose batch ids repeat the
-    old one's, so it gets a generation of its own.
+    old one's, so it gets a generation of its own. ``sink_ahead``: the plan was moved past a sink's
+    output the positions never counted (``rules.sink_ahead``).
     """
     if not has_current:
         return "first"
@@ -363,6 +365,10 @@ def new_generation_reason(
         return "checkpoint_lost"
     if checkpoint_incarnation == "recreated":
         return "checkpoint_recreated"
+    if sink_ahead:
+        # A sink's target holds an older generation's output past the positions (``rules.sink_ahead``):
+        # the plan starts after it, which only an empty checkpoint takes.
+        return "sink_ahead"
     if app_version is not None and app_version != current_app_version:
         return "app_version"
     if not same_root(checkpoint_root, current_checkpoint_root):

@@ -159,7 +159,6 @@ def foreign_commit(expected: BatchIdentity, sequence: int, version: int, found: 
             f"by batch {expected.batch_id} of generation {expected.generation_id} (query {expected.query_id}): "
             f"Delta skipped this batch's write as a duplicate, so its rows are not in the table and it is not "
             f"recorded as committed. Stop any driver still running an older generation, then restart with "
-            f"start_from_ledger(..., sinks=[sink]) so the ledger records version {version} before it plans; "
-            f"that version's batch is not the current generation's and does not move the positions, so reset "
-            f"the pipeline to where it ended first (offset-ledger history names its ranges; reset --to-offsets "
-            f"... --execute) or its records are written again (docs/sinks.md, Limits)")
+            f"start_from_ledger(..., sinks=[sink]): it records version {version} from the Delta log and plans from "
+            f"where that version's batch ended (a sink_ahead finding), so its records are not written again "
+            f"(docs/sinks.md, Refusals)")

@@ -13,8 +13,8 @@ With ``"scenario": "collision"`` (case 3 of issue 33), instead: generation 1 die
 committed its 3rd batch (sequence 3) and before the ledger heard of it; more records; an upgrade
 restarts *without* ``sinks=[sink]`` and with bigger batches, so its batch 0 gets sequence 3 again
 while reading other records. Delta skips that write as a duplicate; the sink must refuse, not
-record the older version as this batch's commit. A restart with ``sinks=[sink]`` is then planned
-(not run): it records the colliding version from the Delta log.
+record the older version as this batch's commit. A restart with ``sinks=[sink]`` then records the
+colliding version from the Delta log, plans from where that version's batch ended, and runs.
 """
 
 from __future__ import annotations
@@ -130,10 +130,14 @@ def collision(spark: Any, cfg: dict[str, Any]) -> None:
     findings: dict[str, list[str]] = {}
     raised: dict[str, list[str]] = {}
 
+    plans: dict[str, Any] = {}
+
     def run(version: str, sink: DeltaSink, sinks: list[Any], per_trigger: int) -> bool:
         plan = start_from_ledger("delta_col", [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/ck",
                                  app_version=version, dsn=dsn, first_run="earliest", sinks=sinks)
         findings[version] = [f.kind for f in plan.findings]
+        plans[version] = {"offsets": plan.starting_offsets.get(topic), "fresh": plan.fresh_checkpoint,
+                          "messages": {f.kind: f.message for f in plan.findings}}
         Seen.raised = []
         df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
               .option("startingOffsets", plan.starting_offsets_json)
@@ -157,13 +161,15 @@ def collision(spark: Any, cfg: dict[str, Any]) -> None:
     producer.close()
     sink = Seen(path=path, pipeline="delta_col", dsn=dsn)
     ok["2"] = run("2", sink, [], 15)  # the upgrade forgot sinks=[sink]: the ledger lags the Delta log
-    values = dict(Counter(r.value for r in spark.read.format("delta").load(path).select("value").collect()))
-    # The restart the refusal asks for: it records the colliding version from the Delta log.
-    plan = start_from_ledger("delta_col", [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/ck",
-                             app_version="3", dsn=dsn, sinks=[sink])
-    findings["3"] = [f.kind for f in plan.findings]
+    def table() -> dict[str, int]:
+        return dict(Counter(r.value for r in spark.read.format("delta").load(path).select("value").collect()))
+
+    values = table()
+    # The restart the refusal asks for: it records the colliding version from the Delta log, plans
+    # from where that version's batch ended, and runs.
+    ok["3"] = run("3", Seen(path=path, pipeline="delta_col", dsn=dsn), [sink], 15)
     print("RESULT " + json.dumps({"ok": ok, "sink": values, "findings": findings, "raised": raised,
-                                  "plan_3": plan.starting_offsets.get(topic)}), flush=True)
+                                  "plan_3": plans["3"]["offsets"], "plans": plans, "after": table()}), flush=True)
     spark.stop()
 
 

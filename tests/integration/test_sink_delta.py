@@ -89,7 +89,7 @@ def test_a_delta_txn_collision_is_refused_and_never_recorded_as_the_live_batchs_
                              "dsn": pg_dsn, "root": str(tmp_path), "delta_jars": _delta_jars(), "more": 40})
     # 1 died between Delta's 3rd commit and the ledger's; 2 (no sinks=[sink], bigger batches) met
     # sequence 3 held by generation 1's batch 2: refused, loudly, instead of recorded as its own.
-    assert result["ok"] == {"1": False, "2": False}, result
+    assert result["ok"] == {"1": False, "2": False, "3": True}, result
     refusal = [m for m in result["raised"]["2"] if m.startswith("SinkFenced")]
     assert refusal and refusal[0].startswith("SinkFenced: sink 'delta_col:"), result
     assert "table version 2 carries txn (delta_col:" in refusal[0] and ", 3) but was written by sink" in refusal[0]
@@ -108,12 +108,16 @@ def test_a_delta_txn_collision_is_refused_and_never_recorded_as_the_live_batchs_
     # Never recorded as generation 2's commit: sequence 3 is generation 1's batch 2 (table version
     # 2), recorded by the reconciling restart's plan from the Delta log.
     assert "sink_reconciled" in result["findings"]["3"]
-    assert [r[:4] for r in rows] == [(1, 1, 0, 0), (2, 1, 1, 1), (3, 1, 2, 2)] and sum(r[4] for r in rows) == 30
-    assert "reset the pipeline to where it ended first" in refusal[0]  # the known gap below, said where it bites
-    # Known and not fixed yet: that batch belongs to generation 1, not the current one, so recording
-    # it does not move the positions (authority: foreign_run); the plan starts at 20 of 30 and a run
-    # of it would write version 2's 10 records again (docs/sinks.md, Limits). This reports the gap
-    # as an expected failure while it lasts, and passes once the plan starts after version 2.
-    if sum(result["plan_3"].values()) != 30:
-        pytest.xfail(f"known gap: the plan after the collision starts at {result['plan_3']}, before the "
-                     "10 records table version 2 already holds")
+    assert [r[:4] for r in rows][:3] == [(1, 1, 0, 0), (2, 1, 1, 1), (3, 1, 2, 2)]
+    # ... and the recovery's batches follow on generation 3 (the fresh one), 80 rows in all.
+    assert {r[1] for r in rows[3:]} == {3} and [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    assert sum(r[4] for r in rows) == 80
+    assert "plans from where that version's batch ended" in refusal[0]
+    # The recovery: version 2's batch belongs to generation 1, not the authority, so recording it
+    # moves no position; the plan moves past what the table holds (30 of the first 40 records) on
+    # a fresh checkpoint, and the run writes each record of the topic once.
+    assert "sink_ahead" in result["findings"]["3"] and result["plans"]["3"]["fresh"], result["plans"]["3"]
+    assert result["plan_3"] == {"0": 15, "1": 15}, result["plans"]
+    assert "table version 2, batch 2 of generation 1" in result["plans"]["3"]["messages"]["sink_ahead"]
+    assert result["ok"]["3"] and not result["raised"]["3"], result
+    assert Counter(result["after"]) == Counter(_values("a", 40) + _values("b", 40)), result["after"]
