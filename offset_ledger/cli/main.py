@@ -31,7 +31,7 @@ app = typer.Typer(
     name="offset-ledger",
     help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
          "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable, "
-         "6 verify found unexplained gaps or overlaps (docs/cli.md).",
+         "6 verify found unexplained gaps, overlaps or losses, or unknown starts (docs/cli.md).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)

@@ -38,8 +38,11 @@ def verify_cmd(
     fetched them, with failOnDataLoss=false) is a stretch of kind loss, unless Kafka (--bootstrap-server)
     shows the topic compacted or the missing offsets transaction markers / aborted records.
 
-    Exit 0 when everything is accounted for, 6 when a stretch is not (the report says which, with the
-    batches and generations around it); the usual codes for errors.
+    A range whose start nobody knows (no start reported, no readable sources/<n>/0) leaves the offsets
+    from the previous end to its end unknown: a stretch of kind unknown, never "read once".
+
+    Exit 0 when everything is accounted for, 6 when a stretch is not, or is unknown (the report says
+    which, with the batches and generations around it); the usual codes for errors.
 
     Example: offset-ledger verify orders --format json
     """
@@ -68,14 +71,16 @@ def verify_cmd(
         typer.echo(f"{pipeline} ({report.consumer_group}): {counts['partitions']} partition(s), "
                    f"{counts['ranges']:,} ranges, {counts['explained']} explained stretch(es), "
                    f"{counts['unexplained']} unexplained ({counts['unexplainedGaps']} gap(s), "
-                   f"{counts['unexplainedOverlaps']} overlap(s){_losses(counts)}): {verdict} [{report.seconds:.2f}s]")
+                   f"{counts['unexplainedOverlaps']} overlap(s){_losses(counts)}{_unknown(counts)}): {verdict} "
+                   f"[{report.seconds:.2f}s]")
     if not report.ok:
         # After the report on stdout: one line on stderr and exit code 6 (errors.EXIT_UNVERIFIED).
         from offset_ledger.errors import HistoryUnverified
 
         raise HistoryUnverified(
             f"pipeline {pipeline!r}: {counts['unexplained']} unexplained stretch(es) "
-            f"({counts['unexplainedGaps']} gap(s), {counts['unexplainedOverlaps']} overlap(s){_losses(counts)})",
+            f"({counts['unexplainedGaps']} gap(s), {counts['unexplainedOverlaps']} overlap(s){_losses(counts)}"
+            f"{_unknown(counts)})",
             pipeline=pipeline, unexplained=counts["unexplained"])
 
 
@@ -84,6 +89,11 @@ def _losses(counts: dict[str, int]) -> str:
     if not counts.get("unexplainedLosses"):
         return ""
     return f", {counts['unexplainedLosses']} loss(es): {counts['recordsLost']:,} record(s) never read"
+
+
+def _unknown(counts: dict[str, int]) -> str:
+    """The unknown-start part of the summary line, only when there is one."""
+    return f", {counts['unknown']} unknown start(s)" if counts.get("unknown") else ""
 
 
 def register(app: typer.Typer) -> None:

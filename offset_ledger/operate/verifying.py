@@ -58,6 +58,9 @@ class VerifyReport:
         if s.kind == "loss":
             note = self.loss_notes.get((s.topic, s.partition, s.from_offset))
             return [note] if note else []
+        if s.kind == "unknown":
+            return ["the batch reported no start and its checkpoint's sources/<n>/0 was not read: whether it "
+                    "began at the previous end (read once), later (a skip) or earlier (read twice) is unknown"]
         if s.kind == "gap":
             expected = self.inputs.gap_findings.get((s.topic, s.partition, s.from_offset, s.until_offset))
             if expected is not None:
@@ -105,7 +108,10 @@ class VerifyReport:
         """One row per stretch, for the table and CSV formats."""
         out = []
         for s in self.stretches:
-            if s.kind == "gap":
+            if s.kind == "unknown":
+                borders = (f"after {_label(self._batch(s.before))}; " if s.before else "") + \
+                    "start unknown: " + ", ".join(_label(self._batch(b)) for b in s.batches)
+            elif s.kind == "gap":
                 around = [f"after {_label(self._batch(s.before))}" if s.before else None,
                           f"before {_label(self._batch(s.after))}" if s.after else "before the position"]
                 borders = "; ".join(x for x in around if x)

@@ -11,6 +11,12 @@ fails, the stretch is *explained* when something in the ledger says why:
 - a range row whose ``extra_read`` names a finding (a zombie, a run on a foreign checkpoint, a batch
   that ended behind a pending reset) accounts for the extra read it causes itself.
 
+A range whose start is unknown (Spark reported none and nothing recorded where it began) is swept
+as if it continued the history, but the offsets from the previous known end to its end are an
+``unknown`` stretch, never explained: whether they were read once, skipped or read twice nobody can
+say, so the history is not verified there. A partition's first range with an unknown start opens its
+history at its end (no previous end: nothing is claimed before it).
+
 Beyond the current position (``positions``) nothing should have been read yet (the pipeline reads
 it next): a range there is an overlap to come, explained only like any other (a pending reset
 moving the position back explains it).
@@ -32,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple
 
 Effect = Literal["skip", "reread"]
-StretchKind = Literal["gap", "overlap", "loss"]
+StretchKind = Literal["gap", "overlap", "loss", "unknown"]
 
 #: How many batches an overlap lists (the stretch says how many read it; the rest are elided).
 MAX_BATCHES = 8
@@ -102,7 +108,8 @@ class BatchRef:
 
 @dataclass
 class Stretch:
-    """Offsets ``[from_offset, until_offset)`` of a partition read ``times`` times too few (gap) or too often (overlap)."""
+    """Offsets ``[from_offset, until_offset)`` of a partition read ``times`` times too few (gap) or too often
+    (overlap), or (unknown) ended by a range whose start nobody knows: ``batches`` names that range."""
 
     topic: str
     partition: int
@@ -136,7 +143,7 @@ class PartitionResult:
     end_offset: int | None    # the furthest offset read (exclusive)
     position: int | None      # the current position (or where an ended incarnation stood)
     ranges: int
-    unknown_starts: int       # ranges whose start was not reported (taken to continue the history)
+    unknown_starts: int       # ranges whose start was not reported (an ``unknown`` stretch past a known end)
     stretches: list[Stretch] = field(default_factory=list)
 
     @property
@@ -193,7 +200,7 @@ class _Sweep:
     """The sweep over one incarnation of one partition: ranges open at ``cur`` in a heap by end."""
 
     __slots__ = ("topic", "partition", "inc", "exps", "exp_i", "active_exps", "position", "cur", "hi",
-                 "hi_row", "heap", "seq", "first", "count", "unknown", "stretches", "open")
+                 "hi_row", "heap", "seq", "first", "count", "unknown", "stretches", "open", "unknowns")
 
     def __init__(self, topic: str, partition: int, inc: int, exps: list[Explanation], position: int | None) -> None:
         self.topic, self.partition, self.inc = topic, partition, inc
@@ -211,14 +218,21 @@ class _Sweep:
         self.unknown = 0
         self.stretches: list[Stretch] = []
         self.open: Stretch | None = None
+        self.unknowns: list[Stretch] = []  # kept apart: they never merge with gaps or overlaps
 
     def add(self, row: RangeRow) -> None:
         self.count += 1
         f, u = row[2], row[3]
         if f is None:
-            # No start reported: taken to continue where the history stands (the recorder's rule too).
+            # No start reported: swept as continuing where the history stands, but what lies between
+            # the previous known end and this end is unknown, not "read once".
             self.unknown += 1
             f = u if self.hi is None else max(min(self.hi, u), self.cur if self.cur is not None else u)
+            if self.hi is not None and u > f:
+                before = self.hi_row
+                self.unknowns.append(Stretch(self.topic, self.partition, self.inc, f, u, "unknown", 1, False, (),
+                                             before=_ref(before) if before is not None else None,
+                                             batches=(_ref(row),)))
         if self.cur is None:
             self.cur = self.first = f
         elif f < self.cur:
@@ -252,6 +266,8 @@ class _Sweep:
                 self._advance(target, None)
         if self.open is not None:
             self._close()
+        if self.unknowns:
+            self.stretches = sorted(self.stretches + self.unknowns, key=lambda s: (s.from_offset, s.kind == "unknown"))
         return PartitionResult(self.topic, self.partition, self.inc, self.first, self.hi, self.position,
                                self.count, self.unknown, self.stretches)
 
@@ -381,4 +397,5 @@ def summarize(results: Sequence[PartitionResult]) -> dict[str, int]:
         "unexplainedOverlaps": sum(1 for s in stretches if not s.explained and s.kind == "overlap"),
         "unexplainedLosses": sum(1 for s in stretches if not s.explained and s.kind == "loss"),
         "recordsLost": sum(s.lost for s in stretches if not s.explained and s.kind == "loss"),
+        "unknown": sum(1 for s in stretches if s.kind == "unknown"),
     }

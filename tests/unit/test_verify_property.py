@@ -17,12 +17,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from offset_ledger.rules.verify import (
+    BatchRef,
     Explanation,
     RangeRow,
     Reason,
     move_explanation,
     reset_explanations,
     sort_key,
+    summarize,
     verify_ranges,
 )
 
@@ -248,11 +250,25 @@ def test_a_pending_reset_back_explains_what_will_be_read_again() -> None:
     assert (s.from_offset, s.until_offset, s.kind, s.beyond_position, s.explained) == (0, 20, "overlap", True, True)
 
 
-def test_a_start_that_was_never_reported_continues_the_history() -> None:
+def test_a_start_that_was_never_reported_is_unknown_from_the_previous_end_never_read_once() -> None:
+    # The first range's unknown start opens the history at its end (nothing claimed before it); the
+    # second's leaves [20, 30) unknown: read once, skipped or read twice, nobody can say.
     rows = [RangeRow(TOPIC, 0, None, 10, "q0", 0), RangeRow(TOPIC, 0, 10, 20, "q0", 1),
             RangeRow(TOPIC, 0, None, 30, "q1", 0), RangeRow(TOPIC, 0, 30, 35, "q1", 1)]
     (result,) = verify_ranges(sorted(rows, key=sort_key), (), {(TOPIC, 0, 0): 35})
-    assert result.stretches == [] and result.unknown_starts == 2 and result.first_offset == 10
+    assert result.unknown_starts == 2 and result.first_offset == 10 and not result.ok
+    (s,) = result.stretches
+    assert (s.from_offset, s.until_offset, s.kind, s.explained, s.reasons) == (20, 30, "unknown", False, ())
+    assert s.before == BatchRef("q0", 1) and s.batches == (BatchRef("q1", 0),)
+    assert summarize([result])["unknown"] == 1 and summarize([result])["unexplained"] == 1
+    # An explanation does not make an unknown start known; a gap before it stays a gap of its own.
+    exps = reset_explanations(3, "bob", None, "latest", [(TOPIC, 0, 20, 30)])
+    (again,) = verify_ranges(sorted(rows, key=sort_key), exps, {(TOPIC, 0, 0): 35})
+    assert [(x.kind, x.explained) for x in again.stretches] == [("unknown", False)]
+    rows[2] = RangeRow(TOPIC, 0, 25, 30, "q1", 0)
+    rows.append(RangeRow(TOPIC, 0, None, 40, "q2", 0))
+    (gap,) = verify_ranges(sorted(rows, key=sort_key), (), {(TOPIC, 0, 0): 40})
+    assert [(x.from_offset, x.until_offset, x.kind) for x in gap.stretches] == [(20, 25, "gap"), (35, 40, "unknown")]
 
 
 def test_incarnations_are_swept_apart_and_the_position_belongs_to_the_latest() -> None:

@@ -317,3 +317,30 @@ def test_a_failover_start_past_what_was_read_stays_an_unexplained_gap(engine: En
     assert not report.ok
     (s,) = report.stretches
     assert (s.from_offset, s.until_offset, s.kind, s.explained) == (50, 60, "gap", False)
+
+
+def test_a_start_nobody_knows_is_an_unknown_stretch_and_exit_6(engine: Engine, capsys: pytest.CaptureFixture[str],
+                                                               tmp_path: Path) -> None:
+    """A query with no generation (started by hand) whose batch 0 reported no start and left no
+    readable ``sources/<n>/0``: the offsets from the previous end to its end are unknown, not read once."""
+    _tiling(engine, partitions=1)  # [0, 50)
+    with engine.begin() as conn:
+        conn.execute(insert(batch_offsets), [
+            {"pipeline": "orders", "consumer_group": "orders", "query_id": "9f1c2b7e-hand", "batch_id": b,
+             "source_index": 0, "topic": "t", "partition": 0, "from_offset": f, "until_offset": u,
+             "batch_time": T0 + timedelta(hours=2, seconds=b)}
+            for b, f, u in ((0, None, 60), (1, 60, 70))])
+        conn.execute(update(positions).values(next_offset=70))
+    report = _verify(engine)
+    assert not report.ok and report.results[0].unknown_starts == 1
+    (s,) = report.to_dict()["stretches"]
+    assert (s["kind"], s["fromOffset"], s["untilOffset"], s["records"], s["explained"]) == ("unknown", 50, 60, 10, False)
+    assert s["before"]["batchId"] == 4 and [b["queryId"] for b in s["batches"]] == ["9f1c2b7e-hand"]
+    assert report.to_dict()["summary"]["unknown"] == 1
+    code, out, err = cli(["verify", "orders", "--dsn", str(engine.url)], capsys)
+    print(out, err)  # the docs' transcript (docs/operations.md)
+    assert code == 6, (out, err)
+    assert "UNEXPLAINED" in out and " unknown " in out and "start unknown: batch 0 of 9f1c2b7e" in out
+    assert "1 unexplained (0 gap(s), 0 overlap(s), 1 unknown start(s)): NOT accounted for" in out
+    assert err.strip() == ("offset-ledger: error: pipeline 'orders': 1 unexplained stretch(es) (0 gap(s), "
+                           "0 overlap(s), 1 unknown start(s))")

@@ -13,6 +13,9 @@
   }
 
   function borders(s) {
+    if (s.kind === "unknown") {
+      return (s.before ? `after ${batchLabel(s.before)}; ` : "") + "start unknown: " + s.batches.map(batchLabel).join(", ");
+    }
     if (s.kind === "gap") {
       return [s.before ? `after ${batchLabel(s.before)}` : null,
         s.after ? `before ${batchLabel(s.after)}` : "before the current position"].filter(Boolean).join("; ");
@@ -36,6 +39,7 @@
         + `${num(c.partitions)} partition(s), ${num(c.ranges)} recorded ranges: ${num(c.explained)} explained stretch(es), `
         + `${num(c.unexplained)} unexplained (${num(c.unexplainedGaps)} gap(s), ${num(c.unexplainedOverlaps)} overlap(s)`
         + (c.unexplainedLosses ? `, ${num(c.unexplainedLosses)} loss(es): ${num(c.recordsLost)} record(s) never read` : "")
+        + (c.unknown ? `, ${num(c.unknown)} unknown start(s)` : "")
         + `); ${c.seconds} s.`;
       fill(document.querySelector("#verify tbody"), doc.stretches.map((s) => el("tr", { "data-explained": String(s.explained), "data-kind": s.kind },
         el("td", {}, el("span", { class: s.explained ? "badge" : "badge finding" }, s.explained ? "explained" : "UNEXPLAINED")),
