@@ -7,7 +7,9 @@ Spark ``timestamp`` (an instant) columns arrive here as Spark's own microseconds
 in the Python worker's local time zone, so an executor in Europe/Berlin would hand over ``02:30``
 for both 00:30Z and 01:30Z of 2026-10-25, and the COPY text would carry no offset. They are
 written as UTC with an explicit ``+00:00``. ``timestamp_ntz`` columns are wall clock (PySpark
-converts them without the local zone) and stay offset-free.
+converts them without the local zone) and stay offset-free. A struct, array or map column holding
+a ``timestamp`` arrives as the JSON text Spark rendered (``sinks.staging.NESTED_JSON``: instants in
+UTC with their offset) and is written as the string it is.
 """
 
 from __future__ import annotations

@@ -83,20 +83,53 @@ def instants_as_micros(df: Any, columns: list[str]) -> tuple[Any, frozenset[int]
     (ambiguous across a DST change, shifted when the executors' zone is not the database's);
     the microseconds are the instant itself, written as UTC by ``rules.sink_copy.copy_instant``.
     ``timestamp_ntz`` is wall clock in PySpark already and passes as it is.
+
+    A struct, array or map column holding a ``timestamp`` anywhere inside goes to the target as
+    JSON (as every nested column does) rendered by Spark in the JVM (``to_json``), never by the
+    worker: a nested ``timestamp`` as a UTC instant with its offset (``2026-10-25T00:30:00.000000+00:00``),
+    a nested ``timestamp_ntz`` as wall clock without one, null fields kept (``NESTED_JSON``).
     """
     from pyspark.sql import functions as F
     from pyspark.sql.types import TimestampType
 
     types = {f.name: f.dataType for f in df.schema.fields}
     instants = frozenset(i for i, c in enumerate(columns) if isinstance(types.get(c), TimestampType))
-    if not instants:
+    nested = frozenset(i for i, c in enumerate(columns)
+                       if i not in instants and types.get(c) is not None and holds_instant(types[c]))
+    if not instants and not nested:
         return df, instants
 
     def column(name: str) -> Any:  # a name as it is, dots included (not a struct field path)
         return F.col("`" + name.replace("`", "``") + "`")
 
-    return df.select(*[F.unix_micros(column(c)).alias(c) if i in instants else column(c)
-                       for i, c in enumerate(columns)]), instants
+    def staged(i: int, c: str) -> Any:
+        if i in instants:
+            return F.unix_micros(column(c)).alias(c)
+        if i in nested:
+            return F.to_json(column(c), NESTED_JSON).alias(c)
+        return column(c)
+
+    return df.select(*[staged(i, c) for i, c in enumerate(columns)]), instants
+
+
+#: ``to_json`` options for a nested column holding instants: UTC with an explicit offset (``xxx``
+#: never abbreviates it to ``Z``), microseconds as Spark keeps them, wall clock for ``timestamp_ntz``,
+#: null fields written (as the worker's JSON of other nested columns does).
+NESTED_JSON = {"timeZone": "UTC", "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSxxx",
+               "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS", "ignoreNullFields": "false"}
+
+
+def holds_instant(data_type: Any) -> bool:
+    """Whether a struct, array or map type holds a ``timestamp`` (an instant) at any depth."""
+    from pyspark.sql.types import ArrayType, MapType, StructType, TimestampType
+
+    if isinstance(data_type, StructType):
+        return any(isinstance(f.dataType, TimestampType) or holds_instant(f.dataType) for f in data_type.fields)
+    if isinstance(data_type, ArrayType):
+        return isinstance(data_type.elementType, TimestampType) or holds_instant(data_type.elementType)
+    if isinstance(data_type, MapType):
+        return any(isinstance(t, TimestampType) or holds_instant(t) for t in (data_type.keyType, data_type.valueType))
+    return False
 
 
 def jdbc_target(dsn: str) -> tuple[str, dict[str, str]]:

@@ -191,3 +191,25 @@ def test_instant_fields_of_a_copy_line_are_utc_and_others_unchanged() -> None:
     assert copy_line([first, "x", None, second], frozenset({0, 2, 3})) == (
         "2026-10-25T00:30:00+00:00\tx\t\\N\t2026-10-25T01:30:00+00:00\n")
     assert copy_line([5, datetime(2026, 10, 25, 2, 30)]) == "5\t2026-10-25T02:30:00\n"
+
+
+def test_a_nested_column_goes_through_spark_s_json_when_it_holds_an_instant_anywhere() -> None:
+    from pyspark.sql.types import (
+        ArrayType,
+        IntegerType,
+        MapType,
+        StringType,
+        StructField,
+        StructType,
+        TimestampNTZType,
+        TimestampType,
+    )
+
+    from offset_ledger.sinks.staging import NESTED_JSON, holds_instant
+
+    deep = StructType([StructField("a", ArrayType(MapType(StringType(), TimestampType())))])
+    assert holds_instant(deep) and holds_instant(ArrayType(TimestampType()))
+    assert holds_instant(MapType(TimestampType(), IntegerType()))
+    assert not holds_instant(StructType([StructField("w", TimestampNTZType()), StructField("n", IntegerType())]))
+    assert not holds_instant(TimestampType())  # a top-level instant is staged as epoch microseconds instead
+    assert NESTED_JSON["timeZone"] == "UTC" and NESTED_JSON["timestampFormat"].endswith("xxx")
