@@ -344,6 +344,15 @@ def adopt_defaulted_group(conn: Connection, pipeline: str, from_group: str, to_g
     return int(moved or 0)
 
 
+def claim_generation(conn: Connection, generation_id: int, query_id: str) -> None:
+    """Bind an unclaimed generation to the first query that runs on it (a no-op once one has).
+
+    A later query on the same checkpoint location is then told apart (``open_incarnation``).
+    """
+    g = checkpoint_generations
+    conn.execute(update(g).where(g.c.id == generation_id, g.c.query_id.is_(None)).values(query_id=query_id))
+
+
 def open_incarnation(conn: Connection, *, pipeline: str, consumer_group: str, query_id: str, location: str,
                      now: datetime | None = None) -> int | None:
     """The generation of a query that re-created the current generation's checkpoint in place.
@@ -368,7 +377,7 @@ def open_incarnation(conn: Connection, *, pipeline: str, consumer_group: str, qu
     if current is None or not same_location(location, current.location):
         return None
     if current.query_id is None:  # nobody claimed it after all: this query is its first
-        conn.execute(update(g).where(g.c.id == current.id, g.c.query_id.is_(None)).values(query_id=query_id))
+        claim_generation(conn, current.id, query_id)
         return current.id
     at = now or datetime.now(timezone.utc)
     number = current.generation + 1

@@ -80,9 +80,7 @@ class RunBook:
                 return incarnation
             return found.id
         if found.query_id is None:
-            conn.execute(update(checkpoint_generations)
-                         .where(checkpoint_generations.c.id == found.id, checkpoint_generations.c.query_id.is_(None))
-                         .values(query_id=query_id))
+            gens.claim_generation(conn, found.id, query_id)
         return found.id
 
     def _adopt_defaulted_group(self, conn: Connection, pipeline: str, group: str,

@@ -76,9 +76,7 @@ def generation_of(conn: Connection, pipeline: str, consumer_group: str, location
     if here[0].query_id is None:
         # The first query on the generation claims it (as a run does), also without a listener: a
         # later query on a re-created checkpoint is then told apart.
-        conn.execute(update(checkpoint_generations).where(checkpoint_generations.c.id == here[0].id,
-                                                          checkpoint_generations.c.query_id.is_(None))
-                     .values(query_id=query_id))
+        gens.claim_generation(conn, int(here[0].id), query_id)
         return int(here[0].id)
     found = gens.open_incarnation(conn, pipeline=pipeline, consumer_group=consumer_group, query_id=query_id,
                                   location=location)
