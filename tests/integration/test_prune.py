@@ -244,17 +244,19 @@ def _history(conn, start_of_q1: int | None, gap_at: int | None = None) -> None: 
 
 
 def test_a_pruned_first_batch_without_a_reported_start_stays_read(pg_dsn: str) -> None:
-    """(a) q2's batch 0 was recorded without a start (a fresh checkpoint): verify takes it to continue.
-    0009 recorded its island from the batch's end: a false unexplained gap [40, 50) after the prune."""
+    """(a) q2's batch 0 was recorded without a start (no generation resolved it, no sources/<n>/0):
+    verify says its [40, 50) is unknown (it no longer takes it to continue the history), and the same
+    after the prune. 0009 recorded its island from the batch's end: a false gap [40, 50) after it."""
     engine = make_engine(pg_dsn)
     upgrade(engine)
+    unknown = [(0, 40, 50, "unknown", 1, False)]
     try:
         with engine.begin() as conn:
             _history(conn, start_of_q1=None)
-        assert _verify(engine) == []
+        assert _verify(engine) == unknown
         report = prune(engine, timedelta(days=1), now=NOW, execute=True)
         assert report.batch_offsets.deleted == 11  # q1 0-3, q2 0 and 2-7 (q2 1 is named, q2 8 recent)
-        assert _verify(engine) == []
+        assert _verify(engine) == unknown
         with engine.connect() as conn:
             first = conn.execute(select(t.pruned_ranges.c.from_offset, t.pruned_ranges.c.first_until_offset)
                                  .where(t.pruned_ranges.c.query_id == "q2", t.pruned_ranges.c.from_batch_id == 0)).one()
