@@ -135,3 +135,22 @@ def _refuse(pipeline: str, r: SinkCommitRange, why: str) -> None:
         f"names the batch's ranges; offset-ledger reset --to-offsets ... --execute) and restart: a pending reset "
         f"is applied as given", pipeline=pipeline, sink=r.sink, sequence=r.sequence, table_version=r.table_version,
         topic=r.topic, partition=r.partition)
+
+
+def late_commit(ranges: Sequence[SinkCommitRange]) -> str | None:
+    """Why the current generation's next batch may not commit: an older generation committed past the
+    positions after this generation opened (None: nothing did).
+
+    A zombie that passed its fence before the restart opened this generation and committed after:
+    its records are in the target, and the batch now starting at the positions would write them
+    again. The batch is refused; the restart the message asks for moves the plan past that commit.
+    """
+    past = [r for r in ranges if r.position is None or r.until_offset > r.position]
+    if not past:
+        return None
+    r = min(past, key=lambda r: (r.sequence, r.topic, r.partition))
+    return (f"{r.named()} committed {r.topic}[{r.partition}] up to {r.until_offset} after this generation "
+            f"opened at {r.position}: a driver of an older generation (a zombie) wrote records this batch would "
+            f"write again, so it is not written. Stop the older driver, then restart with "
+            f"start_from_ledger(..., sinks=[sink]): the plan starts where that commit ended (a sink_ahead finding)")
+

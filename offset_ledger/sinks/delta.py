@@ -3,7 +3,8 @@
 Commit order for batch ``n`` of generation ``g`` (``docs/sinks.md``)::
 
     1. read the batch's offsets from the checkpoint; under the ledger's pipeline lock: (g, n)
-       committed? skip; g not current? SinkFenced; else its sequence s = last + 1
+       committed? skip; g not current, or an older generation committed past the positions after
+       g opened (a zombie, ``rules.sink_ahead.late_commit``)? SinkFenced; else its sequence s = last + 1
     2. df.write.format("delta").option("txnAppId", sink).option("txnVersion", s)
          .option("userMetadata", <the batch's ledger record>)     <- the atomic step (Delta's commit)
     3. find the table version whose txn is (sink, s) in _delta_log; record sink_batches (g, n -> s,
@@ -33,6 +34,7 @@ from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
 from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_ahead import late_commit
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, decide, foreign_commit, identity_of
 from offset_ledger.sinks.postgres import (
@@ -103,6 +105,11 @@ class DeltaSink:
                                       conn, self.pipeline, self.consumer_group),
                                   committed_sequence=sink_store.committed_sequence(
                                       conn, self.name, generation_id, batch_id))
+                if decision.verdict == "commit":
+                    # A zombie's commit that landed after this generation opened (rules.sink_ahead).
+                    why = late_commit(sink_store.older_commits_ahead(conn, self.pipeline, self.consumer_group)[0])
+                    if why is not None:
+                        decision = SinkDecision("fenced", None, why)
                 records = batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
                                                self.checkpoint_location)
         except SQLAlchemyError as exc:

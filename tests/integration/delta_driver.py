@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -61,6 +62,9 @@ def main(cfg: dict[str, Any]) -> None:
 
     if cfg.get("scenario") == "collision":
         collision(spark, cfg)
+        return
+    if cfg.get("scenario") == "zombie":
+        zombie(spark, cfg)
         return
 
     def run(pipeline: str, version: str, write: Any, sinks: list[Any]) -> bool:
@@ -170,6 +174,104 @@ def collision(spark: Any, cfg: dict[str, Any]) -> None:
     ok["3"] = run("3", Seen(path=path, pipeline="delta_col", dsn=dsn), [sink], 15)
     print("RESULT " + json.dumps({"ok": ok, "sink": values, "findings": findings, "raised": raised,
                                   "plan_3": plans["3"]["offsets"], "plans": plans, "after": table()}), flush=True)
+    spark.stop()
+
+
+class Paused:
+    """A batch's DataFrame whose ``write`` waits for the go-ahead: the sink decided, Delta not yet written."""
+
+    def __init__(self, df: Any, paused: threading.Event, go: threading.Event) -> None:
+        self.df, self.paused, self.go = df, paused, go
+
+    @property
+    def write(self) -> Any:
+        self.paused.set()
+        if not self.go.wait(300):
+            raise RuntimeError("no go-ahead for the zombie's write")
+        return self.df.write
+
+
+class Zombie(Seen):
+    """Generation 1's driver, still running: its first batch passes its fence, then waits before writing."""
+
+    paused = threading.Event()
+    go = threading.Event()
+    armed = True
+
+    def write(self, df: Any, batch_id: int) -> Any:
+        if Zombie.armed:
+            Zombie.armed = False
+            df = Paused(df, Zombie.paused, Zombie.go)
+        return super().write(df, batch_id)
+
+
+def zombie(spark: Any, cfg: dict[str, Any]) -> None:
+    """A zombie on generation 1 commits into the table after the upgrade opened generation 2.
+
+    Generation 1 reads the topic (40 records, 4 batches); 40 more arrive; its driver is not stopped
+    and starts batch 4: it passes its fence (generation 1 is still current) and pauses before Delta's
+    write. The upgrade's restart opens generation 2 at 20/20; then the zombie writes batch 4 (offsets
+    20-25 of each partition) and records it (a foreign run: no position moves); its batch 5 is
+    fenced. Generation 2's batch 0 would write 20-25 again: refused (the late commit). The restart
+    with ``sinks=[sink]`` plans from 25/25 (sink_ahead) and its run writes the rest.
+    """
+    from kafka import KafkaProducer
+    from pyspark.errors import StreamingQueryException
+
+    topic, bootstrap, dsn, root = cfg["topic"], cfg["bootstrap"], cfg["dsn"], cfg["root"]
+    path = f"{root}/tables/sink"
+    ok: dict[str, bool] = {}
+    raised: dict[str, list[str]] = {}
+    plans: dict[str, Any] = {}
+
+    def plan_for(version: str) -> Any:
+        sink = DeltaSink(path=path, pipeline="delta_zom", dsn=dsn)
+        plan = start_from_ledger("delta_zom", [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/ck",
+                                 app_version=version, dsn=dsn, first_run="earliest", sinks=[sink])
+        plans[version] = {"offsets": plan.starting_offsets.get(topic), "fresh": plan.fresh_checkpoint,
+                          "findings": {f.kind: f.message for f in plan.findings}}
+        return plan
+
+    def start(name: str, location: str, sink: DeltaSink, starting: str) -> Any:
+        Seen.raised = []
+        df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+              .option("startingOffsets", starting).option("maxOffsetsPerTrigger", "10").load()
+              .selectExpr("CAST(value AS STRING) AS value", "partition", "offset"))
+        return (df.writeStream.foreachBatch(sink.bind(location)).option("checkpointLocation", location)
+                .trigger(availableNow=True).queryName(name).start())
+
+    def finish(name: str, query: Any) -> None:
+        try:
+            query.awaitTermination()
+            ok[name] = True
+        except StreamingQueryException:
+            ok[name] = False
+        raised[name] = list(Seen.raised)
+
+    plan1 = plan_for("1")
+    Zombie.armed = False
+    finish("1", start("g1", plan1.checkpoint_location, Seen(path=path, pipeline="delta_zom", dsn=dsn),
+                      plan1.starting_offsets_json))
+    producer = KafkaProducer(bootstrap_servers=bootstrap)
+    for i in range(cfg["more"]):
+        producer.send(topic, value=f"b{i}".encode(), partition=i % 2)
+    producer.flush()
+    producer.close()
+    Zombie.armed = True
+    query = start("zombie", plan1.checkpoint_location, Zombie(path=path, pipeline="delta_zom", dsn=dsn),
+                  plan1.starting_offsets_json)
+    if not Zombie.paused.wait(300):
+        raise RuntimeError("the zombie never reached its write")
+    plan2 = plan_for("2")  # the upgrade, while the zombie holds batch 4
+    Zombie.go.set()
+    finish("zombie", query)
+    finish("2", start("g2", plan2.checkpoint_location, Seen(path=path, pipeline="delta_zom", dsn=dsn),
+                      plan2.starting_offsets_json))
+    plan3 = plan_for("3")
+    finish("3", start("g3", plan3.checkpoint_location, Seen(path=path, pipeline="delta_zom", dsn=dsn),
+                      plan3.starting_offsets_json))
+    values = dict(Counter(r.value for r in spark.read.format("delta").load(path).select("value").collect()))
+    print("RESULT " + json.dumps({"ok": ok, "raised": raised, "plans": plans, "sink": values}), flush=True)
     spark.stop()
 
 

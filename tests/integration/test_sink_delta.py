@@ -121,3 +121,28 @@ def test_a_delta_txn_collision_is_refused_and_never_recorded_as_the_live_batchs_
     assert "table version 2, batch 2 of generation 1" in result["plans"]["3"]["messages"]["sink_ahead"]
     assert result["ok"]["3"] and not result["raised"]["3"], result
     assert Counter(result["after"]) == Counter(_values("a", 40) + _values("b", 40)), result["after"]
+
+
+@pytest.mark.long
+def test_a_zombie_committing_after_the_upgrade_is_refused_and_every_record_lands_once(
+        kafka, pg_dsn: str, tmp_path: Path) -> None:
+    python = _delta_python()
+    topic = kafka.create_topic(partitions=2)
+    kafka.produce(topic, _values("a", 40))
+    result = _drive(python, {"scenario": "zombie", "topic": topic, "bootstrap": kafka.bootstrap_servers,
+                             "dsn": pg_dsn, "root": str(tmp_path), "delta_jars": _delta_jars(), "more": 40})
+    # Generation 1 ran to the end; its driver, not stopped, wrote batch 4 after the upgrade opened
+    # generation 2, and its next batch was fenced.
+    assert result["ok"] == {"1": True, "zombie": False, "2": False, "3": True}, result
+    assert any("is not the pipeline's current checkpoint generation" in m for m in result["raised"]["zombie"])
+    # Generation 2's batch 0 would have written the zombie's records again: refused, nothing written.
+    (refusal,) = result["raised"]["2"]
+    assert refusal.startswith("SinkFenced: sink 'delta_zom:") and "batch 4 of generation 1" in refusal, refusal
+    assert "after this generation opened at 20" in refusal and "sink_ahead" in refusal, refusal
+    # The restart plans from where the zombie's batch ended, on a fresh checkpoint.
+    assert result["plans"]["2"]["offsets"] == {"0": 20, "1": 20}
+    assert result["plans"]["3"]["offsets"] == {"0": 25, "1": 25} and result["plans"]["3"]["fresh"], result["plans"]
+    assert "sink_ahead" in result["plans"]["3"]["findings"]
+    # The oracle: every record of the topic in the table exactly once.
+    assert Counter(result["sink"]) == Counter(_values("a", 40) + _values("b", 40)), result["sink"]
+
