@@ -63,3 +63,56 @@ def test_a_moved_plan_takes_a_fresh_generation() -> None:
                 checkpoint_root="/ck", pending_resets=False, requested=False)
     assert new_generation_reason(**same) is None  # type: ignore[arg-type]
     assert new_generation_reason(**same, sink_ahead=True) == "sink_ahead"  # type: ignore[arg-type]
+
+
+def test_a_late_commit_of_an_older_generation_fences_the_current_one() -> None:
+    from offset_ledger.rules.sink_ahead import late_commit
+
+    assert late_commit([]) is None and late_commit([_r(0, 0, 10, 10)]) is None  # behind the positions: history
+    why = late_commit([_r(1, 20, 25, 20, sequence=5, batch=4), _r(0, 20, 25, 20, sequence=5, batch=4)])
+    assert why is not None and "sequence 5 (table version 2, batch 4 of generation 1)" in why
+    assert "t[0] up to 25 after this generation opened at 20" in why and "sinks=[sink]" in why
+
+
+def test_the_ledger_names_older_generations_commits_past_the_positions_since_the_last_deliberate_start(
+        tmp_path: object) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from sqlalchemy import insert
+
+    from offset_ledger.ledger.engine import make_engine, upgrade
+    from offset_ledger.ledger.sink_store import older_commits_ahead
+    from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches
+
+    engine = make_engine(f"sqlite:///{tmp_path}/ledger.db")
+    upgrade(engine)
+    t0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
+
+    def generation(n: int, reason: str) -> None:
+        with engine.begin() as conn:
+            conn.execute(insert(checkpoint_generations).values(
+                id=n, pipeline="p", consumer_group="p", generation=n, checkpoint_root="/ck", location=f"/ck/{n}",
+                reason=reason, created_at=t0 + timedelta(hours=n)))
+
+    generation(1, "first")
+    generation(2, "app_version")
+    with engine.begin() as conn:
+        for seq, (frm, until) in enumerate([(0, 10), (10, 20), (20, 30)], 1):  # gen 1's batches 0-2
+            conn.execute(insert(sink_batches).values(
+                sink="s", pipeline="p", consumer_group="p", sequence=seq, generation_id=1, query_id="q1",
+                batch_id=seq - 1, target="/t", row_count=10, table_version=seq - 1, committed_at=t0,
+                recorded_at=t0 + timedelta(hours=3)))
+            conn.execute(insert(batch_offsets).values(
+                pipeline="p", consumer_group="p", query_id="q1", batch_id=seq - 1, source_index=0, topic="t",
+                partition=0, from_offset=frm, until_offset=until, batch_time=t0))
+        conn.execute(insert(positions).values(pipeline="p", consumer_group="p", topic="t", partition=0,
+                                              next_offset=20, updated_at=t0))
+    with engine.connect() as conn:
+        ranges, unranged = older_commits_ahead(conn, "p", "p")
+    assert [(r.sequence, r.generation, r.from_offset, r.until_offset, r.position) for r in ranges] == [(3, 1, 20, 30, 20)]
+    assert unranged == []
+    assert sink_ahead(ranges, pipeline="p").ends == {("t", 0): 30}
+    generation(3, "reset")  # the operator chose where to read: older commits are history
+    with engine.connect() as conn:
+        assert older_commits_ahead(conn, "p", "p") == ([], [])
+    engine.dispose()
