@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, exists, func, or_, select, update
@@ -217,14 +217,18 @@ def describe_output(row: dict[str, Any]) -> str:
     return f"sink {row['sink']} wrote {what} to {row['target']} (sequence {row['sequence']}{version})"
 
 
+#: How far the clocks that stamp ``sink_batches.recorded_at`` and a generation's ``created_at`` may disagree.
+CLOCK_SLACK = timedelta(hours=1)
+
+
 def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
                         ) -> tuple[list[SinkCommitRange], list[str]]:
     """What ``rules.sink_ahead`` weighs before a plan: sink commits of older generations past the positions.
 
     Generations from the last deliberate start (``sink_ahead.window_start``) up to, not including,
-    the current one. Returns their partition ranges that end past the ledger's position there (or
-    where it has none), and the commits the ledger learned after the current generation opened
-    but holds no ranges of (named), which nothing can place.
+    the current one, and commits the ledger learned after the current generation opened (within
+    ``CLOCK_SLACK``). Returns their partition ranges that end past the ledger's position there (or
+    where it has none), and those commits it holds no ranges of (named), which nothing can place.
     """
     g = checkpoint_generations
     rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at).where(
@@ -238,8 +242,12 @@ def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
     if not number_of:
         return [], []
     sb, bo, p = sink_batches, batch_offsets, positions
+    # Only commits the ledger learned after the current generation opened can lie past its start
+    # unaccounted: an earlier one moved the positions, or the restart that opened it planned past
+    # it. The slack covers clocks that disagree (a zombie's driver); an older row inside it that is
+    # not past the positions changes nothing. It keeps the read to the recent rows of a long history.
     mine = (sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group,
-            sb.c.generation_id.in_(sorted(number_of)))
+            sb.c.generation_id.in_(sorted(number_of)), sb.c.recorded_at >= current.created_at - CLOCK_SLACK)
     same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
                       bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
     found = conn.execute(
@@ -255,7 +263,7 @@ def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
     # Ranges pruned away are no evidence of anything; a commit the ledger learned after the current
     # generation opened (a reconcile) and holds no ranges of is.
     unranged = conn.execute(select(sb.c.sink, sb.c.sequence, sb.c.generation_id, sb.c.batch_id, sb.c.table_version)
-                            .where(*mine, sb.c.recorded_at >= current.created_at,
+                            .where(*mine,
                                    func.coalesce(sb.c.row_count, 1) > 0, ~exists().where(same_batch))).all()
     return ranges, [SinkCommitRange(r.sink, int(r.sequence), number_of[r.generation_id], int(r.batch_id),
                                     r.table_version, "", 0, None, 0, None).named() for r in unranged]

@@ -116,6 +116,7 @@ def test_a_delta_txn_collision_is_refused_and_never_recorded_as_the_live_batchs_
     # The recovery: version 2's batch belongs to generation 1, not the authority, so recording it
     # moves no position; the plan moves past what the table holds (30 of the first 40 records) on
     # a fresh checkpoint, and the run writes each record of the topic once.
+    print("REFUSAL", refusal[0], "\nSINK_AHEAD", result["plans"]["3"]["messages"].get("sink_ahead"))  # docs/sinks.md
     assert "sink_ahead" in result["findings"]["3"] and result["plans"]["3"]["fresh"], result["plans"]["3"]
     assert result["plan_3"] == {"0": 15, "1": 15}, result["plans"]
     assert "table version 2, batch 2 of generation 1" in result["plans"]["3"]["messages"]["sink_ahead"]
@@ -137,6 +138,7 @@ def test_a_zombie_committing_after_the_upgrade_is_refused_and_every_record_lands
     assert any("is not the pipeline's current checkpoint generation" in m for m in result["raised"]["zombie"])
     # Generation 2's batch 0 would have written the zombie's records again: refused, nothing written.
     (refusal,) = result["raised"]["2"]
+    print("LATE", refusal, "\nSINK_AHEAD", result["plans"]["3"]["findings"].get("sink_ahead"))  # docs/sinks.md
     assert refusal.startswith("SinkFenced: sink 'delta_zom:") and "batch 4 of generation 1" in refusal, refusal
     assert "after this generation opened at 20" in refusal and "sink_ahead" in refusal, refusal
     # The restart plans from where the zombie's batch ended, on a fresh checkpoint.
