@@ -15,6 +15,7 @@ from offset_ledger.cli.support import (
     FormatOption,
     GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     TimeoutOption,
     kafka_client,
     plain_help,
@@ -94,10 +95,10 @@ def _check_format(fmt: str) -> str:
     return check_format(fmt)
 
 
-def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None) -> None:
+def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None, *, truncate: bool = True) -> None:
     from offset_ledger.cli.support import emit
 
-    emit(rows, columns, fmt, document)
+    emit(rows, columns, fmt, document, truncate=truncate)
 
 
 @app.command("pipelines")
@@ -106,6 +107,7 @@ def pipelines_cmd(
     lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
     fmt: str = FormatOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
@@ -132,13 +134,14 @@ def pipelines_cmd(
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
-    _emit(rows, columns, fmt)
+    _emit(rows, columns, fmt, truncate=not no_truncate)
 
 
 @app.command("offsets")
 def offsets_cmd(
     pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
     fmt = _check_format(fmt)
@@ -157,7 +160,8 @@ def offsets_cmd(
                                  else "generation" if r.get("generation_id") is not None and r["query_id"] is None
                                  else "batch"),
                     "updatedAt": r["updated_at"], "batchId": r["batch_id"], "resetId": r["reset_id"]})
-    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document)
+    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
+          truncate=not no_truncate)
 
 
 @app.command("history")
@@ -170,6 +174,7 @@ def history_cmd(
     cursor: Optional[str] = typer.Option(None, "--cursor", help="Next-page cursor printed by a previous call."),
     every: bool = typer.Option(False, "--all", help="Every batch in the range, page after page (ignores --limit)."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Committed batches, newest first, one row per batch and partition.
 
@@ -202,7 +207,7 @@ def history_cmd(
         from offset_ledger.cli.sink_columns import output_columns
 
         rows, columns = output_columns(items, columns)
-    _emit(rows, columns, fmt, {"batches": items, "nextCursor": page.next_cursor})
+    _emit(rows, columns, fmt, {"batches": items, "nextCursor": page.next_cursor}, truncate=not no_truncate)
     if page.next_cursor:
         more_signal(f"--cursor {page.next_cursor} (or --all)")
 
@@ -213,6 +218,7 @@ def topic_cmd(
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
     from offset_ledger.operate.operations import topic_details
@@ -222,7 +228,7 @@ def topic_cmd(
         details = topic_details(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
-    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details)
+    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=not no_truncate)
 
 
 @app.command("lag")
@@ -232,6 +238,7 @@ def lag_cmd(
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Lag per partition in records and seconds, drift against the Kafka group, and status.
 
@@ -252,7 +259,7 @@ def lag_cmd(
         columns.append("headroom")
     else:
         columns += ["headroomSeconds", "headroomStatus", "headroomBasis"]
-    _emit(rows, columns, fmt)
+    _emit(rows, columns, fmt, truncate=not no_truncate)
 
 
 def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
