@@ -379,6 +379,24 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _app_for(argv: Optional[list[str]]) -> typer.Typer:
+    """``app`` with only the command ``argv`` names (its global options are flags, so the first word
+    that is not an option is the command). Typer builds the click command of every registered
+    command on each call, about a tenth of a read command's start; help, completion and a missing
+    or unknown command get the whole app, so what they print is unchanged."""
+    import copy
+
+    words = sys.argv[1:] if argv is None else argv
+    name = next((w for w in words if not w.startswith("-")), None)
+    commands = [c for c in app.registered_commands if c.name == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    only = copy.copy(app)  # shares the callback and settings; the lists below are its own
+    only.registered_commands, only.registered_groups = commands, groups
+    return only
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: an error prints one line and exits with its code (offset_ledger.errors.exit_code);
     --traceback shows more."""
@@ -394,7 +412,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     real_stderr = sys.stderr
     try:
         try:
-            app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+            _app_for(argv)(args=argv, prog_name="offset-ledger", standalone_mode=False)
         finally:
             sys.stderr = real_stderr  # --quiet silenced the notes, never the error below
     except OffsetLedgerError as exc:
