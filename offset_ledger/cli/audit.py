@@ -12,6 +12,7 @@ from offset_ledger.cli.support import (
     GroupOption,
     NoTruncateOption,
     check_format,
+    check_limit,
     emit,
     more_signal,
     operations,
@@ -38,6 +39,8 @@ def findings_cmd(
     from offset_ledger.operate.operations import parse_timestamp
 
     fmt = check_format(fmt)
+    if not every:
+        check_limit(limit)
     start = parse_timestamp(since) if since is not None else None
     ops = operations(dsn)
     rows: list[dict] = []
@@ -70,13 +73,10 @@ def resets_cmd(
     no_truncate: bool = NoTruncateOption,
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
-    from offset_ledger.errors import InvalidInput
-
-    fmt = check_format(fmt)
     from offset_ledger.operate.audit import MAX_PAGE
 
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput(f"--limit must be between 1 and {MAX_PAGE}, not {limit}")
+    fmt = check_format(fmt)
+    check_limit(limit)
     ops = operations(dsn)
     try:
         group, found = ops.resets(pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"

@@ -24,7 +24,7 @@ from offset_ledger.cli.support import (
 
 
 def mirror_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption,
     once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
     follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
@@ -160,7 +160,7 @@ def import_checkpoint_cmd(
 
 
 def replay_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
                                                                "unless --query-id / --generation)."),
     since: Optional[str] = typer.Option(None, "--since", "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),

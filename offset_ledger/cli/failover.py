@@ -27,7 +27,7 @@ def _when(ms: int | None) -> str:
 
 
 def failover_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     to_bootstrap: str = typer.Option(..., "--to-bootstrap", metavar="HOST:PORT",
                                      help="Bootstrap servers of the cluster to fail over to (the MM2 target)."),
     source_alias: str = typer.Option("primary", "--source-alias",

@@ -139,7 +139,7 @@ def pipelines_cmd(
 
 @app.command("offsets")
 def offsets_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
     no_truncate: bool = NoTruncateOption,
 ) -> None:
@@ -166,7 +166,7 @@ def offsets_cmd(
 
 @app.command("history")
 def history_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     topic: Optional[str] = typer.Option(None, "--topic", help="Only batches that read this topic."),
     since: Optional[str] = typer.Option(None, "--since", help="Inclusive; ISO 8601 or epoch ms."),
     until: Optional[str] = typer.Option(None, "--until", help="Exclusive; ISO 8601 or epoch ms."),
@@ -185,7 +185,11 @@ def history_cmd(
     from offset_ledger.cli.support import more_signal
     from offset_ledger.operate.operations import parse_timestamp
 
+    from offset_ledger.cli.support import check_limit
+
     fmt = _check_format(fmt)
+    if not every:
+        check_limit(limit)
     ops = _ops(dsn)
     items: list = []
     try:
@@ -214,7 +218,7 @@ def history_cmd(
 
 @app.command("topic")
 def topic_cmd(
-    topic: str = typer.Argument(..., help="Topic name."),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
@@ -233,7 +237,7 @@ def topic_cmd(
 
 @app.command("lag")
 def lag_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
