@@ -7,12 +7,16 @@ Seeds a SQLite ledger the way the listener writes (tests/ops_seed.py), then runs
 and the fastest wall time per command for this checkout and, with ``--baseline``, for another one
 (the same commands, the same ledger). The goal is < 0.3 s on a quiet machine; a loaded machine
 (shared CI cores) shows more, so compare the two columns of one run, not runs of different days.
+Each cell also gives the CPU time the process used (user + system, median): on a quiet machine a
+start is CPU-bound and its wall time is about that, and it moves far less with other load. The
+two checkouts alternate run by run, so both see the same load.
 ``--importtime`` adds the ten slowest imports of `offsets` (``python -X importtime``).
 """
 
 from __future__ import annotations
 
 import argparse
+import resource
 import statistics
 import subprocess
 import sys
@@ -24,6 +28,9 @@ ROOT = Path(__file__).resolve().parents[1]
 COMMANDS = (["pipelines", "--no-lag"], ["offsets", "orders"], ["history", "orders", "--limit", "5"],
             ["verify", "orders"])
 RUN = "import sys; from offset_ledger.cli.main import main; main(sys.argv[1:])"
+# What no read command can start without: the interpreter, Typer with the pydantic it coerces every
+# parameter through, and SQLAlchemy with its SQLite dialect. The figure the lazy imports approach.
+FLOOR = "import typer, typer._adapters, sqlalchemy, sqlalchemy.dialects.sqlite"
 
 
 def _seed(dsn: str) -> None:
@@ -37,22 +44,31 @@ def _seed(dsn: str) -> None:
     engine.dispose()
 
 
-def _times(checkout: Path, argv: list[str], dsn: str, runs: int) -> list[float]:
+def _once(checkout: Path, argv: list[str], dsn: str, code: str = RUN) -> tuple[float, float]:
+    """Wall and CPU seconds of one fresh interpreter running ``argv``."""
     env = {"PYTHONPATH": str(checkout), "OFFSET_LEDGER_DSN": dsn, "PATH": "/usr/bin:/bin"}
-    out = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        done = subprocess.run([sys.executable, "-c", RUN, *argv], env=env, capture_output=True, text=True)
-        out.append(time.perf_counter() - started)
-        if done.returncode not in (0, 6):
-            raise SystemExit(f"{' '.join(argv)} failed in {checkout}: {done.stderr.strip()}")
-    return out
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    # cwd: `python -c` puts the working directory first on sys.path, ahead of PYTHONPATH; run from
+    # elsewhere, a baseline would import this checkout's package instead of its own.
+    done = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True,
+                          cwd=checkout)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode not in (0, 6):
+        raise SystemExit(f"{' '.join(argv)} failed in {checkout}: {done.stderr.strip()}")
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def _cell(samples: list[tuple[float, float]]) -> str:
+    walls, cpus = [w for w, _ in samples], [c for _, c in samples]
+    return f"{statistics.median(walls):.3f} / {min(walls):.3f} s (cpu {statistics.median(cpus):.3f} s)"
 
 
 def _slowest_imports(checkout: Path, dsn: str) -> list[str]:
     env = {"PYTHONPATH": str(checkout), "OFFSET_LEDGER_DSN": dsn, "PATH": "/usr/bin:/bin"}
     done = subprocess.run([sys.executable, "-X", "importtime", "-c", RUN, "offsets", "orders"], env=env,
-                          capture_output=True, text=True)
+                          capture_output=True, text=True, cwd=checkout)
     rows = []
     for line in done.stderr.splitlines():
         parts = line.split("|")
@@ -71,17 +87,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         dsn = f"sqlite:///{Path(tmp) / 'ledger.db'}"
         _seed(dsn)
-        head = f"{'command':<24} {'this checkout (median / min)':>30}"
+        head = f"{'command':<20} {'this checkout: median / min wall (cpu)':>40}"
         if args.baseline:
-            head += f" {'baseline (median / min)':>26}"
+            head += f" {'baseline: median / min wall (cpu)':>40}"
         print(head)
         for argv in COMMANDS:
-            mine = _times(ROOT, argv, dsn, args.runs)
-            line = f"{' '.join(argv[:2]):<24} {statistics.median(mine):>20.3f} s / {min(mine):.3f} s"
+            mine: list[tuple[float, float]] = []
+            base: list[tuple[float, float]] = []
+            for _ in range(args.runs):  # alternate, so that both see the same load
+                mine.append(_once(ROOT, argv, dsn))
+                if args.baseline:
+                    base.append(_once(args.baseline, argv, dsn))
+            line = f"{' '.join(argv[:2]):<20} {_cell(mine):>40}"
             if args.baseline:
-                base = _times(args.baseline, argv, dsn, args.runs)
-                line += f" {statistics.median(base):>16.3f} s / {min(base):.3f} s"
+                line += f" {_cell(base):>40}"
             print(line, flush=True)
+        floor = [_once(ROOT, [], dsn, FLOOR) for _ in range(args.runs)]
+        print(f"{'floor (imports only)':<20} {_cell(floor):>40}  python + typer/pydantic + sqlalchemy/sqlite")
         if args.importtime:
             print("\nslowest top-level imports of `offsets` (cumulative):")
             print("\n".join(_slowest_imports(ROOT, dsn)))

@@ -118,10 +118,25 @@ class UnknownTopic(InvalidInput):
 class UnknownPartition(InvalidInput):
     """The partition does not exist on the topic."""
 
-    def __init__(self, topic: str, partition: int) -> None:
-        super().__init__(f"unknown partition {partition} of topic {topic!r}", topic=topic, partition=partition)
+    def __init__(self, topic: str, partition: int, existing: Sequence[int] | None = None) -> None:
+        # Naming the partitions that exist makes "orders:9" for "orders:0" a typo seen at once.
+        where = "" if existing is None else (
+            f" (partitions: {_ranges(sorted(existing))})" if existing else " (it has no partitions)")
+        super().__init__(f"unknown partition {partition} of topic {topic!r}{where}", topic=topic, partition=partition,
+                         **({} if existing is None else {"known": sorted(existing)}))
         self.topic = topic
         self.partition = partition
+
+
+def _ranges(numbers: Sequence[int]) -> str:
+    """``0-11, 14``: a topic of 200 partitions is one short line (runs of four or more collapse)."""
+    runs: list[list[int]] = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 3 else ", ".join(map(str, r)) for r in runs)
 
 
 class InvalidDuration(InvalidInput):

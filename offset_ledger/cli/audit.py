@@ -10,7 +10,9 @@ from offset_ledger.cli.support import (
     DsnOption,
     FormatOption,
     GroupOption,
+    NoTruncateOption,
     check_format,
+    check_limit,
     emit,
     more_signal,
     operations,
@@ -27,6 +29,7 @@ def findings_cmd(
     before: Optional[int] = typer.Option(None, "--before", metavar="ID", help="Page: findings older than ID."),
     every: bool = typer.Option(False, "--all", help="Every finding, page after page (ignores --limit)."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Findings of a pipeline, newest first: gaps, regressions, data loss, foreign runs, resets consumed.
 
@@ -36,6 +39,8 @@ def findings_cmd(
     from offset_ledger.operate.operations import parse_timestamp
 
     fmt = check_format(fmt)
+    if not every:
+        check_limit(limit)
     start = parse_timestamp(since) if since is not None else None
     ops = operations(dsn)
     rows: list[dict] = []
@@ -51,7 +56,7 @@ def findings_cmd(
     if fmt == "table":  # a finding seen once has no lastSeenAt (null in JSON, as the API): its time is createdAt
         shown = [{**r, "lastSeenAt": r["lastSeenAt"] or r["createdAt"]} for r in rows]
         emit(shown, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
-                     "actualOffset", "message"], fmt)
+                     "actualOffset", "message"], fmt, truncate=not no_truncate)
         if before is not None:
             more_signal(f"--before {before} (or --all)")
         return
@@ -65,15 +70,13 @@ def resets_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     limit: int = typer.Option(50, "--limit", metavar="N", help="Newest N resets (1-1000, as every --limit)."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
-    from offset_ledger.errors import InvalidInput
-
-    fmt = check_format(fmt)
     from offset_ledger.operate.audit import MAX_PAGE
 
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput(f"--limit must be between 1 and {MAX_PAGE}, not {limit}")
+    fmt = check_format(fmt)
+    check_limit(limit)
     ops = operations(dsn)
     try:
         group, found = ops.resets(pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
@@ -86,7 +89,7 @@ def resets_cmd(
                                   for p in r["partitions"][:4]) + (" ..." if len(r["partitions"]) > 4 else "")}
             for r in found]
     emit(rows, ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
-                "changes"], fmt, {"consumerGroup": group, "resets": found})
+                "changes"], fmt, {"consumerGroup": group, "resets": found}, truncate=not no_truncate)
     if more:
         more_signal(f"--limit {min(limit * 2, MAX_PAGE)} (older resets not shown)")
 

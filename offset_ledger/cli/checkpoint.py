@@ -13,6 +13,7 @@ from offset_ledger.cli.support import (
     FormatOption,
     GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     TimeoutOption,
     check_format,
     emit,
@@ -23,7 +24,7 @@ from offset_ledger.cli.support import (
 
 
 def mirror_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption,
     once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
     follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
@@ -31,6 +32,7 @@ def mirror_cmd(
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
     dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members).
 
@@ -71,7 +73,7 @@ def mirror_cmd(
                     if not follow or result.committed:
                         rows = [d.to_dict() for d in result.decisions]
                         emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
-                              result.to_dict())
+                              result.to_dict(), truncate=not no_truncate)
                     if not follow:
                         typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
                         return
@@ -110,7 +112,7 @@ def import_checkpoint_cmd(
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption,
     dsn: Optional[str] = DsnOption,
-    fmt: str = FormatOption,
+    fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
     timeout: Optional[int] = TimeoutOption,
 ) -> None:
     """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default).
@@ -149,7 +151,7 @@ def import_checkpoint_cmd(
         for line in result.skipped:
             typer.echo(f"  {line}")
         typer.echo(f"positions of pipeline {result.pipeline!r}, consumer group {result.consumer_group!r}:")
-        emit(rows, ["topic", "partition", "nextOffset"], "table")
+        emit(rows, ["topic", "partition", "nextOffset"], "table", truncate=not no_truncate)
     if result.executed:
         typer.echo(f"imported as checkpoint generation {result.generation} at {result.checkpoint_location}: runs "
                    "on it move these positions from now on", err=True)
@@ -158,7 +160,7 @@ def import_checkpoint_cmd(
 
 
 def replay_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
                                                                "unless --query-id / --generation)."),
     since: Optional[str] = typer.Option(None, "--since", "--from", help="Batches at or after this time (ISO 8601 or epoch ms)."),

@@ -13,6 +13,7 @@ from offset_ledger.cli.support import (
     FormatOption,
     GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     check_format,
     emit,
     safe_text,
@@ -26,7 +27,7 @@ def _when(ms: int | None) -> str:
 
 
 def failover_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     to_bootstrap: str = typer.Option(..., "--to-bootstrap", metavar="HOST:PORT",
                                      help="Bootstrap servers of the cluster to fail over to (the MM2 target)."),
     source_alias: str = typer.Option("primary", "--source-alias",
@@ -48,7 +49,7 @@ def failover_cmd(
                                  help="Record the new generation and positions (default: a dry run, as reset)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Plan and print; write nothing (the default)."),
     force: bool = typer.Option(False, "--force", help="Fail over although the ledger shows an active run."),
-    fmt: str = FormatOption,
+    fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
     as_json: bool = typer.Option(False, "--json", hidden=True, help="Deprecated: --format json."),
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption,
@@ -102,23 +103,17 @@ def failover_cmd(
     if fmt == "json":
         typer.echo(dumps(result))
         return
+    rows = [{"targetTopic": p.target_topic, "partition": p.partition, "status": p.status,
+             "ledgerNextOffset": p.ledger_next_offset, "checkpointUpstreamOffset": p.checkpoint_upstream_offset,
+             "startNextOffset": p.start_next_offset, "rereadMax": p.reread_max,
+             "rereadSpan": f"{_when(p.reread_from_ms)} .. {_when(p.reread_until_ms)}" if p.reread_max else None}
+            for p in result.plan.partitions]
+    columns = ["targetTopic", "partition", "status", "ledgerNextOffset", "checkpointUpstreamOffset",
+               "startNextOffset", "rereadMax"]
     if fmt == "csv":
-        emit([{"targetTopic": p.target_topic, "partition": p.partition, "status": p.status,
-               "ledgerNextOffset": p.ledger_next_offset, "checkpointUpstreamOffset": p.checkpoint_upstream_offset,
-               "startNextOffset": p.start_next_offset, "rereadMax": p.reread_max}
-              for p in result.plan.partitions],
-             ["targetTopic", "partition", "status", "ledgerNextOffset", "checkpointUpstreamOffset",
-              "startNextOffset", "rereadMax"], "csv")
+        emit(rows, columns, "csv")
         return
-    typer.echo(f"{'topic on target':<28} {'part':>4} {'status':<13} {'ledger':>9} {'mm2 upstream':>12} "
-               f"{'start':>9} {'re-read max':>11}  record time span")
-    for p in result.plan.partitions:
-        typer.echo(safe_text(
-            f"{p.target_topic:<28} {p.partition:>4} {p.status:<13} {_num(p.ledger_next_offset):>9} "
-            f"{_num(p.checkpoint_upstream_offset):>12} {p.start_next_offset:>9} {p.reread_max:>11}  "
-            f"{_when(p.reread_from_ms)} .. {_when(p.reread_until_ms)}" if p.reread_max else
-            f"{p.target_topic:<28} {p.partition:>4} {p.status:<13} {_num(p.ledger_next_offset):>9} "
-            f"{_num(p.checkpoint_upstream_offset):>12} {p.start_next_offset:>9} {p.reread_max:>11}  -"))
+    emit(rows, [*columns, "rereadSpan"], "table", truncate=not no_truncate)
     typer.echo(f"startingOffsets: {result.starting_offsets_json}")
     if result.dry_run:
         typer.echo("dry run: nothing written; add --execute to fail over", err=True)
@@ -126,10 +121,6 @@ def failover_cmd(
         typer.echo(f"checkpoint: {result.checkpoint_location} (generation {result.generation})")
     for finding in result.findings:
         typer.echo(safe_text(f"{finding.kind}: {finding.message}"), err=True)
-
-
-def _num(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 def register(app: typer.Typer) -> None:

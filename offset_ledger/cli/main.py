@@ -15,6 +15,7 @@ from offset_ledger.cli.support import (
     FormatOption,
     GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     TimeoutOption,
     kafka_client,
     plain_help,
@@ -94,10 +95,10 @@ def _check_format(fmt: str) -> str:
     return check_format(fmt)
 
 
-def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None) -> None:
+def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None, *, truncate: bool = True) -> None:
     from offset_ledger.cli.support import emit
 
-    emit(rows, columns, fmt, document)
+    emit(rows, columns, fmt, document, truncate=truncate)
 
 
 @app.command("pipelines")
@@ -106,6 +107,7 @@ def pipelines_cmd(
     lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
     fmt: str = FormatOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
@@ -132,13 +134,14 @@ def pipelines_cmd(
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
-    _emit(rows, columns, fmt)
+    _emit(rows, columns, fmt, truncate=not no_truncate)
 
 
 @app.command("offsets")
 def offsets_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
     fmt = _check_format(fmt)
@@ -157,12 +160,13 @@ def offsets_cmd(
                                  else "generation" if r.get("generation_id") is not None and r["query_id"] is None
                                  else "batch"),
                     "updatedAt": r["updated_at"], "batchId": r["batch_id"], "resetId": r["reset_id"]})
-    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document)
+    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
+          truncate=not no_truncate)
 
 
 @app.command("history")
 def history_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     topic: Optional[str] = typer.Option(None, "--topic", help="Only batches that read this topic."),
     since: Optional[str] = typer.Option(None, "--since", help="Inclusive; ISO 8601 or epoch ms."),
     until: Optional[str] = typer.Option(None, "--until", help="Exclusive; ISO 8601 or epoch ms."),
@@ -170,6 +174,7 @@ def history_cmd(
     cursor: Optional[str] = typer.Option(None, "--cursor", help="Next-page cursor printed by a previous call."),
     every: bool = typer.Option(False, "--all", help="Every batch in the range, page after page (ignores --limit)."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Committed batches, newest first, one row per batch and partition.
 
@@ -180,7 +185,11 @@ def history_cmd(
     from offset_ledger.cli.support import more_signal
     from offset_ledger.operate.operations import parse_timestamp
 
+    from offset_ledger.cli.support import check_limit
+
     fmt = _check_format(fmt)
+    if not every:
+        check_limit(limit)
     ops = _ops(dsn)
     items: list = []
     try:
@@ -202,17 +211,18 @@ def history_cmd(
         from offset_ledger.cli.sink_columns import output_columns
 
         rows, columns = output_columns(items, columns)
-    _emit(rows, columns, fmt, {"batches": items, "nextCursor": page.next_cursor})
+    _emit(rows, columns, fmt, {"batches": items, "nextCursor": page.next_cursor}, truncate=not no_truncate)
     if page.next_cursor:
         more_signal(f"--cursor {page.next_cursor} (or --all)")
 
 
 @app.command("topic")
 def topic_cmd(
-    topic: str = typer.Argument(..., help="Topic name."),
+    topic: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
     from offset_ledger.operate.operations import topic_details
@@ -222,16 +232,17 @@ def topic_cmd(
         details = topic_details(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
-    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details)
+    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=not no_truncate)
 
 
 @app.command("lag")
 def lag_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
     bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
     kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Lag per partition in records and seconds, drift against the Kafka group, and status.
 
@@ -252,7 +263,7 @@ def lag_cmd(
         columns.append("headroom")
     else:
         columns += ["headroomSeconds", "headroomStatus", "headroomBasis"]
-    _emit(rows, columns, fmt)
+    _emit(rows, columns, fmt, truncate=not no_truncate)
 
 
 def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
@@ -372,6 +383,24 @@ def _register_commands() -> None:
 _register_commands()
 
 
+def _app_for(argv: Optional[list[str]]) -> typer.Typer:
+    """``app`` with only the command ``argv`` names (its global options are flags, so the first word
+    that is not an option is the command). Typer builds the click command of every registered
+    command on each call, about a tenth of a read command's start; help, completion and a missing
+    or unknown command get the whole app, so what they print is unchanged."""
+    import copy
+
+    words = sys.argv[1:] if argv is None else argv
+    name = next((w for w in words if not w.startswith("-")), None)
+    commands = [c for c in app.registered_commands if c.name == name]
+    groups = [g for g in app.registered_groups if g.name == name]
+    if not commands and not groups:
+        return app
+    only = copy.copy(app)  # shares the callback and settings; the lists below are its own
+    only.registered_commands, only.registered_groups = commands, groups
+    return only
+
+
 def main(argv: Optional[list[str]] = None) -> None:
     """Entry point: an error prints one line and exits with its code (offset_ledger.errors.exit_code);
     --traceback shows more."""
@@ -387,7 +416,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     real_stderr = sys.stderr
     try:
         try:
-            app(args=argv, prog_name="offset-ledger", standalone_mode=False)
+            _app_for(argv)(args=argv, prog_name="offset-ledger", standalone_mode=False)
         finally:
             sys.stderr = real_stderr  # --quiet silenced the notes, never the error below
     except OffsetLedgerError as exc:

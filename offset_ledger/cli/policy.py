@@ -12,7 +12,7 @@ from typing import Any, Optional, TypeVar
 
 import typer
 
-from offset_ledger.cli.support import DsnOption, FormatOption, check_format, emit
+from offset_ledger.cli.support import DsnOption, FormatOption, NoTruncateOption, check_format, emit
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 
 @policy_app.command("show")
 def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
-             fmt: str = FormatOption) -> None:
+             fmt: str = FormatOption, no_truncate: bool = NoTruncateOption) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
     from offset_ledger.operate.inputs import check_name
 
@@ -70,7 +70,8 @@ def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optio
     history = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
     policies = dict(history[-1].policies) if history else {}
     # JSON: the API's GET answer, field for field (stored, effective, sources, lastChange).
-    emit(_rows(policies), ["policy", "value", "source"], fmt, document=policies_document(pipeline, history))
+    emit(_rows(policies), ["policy", "value", "source"], fmt, document=policies_document(pipeline, history),
+         truncate=not no_truncate)
 
 
 @policy_app.command("set")
@@ -145,7 +146,7 @@ def set_cmd(
 
 @policy_app.command("history")
 def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
-                fmt: str = FormatOption) -> None:
+                fmt: str = FormatOption, no_truncate: bool = NoTruncateOption) -> None:
     """Every change of PIPELINE's policies, oldest first: when, who, why, and the policies after it."""
     import json
 
@@ -159,7 +160,7 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
 
     rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
              "policies": json.dumps(to_api(c.policies), sort_keys=True)} for c in changes]
-    emit(rows, ["id", "at", "actor", "reason", "policies"], fmt)
+    emit(rows, ["id", "at", "actor", "reason", "policies"], fmt, truncate=not no_truncate)
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from offset_ledger.cli.support import (
     FormatOption,
     GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     TimeoutOption,
     check_format,
     emit,
@@ -159,7 +160,7 @@ def reset_cmd(
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
     bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
     command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    fmt: str = FormatOption,
+    fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Reset a pipeline's positions (dry run unless --execute); the next start_from_ledger applies it."""
     import getpass
@@ -188,10 +189,10 @@ def reset_cmd(
                             dry_run=not execute, force=force, consumer_group=consumer_group)
     finally:
         ops.close()
-    _print(outcome, fmt, export)
+    _print(outcome, fmt, export, truncate=not no_truncate)
 
 
-def _print(outcome: Any, fmt: str, export: bool) -> None:
+def _print(outcome: Any, fmt: str, export: bool, *, truncate: bool = True) -> None:
     from offset_ledger.operate.kcg import export_csv
 
     doc = outcome.to_dict()
@@ -210,7 +211,7 @@ def _print(outcome: Any, fmt: str, export: bool) -> None:
                                 else f"{'clamped' if p['clamped'] else 'refused'}:{p['outOfRange']}")}
                 for p in doc["partitions"]]
         emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "approxBytes",
-                    "spanSeconds", "outOfRange"], fmt, doc)
+                    "spanSeconds", "outOfRange"], fmt, doc, truncate=truncate)
     if outcome.cost is not None:
         typer.echo(cost_line(outcome.cost), err=True)
     if outcome.dry_run:

@@ -18,7 +18,7 @@ from offset_ledger.cli.support import (
 
 
 def resolve_cmd(
-    pipeline: str = typer.Argument(..., help="Pipeline name in the ledger."),
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic the pipeline subscribes to (repeatable)."),
     pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
     bootstrap_servers: Optional[str] = BootstrapOption,

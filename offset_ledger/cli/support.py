@@ -63,6 +63,9 @@ TimeoutOption = typer.Option(None, "--timeout", metavar="MS", min=1,
 GroupOption = typer.Option(None, "--consumer-group", metavar="GROUP",
                            help="Default: the pipeline's only group (an error when it has several).")
 FormatOption = typer.Option("table", "--format", "-f", metavar="table|json|csv", help="Output format.")
+NoTruncateOption = typer.Option(False, "--no-truncate",
+                                help="Never shorten a table cell (by default only long text, such as a message, "
+                                     "is cut at a word to fit the terminal).")
 
 # C0 controls, DEL and C1 controls: an ESC sequence in a recorded name could retitle the terminal
 # or move the cursor, and a newline would forge a row in a table or CSV.
@@ -93,8 +96,22 @@ def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
     return fmt
 
 
-def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, document: object = None) -> None:
-    """Print rows as an aligned table, CSV, or JSON (``document`` when given, else the rows)."""
+MAX_LIMIT = 1000  # every --limit, as the API's limit (operate.audit.MAX_PAGE)
+
+
+def check_limit(limit: int) -> int:
+    """``--limit`` in 1-1000, refused under the option's own name before anything is read."""
+    from offset_ledger.errors import InvalidInput
+
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"--limit must be between 1 and {MAX_LIMIT}, not {limit}", limit=limit)
+    return limit
+
+
+def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, document: object = None, *,
+         truncate: bool = True) -> None:
+    """Print rows as an aligned table (``cli/table.py``; ``truncate=False``: no cell shortened), CSV, or
+    JSON (``document`` when given, else the rows)."""
     import csv
     import json
 
@@ -110,12 +127,15 @@ def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, do
         for row in rows:
             writer.writerow(["" if row.get(c) is None else safe_text(row.get(c)) for c in columns])
         return
+    from offset_ledger.cli.table import PROSE, render
+
     cells = [[("-" if row.get(c) is None else safe_text(row.get(c))) for c in columns] for row in rows]
-    # Widths from the header as printed (UPPER_SNAKE is longer than the camelCase name it comes from).
-    widths = [max([len(header(c))] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
-    typer.echo("  ".join(header(c).ljust(w) for c, w in zip(columns, widths)).rstrip())
-    for r in cells:
-        typer.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    # A column of numbers (a missing value aside) is right-aligned; bool is not a number here.
+    numeric = [any(row.get(c) is not None for row in rows)
+               and all(row.get(c) is None or (isinstance(row.get(c), (int, float)) and not isinstance(row.get(c), bool))
+                       for row in rows) for c in columns]
+    typer.echo(render([header(c) for c in columns], cells, numeric, [c in PROSE for c in columns],
+                      truncate=truncate))
 
 
 def header(column: str) -> str:

@@ -12,6 +12,7 @@ from offset_ledger.cli.support import (
     FormatOption,
     GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     check_format,
     emit,
     kafka_client,
@@ -29,6 +30,7 @@ def verify_cmd(
                                           help="List only the stretches nothing explains."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
     bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
+    no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Check that the recorded batch ranges tile every partition from its first start to the current
     position: no gap, no overlap, except where a reset or a finding explains it (each explained
@@ -65,7 +67,7 @@ def verify_cmd(
     if fmt == "table" and not rows:
         typer.echo("no gap and no overlap" if not report.stretches else "no unexplained stretch")
     elif fmt != "table" or rows:
-        emit(rows, COLUMNS, fmt, document)
+        emit(rows, COLUMNS, fmt, document, truncate=not no_truncate)
     if fmt == "table":
         verdict = "every record read exactly once, or explained" if report.ok else "NOT accounted for"
         typer.echo(f"{pipeline} ({report.consumer_group}): {counts['partitions']} partition(s), "

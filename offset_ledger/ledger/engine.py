@@ -18,7 +18,6 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
-from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable, LedgerWithoutSchema
 
 log = logging.getLogger(__name__)
@@ -34,7 +33,12 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
     ``create=False`` (reads): a SQLite file that does not exist is a ConfigError instead of a new,
     empty ledger at a mistyped path.
     """
-    url_text = settings().resolved_dsn(dsn)
+    if dsn:  # given (--dsn or OFFSET_LEDGER_DSN through the CLI): no pydantic-settings on a read's start path
+        url_text = dsn
+    else:
+        from offset_ledger.config import settings
+
+        url_text = settings().resolved_dsn(dsn)
     try:
         url = make_url(url_text)
     except ArgumentError as exc:

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from offset_ledger.ledger.activity import RunActivity
-from offset_ledger.ledger.reset_store import StoredReset
-from offset_ledger.rules.move_cost import MoveCost
-from offset_ledger.rules.resets import ResetPlan
-from offset_ledger.rules.retention import Headroom
+if TYPE_CHECKING:  # annotations only: a read command does not pay for the reset and cost modules
+    from offset_ledger.ledger.activity import RunActivity
+    from offset_ledger.ledger.reset_store import StoredReset
+    from offset_ledger.rules.move_cost import MoveCost
+    from offset_ledger.rules.resets import ResetPlan
+    from offset_ledger.rules.retention import Headroom
 
 
 def iso_utc(value: datetime | None) -> str | None:

@@ -86,7 +86,8 @@ def state_rewind(
         raise StatefulRestartRefused(
             f"pipeline {pipeline!r} has pending reset(s) {', '.join(map(str, ledger.pending_reset_ids))}; "
             f"a windowed restart rewinds from recorded batches and would overrule them: restart without "
-            f"window= to apply the reset, or cancel it", pipeline, reset_ids=list(ledger.pending_reset_ids))
+            f"a window (neither a window argument nor a stored 'policy set --window') to apply the reset, or "
+            f"cancel it", pipeline, reset_ids=list(ledger.pending_reset_ids))
     try:
         with engine.connect() as conn:
             query_id, figures = checkpoint_batches(conn, pipeline, ledger.consumer_group,

@@ -242,14 +242,14 @@ def _scope(
         if wanted is not None:
             for p in wanted:
                 if p not in existing:
-                    raise UnknownPartition(topic, p)
+                    raise UnknownPartition(topic, p, existing)
             existing = sorted(set(wanted))
         if request.mode == "offsets":
             assert request.offsets is not None
             named = sorted(tp.partition for tp in request.offsets if tp.topic == topic)
             for p in named:
                 if p not in cluster[topic]:
-                    raise UnknownPartition(topic, p)
+                    raise UnknownPartition(topic, p, cluster[topic])
             if request.require_all_partitions:
                 missing = sorted(set(cluster[topic]) - set(named))
                 if missing:

@@ -288,7 +288,7 @@ def _first_run_offsets(
                     option="first_run", topic=topic)
             for partition in named:
                 if partition not in logs[topic]:
-                    raise UnknownPartition(topic, partition)
+                    raise UnknownPartition(topic, partition, sorted(logs[topic]))
         chosen = {}
         defaulted: list[str] = []
         for topic, parts in current.items():

@@ -305,3 +305,17 @@ def test_unscoped_reset_leaves_out_topics_deleted_since(engine, client: TestClie
     assert r.json() == {"orders": {"0": 10, "1": 10, "2": 10}}
     r = client.post("/api/v1/pipelines/two/resets", json={"mode": "earliest", "topics": [{"topic": "gone"}]})
     assert r.status_code == 404 and r.json()["error"] == "UnknownTopic"
+
+
+def test_a_partition_the_topic_does_not_have_is_named_with_the_ones_it_has(engine, client: TestClient) -> None:  # type: ignore[no-untyped-def]
+    for method, path, body in (
+            ("POST", "/api/v1/pipelines/orders-etl/resets",
+             {"mode": "earliest", "topics": [{"topic": "orders", "partitions": [0, 7]}]}),
+            ("POST", "/api/v1/pipelines/orders-etl/resets", {"mode": "offsets", "offsets": {"orders": {"7": 5}}}),
+            ("POST", PARTS, {"orders": {"7": 5}})):
+        r = client.request(method, path, json=body)
+        assert r.status_code == 400, r.text
+        doc = r.json()
+        assert doc["error"] == "UnknownPartition" and doc["message"] == (
+            "unknown partition 7 of topic 'orders' (partitions: 0, 1, 2)"), doc
+    assert _written(engine) == (0, SEEDED)

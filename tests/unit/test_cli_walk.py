@@ -266,3 +266,49 @@ def test_a_dry_run_import_creates_no_ledger(world: dict[str, Any], capsys: pytes
     code, err = _run(["import-checkpoint", "adopted", world["subst"]["CKPT"], "--dsn", f"sqlite:///{missing}"], capsys)
     assert code == 0 and "dry run: nothing written" in err, err
     assert not Path(missing).exists() and not Path(missing).parent.exists()
+
+
+class _TwoPartitions:
+    """The cluster as a reset sees it: topic ``orders`` of partitions 0 and 1, ``payments`` of 0."""
+
+    def snapshot(self, topics: list[str]) -> Any:
+        from offset_ledger.kafka.snapshot import ClusterSnapshot
+        from offset_ledger.rules.model import TopicPartition, Watermarks
+
+        layout = {"orders": [0, 1], "payments": [0]}
+        parts = {t: layout[t] for t in topics if t in layout}
+        return ClusterSnapshot(parts, {}, {TopicPartition(t, p): Watermarks(0, 100) for t in parts for p in parts[t]})
+
+    def offsets_for_time(self, tps: Any, timestamp_ms: int) -> dict[Any, None]:
+        return {tp: None for tp in tps}
+
+    def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("mode", [
+    ["--topic", "orders:9", "--to-earliest"],
+    ["--topic", "orders:0,9", "--shift-by", "-1"],
+    ["--topic", "orders:9", "--to-offset", "5"],
+    ["--to-offsets", "NINE_J"],
+    ["--from-file", "NINE_C"],
+])
+def test_a_partition_the_topic_does_not_have(mode: list[str], world: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """A partition that does not exist is named with the ones that do (exit 2, one line, nothing written),
+    in every way a reset names a partition (issue 34: "T:9")."""
+    from offset_ledger.cli import reset as cli_reset
+    from offset_ledger.operate.operations import Operations
+
+    monkeypatch.setattr(cli_reset, "operations", lambda dsn, kafka=None: Operations(
+        make_engine(dsn, create=False), kafka=_TwoPartitions()))  # type: ignore[arg-type]
+    root = world["root"]
+    (root / "nine.json").write_text('{"orders": {"9": 5}}')
+    (root / "nine.csv").write_text("orders,9,5\n")
+    subst = {"NINE_J": str(root / "nine.json"), "NINE_C": str(root / "nine.csv"), **world["subst"]}
+    before = _dump(world["engine"])
+    for execute in ([], ["--execute"]):
+        code, err = _run(["reset", "orders", *[_fill(a, subst) for a in mode], "--reason", "r", *execute], capsys)
+        assert code == 2, err
+        assert err == "offset-ledger: error: unknown partition 9 of topic 'orders' (partitions: 0, 1)\n", err
+    assert _dump(world["engine"]) == before
