@@ -337,7 +337,7 @@ def test_a_start_nobody_knows_is_an_unknown_stretch_and_exit_6(engine: Engine, c
     assert (s["kind"], s["fromOffset"], s["untilOffset"], s["records"], s["explained"]) == ("unknown", 50, 60, 10, False)
     assert s["before"]["batchId"] == 4 and [b["queryId"] for b in s["batches"]] == ["9f1c2b7e-hand"]
     assert report.to_dict()["summary"]["unknown"] == 1
-    code, out, err = cli(["verify", "orders", "--dsn", str(engine.url)], capsys)
+    code, out, err = cli(["verify", "orders", "--no-truncate", "--dsn", str(engine.url)], capsys)
     print(out, err)  # the docs' transcript (docs/operations.md)
     assert code == 6, (out, err)
     assert "UNEXPLAINED" in out and " unknown " in out and "start unknown: batch 0 of 9f1c2b7e" in out
