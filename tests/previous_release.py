@@ -65,10 +65,17 @@ dsn, pipeline, query = sys.argv[1], sys.argv[2], sys.argv[3]
 t0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 engine = make_engine(dsn)
 recorder = Recorder(engine)
+general = []  # which record() calls took the general path (the rest: the one-statement fast path)
+_record = recorder._record
+def counted(conn, records, txn):
+    general.append(len(outcomes))
+    return _record(conn, records, txn)
+recorder._record = counted
+out, outcomes = [], []
 recorder.record([RunStart(pipeline, pipeline, query, "run-" + query, pipeline, t0)])
+general.clear()
 ends = {("t", p): 0 for p in range(250)}
 ends.update({("u", p): 0 for p in range(2)})
-out, outcomes = [], []
 
 def batch(n):
     sources = []
@@ -93,7 +100,7 @@ for group in ([0], [1], [2], [3], [4, 5, 6]):
     outcome = recorder.record([batch(n) for n in group])
     outcomes.append([outcome.batches_written, outcome.duplicates, [f.kind for f in outcome.findings]])
 recorder.close()
-print(json.dumps({"ranges": out, "outcomes": outcomes}))
+print(json.dumps({"ranges": out, "outcomes": outcomes, "general_path_calls": general}))
 """
 
 

@@ -291,16 +291,16 @@ def create_views(bind: sa.engine.Connection) -> None:
     """``v_batch_offsets``, ``v_batch_history`` over it and the triggers (also used by
     ``offset_ledger.ledger.tables`` when ``metadata.create_all`` builds a schema without migrations)."""
     pg = bind.dialect.name == "postgresql"
-    bind.execute(sa.text(f"CREATE VIEW v_batch_offsets AS {(_VIEW_PG if pg else _VIEW_SQLITE).strip()}"))
+    bind.exec_driver_sql((f"CREATE VIEW v_batch_offsets AS {(_VIEW_PG if pg else _VIEW_SQLITE).strip()}"))
     if pg:
-        bind.execute(sa.text(f"CREATE OR REPLACE VIEW v_batch_history AS {_HISTORY.format(source='v_batch_offsets')}"))
-        bind.execute(sa.text(_PG_FUNCTIONS))
-        bind.execute(sa.text(_PG_TRIGGERS))
+        bind.exec_driver_sql((f"CREATE OR REPLACE VIEW v_batch_history AS {_HISTORY.format(source='v_batch_offsets')}"))
+        bind.exec_driver_sql((_PG_FUNCTIONS))
+        bind.exec_driver_sql((_PG_TRIGGERS))
     else:
-        bind.execute(sa.text("DROP VIEW IF EXISTS v_batch_history"))
-        bind.execute(sa.text(f"CREATE VIEW v_batch_history AS {_HISTORY.format(source='v_batch_offsets')}"))
+        bind.exec_driver_sql(("DROP VIEW IF EXISTS v_batch_history"))
+        bind.exec_driver_sql((f"CREATE VIEW v_batch_history AS {_HISTORY.format(source='v_batch_offsets')}"))
         for sql in _SQLITE_TRIGGERS:
-            bind.execute(sa.text(sql))
+            bind.exec_driver_sql((sql))
 
 
 def downgrade() -> None:
@@ -310,7 +310,7 @@ def downgrade() -> None:
         bind.execute(sa.text("DROP TRIGGER batch_offsets_fold ON batch_offsets"))
         bind.execute(sa.text(f"CREATE OR REPLACE VIEW v_batch_history AS {_HISTORY.format(source='batch_offsets')}"))
         bind.execute(sa.text("DROP VIEW v_batch_offsets"))
-        bind.execute(sa.text("DROP FUNCTION offset_ranges_fold(); DROP FUNCTION offset_ranges_change()"))
+        bind.exec_driver_sql("DROP FUNCTION offset_ranges_fold(); DROP FUNCTION offset_ranges_change()")
     else:
         bind.execute(sa.text("DROP TRIGGER batch_offsets_fold"))
         bind.execute(sa.text("DROP VIEW v_batch_history"))
