@@ -119,7 +119,8 @@ def documented_queries() -> list[str]:
     """docs/audit.md's SQL examples as runnable text: psql's ``\\set`` variables substituted."""
     text = (ROOT / "docs" / "audit.md").read_text()
     out = []
-    for block in re.findall(r"```sql\n(.*?)```", text, flags=re.S):
+    # the documented queries are the marked blocks (as tests/integration/test_audit_views.py reads them)
+    for _, block in re.findall(r"<!-- query: ([\w-]+) -->\s*```sql\n(.*?)```", text, flags=re.S):
         values = dict(re.findall(r"^\\set (\w+) (.+)$", block, flags=re.M))
         sql = "\n".join(line for line in block.splitlines() if not line.startswith("\\set"))
         for name, value in values.items():

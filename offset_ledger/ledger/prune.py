@@ -173,24 +173,37 @@ def _delete_batches_in_chunks(engine: Engine, cutoff: datetime, pipeline: str | 
                               to_delete: tuple[int, int], chunk_size: int,
                               progress: ProgressCallback | None) -> tuple[int, int]:
     """Delete old, unprotected batches with their ranges walking ``batches.id``, one transaction per
-    chunk; returns (partition-offsets, batches) deleted. A batch's ranges are one ``offset_ranges``
-    row per topic, so a chunk of ``chunk_size`` batches is about that many rows."""
+    chunk of whole batches holding at most ``chunk_size`` partition-offsets (at least one batch);
+    returns (partition-offsets, batches) deleted."""
+    sizes = (func.cardinality(offset_ranges.c.partitions) if engine.dialect.name == "postgresql"
+             else func.json_array_length(offset_ranges.c.partitions))
+    per_batch = (select(offset_ranges.c.batch_pk, func.sum(sizes).label("n"))
+                 .group_by(offset_ranges.c.batch_pk).subquery())
     old = [batches.c.batch_time < cutoff, *_pipeline_filter(batches, pipeline)]
     done_bo = done_b = 0
     last_id = -1
     while True:
         with engine.begin() as conn:
-            ids = conn.execute(select(batches.c.id).where(batches.c.id > last_id, *old)
-                               .order_by(batches.c.id).limit(chunk_size)).scalars().all()
-            if not ids:
+            rows = conn.execute(
+                select(batches.c.id, func.coalesce(per_batch.c.n, 0))
+                .select_from(batches.outerjoin(per_batch, per_batch.c.batch_pk == batches.c.id))
+                .where(batches.c.id > last_id, *old).order_by(batches.c.id).limit(chunk_size)).all()
+            if not rows:
                 break
-            last_id = ids[-1]
-            gone = [i for i in ids if i not in keep_ids]
+            gone: list[int] = []
+            ranges = 0
+            for pk, n in rows:
+                if gone and ranges + n > chunk_size:
+                    break
+                last_id = pk
+                if pk not in keep_ids:
+                    gone.append(pk)
+                    ranges += int(n)
             if gone:
-                done_bo += _partitions_of(conn, gone)
                 # Ranges first (no reliance on ON DELETE CASCADE: SQLite enforces it only with its pragma).
                 conn.execute(offset_ranges.delete().where(offset_ranges.c.batch_pk.in_(gone)))
                 done_b += conn.execute(batches.delete().where(batches.c.id.in_(gone))).rowcount or 0
+                done_bo += ranges
         log.debug("pruned %d/%d batches (%d/%d ranges)", done_b, to_delete[1], done_bo, to_delete[0])
         if progress is not None:
             progress("batch_offsets", done_bo, to_delete[0])
