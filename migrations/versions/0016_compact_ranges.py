@@ -77,7 +77,8 @@ INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch
 SELECT MIN(bo.pipeline), MIN(bo.consumer_group), bo.query_id, bo.query_id, bo.batch_id, MIN(bo.batch_time),
        MIN(bo.batch_time), 0
 FROM batch_offsets bo
-WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.query_id = bo.query_id AND b.batch_id = bo.batch_id)
+WHERE bo.id > :after
+  AND NOT EXISTS (SELECT 1 FROM batches b WHERE b.query_id = bo.query_id AND b.batch_id = bo.batch_id)
 GROUP BY bo.query_id, bo.batch_id
 """
 
@@ -271,17 +272,26 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["batch_pk"], ["batches.id"], name="fk_offset_ranges_batch_pk_batches",
                                 ondelete="CASCADE"),
     )
-    bind.execute(sa.text(_ORPHAN_BATCHES))
+    seen = int(bind.execute(sa.text("SELECT COALESCE(MAX(id), 0) FROM batch_offsets")).scalar())
+    started = time.monotonic()
+    bind.execute(sa.text(_ORPHAN_BATCHES), {"after": -1})
+    if seen > CHUNK_BATCHES:
+        print(f"0016: ranges without a batch looked for in {time.monotonic() - started:.1f} s", file=sys.stderr,
+              flush=True)
     # Listeners keep writing into the old table while the bulk is copied (it is only read)...
     lo, hi = _id_bounds()
     _chunked(_COPY_PG if pg else _COPY_SQLITE, "copying ranges", lo, hi)
     if pg:
-        # ... then a short exclusive step: what they wrote since, and the old table emptied.
+        # ... then a short exclusive step: only what they wrote since (rows past ``seen``, batches
+        # past ``hi``), and the old table emptied.
+        locked = time.monotonic()
         bind.execute(sa.text("LOCK TABLE batch_offsets IN EXCLUSIVE MODE"))
-        bind.execute(sa.text(_ORPHAN_BATCHES))
+        bind.execute(sa.text(_ORPHAN_BATCHES), {"after": seen})
         _, last = _id_bounds()
         _chunked(_COPY_PG, "copying ranges written meanwhile", hi + 1, last)
         bind.execute(sa.text("TRUNCATE batch_offsets"))
+        print(f"0016: writers to batch_offsets waited {time.monotonic() - locked:.1f} s (until commit)",
+              file=sys.stderr, flush=True)
     else:
         bind.execute(sa.text("DELETE FROM batch_offsets"))
     create_views(bind)
