@@ -71,7 +71,7 @@ def load(dsn: str, rows: int, topic: str) -> None:
             FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :n - 1) AS b
         """), {"n": batches_per_pipeline, "pipelines": PIPELINES})
         conn.execute(text("""
-            INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic,
+            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic,
                                        "partition", from_offset, until_offset, batch_time)
             SELECT 'pipeline-' || p, 'pipeline-' || p, 'query-' || p, b, 0, :topic, part,
                    b * 25, (b + 1) * 25, now() - interval '30 days' + b * interval '10 seconds'
@@ -86,7 +86,7 @@ def load(dsn: str, rows: int, topic: str) -> None:
         """), {"n": batches_per_pipeline, "pipelines": PIPELINES, "parts": PARTITIONS, "topic": topic})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE"))
-        count = conn.execute(text("SELECT count(*) FROM batch_offsets")).scalar_one()
+        count = conn.execute(text("SELECT count(*) FROM v_batch_offsets")).scalar_one()
     engine.dispose()
     print(f"loaded {count:,} batch_offsets rows ({PIPELINES} pipelines x {PARTITIONS} partitions x "
           f"{batches_per_pipeline:,} batches) in {time.perf_counter() - t0:.1f}s")

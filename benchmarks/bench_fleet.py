@@ -95,7 +95,7 @@ def _postmaster(raw: psycopg2.extensions.connection) -> int:
 def _server_state(raw: psycopg2.extensions.connection) -> tuple[int, int, int]:
     with raw.cursor() as cur:
         cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,"
-                    " pg_total_relation_size('batch_offsets'), (SELECT count(*) FROM batch_offsets)")
+                    " pg_total_relation_size('offset_ranges'), (SELECT count(*) FROM v_batch_offsets)")
         wal, size, rows = cur.fetchone()
     return int(wal), int(size), int(rows)
 
@@ -208,14 +208,14 @@ def prefill(dsn: str, rows: int) -> float:
     batches = max(1, rows // 10_000)
     with engine.begin() as conn:
         conn.execute(text("""
-            INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
+            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
                                        from_offset, until_offset, batch_time)
             SELECT 'old_' || q, 'old_' || q, md5('q' || q)::uuid::text, b, 0, 'bench', p, b * 10, (b + 1) * 10,
                    now() - interval '30 days' + b * interval '1 second'
             FROM generate_series(0, :nb) b, generate_series(0, 99) q, generate_series(0, 99) p ORDER BY b, q, p
         """), {"nb": batches - 1})
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.execute(text("VACUUM ANALYZE batch_offsets"))
+        conn.execute(text("VACUUM ANALYZE offset_ranges"))
     engine.dispose()
     return time.perf_counter() - started
 

@@ -46,7 +46,7 @@ def populate(engine: Engine, pipelines: int, batches: int, partitions: int, now:
             ORDER BY b, p
         """), params)
         conn.execute(text("""
-            INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,
+            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,
                                        topic, "partition", from_offset, until_offset, batch_time)
             SELECT 'bench_' || p, 'bench_' || p, 'q-' || p, b, 0, 'topic_' || p, part,
                    b * 100, b * 100 + 100, :start + b * :step_s * interval '1 second'
@@ -63,7 +63,7 @@ def populate(engine: Engine, pipelines: int, batches: int, partitions: int, now:
         """), params)
         # A partition that left the subscription 40 days ago: its latest batch is old.
         conn.execute(text("""
-            INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,
+            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,
                                        topic, "partition", from_offset, until_offset, batch_time)
             VALUES ('bench_0', 'bench_0', 'q-0', 7, 0, 'retired', 0, 0, 70, :t)
         """), {"t": now - timedelta(days=40)})
@@ -88,9 +88,9 @@ def snapshot(engine: Engine, cutoff: datetime) -> dict[str, object]:
     with engine.connect() as conn:
         one = lambda sql, **p: conn.execute(text(sql), p).scalar_one()  # noqa: E731
         return {
-            "batch_offsets": one("SELECT count(*) FROM batch_offsets"),
+            "batch_offsets": one("SELECT count(*) FROM v_batch_offsets"),
             "batches": one("SELECT count(*) FROM batches"),
-            "recent_offsets": one("SELECT count(*) FROM batch_offsets WHERE batch_time >= :c", c=cutoff),
+            "recent_offsets": one("SELECT count(*) FROM v_batch_offsets WHERE batch_time >= :c", c=cutoff),
             "positions": conn.execute(text(
                 'SELECT pipeline, topic, "partition", next_offset, batch_id FROM positions ORDER BY 1, 2, 3'
             )).fetchall(),
@@ -98,7 +98,7 @@ def snapshot(engine: Engine, cutoff: datetime) -> dict[str, object]:
             "resets": conn.execute(text("SELECT * FROM resets ORDER BY id")).fetchall(),
             "latest": conn.execute(text("""
                 SELECT pipeline, consumer_group, topic, "partition", max(batch_time)
-                FROM batch_offsets GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4""")).fetchall(),
+                FROM v_batch_offsets GROUP BY 1, 2, 3, 4 ORDER BY 1, 2, 3, 4""")).fetchall(),
         }
 
 
@@ -150,7 +150,7 @@ def main() -> int:
             referenced = conn.execute(text("""
                 SELECT count(*) FROM findings f
                 WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.query_id = f.query_id AND b.batch_id = f.batch_id)
-                   OR NOT EXISTS (SELECT 1 FROM batch_offsets o WHERE o.query_id = f.query_id AND o.batch_id = f.batch_id)
+                   OR NOT EXISTS (SELECT 1 FROM v_batch_offsets o WHERE o.query_id = f.query_id AND o.batch_id = f.batch_id)
             """)).scalar_one()
         checks["batches named by findings kept"] = referenced == 0
 

@@ -64,7 +64,7 @@ def bench_naive(dsn: str, partitions: int, batches: int) -> float:
         with conn, conn.cursor() as cur:
             for row in offset_rows("naive", query_id, b, partitions):
                 cur.execute(
-                    "INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,"
+                    "INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,"
                     " topic, partition, from_offset, until_offset, batch_time)"
                     " VALUES (%(pipeline)s, %(consumer_group)s, %(query_id)s, %(batch_id)s, %(source_index)s,"
                     " %(topic)s, %(partition)s, %(from_offset)s, %(until_offset)s, %(batch_time)s)", row)
@@ -78,7 +78,7 @@ def bench_pooled(engine: Engine, partitions: int, batches: int) -> float:
 
     query_id = str(uuid.uuid4())
     columns = list(offset_rows("pooled", query_id, 0, 1)[0])
-    sql = f"INSERT INTO batch_offsets ({', '.join(columns)}) VALUES %s"
+    sql = f"INSERT INTO v_batch_offsets ({', '.join(columns)}) VALUES %s"
     with engine.connect():
         pass  # the pool holds a warm connection before timing
     start = time.perf_counter()

@@ -58,7 +58,7 @@ def populate(engine: Engine, batches: int, partitions: int) -> None:
             FROM generate_series(0, :nb) b ORDER BY b
         """), params)
         conn.execute(text("""
-            INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
+            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
                                        from_offset, until_offset, batch_time)
             SELECT 'orders', 'orders', 'q' || least(b / :third, 2), b - least(b / :third, 2) * :third, 0, 'orders', p,
                    b * :step - CASE WHEN b >= 2 * :third THEN :reread ELSE 0 END,
@@ -107,7 +107,7 @@ def stream_only(engine: Engine, work_mem: str | None = None) -> tuple[float, int
             conn.execute(text(f"SET LOCAL work_mem = '{work_mem}'"))
         plan = "\n".join(r[0] for r in conn.execute(text(
             "EXPLAIN (ANALYZE, COSTS OFF) SELECT topic, \"partition\", from_offset, until_offset, query_id, batch_id "
-            "FROM batch_offsets WHERE pipeline = 'orders' AND consumer_group = 'orders' AND from_offset IS NOT NULL "
+            "FROM v_batch_offsets WHERE pipeline = 'orders' AND consumer_group = 'orders' AND from_offset IS NOT NULL "
             "ORDER BY topic COLLATE \"C\", \"partition\", from_offset, until_offset")))
         sort = next((line.strip() for line in plan.splitlines() if "Sort Method" in line), "?")
         t = time.perf_counter()
@@ -138,7 +138,7 @@ def main() -> int:
         t0 = time.perf_counter()
         populate(engine, args.batches, args.partitions)
         with engine.connect() as conn:
-            count = conn.execute(text("SELECT count(*) FROM batch_offsets")).scalar_one()
+            count = conn.execute(text("SELECT count(*) FROM v_batch_offsets")).scalar_one()
         print(f"ledger: {count:,} batch_offsets rows, {args.partitions} partitions x {args.batches:,} batches, "
               f"3 queries, 1 reset (built in {time.perf_counter() - t0:.1f}s)")
 
@@ -172,7 +172,7 @@ def main() -> int:
             f"streamed under the {TARGET_S:.0f} s target": best < TARGET_S,
         }
         with engine.begin() as conn:
-            conn.execute(text("UPDATE batch_offsets SET from_offset = from_offset + 7 "
+            conn.execute(text("UPDATE v_batch_offsets SET from_offset = from_offset + 7 "
                               "WHERE query_id = 'q1' AND batch_id = 100 AND \"partition\" = 42"))
         punched = verify_pipeline(ops, "orders")
         checks["a hand-made gap is the only unexplained stretch"] = [

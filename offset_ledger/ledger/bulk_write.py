@@ -31,10 +31,36 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
     _Txn,
     utc,
 )
-from offset_ledger.ledger.tables import batch_offsets
 
 # Below this many rows a multi-row VALUES statement beats COPY's extra round trip.
 _COPY_MIN_ROWS = 200
+
+
+def compact_ranges(recs: list[BatchRecord], batch_pks: dict[tuple[str, int], int],
+                   *, literal: bool) -> list[dict[str, Any]]:
+    """``offset_ranges`` rows of ``recs``: one per (batch, source, topic), its partitions' ranges as
+    parallel lists in the order Spark reported them. ``literal``: the lists as PostgreSQL array
+    literals (the raw psycopg2 statements and COPY of ``_bulk`` take them as text)."""
+    out: list[dict[str, Any]] = []
+    for rec in recs:
+        pk = batch_pks[(rec.batch.query_id, rec.batch.batch_id)]
+        for s in rec.batch.sources:
+            by_topic: dict[str, list[Any]] = {}
+            for r in s.ranges:
+                by_topic.setdefault(r.topic, []).append(r)
+            for topic, ranges in by_topic.items():
+                cols = ([r.partition for r in ranges], [r.from_offset for r in ranges],
+                        [r.until_offset for r in ranges])
+                if literal:
+                    cols = tuple(pg_int_array(c) for c in cols)  # type: ignore[assignment]
+                out.append({"batch_pk": pk, "source_index": s.source_index, "topic": topic,
+                            "partitions": cols[0], "from_offsets": cols[1], "until_offsets": cols[2]})
+    return out
+
+
+def pg_int_array(values: Any) -> str:
+    """A PostgreSQL array literal of integers (None as NULL), sent as one text value."""
+    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
 
 
 class BulkWrites:
@@ -60,32 +86,6 @@ class BulkWrites:
             return [tuple(r) for r in cursor.fetchall()] if returning else []
         finally:
             cursor.close()
-
-    def _copy_offsets(self, conn: Connection, recs: list[BatchRecord]) -> None:
-        """batch_offsets rows straight to CSV text: the hot path of a many-partition batch."""
-        quoted: dict[str, str] = {}
-
-        def q(value: str) -> str:
-            out = quoted.get(value)
-            if out is None:
-                out = quoted[value] = _csv_text(value)
-            return out
-
-        lines: list[str] = []
-        for rec in recs:
-            b = rec.batch
-            head = f"{q(rec.pipeline)},{q(rec.consumer_group)},{q(b.query_id)},{b.batch_id},"
-            end = f",{utc(b.batch_time).isoformat()}\n"
-            for s in b.sources:
-                for r in s.ranges:
-                    since = "" if r.from_offset is None else r.from_offset
-                    lines.append(f"{head}{s.source_index},{q(r.topic)},{r.partition},{since},{r.until_offset}{end}")
-        quote = conn.dialect.identifier_preparer.quote
-        columns = ["pipeline", "consumer_group", "query_id", "batch_id", "source_index", "topic", "partition",
-                   "from_offset", "until_offset", "batch_time"]
-        conflict = ", ".join(quote(c) for c in ("query_id", "batch_id", "source_index", "topic", "partition"))
-        self._copy_upsert(conn, batch_offsets, columns, "".join(lines),
-                          f"ON CONFLICT ({conflict}) DO NOTHING", False)
 
     def _bulk(self, conn: Connection, table: Table, rows: list[dict[str, Any]], conflict: tuple[str, ...],
               *, update: tuple[str, ...] = (), returning: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:

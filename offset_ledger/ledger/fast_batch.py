@@ -72,7 +72,7 @@ _MOVE_RULE = """\
 # regression, pending_reset, foreign_run, shared_position) makes the final SELECT fail on purpose,
 # so the statement and its transaction leave nothing behind and the general path records the
 # batches with their findings. Statement-level atomicity does the rest.
-_BATCHES = "offset_ledger_record_batches"
+_BATCHES = "offset_ledger_record_batches_v2"
 _BATCHES_SQL = f"""
 PREPARE {_BATCHES} (text, text, text, text, timestamptz,
                     bigint[], timestamptz[], bigint[], timestamptz[], timestamptz[], timestamptz[],
@@ -89,13 +89,17 @@ WITH new_batches AS (
          AS b (batch_id, batch_time, input_rows, watermark, event_time_min, event_time_max,
                state_rows_total, state_rows_updated, state_rows_dropped)
     ON CONFLICT (query_id, batch_id) DO NOTHING
-    RETURNING 1
+    RETURNING id, batch_id
 ), new_offsets AS (
-    INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
-                               from_offset, until_offset, batch_time)
-    SELECT $1, $2, $3, $6[o.batch], o.source_index, o.topic, o.partition, o.from_offset, o.until_offset, $7[o.batch]
-    FROM unnest($15, $16, $17, $18, $19, $20) AS o (batch, source_index, topic, partition, from_offset, until_offset)
-    ON CONFLICT (query_id, batch_id, source_index, topic, "partition") DO NOTHING
+    -- one compact row per (batch, source, topic): its partitions' ranges as arrays, in the order sent
+    INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+    SELECT nb.id, o.source_index, o.topic, array_agg(o.partition ORDER BY o.n),
+           array_agg(o.from_offset ORDER BY o.n), array_agg(o.until_offset ORDER BY o.n)
+    FROM unnest($15, $16, $17, $18, $19, $20) WITH ORDINALITY
+         AS o (batch, source_index, topic, partition, from_offset, until_offset, n)
+    JOIN new_batches nb ON nb.batch_id = $6[o.batch]
+    GROUP BY nb.id, o.source_index, o.topic
+    ON CONFLICT (batch_pk, source_index, topic) DO NOTHING
 ), first AS (
     SELECT bool_and(x.ok) AS ok FROM (
         SELECT p.next_offset <= e.first_end AS ok
@@ -128,7 +132,7 @@ _BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
 # A listener that keeps up sends one batch a call: the same statement for one batch, with its
 # per-batch values as scalars and nothing to check between batches, measured 5-10% cheaper per call
 # (bench_record's `1by1`) than the one above given a single batch, so that case keeps its own.
-_ONE_BATCH = "offset_ledger_record_batch"
+_ONE_BATCH = "offset_ledger_record_batch_v2"
 _ONE_BATCH_SQL = f"""
 PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
                        int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint,
@@ -139,13 +143,16 @@ WITH new_batch AS (
                          state_rows_updated, state_rows_dropped_by_watermark)
     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $18, $19, $20, $21, $22, $23)
     ON CONFLICT (query_id, batch_id) DO NOTHING
-    RETURNING 1
+    RETURNING id
 ), new_offsets AS (
-    INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
-                               from_offset, until_offset, batch_time)
-    SELECT $1, $2, $3, $5, o.source_index, o.topic, o.partition, o.from_offset, o.until_offset, $6
-    FROM unnest($9, $10, $11, $12, $13) AS o (source_index, topic, partition, from_offset, until_offset)
-    ON CONFLICT (query_id, batch_id, source_index, topic, "partition") DO NOTHING
+    -- one compact row per (source, topic): its partitions' ranges as arrays, in the order sent
+    INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+    SELECT nb.id, o.source_index, o.topic, array_agg(o.partition ORDER BY o.n),
+           array_agg(o.from_offset ORDER BY o.n), array_agg(o.until_offset ORDER BY o.n)
+    FROM new_batch nb, unnest($9, $10, $11, $12, $13) WITH ORDINALITY
+         AS o (source_index, topic, partition, from_offset, until_offset, n)
+    GROUP BY nb.id, o.source_index, o.topic
+    ON CONFLICT (batch_pk, source_index, topic) DO NOTHING
 ), moved AS (
     INSERT INTO positions AS p (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
                                 query_id, batch_id, reset_id)

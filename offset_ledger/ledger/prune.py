@@ -34,6 +34,7 @@ from offset_ledger.ledger.tables import (
     batches,
     checkpoint_generations,
     findings,
+    offset_ranges,
     positions,
 )
 
@@ -157,32 +158,57 @@ def _count_older(conn: Connection, table: Table, cutoff: datetime, pipeline: str
     return int(conn.execute(stmt).scalar_one())
 
 
-def _delete_in_chunks(engine: Engine, table: Table, cutoff: datetime, pipeline: str | None,
-                      keep_ids: set[int], to_delete: int, chunk_size: int,
-                      progress: ProgressCallback | None) -> int:
-    """Delete old, unprotected rows walking the primary key, one transaction per chunk."""
-    old = [table.c.batch_time < cutoff, *_pipeline_filter(table, pipeline)]
-    deleted = 0
+def _partitions_of(conn: Connection, batch_pks: Iterable[int]) -> int:
+    """How many partition-offsets (``batch_offsets`` rows) the batches ``batch_pks`` recorded."""
+    n = (func.cardinality(offset_ranges.c.partitions) if conn.dialect.name == "postgresql"
+         else func.json_array_length(offset_ranges.c.partitions))
+    ids, total = sorted(batch_pks), 0
+    for i in range(0, len(ids), _KEYS_PER_QUERY):
+        total += int(conn.execute(select(func.coalesce(func.sum(n), 0)).where(
+            offset_ranges.c.batch_pk.in_(ids[i:i + _KEYS_PER_QUERY]))).scalar_one())
+    return total
+
+
+def _delete_batches_in_chunks(engine: Engine, cutoff: datetime, pipeline: str | None, keep_ids: set[int],
+                              to_delete: tuple[int, int], chunk_size: int,
+                              progress: ProgressCallback | None) -> tuple[int, int]:
+    """Delete old, unprotected batches with their ranges walking ``batches.id``, one transaction per
+    chunk of whole batches holding at most ``chunk_size`` partition-offsets (at least one batch);
+    returns (partition-offsets, batches) deleted."""
+    sizes = (func.cardinality(offset_ranges.c.partitions) if engine.dialect.name == "postgresql"
+             else func.json_array_length(offset_ranges.c.partitions))
+    per_batch = (select(offset_ranges.c.batch_pk, func.sum(sizes).label("n"))
+                 .group_by(offset_ranges.c.batch_pk).subquery())
+    old = [batches.c.batch_time < cutoff, *_pipeline_filter(batches, pipeline)]
+    done_bo = done_b = 0
     last_id = -1
     while True:
         with engine.begin() as conn:
-            ids = conn.execute(
-                select(table.c.id).where(table.c.id > last_id, *old)
-                .order_by(table.c.id).limit(chunk_size)
-            ).scalars().all()
-            if not ids:
+            rows = conn.execute(
+                select(batches.c.id, func.coalesce(per_batch.c.n, 0))
+                .select_from(batches.outerjoin(per_batch, per_batch.c.batch_pk == batches.c.id))
+                .where(batches.c.id > last_id, *old).order_by(batches.c.id).limit(chunk_size)).all()
+            if not rows:
                 break
-            upper = ids[-1]
-            keep = [i for i in ids if i in keep_ids]
-            stmt = table.delete().where(table.c.id > last_id, table.c.id <= upper, *old)
-            if keep:
-                stmt = stmt.where(table.c.id.not_in(keep))
-            deleted += conn.execute(stmt).rowcount or 0
-        last_id = upper
-        log.debug("pruned %d/%d rows of %s", deleted, to_delete, table.name)
+            gone: list[int] = []
+            ranges = 0
+            for pk, n in rows:
+                if gone and ranges + n > chunk_size:
+                    break
+                last_id = pk
+                if pk not in keep_ids:
+                    gone.append(pk)
+                    ranges += int(n)
+            if gone:
+                # Ranges first (no reliance on ON DELETE CASCADE: SQLite enforces it only with its pragma).
+                conn.execute(offset_ranges.delete().where(offset_ranges.c.batch_pk.in_(gone)))
+                done_b += conn.execute(batches.delete().where(batches.c.id.in_(gone))).rowcount or 0
+                done_bo += ranges
+        log.debug("pruned %d/%d batches (%d/%d ranges)", done_b, to_delete[1], done_bo, to_delete[0])
         if progress is not None:
-            progress(table.name, deleted, to_delete)
-    return deleted
+            progress("batch_offsets", done_bo, to_delete[0])
+            progress("batches", done_b, to_delete[1])
+    return done_bo, done_b
 
 
 def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
@@ -202,29 +228,26 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         with engine.connect() as conn:
             keys = protected_batch_keys(conn, cutoff, pipeline)
             live = live_stateful_queries(conn, pipeline)
-            keep_bo = _protected_row_ids(conn, batch_offsets, keys, cutoff, pipeline, live)
             keep_b = _protected_row_ids(conn, batches, keys, cutoff, pipeline, live)
+            keep_bo = _partitions_of(conn, keep_b)
             older_bo = _count_older(conn, batch_offsets, cutoff, pipeline)
             older_b = _count_older(conn, batches, cutoff, pipeline)
-        todo_bo, todo_b = older_bo - len(keep_bo), older_b - len(keep_b)
+        todo_bo, todo_b = older_bo - keep_bo, older_b - len(keep_b)
         done_bo, done_b = todo_bo, todo_b
         islands, islands_started = 0, time.perf_counter()
         if execute and todo_bo > 0:
             with engine.begin() as conn:
-                islands = record_pruned(conn, cutoff, pipeline, keep_bo, datetime.now(timezone.utc))
+                islands = record_pruned(conn, cutoff, pipeline, keep_b, datetime.now(timezone.utc))
         islands_seconds = time.perf_counter() - islands_started
         if execute:
-            # Offsets first: an interrupted prune then leaves batches without ranges, never the reverse.
-            done_bo = _delete_in_chunks(engine, batch_offsets, cutoff, pipeline, keep_bo, todo_bo,
-                                        chunk_size, progress)
-            done_b = _delete_in_chunks(engine, batches, cutoff, pipeline, keep_b, todo_b,
-                                       chunk_size, progress)
+            done_bo, done_b = _delete_batches_in_chunks(engine, cutoff, pipeline, keep_b, (todo_bo, todo_b),
+                                                        chunk_size, progress)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "pruning") from exc
     report = PruneReport(
         cutoff=cutoff, pipeline=pipeline, executed=execute,
         batches=TableCounts(older_b, len(keep_b), done_b),
-        batch_offsets=TableCounts(older_bo, len(keep_bo), done_bo),
+        batch_offsets=TableCounts(older_bo, keep_bo, done_bo),
         protected_batches=len(keys), seconds=time.perf_counter() - started, protected_queries=tuple(sorted(live)),
         islands=islands, islands_seconds=islands_seconds,
     )

@@ -44,9 +44,9 @@ FROM (
                     WHEN from_offset = LAG(until_offset) OVER w AND until_offset >= LAG(until_offset) OVER w
                          AND b.run_id = LAG(b.run_id) OVER w THEN 0
                     ELSE 1 END AS brk
-        FROM batch_offsets bo LEFT JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
+        FROM v_batch_offsets bo JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
         WHERE bo.batch_time < :cutoff {{pipeline}}
-          AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = bo.id)
+          AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = b.id)
         WINDOW w AS (PARTITION BY {_KEY_BO} ORDER BY bo.batch_id, source_index)
     ) marked
 ) numbered
@@ -56,7 +56,8 @@ GROUP BY {_KEY}, island
 
 def record_pruned(conn: Connection, cutoff: datetime, pipeline: str | None, keep_ids: set[int],
                   pruned_at: datetime) -> int:
-    """Insert the islands of the rows about to be deleted (old, not in ``keep_ids``); returns how many."""
+    """Insert the islands of the ranges about to be deleted (old, their batch's ``batches.id`` not in
+    ``keep_ids``); returns how many."""
     conn.execute(text(f"CREATE TEMPORARY TABLE {_KEEP} (id BIGINT PRIMARY KEY)"))
     try:
         keep = table(_KEEP, column("id", Integer))

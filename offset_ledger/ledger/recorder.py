@@ -30,7 +30,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import LedgerError
-from offset_ledger.ledger.bulk_write import _COPY_MIN_ROWS, BulkWrites
+from offset_ledger.ledger.bulk_write import BulkWrites, compact_ranges
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
@@ -55,7 +55,7 @@ from offset_ledger.ledger.records import (  # noqa: F401  (importable from here,
     utc,
 )
 from offset_ledger.ledger.run_book import RunBook
-from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, runs
+from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, offset_ranges, runs
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.read_shortfall import read_shortfalls
 
@@ -341,22 +341,13 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
                        **dict(zip(_STATEFUL_COLUMNS, _stateful_values(rec.batch)))} for rec in recs]
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
-        inserted = set(self._bulk(conn, batches, batch_rows, ("query_id", "batch_id"),
-                                  returning=("query_id", "batch_id")))
+        inserted = {(q, b): pk for q, b, pk in self._bulk(conn, batches, batch_rows, ("query_id", "batch_id"),
+                                                          returning=("query_id", "batch_id", "id"))}
         if len(inserted) < len(recs):
             recs = [r for r in recs if (r.batch.query_id, r.batch.batch_id) in inserted]
-        ranges = sum(len(s.ranges) for r in recs for s in r.batch.sources)
-        if ranges >= _COPY_MIN_ROWS and self._execute_values is not None:
-            self._copy_offsets(conn, recs)
-        elif ranges:
-            offset_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
-                            "query_id": rec.batch.query_id, "batch_id": rec.batch.batch_id,
-                            "source_index": s.source_index, "topic": r.topic, "partition": r.partition,
-                            "from_offset": r.from_offset, "until_offset": r.until_offset,
-                            "batch_time": utc(rec.batch.batch_time)}
-                           for rec in recs for s in rec.batch.sources for r in s.ranges]
-            self._bulk(conn, batch_offsets, offset_rows,
-                       ("query_id", "batch_id", "source_index", "topic", "partition"))
+        ranges = compact_ranges(recs, inserted, literal=self._execute_values is not None)
+        if ranges:
+            self._bulk(conn, offset_ranges, ranges, ("batch_pk", "source_index", "topic"))
         if not recs:
             return recs
         self._find_gaps(conn, recs, txn)

@@ -7,6 +7,9 @@ integers; the ``partition`` column name is quoted by SQLAlchemy where the dialec
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -20,9 +23,11 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    event,
     false,
 )
-from sqlalchemy.types import JSON
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import JSON, TypeDecorator
 
 # A fixed naming convention makes constraint names identical on every database, so later
 # migrations can refer to them.
@@ -102,8 +107,12 @@ batches = Table(
     Index(None, "pipeline", "consumer_group", "batch_time"),
 )
 
-#: Per batch, Kafka source and partition: the range read, ``[from_offset, until_offset)``.
-batch_offsets = Table(
+#: Per batch, Kafka source and partition: the range read, ``[from_offset, until_offset)``. Until
+#: 0016 this table held every range; since, it stays only as the name the previous release's
+#: listener inserts into (with ``ON CONFLICT`` on its unique key, which no view accepts): a trigger
+#: folds each row into ``offset_ranges`` and drops it, so the table stays empty. Read the ranges
+#: from ``batch_offsets`` below (the view ``v_batch_offsets``).
+batch_offsets_inbox = Table(
     "batch_offsets",
     metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
@@ -119,6 +128,73 @@ batch_offsets = Table(
     Column("batch_time", _tz(), nullable=False),
     UniqueConstraint("query_id", "batch_id", "source_index", "topic", "partition"),
     Index(None, "pipeline", "topic", "consumer_group", "batch_time"),
+)
+
+
+class PackedInts(TypeDecorator):  # type: ignore[type-arg]
+    """A list of integers (None: unknown): a PostgreSQL array, a JSON array text on SQLite.
+
+    SQLite has no array type; its JSON functions (``json_each``, ``json_insert``) read and extend
+    the text in SQL, which is what the ``v_batch_offsets`` view and the compatibility triggers do.
+    """
+
+    impl = Text
+    cache_ok = True
+
+    def __init__(self, big: bool = False) -> None:
+        super().__init__()
+        self.big = big
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(ARRAY(BigInteger if self.big else Integer))
+        return dialect.type_descriptor(Text())
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.dumps([None if v is None else int(v) for v in value], separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.loads(value)
+
+
+#: 0016: a batch's ranges, compactly: one row per (batch, Kafka source, topic) with the partitions
+#: and their ``[from_offset, until_offset)`` as parallel arrays (a NULL start: not reported), the
+#: batch referenced by its numeric key. About 20 bytes per partition-offset where a row per
+#: partition cost ~330 (docs/benchmarks.md).
+offset_ranges = Table(
+    "offset_ranges",
+    metadata,
+    Column("batch_pk", _Id, ForeignKey("batches.id", ondelete="CASCADE"), primary_key=True),
+    Column("source_index", Integer, primary_key=True),
+    Column("topic", String(_NAME), primary_key=True),
+    Column("partitions", PackedInts(), nullable=False),
+    Column("from_offsets", PackedInts(big=True), nullable=False),
+    Column("until_offsets", PackedInts(big=True), nullable=False),
+)
+
+#: Views the migrations create (never ``metadata.create_all``): Table objects for reading them.
+views = MetaData()
+
+#: 0016: the view ``v_batch_offsets``, one row per batch, source and partition with the columns the
+#: ``batch_offsets`` table had (but its surrogate ``id``): every reader reads ranges through it.
+#: INSTEAD OF triggers fold inserts into ``offset_ranges`` and apply updates and deletes there.
+batch_offsets = Table(
+    "v_batch_offsets",
+    views,
+    Column("pipeline", String(_NAME), nullable=False),
+    Column("consumer_group", String(_NAME), nullable=False),
+    Column("query_id", String(64), nullable=False),
+    Column("batch_id", BigInteger, nullable=False),
+    Column("source_index", Integer, nullable=False),
+    Column("topic", String(_NAME), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("from_offset", BigInteger),  # NULL: the start was not reported
+    Column("until_offset", BigInteger, nullable=False),
+    Column("batch_time", _tz(), nullable=False),
 )
 
 #: The current position per (pipeline, consumer group, topic, partition): the next offset to read.
@@ -327,3 +403,23 @@ pruned_ranges = Table(
     Column("run_id", String(64)),  # the run that read the island (a finding may flag it)
     Index(None, "pipeline", "consumer_group", "topic", "partition"),
 )
+
+
+def _create_compact_views(target: MetaData, connection: Any, tables: Any = None, **_: Any) -> None:
+    """``metadata.create_all`` of the whole schema (tests, tools) also gets the 0016 view and triggers:
+    the migration's own DDL, read from its file so that there is one text of it."""
+    if tables is not None and offset_ranges not in tables:
+        return  # a migration creating a subset (0001)
+    import importlib.util
+
+    from offset_ledger.ledger.engine import migrations_dir
+
+    path = migrations_dir() / "versions" / "0016_compact_ranges.py"
+    spec = importlib.util.spec_from_file_location("_offset_ledger_0016", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.create_views(connection)
+
+
+event.listen(metadata, "after_create", _create_compact_views)

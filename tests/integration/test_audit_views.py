@@ -271,7 +271,7 @@ def test_views_upgrade_and_downgrade_on_sqlite(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
     upgrade(engine)
     views = {"v_current_positions", "v_batch_history", "v_resets", "v_findings", "v_pipeline_activity",
-             "v_generations", "v_batch_outputs"}
+             "v_generations", "v_batch_outputs", "v_batch_offsets"}
 
     def present() -> set[str]:
         with engine.connect() as conn:
@@ -292,7 +292,7 @@ def test_views_upgrade_and_downgrade_on_postgres(pg_dsn: str) -> None:
 
     engine = make_engine(pg_dsn)
     views = {"v_current_positions", "v_batch_history", "v_resets", "v_findings", "v_pipeline_activity",
-             "v_generations", "v_batch_outputs"}
+             "v_generations", "v_batch_outputs", "v_batch_offsets"}
 
     def present() -> set[str]:
         with engine.connect() as conn:

@@ -133,7 +133,7 @@ def test_watch_records_what_the_listener_records(spark, kafka, pg_dsn: str, tmp_
     main(["watch", "orders", plan.checkpoint_location or "", "--once", "--dsn", watched])
 
     def history(dsn: str) -> list[tuple[Any, ...]]:
-        return sorted(_sql(dsn, 'SELECT batch_id, topic, "partition", from_offset, until_offset FROM batch_offsets'))
+        return sorted(_sql(dsn, 'SELECT batch_id, topic, "partition", from_offset, until_offset FROM v_batch_offsets'))
 
     listener_rows, watched_rows = history(pg_dsn), history(watched)
     assert len(listener_rows) >= 5 * 3 and watched_rows == listener_rows

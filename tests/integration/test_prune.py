@@ -77,9 +77,11 @@ def batch_keys(engine: Engine, table=t.batches) -> set[tuple[str, str, int]]:  #
 
 def counts(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
-        return {tab.name: conn.execute(select(func.count()).select_from(tab)).scalar_one()
-                for tab in (t.batches, t.batch_offsets, t.positions, t.findings, t.resets,
-                            t.reset_partitions)}
+        # batch_offsets: the per-partition view v_batch_offsets (0016)
+        return {name: conn.execute(select(func.count()).select_from(tab)).scalar_one()
+                for name, tab in (("batches", t.batches), ("batch_offsets", t.batch_offsets),
+                                  ("positions", t.positions), ("findings", t.findings), ("resets", t.resets),
+                                  ("reset_partitions", t.reset_partitions))}
 
 
 KEPT_AFTER_30D = (

@@ -106,7 +106,7 @@ def _replay_isolated_batches(engine: Engine) -> tuple[list, dict]:
     with engine.connect() as conn:
         tables = {
             "batches": sorted((r.query_id, r.batch_id, r.run_id, r.input_rows) for r in conn.execute(select(batches))),
-            "offsets": sorted(tuple(r)[3:10] for r in conn.execute(select(batch_offsets))),
+            "offsets": sorted(tuple(r)[2:9] for r in conn.execute(select(batch_offsets))),  # query id .. until
             "positions": sorted((r.topic, r.partition, r.next_offset, r.query_id, r.batch_id, r.reset_id)
                                 for r in conn.execute(select(positions))),
             "findings": [(r.kind, r.topic, r.partition, r.query_id, r.batch_id, r.expected_offset,

@@ -99,9 +99,9 @@ def test_verify_names_the_reset_and_reports_exactly_a_hand_made_gap_and_overlap(
     # another starts 3 earlier (an overlap). Both in stretches nothing else touches.
     q1 = _sql(pg_dsn, "SELECT r.query_id FROM runs r JOIN checkpoint_generations g ON g.id = r.generation_id "
                       "WHERE g.generation = 1 LIMIT 1")[0].query_id
-    gap_row = _sql(pg_dsn, "SELECT batch_id, from_offset FROM batch_offsets WHERE query_id = :q AND \"partition\" = 0 "
+    gap_row = _sql(pg_dsn, "SELECT batch_id, from_offset FROM v_batch_offsets WHERE query_id = :q AND \"partition\" = 0 "
                            "AND from_offset >= 6 AND until_offset - from_offset >= 3 ORDER BY batch_id LIMIT 1", q=q1)[0]
-    over_row = _sql(pg_dsn, "SELECT batch_id, from_offset FROM batch_offsets WHERE query_id = :q AND \"partition\" = 1 "
+    over_row = _sql(pg_dsn, "SELECT batch_id, from_offset FROM v_batch_offsets WHERE query_id = :q AND \"partition\" = 1 "
                             "AND from_offset >= 9 ORDER BY batch_id LIMIT 1", q=q1)[0]
     engine = create_engine(pg_dsn)
     try:

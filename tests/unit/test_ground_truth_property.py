@@ -259,7 +259,7 @@ def test_reconciliation_backfills_what_the_listener_dropped_once(tmp_path: Path,
     with engine.connect() as conn:
         rows = conn.execute(text("SELECT batch_id, source FROM batches ORDER BY batch_id")).all()
         assert [tuple(r) for r in rows] == [(0, None), (1, "checkpoint"), (2, "checkpoint")]
-        spans = conn.execute(text("SELECT batch_id, \"partition\", from_offset, until_offset FROM batch_offsets "
+        spans = conn.execute(text("SELECT batch_id, \"partition\", from_offset, until_offset FROM v_batch_offsets "
                                   "ORDER BY batch_id, \"partition\"")).all()
         assert [tuple(r) for r in spans] == [(0, 0, 0, 10), (0, 1, 0, 10), (1, 0, 10, 20), (1, 1, 10, 30),
                                              (2, 0, 20, 25), (2, 1, 30, 31)]

@@ -46,13 +46,15 @@ def test_positions_and_window_facts_match_the_rule_computed_from_the_rows(tmp_pa
     now = datetime.now(timezone.utc)
     since = now - timedelta(minutes=5)
     pos_rows, batch_rows = [], []
+    times: dict[tuple[str, int], datetime] = {}
     for pipeline in ("a", "b", "c"):
         for topic in ("t1", "t2"):
             for part in range(rng.randint(0, 4)):
                 offset, batch_id = 0, 0
                 for _ in range(rng.randint(0, 6)):
                     step = rng.randint(0, 30)
-                    at = now - timedelta(minutes=rng.choice([1, 2, 4, 20, 60]))  # inside and outside the window
+                    # inside and outside the window; one time per batch (a batch has one, its ranges share it)
+                    at = times.setdefault((pipeline, batch_id), now - timedelta(minutes=rng.choice([1, 2, 4, 20, 60])))
                     batch_rows.append({"pipeline": pipeline, "consumer_group": pipeline, "query_id": f"q-{pipeline}",
                                        "batch_id": batch_id, "source_index": 0, "topic": topic,
                                        "partition": part, "from_offset": rng.choice([offset, None]),

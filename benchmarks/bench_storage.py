@@ -1,0 +1,198 @@
+"""What a recorded partition-offset costs on PostgreSQL: the compact layout (0016) beside the
+per-partition one (0014), measured in the same run; and the 0016 migration's time.
+
+- stored bytes per partition-offset: ``pg_total_relation_size`` (table + indexes + TOAST) of
+  ``offset_ranges`` vs ``batch_offsets`` after VACUUM, N partition-offsets (batches of 100
+  partitions, realistic offsets: large, growing by a few hundred a batch); ``batches`` is the same
+  in both layouts and printed apart;
+- WAL per 100-partition batch: ``pg_current_wal_lsn()`` before and after K batches recorded one per
+  call by the real recorders (this tree's for the compact layout, the previous release's, extracted
+  with ``git archive 4cc5ce0``, for the per-partition one), batches row, positions and run included.
+  WAL is cluster-wide: run it alone (``flock /tmp/offset-ledger-stack.lock``);
+- the migration 0014 -> 0016 of M partition-offsets, timed, its progress printed.
+
+    python benchmarks/bench_storage.py --dsn postgresql+psycopg2://postgres@127.0.0.1:5432/postgres \
+        [--offsets 1000000] [--wal-batches 200] [--migrate 10000000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
+
+PARTITIONS = 100
+
+_BATCHES = """
+INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at, input_rows)
+SELECT 'orders-' || (g % 200), 'orders-' || (g % 200), 'q-' || (g % 200) || '-7f3c2a9e-1b4d-4c8e-9a61', 'r-' || (g % 200),
+       g / 200, timestamptz '2026-11-01' + g * interval '25 ms', timestamptz '2026-11-01' + g * interval '25 ms', 50000
+FROM generate_series(0, :n - 1) g
+"""
+
+_OLD_ROWS = """
+INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
+                           from_offset, until_offset, batch_time)
+SELECT b.pipeline, b.consumer_group, b.query_id, b.batch_id, 0, 'orders', p,
+       1000000000 + b.batch_id * 500 + p * 7, 1000000000 + (b.batch_id + 1) * 500 + p * 7 + (b.id % 13), b.batch_time
+FROM batches b CROSS JOIN generate_series(0, 99) p
+WHERE b.id > :lo AND b.id <= :hi
+"""
+
+_NEW_ROWS = """
+INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+SELECT b.id, 0, 'orders', array_agg(p ORDER BY p), array_agg(1000000000 + b.batch_id * 500 + p * 7 ORDER BY p),
+       array_agg(1000000000 + (b.batch_id + 1) * 500 + p * 7 + (b.id % 13) ORDER BY p)
+FROM batches b CROSS JOIN generate_series(0, 99) p
+WHERE b.id > :lo AND b.id <= :hi
+GROUP BY b.id
+"""
+
+# Run under the layout's own release (PYTHONPATH): K batches of 100 partitions, one record() call each.
+_WAL = r"""
+import sys
+from datetime import datetime, timedelta, timezone
+from sqlalchemy import text
+from offset_ledger.ledger.engine import make_engine
+from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
+dsn, k = sys.argv[1], int(sys.argv[2])
+t0 = datetime(2026, 11, 26, tzinfo=timezone.utc)
+engine = make_engine(dsn)
+rec = Recorder(engine)
+rec.record([RunStart("wal", "wal", "q-wal", "r-wal", "wal", t0)])
+def batch(n):
+    ranges = tuple(PartitionRange("orders", p, 10**9 + n * 500 + p, 10**9 + (n + 1) * 500 + p) for p in range(100))
+    return BatchRecord("wal", "wal", BatchOffsets("q-wal", "r-wal", "wal", n, t0 + timedelta(seconds=5 * n), 50000,
+                                                  (SourceProgress(0, "KafkaV2[Subscribe[orders]]", ranges, 50000),),
+                                                  duration_ms=200))
+for n in range(3):  # the query's first batches (general path), then the steady state
+    rec.record([batch(n)])
+with engine.connect() as conn:
+    start = conn.execute(text("SELECT pg_current_wal_lsn()")).scalar()
+for n in range(3, 3 + k):
+    rec.record([batch(n)])
+with engine.connect() as conn:
+    print(conn.execute(text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), :s)"), {"s": start}).scalar() / k)
+"""
+
+
+def _database(admin_dsn: str, name: str) -> str:
+    admin = create_engine(admin_dsn, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return make_url(admin_dsn).set(database=name).render_as_string(hide_password=False)
+
+
+def _drop(admin_dsn: str, name: str) -> None:
+    admin = create_engine(admin_dsn, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def _fill(dsn: str, revision: str, offsets: int) -> None:
+    """A ledger at ``revision`` holding ``offsets`` partition-offsets (batches of 100 partitions)."""
+    engine = make_engine(dsn)
+    upgrade(engine, revision)
+    n = offsets // PARTITIONS
+    rows = _OLD_ROWS if revision == "0014" else _NEW_ROWS
+    with engine.begin() as conn:
+        conn.execute(text(_BATCHES), {"n": n})
+    step = 20_000
+    for lo in range(0, n, step):
+        with engine.begin() as conn:
+            conn.execute(text(rows), {"lo": lo, "hi": lo + step})
+    engine.dispose()
+    plain = create_engine(dsn, isolation_level="AUTOCOMMIT")
+    with plain.connect() as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+    plain.dispose()
+
+
+def _size(dsn: str, table: str) -> int:
+    engine = create_engine(dsn)
+    with engine.connect() as conn:
+        size = int(conn.execute(text("SELECT pg_total_relation_size(CAST(:t AS regclass))"), {"t": table}).scalar())
+    engine.dispose()
+    return size
+
+
+def _wal(dsn: str, pythonpath: str, batches: int) -> float:
+    env = dict(os.environ, PYTHONPATH=pythonpath)
+    out = subprocess.run([sys.executable, "-c", _WAL, dsn, str(batches)], env=env, capture_output=True, text=True,
+                         check=True, cwd=pythonpath)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"))
+    parser.add_argument("--offsets", type=int, default=1_000_000)
+    parser.add_argument("--wal-batches", type=int, default=200)
+    parser.add_argument("--migrate", type=int, default=10_000_000, help="0: skip the migration timing")
+    args = parser.parse_args()
+    if not args.dsn:
+        parser.error("--dsn (or OFFSET_LEDGER_TEST_DSN) is required")
+    old_db, new_db = "bench_storage_0014", "bench_storage_0016"
+    try:
+        old, new = _database(args.dsn, old_db), _database(args.dsn, new_db)
+        _fill(old, "0014", args.offsets)
+        _fill(new, "head", args.offsets)
+        per_old = _size(old, "batch_offsets") / args.offsets
+        per_new = _size(new, "offset_ranges") / args.offsets
+        batches_b = _size(new, "batches") / args.offsets
+        print(f"stored bytes per partition-offset ({args.offsets:,}, after VACUUM, table + indexes + TOAST):")
+        print(f"  per-partition rows (batch_offsets, 0014): {per_old:7.1f} B")
+        print(f"  compact rows       (offset_ranges, 0016): {per_new:7.1f} B  ({per_old / per_new:.1f}x smaller)")
+        print(f"  batches (both layouts, per partition-offset): {batches_b:5.1f} B")
+
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", "4cc5ce0", "offset_ledger", "migrations"],
+                                     capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            wal = {}
+            for name, revision, path in ((old_db, "0014", tmp), (new_db, "head", str(ROOT))):
+                dsn = _database(args.dsn, name)
+                engine = make_engine(dsn)
+                upgrade(engine, revision)
+                engine.dispose()
+                wal[revision] = _wal(dsn, path, args.wal_batches)
+            wal_old, wal_new = wal["0014"], wal["head"]
+        print(f"WAL per 100-partition batch ({args.wal_batches} batches, one record() call each):")
+        print(f"  per-partition rows (previous release 4cc5ce0): {wal_old / 1024:6.1f} KB")
+        print(f"  compact rows       (this tree):               {wal_new / 1024:6.1f} KB")
+
+        if args.migrate:
+            old = _database(args.dsn, old_db)
+            started = time.monotonic()
+            _fill(old, "0014", args.migrate)
+            print(f"migration 0014 -> 0016 of {args.migrate:,} partition-offsets "
+                  f"(built in {time.monotonic() - started:.0f} s):", flush=True)
+            engine = make_engine(old)
+            started = time.monotonic()
+            upgrade(engine)
+            took = time.monotonic() - started
+            engine.dispose()
+            print(f"  took {took:.1f} s ({args.migrate / took:,.0f} partition-offsets/s)")
+    finally:
+        _drop(args.dsn, old_db)
+        _drop(args.dsn, new_db)
+
+
+if __name__ == "__main__":
+    main()
