@@ -83,7 +83,7 @@ def test_serve_watchers_record_a_checkpoint_and_stop(tmp_path: Path) -> None:
         engine.dispose()
 
 
-REALTIME = FIXTURES / "spark-4.2.0-realtime" / "kafka-one"  # trigger(realTime="5 seconds"), Kafka to Kafka
+REALTIME = FIXTURES / "realtime-spark-4.2.0" / "kafka-one"  # trigger(realTime="5 seconds"), Kafka to Kafka
 
 
 def test_a_realtime_checkpoints_empty_batches_are_recorded_without_a_finding(tmp_path: Path) -> None:
