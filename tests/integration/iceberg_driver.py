@@ -113,6 +113,7 @@ def main(cfg: dict[str, Any]) -> None:
                                  checkpoint_root=f"{cfg['root']}/{pipeline}", app_version=run["app_version"], dsn=dsn,
                                  first_run="earliest", sinks=[sink] if run["kind"] == "sink" else [])
         findings[f"{i}:{pipeline}:{run['app_version']}"] = [f.kind for f in plan.findings]
+        print(f"FINDINGS {json.dumps([f.kind for f in plan.findings])}", flush=True)
         print(f"PLAN {pipeline} {plan.checkpoint_location} fresh={plan.fresh_checkpoint} "
               f"{plan.starting_offsets_json}", flush=True)
         df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
