@@ -36,6 +36,7 @@ from offset_ledger.ledger.tables import batches, findings, pruned_ranges, runs
 from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.rules.incarnation import Incarnation, checkpoint_incarnation, incarnation_finding
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
+from offset_ledger.rules.progress import is_no_data
 
 log = logging.getLogger(__name__)
 
@@ -220,16 +221,22 @@ def reconcile(
         if own:
             writer.close()
     ids = tuple(r.batch.batch_id for r in records)
+    # A batch that moved nothing is one the listener hears as a heartbeat and does not record (a
+    # real-time query commits one every trigger interval while its topics are quiet): recorded from
+    # the checkpoint, but the ledger did not miss it, so it is no finding.
+    moved = tuple(r.batch.batch_id for r in records if not is_no_data(r.batch))
     earliest = available[0]
     purged = (last_recorded is not None and earliest > last_recorded + 1)
-    text = (f"the ledger lacked {len(ids)} batch(es) that checkpoint {location} committed "
-            f"({_span(ids)}; last recorded {'none' if last_recorded is None else last_recorded}, last committed "
+    if not moved and not purged:
+        return Reconciliation(location, query_id, True, last_committed, last_recorded, ids)
+    text = (f"the ledger lacked {len(moved or ids)} batch(es) that checkpoint {location} committed "
+            f"({_span(moved or ids)}; last recorded {'none' if last_recorded is None else last_recorded}, last committed "
             f"{last_committed}): recorded from the checkpoint's commit log")
     if purged:
         text += (f"; batches {last_recorded + 1}-{earliest - 1} are no longer in the checkpoint (Spark keeps the "
                  f"last ~100) and stay missing from history")
     finding = Finding("backfilled", text, details={
-        "checkpoint_location": location, "query_id": query_id, "batch_ids": list(ids),
+        "checkpoint_location": location, "query_id": query_id, "batch_ids": list(moved or ids),
         "last_recorded_batch_id": last_recorded, "last_committed_batch_id": last_committed,
         "purged_from_checkpoint": [last_recorded + 1, earliest - 1] if purged else None})
     if store_findings:

@@ -30,6 +30,7 @@ from offset_ledger.devstack.artifacts import (  # noqa: F401  (moved; importable
     connector_coordinates,
     consumer_groups_command,
     fetch,
+    iceberg_spark_jars,
     kafka_broker_jars,
     kafka_tools_jars,
     kafka_version,

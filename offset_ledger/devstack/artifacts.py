@@ -147,6 +147,21 @@ def spark_kafka_jars() -> list[Path]:
     return sorted(p for p in dest.glob("*.jar") if _artifact_name(p.name) not in shipped)
 
 
+#: Apache Iceberg's Spark runtime for the Iceberg sink's long test: the newest release Maven Central
+#: serves here for a Spark line the compatibility matrix has (iceberg-spark-runtime-4.1_2.13 1.12.0;
+#: Iceberg builds no runtime for Spark 4.2 yet).
+ICEBERG_VERSION = "1.12.0"
+ICEBERG_SPARK = "4.1"
+
+
+def iceberg_spark_jars(spark_line: str = ICEBERG_SPARK, version: str = ICEBERG_VERSION) -> list[Path]:
+    """Iceberg's shaded Spark runtime jar for ``spark.jars`` (resolved once and cached)."""
+    artifact = f"iceberg-spark-runtime-{spark_line}_2.13"
+    dest = _maven_copy("iceberg-spark", cache_dir() / f"{artifact}-{version}",
+                       {"iceberg.version": version, "iceberg.artifact": artifact})
+    return sorted(dest.glob("*.jar"))
+
+
 def fetch() -> None:
     """Resolve every Maven artifact the stack needs (idempotent)."""
     kafka_broker_jars()

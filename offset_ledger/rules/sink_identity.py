@@ -78,7 +78,8 @@ class SinkTarget:
 
 def describe_target(t: SinkTarget) -> str:
     where = "the ledger's database" if t.target_database is None else t.target_database
-    what = f"Delta table {t.target}" if t.kind == "delta" else f"{t.kind} table {t.target} in {where}"
+    what = (f"Delta table {t.target}" if t.kind == "delta" else f"Iceberg table {t.target}" if t.kind == "iceberg"
+            else f"{t.kind} table {t.target} in {where}")
     return f"{what} (pipeline {t.pipeline!r}, group {t.consumer_group!r})"
 
 

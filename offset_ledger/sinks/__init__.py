@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DeltaSink", "PostgresSink"]
+__all__ = ["DeltaSink", "IcebergSink", "PostgresSink"]
 
 
 def __getattr__(name: str) -> Any:
@@ -24,4 +24,8 @@ def __getattr__(name: str) -> Any:
         from offset_ledger.sinks.delta import DeltaSink
 
         return DeltaSink
+    if name == "IcebergSink":
+        from offset_ledger.sinks.iceberg import IcebergSink
+
+        return IcebergSink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

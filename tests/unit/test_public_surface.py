@@ -39,3 +39,11 @@ def test_the_pipeline_surface_does_not_import_pyspark_either() -> None:
             "print('pyspark' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_sinks_are_pinned() -> None:
+    import offset_ledger.sinks
+
+    assert offset_ledger.sinks.__all__ == ["DeltaSink", "IcebergSink", "PostgresSink"]
+    for name in offset_ledger.sinks.__all__:
+        assert getattr(offset_ledger.sinks, name).__name__ == name

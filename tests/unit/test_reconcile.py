@@ -81,3 +81,35 @@ def test_serve_watchers_record_a_checkpoint_and_stop(tmp_path: Path) -> None:
     finally:
         stop()
         engine.dispose()
+
+
+REALTIME = FIXTURES / "realtime-spark-4.2.0" / "kafka-one"  # trigger(realTime="5 seconds"), Kafka to Kafka
+
+
+def test_a_realtime_checkpoints_empty_batches_are_recorded_without_a_finding(tmp_path: Path) -> None:
+    """Batch 0 read 70 records; batches 1 and 2 were quiet 5-second batches (the listener hears
+    them as heartbeats and records no batch). A restart records them; only a batch that moved data is news."""
+    import shutil
+
+    from sqlalchemy import text
+
+    from offset_ledger.capture.reconcile import reconcile
+    from offset_ledger.ledger.engine import ensure_schema, make_engine
+
+    early = tmp_path / "ck"  # the same checkpoint when batch 0 had just committed
+    shutil.copytree(REALTIME, early)
+    for kind in ("offsets", "commits"):
+        for n in ("1", "2"):
+            (early / kind / n).unlink()
+    engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
+    ensure_schema(engine)
+    try:
+        first = reconcile(engine, str(early), pipeline="rt", consumer_group="rt")
+        assert first.backfilled == (0,) and [f.details["batch_ids"] for f in first.findings] == [[0]]
+        again = reconcile(engine, str(REALTIME), pipeline="rt", consumer_group="rt")
+        assert again.backfilled == (1, 2) and again.findings == ()
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM findings WHERE kind = 'backfilled'")).scalar() == 1
+            assert conn.execute(text("SELECT count(*) FROM batches")).scalar() == 3
+    finally:
+        engine.dispose()

@@ -1,0 +1,255 @@
+"""The Apache Iceberg sink: the ledger's sequence and the batch's identity in the snapshot summary.
+
+Commit order for batch ``n`` of generation ``g`` (``docs/sinks.md``)::
+
+    1. read the batch's offsets from the checkpoint; under the ledger's pipeline lock: (g, n)
+       committed? skip; g not current? SinkFenced; else its sequence s = last + 1
+    2. a snapshot of the table already carries (sink, s)? this batch's: record it, write nothing
+       (an earlier attempt committed and died before the ledger heard); another batch's: SinkFenced
+    3. df.writeTo(table).option("snapshot-property.offset-ledger.*", ...).append()
+                                                        <- the atomic step (Iceberg's commit)
+    4. find the snapshot carrying (sink, s); record sink_batches (g, n -> s, snapshot id, rows),
+       the batch and its positions in one ledger transaction
+
+A crash after 3 and before 4 leaves the ledger behind the table, never ahead: Spark re-runs the
+batch on the same checkpoint with the same s and step 2 records it, and
+``start_from_ledger(..., sinks=[sink])`` records it from the table's metadata before planning a
+clean checkpoint. Batch ids restarting at 0 never collide: the key is the sequence.
+
+The table's metadata is read from its files (a Hadoop catalog's ``metadata/v<N>.metadata.json``),
+not through Spark, so ``start_from_ledger`` reconciles without a session.
+"""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.errors import CheckpointFormatError, ConfigError, SinkFenced
+from offset_ledger.ledger import sink_store
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.records import BatchRecord, RunStart
+from offset_ledger.ledger.tables import runs, sink_batches
+from offset_ledger.rules.iceberg_snapshots import (
+    IcebergSnapshot,
+    carrying,
+    colliding,
+    metadata_version,
+    not_recorded,
+    parse_metadata,
+    snapshot_properties,
+)
+from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
+from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, decide, identity_of
+from offset_ledger.sinks.postgres import SINK_SOURCE, _engine, batch_ledger_records, check_target, sink_run_id
+
+CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
+
+
+class IcebergSink:
+    """``foreachBatch(IcebergSink(table="db.orders", warehouse=..., ...))``: exactly-once Iceberg appends.
+
+    ``table``: ``namespace.name`` in ``catalog``, a Hadoop catalog whose warehouse is ``warehouse``
+    (the sink registers the catalog in the Spark session when the session lacks it).
+    """
+
+    kind = "iceberg"
+
+    def __init__(self, *, table: str, pipeline: str, warehouse: str, catalog: str = "offset_ledger",
+                 checkpoint_location: str | None = None, consumer_group: str | None = None, dsn: str | None = None,
+                 name: str | None = None, storage_options: dict[str, Any] | None = None) -> None:
+        parts = (table or "").split(".")
+        if len(parts) < 2 or not all(p.strip() for p in parts):
+            raise ConfigError(f"the Iceberg sink needs the table as namespace.name, got {table!r}")
+        if not warehouse or not warehouse.strip():
+            raise ConfigError("the Iceberg sink needs the Hadoop catalog's warehouse directory")
+        if dsn is None:
+            from offset_ledger.config import settings
+
+            dsn = settings().dsn
+        if not dsn:
+            raise ConfigError("the Iceberg sink needs a ledger DSN (dsn or OFFSET_LEDGER_DSN)")
+        self.table = table
+        self.catalog = catalog
+        self.warehouse = warehouse.rstrip("/")
+        # A Hadoop catalog keeps namespace.name at <warehouse>/<namespace>/<name>.
+        self.location = "/".join([self.warehouse, *parts])
+        self.pipeline = pipeline
+        self.consumer_group = consumer_group or pipeline
+        self.checkpoint_location = checkpoint_location
+        self.dsn = dsn
+        self.name = name or f"{pipeline}:{catalog}.{table}"
+        self.storage_options = storage_options
+        self.last: SinkDecision | None = None
+
+    @property
+    def spec(self) -> sink_store.SinkSpec:
+        return sink_store.SinkSpec(self.name, self.pipeline, self.consumer_group, self.kind, self.location, None)
+
+    def spark_conf(self) -> dict[str, str]:
+        """The session settings of the catalog (``SparkSession.builder.config(...)`` each)."""
+        key = f"spark.sql.catalog.{self.catalog}"
+        return {key: CATALOG_CLASS, f"{key}.type": "hadoop", f"{key}.warehouse": self.warehouse}
+
+    def bind(self, checkpoint_location: str) -> IcebergSink:
+        bound = copy.copy(self)
+        bound.checkpoint_location = checkpoint_location
+        return bound
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.write(df, int(batch_id))
+
+    def write(self, df: Any, batch_id: int) -> SinkDecision:
+        from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+        if not self.checkpoint_location:
+            raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
+        ledger = _engine(self.dsn)
+        query_id, batch = running_batch(self.checkpoint_location,
+                                        checkpoint_files(self.checkpoint_location, self.storage_options), batch_id)
+        now = datetime.now(timezone.utc)
+        try:
+            with ledger.begin() as conn:
+                state = sink_store.lock_sink(conn, self.spec, now)
+                generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group,
+                                                         self.checkpoint_location, query_id)
+                if generation_id is None:
+                    raise ConfigError(f"sink {self.name!r}: checkpoint {self.checkpoint_location} is not a generation "
+                                      f"the ledger handed out for pipeline {self.pipeline!r}", sink=self.name)
+                decision = decide(state, generation_id=generation_id, batch_id=batch_id,
+                                  current_generation_id=sink_store.current_generation_id(
+                                      conn, self.pipeline, self.consumer_group),
+                                  committed_sequence=sink_store.committed_sequence(
+                                      conn, self.name, generation_id, batch_id))
+                records = batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
+                                               self.checkpoint_location)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"preparing batch {batch_id} of {self.name}") from exc
+        self.last = decision
+        if decision.verdict == "fenced":
+            raise SinkFenced(f"sink {self.name!r}: {decision.reason}", sink=self.name, batch_id=batch_id,
+                             generation_id=generation_id)
+        if decision.verdict == "skip":
+            return decision
+        assert decision.sequence is not None
+        identity = BatchIdentity(self.name, generation_id, batch_id, query_id)
+        snap = self._own(identity, decision.sequence)  # an earlier attempt of this batch committed
+        if snap is None:
+            props = snapshot_properties(identity, decision.sequence,
+                                        batch_doc(records[-1].batch, self.checkpoint_location) if records else None)
+            self._ensure_catalog(df.sparkSession)
+            writer = df.writeTo(f"{self.catalog}.{self.table}")
+            for key, value in props.items():
+                writer = writer.option(f"snapshot-property.{key}", value)
+            writer.append()
+            snap = self._own(identity, decision.sequence)
+            if snap is None:
+                raise ConfigError(f"sink {self.name!r}: no snapshot of {self.location} carries sequence "
+                                  f"{decision.sequence} after the append: is {self.catalog}.{self.table} the Hadoop "
+                                  f"table at {self.location}?", sink=self.name)
+        self._record(ledger, decision.sequence, generation_id, query_id, batch_id, snap, records)
+        return decision
+
+    def _ensure_catalog(self, spark: Any) -> None:
+        for key, value in self.spark_conf().items():
+            if not spark.conf.get(key, None):
+                spark.conf.set(key, value)
+
+    def _own(self, identity: BatchIdentity, sequence: int) -> IcebergSnapshot | None:
+        """The snapshot carrying (this sink, ``sequence``) when it names this batch; SinkFenced when another."""
+        snap = carrying(self._snapshots(), self.name, sequence)
+        if snap is None:
+            return None
+        why = colliding(identity, sequence, snap, self.location)
+        if why is not None:
+            self.last = SinkDecision("fenced", None, why)
+            raise SinkFenced(f"sink {self.name!r}: {why}", sink=self.name, batch_id=identity.batch_id,
+                             generation_id=identity.generation_id, table_version=snap.snapshot_id)
+        return snap
+
+    def _snapshots(self) -> list[IcebergSnapshot]:
+        """The table's current snapshot and its ancestors, oldest first (none before the table exists)."""
+        from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+        try:
+            files = checkpoint_files(self.location, self.storage_options)
+        except CheckpointFormatError:
+            return []
+        hint = files.read("metadata/version-hint.text")
+        version = int(hint.decode().strip()) if hint and hint.decode().strip().isdigit() else max(
+            (v for v in map(metadata_version, files.list("metadata")) if v is not None), default=None)
+        if version is None:
+            return []
+        path = f"metadata/v{version}.metadata.json"
+        data = files.read(path)
+        if data is None:
+            raise CheckpointFormatError(f"{self.location}/{path}", "the metadata file version-hint.text names is missing")
+        return parse_metadata(data, f"{self.location}/{path}")
+
+    def _record(self, ledger: Engine, sequence: int, generation_id: int, query_id: str, batch_id: int,
+                snap: IcebergSnapshot, records: list[Any]) -> None:
+        now = datetime.now(timezone.utc)
+        try:
+            with ledger.begin() as conn:
+                sink_store.lock_sink(conn, self.spec, now)
+                if sink_store.committed_sequence(conn, self.name, generation_id, batch_id) is not None:
+                    return
+                sink_store.record_commit(conn, self.spec, sequence=sequence, generation_id=generation_id,
+                                         query_id=query_id, batch_id=batch_id, row_count=snap.added_records,
+                                         table_version=snap.snapshot_id, committed_at=now, now=now, records=records)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"recording batch {batch_id} of {self.name}") from exc
+
+    def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
+        """Record in the ledger the snapshots this sink committed and the ledger lacks (before a restart plans)."""
+        check_target(ledger, self.spec, register=False)
+        snapshots = self._snapshots()
+        if not snapshots:
+            return ()
+        try:
+            with ledger.connect() as conn:
+                known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
+                                     .where(sink_batches.c.sink == self.name)).scalar_one()
+            missing = not_recorded(snapshots, self.name, int(known))
+            for snap in missing:
+                doc = snap.doc()
+                if identity_of(doc) is None or doc is None:
+                    raise SinkFenced(
+                        f"sink {self.name!r}: snapshot {snap.snapshot_id} of {self.location} carries this sink's "
+                        f"sequence {snap.sequence} but does not name a batch of the sink: another writer set the "
+                        f"sink's snapshot properties; nothing was recorded", sink=self.name,
+                        table_version=snap.snapshot_id)
+                self._record_reconciled(ledger, snap, doc)
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"reconciling sink {self.name} with {self.location}") from exc
+        if not missing:
+            return ()
+        ids = [s.snapshot_id for s in missing]
+        return (Finding("sink_reconciled",
+                        f"the ledger lacked {len(missing)} snapshot(s) sink {self.name!r} had committed to "
+                        f"{self.location} (sequences {missing[0].sequence}-{missing[-1].sequence}): recorded from "
+                        f"the table's metadata", details={"sink": self.name, "snapshot_ids": ids}),)
+
+    def _record_reconciled(self, ledger: Engine, snap: IcebergSnapshot, doc: dict[str, Any]) -> None:
+        batch = doc.get("batch") or {}
+        records: list[Any] = []
+        now = datetime.now(timezone.utc)
+        with ledger.begin() as conn:
+            sink_store.lock_sink(conn, self.spec, now)
+            if batch:
+                run_id = sink_run_id(batch["query_id"])
+                records = [BatchRecord(self.pipeline, self.consumer_group, batch_from_doc(batch, run_id, SINK_SOURCE))]
+                if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+                    records.insert(0, RunStart(self.pipeline, self.consumer_group, batch["query_id"], run_id,
+                                               None, now, checkpoint_location=batch.get("checkpoint_location")))
+            sink_store.record_commit(
+                conn, self.spec, sequence=int(doc["sequence"]), generation_id=int(doc["generation_id"]),
+                query_id=str(doc.get("query_id") or batch.get("query_id", "")), batch_id=int(doc["batch_id"]),
+                row_count=snap.added_records, table_version=snap.snapshot_id, committed_at=now, now=now,
+                records=records)
