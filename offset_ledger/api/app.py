@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -41,6 +41,7 @@ from offset_ledger.errors import (
     UnknownTopic,
 )
 from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.visibility import bound, current_scope
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,8 @@ class BearerAuth:
     """With tokens configured, every path but /healthz and ``public`` ones needs ``Authorization: Bearer <secret>``.
 
     The matching token's name and role go into the scope (``PRINCIPAL``); a ``read`` token on a
-    state-changing route is a 403. ``public`` admits the console's HTML shells and static files,
+    state-changing route is a 403. The token's pipeline scope is bound for the request
+    (``operate.visibility``), where every read applies it. ``public`` admits the console's HTML shells and static files,
     which carry no ledger data.
     """
 
@@ -129,7 +131,9 @@ class BearerAuth:
                                          "message": f"token {token.name!r} has role {token.role!r}; "
                                                     "resets and policy changes need an operate token"})
             return
-        await self.app(dict(scope, **{PRINCIPAL: token}), receive, send)
+        # The token's pipeline scope holds for everything this request reads (operate.visibility).
+        with bound(token.scope):
+            await self.app(dict(scope, **{PRINCIPAL: token}), receive, send)
 
 
 class BodyLimit:
@@ -182,6 +186,21 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def scope_gate(request: Request) -> None:
+    """Every API route: a pipeline the caller's scope hides, named in the path (``{pipeline}``) or the
+    legacy ``pipelineName``, is an unknown pipeline before the route runs. The reads apply the scope
+    too (``operate.known``); this gate also holds for a route that would write a pipeline the ledger
+    does not know yet (``newPipeline`` policies). The console's HTML shells are left alone: they hold
+    no ledger data, and an unknown name gets the same shell."""
+    scope = current_scope()
+    route = request.scope.get("route")
+    if scope.unrestricted or not getattr(route, "include_in_schema", False):
+        return
+    for name in (request.path_params.get("pipeline"), request.query_params.get("pipelineName")):
+        if isinstance(name, str) and not scope.allows(name):
+            request.app.state.operations.require_visible(name)
+
+
 def create_app(
     settings: Settings | None = None, *, dsn: str | None = None, bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, Any] | None = None, api_token: str | None = None,
@@ -221,6 +240,7 @@ def create_app(
                     "topic details and audited resets. The five /v1 endpoints keep the legacy tool's "
                     "paths and shapes.",
         redirect_slashes=False,
+        dependencies=[Depends(scope_gate)],
         # Swagger UI and ReDoc load from a CDN the console's CSP refuses, and a browser cannot send
         # the bearer token on a navigation: the console's own /docs page renders /openapi.json.
         docs_url=None, redoc_url=None,

@@ -1,4 +1,7 @@
-"""API tokens: each has a name (the audit actor) and a role (``read`` sees; ``operate`` may also reset).
+"""API tokens: each has a name (the audit actor), a role (``read`` sees; ``operate`` may also reset) and
+optionally a pipeline scope: ``name:role[orders|team-a-*]:secret`` sees only the pipeline ``orders``
+and those whose names start with ``team-a-`` (``offset_ledger.rules.scope``); outside it a pipeline
+does not exist for that token. ``name:role:secret`` (no brackets) sees every pipeline.
 
 Sources, merged: ``OFFSET_LEDGER_API_TOKENS`` (``name:role:secret`` entries separated by commas or
 newlines), the file named by ``OFFSET_LEDGER_API_TOKENS_FILE`` (one entry per line, ``#`` comments),
@@ -16,7 +19,8 @@ from pathlib import Path
 from typing import Literal
 
 from offset_ledger.config import Settings
-from offset_ledger.errors import ConfigError
+from offset_ledger.errors import ConfigError, InvalidInput
+from offset_ledger.rules.scope import EVERYTHING, PipelineScope, parse_scope
 
 Role = Literal["read", "operate"]
 ROLES: tuple[Role, ...] = ("read", "operate")
@@ -27,6 +31,8 @@ MIN_SECRET_LENGTH = 16
 # Secrets that appear in examples and defaults: a scanner tries them first.
 KNOWN_WEAK = frozenset({"change-me", "changeme", "secret", "s3cret", "password", "token", "admin", "test"})
 _TOKEN_NAME = re.compile(r"^[A-Za-z0-9._@-]{1,64}$")
+# name:role[scope]:secret; the scope (optional) may hold ':' but not ']'.
+_ENTRY = re.compile(r"^(?P<name>[^:]*):(?P<role>[^:\[]*)(?:\[(?P<scope>[^\]]*)\])?:(?P<secret>.*)$", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -36,9 +42,11 @@ class ApiToken:
     name: str
     role: Role
     secret: bytes = b""
+    scope: PipelineScope = EVERYTHING
 
     def __repr__(self) -> str:
-        return f"ApiToken(name={self.name!r}, role={self.role!r})"
+        scope = "" if self.scope.unrestricted else f", scope={str(self.scope)!r}"
+        return f"ApiToken(name={self.name!r}, role={self.role!r}{scope})"
 
     @property
     def may_operate(self) -> bool:
@@ -46,14 +54,20 @@ class ApiToken:
 
 
 def parse_tokens(text: str, source: str) -> list[ApiToken]:
-    """``name:role:secret`` entries (commas or newlines between them, ``#`` starts a comment)."""
+    """``name:role:secret`` or ``name:role[scope]:secret`` entries (commas or newlines between them,
+    ``#`` starts a comment)."""
     out: list[ApiToken] = []
     for raw_line in text.splitlines():
         line = raw_line.split("#", 1)[0]
         for entry in (e.strip() for e in line.split(",")):
             if not entry:
                 continue
-            name, role, secret = (entry.split(":", 2) + ["", ""])[:3]
+            found = _ENTRY.match(entry)
+            if found:
+                name, role, scope_text, secret = found.group("name", "role", "scope", "secret")
+            else:
+                name, role, secret = (entry.split(":", 2) + ["", ""])[:3]
+                scope_text = None
             name, role, secret = name.strip(), role.strip(), secret.strip()
             if not _TOKEN_NAME.match(name):
                 raise ConfigError(f"{source}: invalid token name {name[:40]!r}; use 1-64 of A-Z a-z 0-9 . _ @ - "
@@ -62,7 +76,13 @@ def parse_tokens(text: str, source: str) -> list[ApiToken]:
                 raise ConfigError(f"{source}: token {name!r} has role {role[:20]!r}; use read or operate")
             if not secret or any(c.isspace() for c in secret):
                 raise ConfigError(f"{source}: token {name!r} has an empty secret or one with spaces")
-            out.append(ApiToken(name, role, secret.encode()))  # type: ignore[arg-type]
+            scope = EVERYTHING
+            if scope_text is not None:
+                try:
+                    scope = parse_scope(scope_text)
+                except InvalidInput as exc:
+                    raise ConfigError(f"{source}: token {name!r}: {exc.message}") from exc
+            out.append(ApiToken(name, role, secret.encode(), scope))  # type: ignore[arg-type]
     return out
 
 

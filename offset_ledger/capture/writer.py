@@ -24,7 +24,9 @@ from offset_ledger.capture.event_records import STARTED, TERMINATED, EventConver
 from offset_ledger.capture.spool import _LIVE, Event, LedgerId, Spool
 from offset_ledger.capture.spool_replay import SpoolReplay
 from offset_ledger.capture.store import ListenerHealth, Store
+from offset_ledger.ledger.engine import permission_denied
 from offset_ledger.ledger.recorder import Record, RecordOutcome
+
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +316,18 @@ class EventWriter(SpoolReplay):
                             return None
                         rejected.extend(one)
                     return rejected
+                if permission_denied(exc):
+                    # Retrying cannot help: the role lacks the grant or the pipeline is another team's.
+                    pipeline = getattr(items[0][0], "pipeline", None)
+                    return [(items[0][1], f"ledger role {self._ledger_role()!r} may not write pipeline "
+                                          f"{pipeline!r} (permission denied: the pipeline is not in the role's "
+                                          f"scope; see offset-ledger db grant): {exc}")]
                 return [(items[0][1], f"ledger rejected an event: {exc}")]
+
+    def _ledger_role(self) -> str | None:
+        """The database user the store logs in as (its DSN's), for a refusal's reason."""
+        url = getattr(getattr(self._store, "engine", None), "url", None)
+        return getattr(url, "username", None)
 
     def _recorded(self, outcome: RecordOutcome) -> None:
         if self._on_recorded is None or outcome is None:

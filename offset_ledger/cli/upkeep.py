@@ -1,4 +1,5 @@
-"""The ledger's upkeep on the command line: ``db upgrade`` (the schema) and ``prune`` (old history)."""
+"""The ledger's upkeep on the command line: ``db upgrade`` (the schema), ``db grant`` (team roles) and
+``prune`` (old history)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,47 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
     """Create or upgrade the ledger schema (Alembic migrations)."""
     from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
 
+    from offset_ledger.ledger.row_security import reapply
+
     engine = make_engine(dsn)
     upgrade(engine, revision)
     typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
+    if revision == "head" and reapply(engine):  # a table or view a migration made is guarded too
+        typer.echo("row-level security re-applied for the team roles (offset-ledger db grant)")
+
+
+def db_grant(
+    role: str = typer.Option(..., "--role", help="The team's database role (created when missing, as LOGIN)."),
+    pipelines: str = typer.Option(..., "--pipelines", metavar="PATTERN[,...]",
+                                  help="Pipelines the role may write: exact names and prefixes ending in * "
+                                       "(team-a-*); '*' is every pipeline."),
+    execute: bool = typer.Option(False, "--execute", help="Run the SQL (default: print it, change nothing)."),
+    dsn: Optional[str] = DsnOption,
+) -> None:
+    """Make (or update) a writer role that reaches only its pipelines' rows (PostgreSQL row-level security).
+
+    Run it with the ledger owner's DSN (the role that ran db upgrade). The role's reset, finding and
+    policy history is append-only. SQLite is single-user and has no roles.
+    """
+    from offset_ledger.ledger.engine import check_connection, make_engine, require_schema
+    from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, require_postgres
+    from offset_ledger.ledger.row_security import execute as run_sql
+    from offset_ledger.rules.scope import parse_scope
+
+    check_role(role)
+    scope = parse_scope(pipelines, separators=",|")  # bad input fails before any connection is made
+    engine = make_engine(dsn, create=False)
+    check_connection(engine)
+    require_schema(engine)  # the ledger must exist and hold the schema (0017's ledger_role_scopes)
+    require_postgres(engine.url.render_as_string())
+    statements = grant_sql(role, scope, ledger_schema(engine))
+    if not execute:
+        typer.echo(";\n".join(statements) + ";")
+        typer.echo(f"-- dry run: role {role!r} would reach pipelines {str(scope)!r}; add --execute to apply", err=True)
+        return
+    run_sql(engine, statements)
+    typer.echo(f"role {role!r} reaches pipelines {str(scope)!r}: read, insert and update of their rows; "
+               "reset, finding and policy history append-only")
 
 
 def prune_cmd(
@@ -69,9 +108,10 @@ def prune_cmd(
 
 
 def register(app: typer.Typer, context: dict[str, Any]) -> None:
-    """Add ``db upgrade`` and ``prune`` to the command line."""
+    """Add ``db upgrade``, ``db grant`` and ``prune`` to the command line."""
     db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
                          context_settings=context)
     db_app.command("upgrade")(db_upgrade)
+    db_app.command("grant")(db_grant)
     app.add_typer(db_app, name="db")
     app.command("prune")(prune_cmd)

@@ -132,6 +132,21 @@ def transient_reason(sqlstate: str | None) -> str | None:
     return _TRANSIENT_SQLSTATES.get(sqlstate)
 
 
+#: insufficient_privilege: a missing GRANT, and a row that row-level security refuses (``db grant``).
+PERMISSION_DENIED = "42501"
+
+
+def permission_denied(exc: BaseException) -> bool:
+    """Whether ``exc`` (ours, SQLAlchemy's or the driver's) is the database refusing this role the write:
+    permanent for that record, however often it is retried."""
+    details = getattr(exc, "details", None)
+    if isinstance(details, dict) and details.get("sqlstate") == PERMISSION_DENIED:
+        return True
+    orig = getattr(exc, "orig", None) or exc
+    sqlstate = getattr(orig, "pgcode", None) or getattr(orig, "sqlstate", None)
+    return sqlstate == PERMISSION_DENIED or "violates row-level security policy" in str(orig)
+
+
 def translate_db_error(exc: Exception, doing: str) -> LedgerError:
     """A driver error as our own: LedgerUnavailable (retriable) when the database cannot be reached or
     reports a transient SQLSTATE, a LedgerError that says what to run when the schema is missing,

@@ -405,6 +405,20 @@ pruned_ranges = Table(
 )
 
 
+#: 0017: the pipelines a team's database role may write (``offset-ledger db grant``; PostgreSQL row-level
+#: security, ``offset_ledger.ledger.row_security``). A role with no row here is not restricted (the owner
+#: and every role from before 0017); one with rows reaches only the pipelines its patterns name.
+role_scopes = Table(
+    "ledger_role_scopes",
+    metadata,
+    Column("role_name", String(_NAME), primary_key=True),
+    # an exact pipeline name, or the prefix of a pattern written with a trailing '*' ('' for '*')
+    Column("pattern", String(_NAME), primary_key=True),
+    Column("is_prefix", Boolean, primary_key=True),
+    Column("granted_at", _tz(), nullable=False),
+)
+
+
 def _create_compact_views(target: MetaData, connection: Any, tables: Any = None, **_: Any) -> None:
     """``metadata.create_all`` of the whole schema (tests, tools) also gets the 0016 view and triggers:
     the migration's own DDL, read from its file so that there is one text of it."""

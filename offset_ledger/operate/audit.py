@@ -19,6 +19,7 @@ from offset_ledger.errors import InvalidInput
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.visibility import current_scope
 
 if TYPE_CHECKING:
     from offset_ledger.operate.operations import Operations
@@ -39,8 +40,9 @@ def findings_counts(ops: Operations) -> dict[tuple[str, str], int]:
     """Findings recorded per (pipeline, consumer group); a repeated finding counts once."""
     stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count()).group_by(
         findings.c.pipeline, findings.c.consumer_group)
+    scope = current_scope()
     with _read(ops) as conn:
-        return {(p, g): int(n) for p, g, n in conn.execute(stmt)}
+        return {(p, g): int(n) for p, g, n in conn.execute(stmt) if scope.allows(p)}
 
 
 def list_findings(

@@ -212,6 +212,9 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
                  ) -> tuple[str, dict[TopicPartition, int], str | None, str | None, dict[str, set[str]]]:
     try:
         with engine.connect() as conn:
+            from offset_ledger.operate.known import require_visible
+
+            require_visible(conn, pipeline)
             footprint = pipeline_footprint(conn, pipeline)
             if not footprint:
                 from offset_ledger.operate.known import pipeline_names

@@ -14,19 +14,29 @@ from sqlalchemy.engine import Connection
 from offset_ledger.errors import UnknownConsumerGroup, UnknownPipeline, UnknownTopic
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.tables import pipeline_policies, positions, runs
+from offset_ledger.operate.visibility import current_scope
 
 
 def pipeline_names(conn: Connection) -> list[str]:
-    """Every pipeline the ledger has positions or runs of, sorted."""
+    """Every pipeline the ledger has positions or runs of and the caller may see, sorted."""
     stmt = union(select(positions.c.pipeline).distinct(), select(runs.c.pipeline).distinct())
-    return sorted(r[0] for r in conn.execute(stmt))
+    return current_scope().visible(sorted(r[0] for r in conn.execute(stmt)))
+
+
+def require_visible(conn: Connection, pipeline: str) -> None:
+    """UnknownPipeline, exactly as for a name the ledger does not know, when the caller's scope hides
+    ``pipeline`` (a 403 would confirm that the name exists)."""
+    if not current_scope().allows(pipeline):
+        raise UnknownPipeline(pipeline, pipeline_names(conn))
 
 
 def require_pipeline(conn: Connection, pipeline: str, *, with_policies: bool = False) -> list[str]:
     """The pipeline's consumer groups; UnknownPipeline (naming the known ones) when it has none.
 
     ``with_policies``: a pipeline whose only trace is a stored policy (set before its first run) counts.
+    Outside the caller's scope (``operate.visibility``) no pipeline is known.
     """
+    require_visible(conn, pipeline)
     groups = queries.consumer_groups(conn, pipeline)
     if groups:
         return groups

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
 from offset_ledger.operate.loss_status import per_pipeline
 from offset_ledger.operate.operations_metrics import MetricsReads
 from offset_ledger.operate.reset_operations import ResetOperations
+from offset_ledger.operate.visibility import current_scope, unscoped
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +183,13 @@ class Operations(ResetOperations, MetricsReads):
         """The consumer group to use (``resolve_group``)."""
         return resolve_group(conn, pipeline, consumer_group)
 
+    def require_visible(self, pipeline: str) -> None:
+        """UnknownPipeline, as for a name the ledger does not know, when the caller's scope hides ``pipeline``."""
+        from offset_ledger.operate.known import require_visible
+
+        with self._db() as conn:
+            require_visible(conn, pipeline)
+
     # -- reads
 
     def list_pipelines(self, *, with_lag: bool = True) -> list[PipelineSummary]:
@@ -190,7 +198,10 @@ class Operations(ResetOperations, MetricsReads):
         Concurrent callers share one computation that started after they all arrived
         (``offset_ledger.rules.coalesce``): dashboards polling together cost one read, none gets an older answer.
         """
-        return self._coalesce.run(("pipelines", with_lag), lambda: self._list_pipelines(with_lag))
+        # Shared by every caller, so computed for every pipeline and cut to each caller's scope after.
+        scope = current_scope()
+        every = self._coalesce.run(("pipelines", with_lag), lambda: unscoped(self._list_pipelines, with_lag))
+        return every if scope.unrestricted else [s for s in every if scope.allows(s.pipeline)]
 
     def _list_pipelines(self, with_lag: bool) -> list[PipelineSummary]:
         # Every ledger read in one connection before Kafka is asked (round trips dominate this request).

@@ -21,7 +21,22 @@ from offset_ledger.operate.answers import (
     MetricsSnapshot,
     PartitionLag,
 )
+from offset_ledger.operate.visibility import current_scope, unscoped
 from offset_ledger.rules.model import TopicPartition, Watermarks
+from offset_ledger.rules.scope import PipelineScope
+
+
+def visible_metrics(snap: MetricsSnapshot, scope: PipelineScope) -> MetricsSnapshot:
+    """``snap`` with only the series of pipelines inside ``scope`` (listeners that named none are hidden)."""
+    if scope.unrestricted:
+        return snap
+    from dataclasses import replace
+
+    return replace(
+        snap, pipelines=tuple(s for s in snap.pipelines if scope.allows(s.pipeline)),
+        partitions=tuple(x for x in snap.partitions if scope.allows(x[0])),
+        listeners=tuple(r for r in snap.listeners if scope.allows(r["pipeline"])),
+        records_lost=tuple(x for x in snap.records_lost if scope.allows(x[0])))
 
 log = logging.getLogger("offset_ledger.operate.operations")
 
@@ -37,7 +52,8 @@ class MetricsReads:
         Concurrent scrapes (a Prometheus pair) share one computation that started after they all
         arrived (``offset_ledger.rules.coalesce``), as the pipelines list does.
         """
-        return self._coalesce.run(("metrics",), self._metrics)
+        # Shared by every scrape, so computed for every pipeline and cut to each caller's scope after.
+        return visible_metrics(self._coalesce.run(("metrics",), lambda: unscoped(self._metrics)), current_scope())
 
     def _metrics(self) -> MetricsSnapshot:
         connect = getattr(self.kafka, "connect_in_background", None) if self.has_kafka else None

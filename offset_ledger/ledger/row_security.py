@@ -1,0 +1,243 @@
+"""Team roles on PostgreSQL: a writer role reaches only its pipelines' rows (row-level security).
+
+``offset-ledger db grant --role team_a --pipelines 'team-a-*'`` makes (or updates) a login role
+that can read, insert and update only the rows of the pipelines its scope names
+(``offset_ledger.rules.scope``: exact names and prefixes ending in ``*``), on every table the
+listener, the checkpoint watcher, the restart helper and the sinks write. The reset, finding,
+policy and sink-batch history is append-only for it: no DELETE, and UPDATE only of the columns the
+recording itself moves (a repeated finding's counter, a reset's consumption), never its content.
+
+Why a table (``ledger_role_scopes``, 0017) and one set of policies, rather than policies per role:
+
+- the policies are the same for every role (``offset_ledger_in_scope(pipeline)`` asks the table),
+  so a grant or a changed scope is a row change, never DDL on the hot tables (no lock while
+  listeners write), and a table added later is guarded by one entry in ``GUARDED``;
+- a role with no row in the table is not restricted, so turning row security on changes nothing for
+  the owner (who bypasses it anyway: the tables are not FORCEd), for migrations, or for roles
+  granted access before 0017 (a dashboard's read-only role keeps reading everything);
+- a team role cannot read the table's other rows (its own policy), so it does not learn other
+  teams' pipeline names or prefixes.
+
+The functions pin their ``search_path`` and name the table with its schema: a role cannot shadow
+``ledger_role_scopes`` with a temporary table of its own. Views run with the reader's rights
+(``security_invoker``, PostgreSQL 15), so the audit views show a team role only its rows; an
+auditor role that reads every team is a grant with ``--pipelines '*'``.
+
+SQLite is a single-user file: it has no roles, and this module is PostgreSQL only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.engine import Engine
+
+from offset_ledger.errors import InvalidInput
+from offset_ledger.rules.scope import PipelineScope
+
+SCOPES_TABLE = "ledger_role_scopes"
+IN_SCOPE = "offset_ledger_in_scope"
+UNSCOPED = "offset_ledger_unscoped"
+_ROLE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True)
+class Guarded:
+    """One table under row security: which rows are a pipeline's, and what a writer role may do."""
+
+    table: str
+    #: SQL over one row of ``table``: true when the row belongs to a pipeline in the caller's scope.
+    rows: str
+    #: Privileges a writer role gets beside SELECT; ``UPDATE (a, b)`` limits it to those columns.
+    writes: tuple[str, ...] = ()
+
+    @property
+    def updates(self) -> bool:
+        return any(w.startswith("UPDATE") for w in self.writes)
+
+    @property
+    def deletes(self) -> bool:
+        return "DELETE" in self.writes
+
+
+OWN = f"{IN_SCOPE}(pipeline)"
+
+
+def through(parent: str, key: str, parent_key: str = "id") -> str:
+    """Rows without a pipeline column belong to their parent's pipeline: the parent row must be visible
+    (the parent's own policy decides that, for the same caller)."""
+    return f"EXISTS (SELECT 1 FROM {parent} p WHERE p.{parent_key} = {{table}}.{key})"
+
+
+#: Every table a writer role reaches, in one place. ``batch_offsets`` (0016) is the previous
+#: release's write target: its trigger folds each row into ``offset_ranges`` and keeps nothing.
+GUARDED: tuple[Guarded, ...] = (
+    Guarded("runs", OWN, ("INSERT", "UPDATE")),
+    Guarded("batches", OWN, ("INSERT", "UPDATE")),
+    Guarded("batch_offsets", OWN, ("INSERT", "UPDATE")),
+    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE")),
+    Guarded("positions", OWN, ("INSERT", "UPDATE", "DELETE")),  # a restart drops removed partitions
+    Guarded("checkpoint_generations", OWN, ("INSERT", "UPDATE")),
+    Guarded("listener_health", OWN, ("INSERT", "UPDATE")),
+    Guarded("sinks", OWN, ("INSERT", "UPDATE")),
+    # The audit history: appended; only what recording itself moves may change.
+    Guarded("findings", OWN, ("INSERT", "UPDATE (occurrences, last_seen_at)")),
+    Guarded("resets", OWN, ("INSERT", "UPDATE (status, consumed_at, consumed_by_generation)")),
+    Guarded("reset_partitions", through("resets", "reset_id"), ("INSERT",)),
+    Guarded("pipeline_policies", OWN, ("INSERT",)),
+    Guarded("sink_batches", OWN, ("INSERT",)),
+    Guarded("pruned_ranges", OWN),  # written by prune, an owner's task; verify reads it
+)
+
+#: The ledger's views: every ``v_*`` view of the schema, and a guarded name that is a view.
+VIEW_FILTER = "(viewname LIKE 'v\\_%' OR viewname IN ({names}))"
+
+
+def check_role(role: str) -> str:
+    """A role name a grant may create: lower-case letters, digits and ``_`` (what PostgreSQL folds
+    an unquoted name to, so psql and the DSN spell it alike)."""
+    if not _ROLE.match(role) or role in ("public", "none") or role.startswith("pg_"):
+        raise InvalidInput(f"--role {role[:80]!r}: use 1-63 of a-z 0-9 _ (starting with a letter or _), "
+                           "not public or a pg_ name", option="--role")
+    return role
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def functions_sql(schema: str) -> list[str]:
+    """The two functions every policy calls (``CREATE OR REPLACE``: a grant re-applies them)."""
+    table = f"{_ident(schema)}.{SCOPES_TABLE}"
+    pin = f"SET search_path = {_ident(schema)}, pg_catalog, pg_temp"
+    return [
+        f"CREATE OR REPLACE FUNCTION {_ident(schema)}.{UNSCOPED}() RETURNS boolean LANGUAGE sql STABLE {pin} AS $$\n"
+        f"  SELECT NOT EXISTS (SELECT 1 FROM {table} WHERE role_name = current_user)\n$$",
+        f"CREATE OR REPLACE FUNCTION {_ident(schema)}.{IN_SCOPE}(pipeline text) RETURNS boolean LANGUAGE sql STABLE "
+        f"{pin} AS $$\n"
+        f"  SELECT NOT EXISTS (SELECT 1 FROM {table} WHERE role_name = current_user)\n"
+        f"      OR EXISTS (SELECT 1 FROM {table} s WHERE s.role_name = current_user\n"
+        f"                 AND CASE WHEN s.is_prefix THEN starts_with(pipeline, s.pattern) ELSE pipeline = s.pattern END)\n$$",
+    ]
+
+
+def policies_sql(guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
+    """Row security on every guarded table (idempotent: each policy is dropped and made again)."""
+    out = [
+        f"ALTER TABLE {SCOPES_TABLE} ENABLE ROW LEVEL SECURITY",
+        f"DROP POLICY IF EXISTS offset_ledger_own_scope ON {SCOPES_TABLE}",
+        f"CREATE POLICY offset_ledger_own_scope ON {SCOPES_TABLE} FOR SELECT USING (role_name = current_user)",
+        f"GRANT SELECT ON {SCOPES_TABLE} TO PUBLIC",
+    ]
+    for g in guarded:
+        rows = g.rows.format(table=g.table)
+        update = rows if g.updates else f"{UNSCOPED}()"
+        delete = rows if g.deletes else f"{UNSCOPED}()"
+        out.append(f"ALTER TABLE {g.table} ENABLE ROW LEVEL SECURITY")
+        for command, clause in (("SELECT", f"USING ({rows})"), ("INSERT", f"WITH CHECK ({rows})"),
+                                ("UPDATE", f"USING ({update}) WITH CHECK ({update})"),
+                                ("DELETE", f"USING ({delete})")):
+            name = f"offset_ledger_{command.lower()}"
+            out.append(f"DROP POLICY IF EXISTS {name} ON {g.table}")
+            out.append(f"CREATE POLICY {name} ON {g.table} FOR {command} {clause}")
+    names = ", ".join(_literal(g.table) for g in guarded)
+    out.append(
+        "DO $$ DECLARE v record; BEGIN\n"
+        f"  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema() AND {VIEW_FILTER.format(names=names)} LOOP\n"
+        "    EXECUTE format('ALTER VIEW %I SET (security_invoker = true)', v.viewname);\n"
+        "  END LOOP; END $$")
+    return out
+
+
+def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
+    """Every statement of ``db grant``, in order; run them in one transaction as the ledger's owner."""
+    check_role(role)
+    r = _ident(role)
+    out = [
+        f"DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = {_literal(role)}) THEN\n"
+        f"  CREATE ROLE {r} LOGIN; END IF; END $$",
+        *functions_sql(schema),
+        *policies_sql(guarded),
+        f"GRANT USAGE ON SCHEMA {_ident(schema)} TO {r}",
+        f"GRANT SELECT ON alembic_version TO {r}",
+    ]
+    for g in guarded:
+        out.append(f"REVOKE ALL ON {g.table} FROM {r}")
+        out.append(f"GRANT {', '.join(('SELECT', *g.writes))} ON {g.table} TO {r}")
+    tables = ", ".join(_literal(g.table) for g in guarded)
+    names = ", ".join(_literal(g.table) for g in guarded)
+    out.append(
+        "DO $$ DECLARE s text; v record; BEGIN\n"
+        f"  FOR s IN SELECT pg_get_serial_sequence(quote_ident(c.table_name), 'id') FROM information_schema.columns c\n"
+        f"           WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND c.table_name IN ({tables}) LOOP\n"
+        f"    IF s IS NOT NULL THEN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO %I', s, {_literal(role)}); END IF;\n"
+        "  END LOOP;\n"
+        f"  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema() AND {VIEW_FILTER.format(names=names)} LOOP\n"
+        f"    EXECUTE format('GRANT SELECT ON %I TO %I', v.viewname, {_literal(role)});\n"
+        "  END LOOP; END $$")
+    out.append(f"DELETE FROM {SCOPES_TABLE} WHERE role_name = {_literal(role)}")
+    rows = [(p, False) for p in sorted(scope.exact)] + [(p, True) for p in scope.prefixes]
+    if scope.unrestricted:
+        rows = [("", True)]  # '*': every pipeline, still with the writer's append-only history
+    out.append(f"INSERT INTO {SCOPES_TABLE} (role_name, pattern, is_prefix, granted_at) VALUES\n  "
+               + ",\n  ".join(f"({_literal(role)}, {_literal(p)}, {'true' if prefix else 'false'}, now())"
+                              for p, prefix in rows))
+    return out
+
+
+def ledger_schema(engine: Engine) -> str:
+    """The schema the ledger's tables are in (the DSN's search path)."""
+    from sqlalchemy import text
+
+    with engine.connect() as conn:
+        return str(conn.execute(text("SELECT current_schema()")).scalar_one())
+
+
+def require_postgres(dsn: str) -> None:
+    """InvalidInput unless ``dsn`` names a PostgreSQL ledger (checked before anything connects)."""
+    from sqlalchemy.engine import make_url
+
+    if make_url(dsn).get_backend_name() != "postgresql":
+        raise InvalidInput("db grant needs a PostgreSQL ledger: SQLite is a single-user file without roles "
+                           "(see docs/security.md)", option="--dsn")
+
+
+def execute(engine: Engine, statements: list[str]) -> None:
+    """Run ``statements`` in one transaction (raw cursor: ``%`` in format() is not a parameter)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from offset_ledger.ledger.engine import translate_db_error
+
+    dbapi_error = engine.dialect.dbapi.Error  # type: ignore[union-attr]
+    try:
+        with engine.begin() as conn:
+            cursor = conn.connection.cursor()
+            try:
+                for stmt in statements:
+                    cursor.execute(stmt)
+            finally:
+                cursor.close()
+    except (SQLAlchemyError, dbapi_error) as exc:
+        raise translate_db_error(exc, "applying row-level security") from exc
+
+
+def reapply(engine: Engine) -> bool:
+    """After ``db upgrade``: the policies again (a table or view a migration made is guarded too), when any
+    role is scoped; False when none is (row security was never turned on: nothing to do)."""
+    from sqlalchemy import inspect
+
+    from offset_ledger.ledger.tables import role_scopes
+
+    if engine.dialect.name != "postgresql" or not inspect(engine).has_table(SCOPES_TABLE):
+        return False
+    with engine.connect() as conn:
+        if conn.execute(select(role_scopes.c.role_name).limit(1)).first() is None:
+            return False
+    execute(engine, [*functions_sql(ledger_schema(engine)), *policies_sql()])
+    return True
