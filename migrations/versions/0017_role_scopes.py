@@ -1,7 +1,7 @@
 """Team roles: ``ledger_role_scopes`` names the pipelines a database role may write.
 
 Revision ID: 0017
-Revises: 0014
+Revises: 0016
 Create Date: 2026-11-26
 
 ``offset-ledger db grant`` (issue 39) fills this table and turns on PostgreSQL row-level security
@@ -24,7 +24,7 @@ depends_on = None
 
 
 # The tables ``db grant`` guarded when this revision was released (spelled out: it never changes).
-_GUARDED_AT_0017 = ("runs", "batches", "batch_offsets", "positions", "findings", "resets", "reset_partitions",
+_GUARDED_AT_0017 = ("runs", "batches", "batch_offsets", "offset_ranges", "positions", "findings", "resets", "reset_partitions",
                     "checkpoint_generations", "listener_health", "pipeline_policies", "sinks", "sink_batches",
                     "pruned_ranges", "ledger_role_scopes")
 
