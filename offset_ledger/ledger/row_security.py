@@ -52,6 +52,11 @@ class Guarded:
     rows: str
     #: Privileges a writer role gets beside SELECT; ``UPDATE (a, b)`` limits it to those columns.
     writes: tuple[str, ...] = ()
+    #: Check ``rows`` of a new or changed row after the statement instead of in the policy: a policy's
+    #: WITH CHECK runs inside the statement, and the fast path's one statement inserts the batch and its
+    #: ranges together (its CTEs cannot see each other's rows), so ``through("batches", ...)`` would
+    #: refuse a team's own new batch. An AFTER row trigger sees the whole statement's rows.
+    checked_after: bool = False
 
     @property
     def updates(self) -> bool:
@@ -77,7 +82,7 @@ GUARDED: tuple[Guarded, ...] = (
     Guarded("runs", OWN, ("INSERT", "UPDATE")),
     Guarded("batches", OWN, ("INSERT", "UPDATE")),
     Guarded("batch_offsets", OWN, ("INSERT", "UPDATE")),
-    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE")),
+    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE"), checked_after=True),
     Guarded("positions", OWN, ("INSERT", "UPDATE", "DELETE")),  # a restart drops removed partitions
     Guarded("checkpoint_generations", OWN, ("INSERT", "UPDATE")),
     Guarded("listener_health", OWN, ("INSERT", "UPDATE")),
@@ -124,6 +129,7 @@ def functions_sql(schema: str) -> list[str]:
         f"  SELECT NOT EXISTS (SELECT 1 FROM {table} WHERE role_name = current_user)\n"
         f"      OR EXISTS (SELECT 1 FROM {table} s WHERE s.role_name = current_user\n"
         f"                 AND CASE WHEN s.is_prefix THEN starts_with(pipeline, s.pattern) ELSE pipeline = s.pattern END)\n$$",
+        *(_after_check_function_sql(g, schema) for g in GUARDED if g.checked_after),
     ]
 
 
@@ -139,13 +145,16 @@ def policies_sql(guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
         rows = g.rows.format(table=g.table)
         update = rows if g.updates else f"{UNSCOPED}()"
         delete = rows if g.deletes else f"{UNSCOPED}()"
+        check, check_update = ("true", "true" if g.updates else update) if g.checked_after else (rows, update)
         out.append(f"ALTER TABLE {g.table} ENABLE ROW LEVEL SECURITY")
-        for command, clause in (("SELECT", f"USING ({rows})"), ("INSERT", f"WITH CHECK ({rows})"),
-                                ("UPDATE", f"USING ({update}) WITH CHECK ({update})"),
+        for command, clause in (("SELECT", f"USING ({rows})"), ("INSERT", f"WITH CHECK ({check})"),
+                                ("UPDATE", f"USING ({update}) WITH CHECK ({check_update})"),
                                 ("DELETE", f"USING ({delete})")):
             name = f"offset_ledger_{command.lower()}"
             out.append(f"DROP POLICY IF EXISTS {name} ON {g.table}")
             out.append(f"CREATE POLICY {name} ON {g.table} FOR {command} {clause}")
+        if g.checked_after:
+            out.extend(_after_check_sql(g))
     names = ", ".join(_literal(g.table) for g in guarded)
     out.append(
         "DO $$ DECLARE v record; BEGIN\n"
@@ -153,6 +162,28 @@ def policies_sql(guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
         "    EXECUTE format('ALTER VIEW %I SET (security_invoker = true)', v.viewname);\n"
         "  END LOOP; END $$")
     return out
+
+
+def _after_check_function_sql(g: Guarded, schema: str) -> str:
+    """The trigger function that refuses (as row security would, SQLSTATE 42501) a scoped role's new or
+    changed row of ``g`` outside its scope. It runs as the caller, so ``rows`` sees what the caller's
+    policies let it see; its pinned search path keeps a temporary table from standing in for ours."""
+    check = g.rows.format(table=g.table).replace(f"{g.table}.", "NEW.")
+    return (f"CREATE OR REPLACE FUNCTION {_ident(schema)}.offset_ledger_{g.table}_in_scope() RETURNS trigger "
+            f"LANGUAGE plpgsql SET search_path = {_ident(schema)}, pg_catalog, pg_temp AS $$\n"
+            f"BEGIN\n  IF NOT ({check}) THEN\n"
+            f"    RAISE EXCEPTION 'new row violates row-level security policy for table \"{g.table}\"' "
+            "USING ERRCODE = '42501';\n  END IF;\n  RETURN NULL;\nEND $$")
+
+
+def _after_check_sql(g: Guarded) -> list[str]:
+    """The AFTER row trigger calling it; the owner and unscoped roles skip it (its WHEN)."""
+    trigger = f"offset_ledger_{g.table}_scope"
+    return [
+        f"DROP TRIGGER IF EXISTS {trigger} ON {g.table}",
+        f"CREATE TRIGGER {trigger} AFTER INSERT OR UPDATE ON {g.table} FOR EACH ROW "
+        f"WHEN (NOT {UNSCOPED}()) EXECUTE FUNCTION offset_ledger_{g.table}_in_scope()",
+    ]
 
 
 def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:

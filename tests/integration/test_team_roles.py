@@ -36,6 +36,7 @@ from offset_ledger.ledger.tables import (
     checkpoint_generations,
     findings,
     listener_health,
+    offset_ranges,
     pipeline_policies,
     positions,
     reset_partitions,
@@ -97,6 +98,8 @@ def _b_state(admin: Engine) -> dict[str, Any]:
             rows = conn.execute(select(table).where(table.c.pipeline == B)).all()
             out[table.name] = sorted(repr(tuple(r)) for r in rows)
         out["reset_partitions"] = conn.execute(select(func.count()).select_from(reset_partitions)).scalar_one()
+        out["offset_ranges"] = conn.execute(select(func.count()).select_from(offset_ranges).join(
+            batches, batches.c.id == offset_ranges.c.batch_pk).where(batches.c.pipeline == B)).scalar_one()
     return out
 
 
@@ -152,6 +155,9 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
                                                      after_next_offset=0))
         conn.execute(insert(findings).values(pipeline=A, consumer_group=A, kind="gap", message="gap",
                                              created_at=func.now()))
+        b_batch = conn.execute(insert(batches).values(
+            pipeline=B, consumer_group=B, query_id="qb", run_id="rb", batch_id=0, batch_time=func.now(),
+            recorded_at=func.now(), input_rows=0).returning(batches.c.id)).scalar_one()
     before = _b_state(admin)
     now = func.now()
     wrong = {
@@ -160,6 +166,14 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
         "batch_offsets": insert(batch_offsets).values(pipeline=B, consumer_group=B, query_id="q", batch_id=9,
                                                       source_index=0, topic="payments-b", partition=0,
                                                       until_offset=1, batch_time=now),
+        # A's ranges added to B's batch (the compact table names its batch, not its pipeline: the check
+        # runs after the statement, see row_security.Guarded.checked_after).
+        "offset_ranges": insert(offset_ranges).values(batch_pk=b_batch, source_index=0, topic="orders-a",
+                                                      partitions=[0], from_offsets=[0], until_offsets=[5]),
+        # The previous release's write target (0016 folds its rows into offset_ranges).
+        "batch_offsets table": text("INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, "
+                                    "source_index, topic, \"partition\", from_offset, until_offset, batch_time) "
+                                    f"VALUES ('{B}', '{B}', 'qb', 0, 0, 'payments-b', 3, 0, 5, now())"),
         "positions": insert(positions).values(pipeline=B, consumer_group=B, topic="payments-b", partition=5,
                                               next_offset=1, updated_at=now),
         "runs": insert(runs).values(run_id="r-b", query_id="q", pipeline=B, consumer_group=B, started_at=now),
