@@ -45,6 +45,7 @@ from offset_ledger.rules.iceberg_snapshots import (
     snapshot_properties,
 )
 from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_ahead import late_commit
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, decide, identity_of
 from offset_ledger.sinks.postgres import SINK_SOURCE, _engine, batch_ledger_records, check_target, sink_run_id
@@ -127,6 +128,11 @@ class IcebergSink:
                                       conn, self.pipeline, self.consumer_group),
                                   committed_sequence=sink_store.committed_sequence(
                                       conn, self.name, generation_id, batch_id))
+                if decision.verdict == "commit":
+                    # A zombie's commit that landed after this generation opened (rules.sink_ahead).
+                    why = late_commit(sink_store.older_commits_ahead(conn, self.pipeline, self.consumer_group)[0])
+                    if why is not None:
+                        decision = SinkDecision("fenced", None, why)
                 records = batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
                                                self.checkpoint_location)
         except SQLAlchemyError as exc:
