@@ -114,10 +114,49 @@ def iceberg_session():  # type: ignore[no-untyped-def]
     return spark, warehouse
 
 
+def timed_iceberg_sink(**kwargs):  # type: ignore[no-untyped-def]
+    """An IcebergSink that keeps where each batch's time went in ``last_timings`` (ms), as PostgresSink does.
+
+    ``prepare``: the checkpoint's offsets and the deciding ledger transaction; ``snapshots``: reading the
+    table's metadata for its own snapshot (before and after the append); ``append``: Spark's append
+    (reading the batch from Kafka included: the baseline's whole write); ``record``: the ledger's
+    second transaction (the batch, its offsets, the snapshot id).
+    """
+    from offset_ledger.sinks import IcebergSink
+
+    class Timed(IcebergSink):
+        def write(self, df, batch_id):  # type: ignore[no-untyped-def]
+            self._t = {"start": time.perf_counter(), "first": 0.0, "snapshots": 0.0, "record": 0.0}
+            done = super().write(df, batch_id)
+            t, total = self._t, time.perf_counter() - self._t["start"]
+            prepare = (t["first"] or time.perf_counter()) - t["start"]
+            self.last_timings = {"prepare": prepare * 1000, "snapshots": t["snapshots"] * 1000,
+                                 "append": (total - prepare - t["snapshots"] - t["record"]) * 1000,
+                                 "record": t["record"] * 1000}
+            return done
+
+        def _snapshots(self):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            self._t["first"] = self._t["first"] or t0
+            try:
+                return super()._snapshots()
+            finally:
+                self._t["snapshots"] += time.perf_counter() - t0
+
+        def _record(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return super()._record(*args, **kwargs)
+            finally:
+                self._t["record"] += time.perf_counter() - t0
+
+    return Timed(**kwargs)
+
+
 def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, total: int,  # type: ignore[no-untyped-def]
         root: str, warehouse: str = "") -> list[float]:
     from offset_ledger import start_from_ledger
-    from offset_ledger.sinks import IcebergSink, PostgresSink
+    from offset_ledger.sinks import PostgresSink
 
     table = f"{method.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
     iceberg = "iceberg" in method
@@ -131,8 +170,8 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
                              dsn=dsn, first_run="earliest")
     times: list[float] = []
     if method == "sink-iceberg":
-        write = IcebergSink(table=f"db.{table}", warehouse=warehouse, catalog=CATALOG, pipeline=pipeline, dsn=dsn,
-                            checkpoint_location=plan.checkpoint_location)
+        write = timed_iceberg_sink(table=f"db.{table}", warehouse=warehouse, catalog=CATALOG, pipeline=pipeline,
+                                   dsn=dsn, checkpoint_location=plan.checkpoint_location)
     elif iceberg:
         def write(df, batch_id):  # type: ignore[no-untyped-def]
             df.writeTo(f"{CATALOG}.db.{table}").append()
