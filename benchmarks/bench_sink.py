@@ -23,7 +23,7 @@ each round, best round reported, after one unmeasured warm-up run. Target: ``sin
 ``--iceberg`` measures the Iceberg sink instead, in an interpreter whose PySpark has an Iceberg
 runtime (iceberg-spark-runtime-4.1 needs PySpark 4.1: the matrix's ``.venv-pyspark-4.1.1``)::
 
-    .venv-pyspark-4.1.1/bin/python benchmarks/bench_sink.py --iceberg [--rows-per-batch 10000] [--batches 6] [--rounds 2]
+    .venv-pyspark-4.1.1/bin/python benchmarks/bench_sink.py --iceberg [--rows-per-batch 10000] [--batches 8] [--rounds 3]
 
 The same batches appended to a table of a Hadoop catalog in a scratch warehouse directory, two ways:
 
