@@ -19,6 +19,21 @@ Time per batch is measured around the write inside ``foreachBatch`` (reading Kaf
 both evaluate the batch once); the first batch of each run is a warm-up and left out. Median of
 each round, best round reported, after one unmeasured warm-up run. Target: ``sink-jdbc`` within
 1.10x of ``jdbc`` at 10,000 rows per batch; exits 1 when missed. The JDBC driver comes from Maven Central (``mvn dependency:get``).
+
+``--iceberg`` measures the Iceberg sink instead, in an interpreter whose PySpark has an Iceberg
+runtime (iceberg-spark-runtime-4.1 needs PySpark 4.1: the matrix's ``.venv-pyspark-4.1.1``)::
+
+    .venv-pyspark-4.1.1/bin/python benchmarks/bench_sink.py --iceberg [--rows-per-batch 10000] [--batches 8] [--rounds 3]
+
+The same batches appended to a table of a Hadoop catalog in a scratch warehouse directory, two ways:
+
+- ``iceberg`` (the baseline): ``foreachBatch`` with ``df.writeTo(table).append()`` (at-least-once);
+- ``sink-iceberg``: ``IcebergSink``: the ledger's sequence decided in one transaction, the append
+  with the batch's identity in the snapshot summary, the snapshot found again in the table's
+  metadata, then the batch, its offsets and the snapshot id recorded in a second transaction.
+
+The Kafka connector and Iceberg jars are resolved for the running PySpark (``--jars`` is ignored);
+the ledger is a scratch Postgres database as above. No target: the ratio is reported, exit 0.
 """
 
 from __future__ import annotations
@@ -76,18 +91,91 @@ def create_table(dsn: str, name: str) -> None:
     engine.dispose()
 
 
+CATALOG = "bench"
+
+
+def iceberg_session():  # type: ignore[no-untyped-def]
+    """A local session with the Kafka connector and Iceberg's runtime for this PySpark, catalog ``bench``."""
+    from pyspark.sql import SparkSession
+
+    from offset_ledger import devstack
+
+    jars = ",".join(str(p) for p in [*devstack.spark_kafka_jars(), *devstack.iceberg_spark_jars()])
+    warehouse = tempfile.mkdtemp(prefix="bench-sink-warehouse-")
+    spark = (SparkSession.builder.master("local[2]").appName("bench-sink-iceberg").config("spark.jars", jars)
+             .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
+             .config(f"spark.sql.catalog.{CATALOG}", "org.apache.iceberg.spark.SparkCatalog")
+             .config(f"spark.sql.catalog.{CATALOG}.type", "hadoop")
+             .config(f"spark.sql.catalog.{CATALOG}.warehouse", warehouse)
+             # As tests/integration/iceberg_driver.py: foreachBatch's session must see each new snapshot.
+             .config(f"spark.sql.catalog.{CATALOG}.cache-enabled", "false")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", "2g").getOrCreate())
+    return spark, warehouse
+
+
+def timed_iceberg_sink(**kwargs):  # type: ignore[no-untyped-def]
+    """An IcebergSink that keeps where each batch's time went in ``last_timings`` (ms), as PostgresSink does.
+
+    ``prepare``: the checkpoint's offsets and the deciding ledger transaction; ``snapshots``: reading the
+    table's metadata for its own snapshot (before and after the append); ``append``: Spark's append
+    (reading the batch from Kafka included: the baseline's whole write); ``record``: the ledger's
+    second transaction (the batch, its offsets, the snapshot id).
+    """
+    from offset_ledger.sinks import IcebergSink
+
+    class Timed(IcebergSink):
+        def write(self, df, batch_id):  # type: ignore[no-untyped-def]
+            self._t = {"start": time.perf_counter(), "first": 0.0, "snapshots": 0.0, "record": 0.0}
+            done = super().write(df, batch_id)
+            t, total = self._t, time.perf_counter() - self._t["start"]
+            prepare = (t["first"] or time.perf_counter()) - t["start"]
+            self.last_timings = {"prepare": prepare * 1000, "snapshots": t["snapshots"] * 1000,
+                                 "append": (total - prepare - t["snapshots"] - t["record"]) * 1000,
+                                 "record": t["record"] * 1000}
+            return done
+
+        def _snapshots(self):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            self._t["first"] = self._t["first"] or t0
+            try:
+                return super()._snapshots()
+            finally:
+                self._t["snapshots"] += time.perf_counter() - t0
+
+        def _record(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return super()._record(*args, **kwargs)
+            finally:
+                self._t["record"] += time.perf_counter() - t0
+
+    return Timed(**kwargs)
+
+
 def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, total: int,  # type: ignore[no-untyped-def]
-        root: str) -> list[float]:
+        root: str, warehouse: str = "") -> list[float]:
     from offset_ledger import start_from_ledger
     from offset_ledger.sinks import PostgresSink
 
-    table = f"{method}_{uuid.uuid4().hex[:6]}"
-    create_table(dsn, table)
+    table = f"{method.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
+    iceberg = "iceberg" in method
+    if iceberg:
+        spark.sql(f"CREATE TABLE {CATALOG}.db.{table} (value string, topic string, `partition` int, `offset` bigint) "
+                  "USING iceberg")
+    else:
+        create_table(dsn, table)
     pipeline = f"bench_{table}"
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/{table}",
                              dsn=dsn, first_run="earliest")
     times: list[float] = []
-    if method.startswith("sink"):
+    if method == "sink-iceberg":
+        write = timed_iceberg_sink(table=f"db.{table}", warehouse=warehouse, catalog=CATALOG, pipeline=pipeline,
+                                   dsn=dsn, checkpoint_location=plan.checkpoint_location)
+    elif iceberg:
+        def write(df, batch_id):  # type: ignore[no-untyped-def]
+            df.writeTo(f"{CATALOG}.db.{table}").append()
+    elif method.startswith("sink"):
         write = PostgresSink(table=table, pipeline=pipeline, dsn=dsn, checkpoint_location=plan.checkpoint_location,
                              stage="jdbc" if method == "sink-jdbc" else "copy")
     else:
@@ -113,10 +201,13 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
     query = (df.writeStream.foreachBatch(timed).option("checkpointLocation", plan.checkpoint_location)
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    engine = create_engine(dsn)
-    with engine.connect() as conn:
-        count = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
-    engine.dispose()
+    if iceberg:
+        count = spark.read.table(f"{CATALOG}.db.{table}").count()
+    else:
+        engine = create_engine(dsn)
+        with engine.connect() as conn:
+            count = conn.execute(text(f'SELECT count(*) FROM "{table}"')).scalar()
+        engine.dispose()
     assert count == total, (method, count, total)  # every record once, whatever the batches' sizes
     if len(phases) > 2:
         print(f"  {method} phases (median ms): " + ", ".join(
@@ -133,30 +224,37 @@ def main() -> int:
     parser.add_argument("--rows-per-batch", type=int, default=10_000)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--iceberg", action="store_true",
+                        help="the Iceberg sink against a plain Iceberg append (needs PySpark 4.1, see the docstring)")
     args = parser.parse_args()
-    if not (args.dsn and args.bootstrap_servers and args.jars):
+    if not (args.dsn and args.bootstrap_servers and (args.jars or args.iceberg)):
         parser.error("needs --dsn, --bootstrap-servers and --jars (or source .devstack/stack.env)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the sink's workers stage with psycopg2
     from pyspark.sql import SparkSession
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
-             .config("spark.jars", f"{args.jars},{jdbc_jar()}").config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+    warehouse = ""
+    if args.iceberg:
+        spark, warehouse = iceberg_session()
+        methods: tuple[str, ...] = ("iceberg", "sink-iceberg")
+    else:
+        spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
+                 .config("spark.jars", f"{args.jars},{jdbc_jar()}").config("spark.ui.enabled", "false")
+                 .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+        methods = ("jdbc", "sink-jdbc", "sink-copy")
     spark.sparkContext.setLogLevel("ERROR")
     db = ScratchDatabase(args.dsn, "bench_sink")
     root = tempfile.mkdtemp(prefix="bench-sink-")
     topic = f"bench_sink_{uuid.uuid4().hex[:8]}"
     try:
         produce(args.bootstrap_servers, topic, args.rows_per_batch * args.batches)
-        methods = ("jdbc", "sink-jdbc", "sink-copy")
         medians: dict[str, list[float]] = {m: [] for m in methods}
         # One unmeasured run first: the JVM's JIT warms up on whichever method goes first.
-        run(spark, "jdbc", db.dsn, args.bootstrap_servers, topic, args.rows_per_batch,
-            args.rows_per_batch * args.batches, root)
+        run(spark, methods[0], db.dsn, args.bootstrap_servers, topic, args.rows_per_batch,
+            args.rows_per_batch * args.batches, root, warehouse)
         for r in range(args.rounds):
             for method in (methods if r % 2 == 0 else tuple(reversed(methods))):
                 times = run(spark, method, db.dsn, args.bootstrap_servers, topic, args.rows_per_batch,
-                            args.rows_per_batch * args.batches, root)
+                            args.rows_per_batch * args.batches, root, warehouse)
                 medians[method].append(statistics.median(times) * 1000)
                 print(f"round {r + 1} {method}: median {medians[method][-1]:.0f} ms/batch "
                       f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, {len(times)} batches)", flush=True)
@@ -164,14 +262,18 @@ def main() -> int:
         spark.stop()
         db.drop()
         shutil.rmtree(root, ignore_errors=True)
-    jdbc = min(medians["jdbc"])
-    print(f"\n{args.rows_per_batch} rows/batch, best round's median: jdbc {jdbc:.0f} ms/batch (the baseline)")
+        if warehouse:
+            shutil.rmtree(warehouse, ignore_errors=True)
+    base = min(medians[methods[0]])
+    print(f"\n{args.rows_per_batch} rows/batch, best round's median: {methods[0]} {base:.0f} ms/batch (the baseline)")
     ratios = {}
     for method in methods[1:]:
         best = min(medians[method])
-        ratios[method] = best / jdbc
-        print(f"  {method}: {best:.0f} ms/batch, {ratios[method]:.2f}x jdbc (target <= {TARGET_RATIO:.2f}x)")
-    return 0 if ratios["sink-jdbc"] <= TARGET_RATIO else 1
+        ratios[method] = best / base
+        target = "" if args.iceberg else f" (target <= {TARGET_RATIO:.2f}x)"
+        print(f"  {method}: {best:.0f} ms/batch, {ratios[method]:.2f}x {methods[0]}, "
+              f"+{best - base:.0f} ms/batch{target}")
+    return 0 if args.iceberg or ratios["sink-jdbc"] <= TARGET_RATIO else 1
 
 
 if __name__ == "__main__":
