@@ -218,9 +218,10 @@ def prefill(dsn: str, rows: int) -> float:
     with engine.begin() as conn:
         # The compact layout the recorder writes: the batch row, then one offset_ranges row with arrays.
         conn.execute(text("""
-            INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at)
+            INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
+                                 input_rows)
             SELECT 'old_' || q, 'old_' || q, md5('q' || q)::uuid::text, 'r' || q, b,
-                   now() - interval '30 days' + b * interval '1 second', now()
+                   now() - interval '30 days' + b * interval '1 second', now(), 1000
             FROM generate_series(0, :nb) b, generate_series(0, 99) q ORDER BY b, q
         """), {"nb": batches - 1})
         conn.execute(text("""
