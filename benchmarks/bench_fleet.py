@@ -94,8 +94,11 @@ def _postmaster(raw: psycopg2.extensions.connection) -> int:
 
 def _server_state(raw: psycopg2.extensions.connection) -> tuple[int, int, int]:
     with raw.cursor() as cur:
+        # Both methods' tables: only one of them writes in a step.
         cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,"
-                    " pg_total_relation_size('offset_ranges'), (SELECT count(*) FROM v_batch_offsets)")
+                    " pg_total_relation_size('offset_ranges') + pg_total_relation_size('naive_offsets'),"
+                    " (SELECT coalesce(sum(cardinality(partitions)), 0) FROM offset_ranges)"
+                    " + (SELECT count(*) FROM naive_offsets)")
         wal, size, rows = cur.fetchone()
     return int(wal), int(size), int(rows)
 
