@@ -73,7 +73,7 @@ def _naive_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spoo
     params = {k: v for k, v in {"host": url.host, "port": url.port, "user": url.username, "password": url.password,
                                 "dbname": url.database}.items() if v is not None}
     query_id = str(uuid.uuid4())
-    sql = ("INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, partition,"
+    sql = ("INSERT INTO naive_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, partition,"
            " from_offset, until_offset, batch_time) VALUES (%s, %s, %s, %s, 0, 'bench', %s, %s, %s, now())")
 
     def write(b: int) -> None:

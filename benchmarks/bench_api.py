@@ -70,14 +70,13 @@ def load(dsn: str, rows: int, topic: str) -> None:
                    now() - interval '30 days' + b * interval '10 seconds', 100
             FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :n - 1) AS b
         """), {"n": batches_per_pipeline, "pipelines": PIPELINES})
+        # The compact layout the recorder writes: one offset_ranges row per batch with arrays.
         conn.execute(text("""
-            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic,
-                                       "partition", from_offset, until_offset, batch_time)
-            SELECT 'pipeline-' || p, 'pipeline-' || p, 'query-' || p, b, 0, :topic, part,
-                   b * 25, (b + 1) * 25, now() - interval '30 days' + b * interval '10 seconds'
-            FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :n - 1) AS b,
-                 generate_series(0, :parts - 1) AS part
-        """), {"n": batches_per_pipeline, "pipelines": PIPELINES, "parts": PARTITIONS, "topic": topic})
+            INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+            SELECT id, 0, :topic, ARRAY(SELECT generate_series(0, :parts - 1)), array_fill(batch_id * 25, ARRAY[:parts]),
+                   array_fill((batch_id + 1) * 25, ARRAY[:parts])
+            FROM batches ORDER BY id
+        """), {"parts": PARTITIONS, "topic": topic})
         conn.execute(text("""
             INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
                                    query_id, batch_id)

@@ -94,8 +94,11 @@ def _postmaster(raw: psycopg2.extensions.connection) -> int:
 
 def _server_state(raw: psycopg2.extensions.connection) -> tuple[int, int, int]:
     with raw.cursor() as cur:
+        # Both methods' tables: only one of them writes in a step.
         cur.execute("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::bigint,"
-                    " pg_total_relation_size('offset_ranges'), (SELECT count(*) FROM v_batch_offsets)")
+                    " pg_total_relation_size('offset_ranges') + pg_total_relation_size('naive_offsets'),"
+                    " (SELECT coalesce(sum(cardinality(partitions)), 0) FROM offset_ranges)"
+                    " + (SELECT count(*) FROM naive_offsets)")
         wal, size, rows = cur.fetchone()
     return int(wal), int(size), int(rows)
 
@@ -201,19 +204,35 @@ def run_step(method: str, dsn: str, pipelines: int, partitions: int, interval: f
 # ---------------------------------------------------------------------------------------- prefill
 
 
+#: The naive pattern's own table: one row per partition with its text keys (the per-row layout people copy).
+NAIVE_TABLE = """
+    CREATE TABLE naive_offsets (id bigserial PRIMARY KEY, pipeline text NOT NULL, consumer_group text NOT NULL,
+        query_id text NOT NULL, batch_id bigint NOT NULL, source_index int NOT NULL, topic text NOT NULL,
+        "partition" int NOT NULL, from_offset bigint, until_offset bigint NOT NULL, batch_time timestamptz NOT NULL,
+        UNIQUE (query_id, batch_id, source_index, topic, "partition"))
+"""
+
+
 def prefill(dsn: str, rows: int) -> float:
     """``rows`` batch_offsets rows of history: 100 pipelines x 100 partitions, time-ordered, uuid query ids."""
     started = time.perf_counter()
     engine = make_engine(dsn, pool_size=1)
     batches = max(1, rows // 10_000)
     with engine.begin() as conn:
+        # The compact layout the recorder writes: the batch row, then one offset_ranges row with arrays.
         conn.execute(text("""
-            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
-                                       from_offset, until_offset, batch_time)
-            SELECT 'old_' || q, 'old_' || q, md5('q' || q)::uuid::text, b, 0, 'bench', p, b * 10, (b + 1) * 10,
-                   now() - interval '30 days' + b * interval '1 second'
-            FROM generate_series(0, :nb) b, generate_series(0, 99) q, generate_series(0, 99) p ORDER BY b, q, p
+            INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
+                                 input_rows)
+            SELECT 'old_' || q, 'old_' || q, md5('q' || q)::uuid::text, 'r' || q, b,
+                   now() - interval '30 days' + b * interval '1 second', now(), 1000
+            FROM generate_series(0, :nb) b, generate_series(0, 99) q ORDER BY b, q
         """), {"nb": batches - 1})
+        conn.execute(text("""
+            INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+            SELECT id, 0, 'bench', ARRAY(SELECT generate_series(0, 99)), array_fill(batch_id * 10, ARRAY[100]),
+                   array_fill((batch_id + 1) * 10, ARRAY[100])
+            FROM batches WHERE pipeline LIKE 'old\\_%' ORDER BY id
+        """))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE offset_ranges"))
     engine.dispose()
@@ -272,6 +291,8 @@ def main(argv: list[str] | None = None) -> int:
             upgrade(engine)
             with engine.connect() as conn:
                 max_conn = int(conn.execute(text("SHOW max_connections")).scalar_one())
+                conn.execute(text(NAIVE_TABLE))
+                conn.commit()
             engine.dispose()
             if fill:
                 took = prefill(scratch.dsn, fill)

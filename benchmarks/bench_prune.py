@@ -45,13 +45,12 @@ def populate(engine: Engine, pipelines: int, batches: int, partitions: int, now:
             FROM generate_series(0, :nb) b, generate_series(0, :np) p
             ORDER BY b, p
         """), params)
+        # The compact layout the recorder writes: one offset_ranges row per batch with arrays.
         conn.execute(text("""
-            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,
-                                       topic, "partition", from_offset, until_offset, batch_time)
-            SELECT 'bench_' || p, 'bench_' || p, 'q-' || p, b, 0, 'topic_' || p, part,
-                   b * 100, b * 100 + 100, :start + b * :step_s * interval '1 second'
-            FROM generate_series(0, :nb) b, generate_series(0, :np) p, generate_series(0, :nparts) part
-            ORDER BY b, p, part
+            INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+            SELECT id, 0, 'topic_' || substr(pipeline, 7), ARRAY(SELECT generate_series(0, :nparts)),
+                   array_fill(batch_id * 100, ARRAY[:nparts + 1]), array_fill(batch_id * 100 + 100, ARRAY[:nparts + 1])
+            FROM batches WHERE pipeline LIKE 'bench%' ORDER BY id
         """), params)
         # Positions: each partition at its last batch's end.
         conn.execute(text("""

@@ -57,14 +57,17 @@ def populate(engine: Engine, batches: int, partitions: int) -> None:
                    :start + b * interval '1 second', :step * (:np + 1)
             FROM generate_series(0, :nb) b ORDER BY b
         """), params)
+        # The compact layout the recorder writes: one offset_ranges row per batch, its partitions and
+        # their exclusive ends as arrays (the batch's number b is its second since start).
         conn.execute(text("""
-            INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index, topic, "partition",
-                                       from_offset, until_offset, batch_time)
-            SELECT 'orders', 'orders', 'q' || least(b / :third, 2), b - least(b / :third, 2) * :third, 0, 'orders', p,
-                   b * :step - CASE WHEN b >= 2 * :third THEN :reread ELSE 0 END,
-                   (b + 1) * :step - CASE WHEN b >= 2 * :third THEN :reread ELSE 0 END,
-                   :start + b * interval '1 second'
-            FROM generate_series(0, :nb) b, generate_series(0, :np) p ORDER BY b, p
+            INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+            SELECT bt.id, 0, 'orders', ARRAY(SELECT generate_series(0, :np)),
+                   array_fill(s.b * :step - CASE WHEN s.b >= 2 * :third THEN :reread ELSE 0 END, ARRAY[:np + 1]),
+                   array_fill((s.b + 1) * :step - CASE WHEN s.b >= 2 * :third THEN :reread ELSE 0 END,
+                              ARRAY[:np + 1])
+            FROM batches bt,
+                 LATERAL (SELECT round(extract(epoch FROM bt.batch_time - :start))::bigint AS b) s
+            ORDER BY bt.id
         """), params)
         conn.execute(text("""
             INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at, query_id,
