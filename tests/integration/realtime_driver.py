@@ -6,7 +6,8 @@ each record to ``out_topic`` as ``<partition>:<offset>:<value>`` (so the test's 
 input a record of the output is) with ``trigger(realTime=...)``: each batch spans the trigger
 interval and rows are emitted while it runs. ``OffsetLedgerListener`` records the batches. The
 driver prints ``PLAN ...`` and ``STARTED <query id>`` and then runs until it is killed, or, with
-``run_s``, stops the query after that many seconds and exits 0.
+``run_s``, stops the query after that many seconds (or, with ``until_ends``, as soon as a completed
+batch reached those ends) and exits 0.
 """
 
 from __future__ import annotations
@@ -46,13 +47,31 @@ def main(cfg: dict[str, Any]) -> None:
              .queryName(cfg["pipeline"]).outputMode("update").trigger(realTime=cfg.get("trigger", "5 seconds")).start())
     print(f"STARTED {query.id}", flush=True)
     if cfg.get("run_s"):
-        time.sleep(float(cfg["run_s"]))
+        # With ``until_ends`` ({partition: exclusive end}): stop once a batch Spark completed reached
+        # them (a fixed sleep was too short on a loaded machine: Spark had not re-read the killed
+        # batch yet), ``run_s`` then being only the limit.
+        deadline = time.monotonic() + float(cfg["run_s"])
+        until = {str(p): int(e) for p, e in (cfg.get("until_ends") or {}).items()}
+        while time.monotonic() < deadline:
+            if until and any(_reached(progress, cfg["topic"], until) for progress in query.recentProgress):
+                break
+            time.sleep(0.5)
         query.stop()
         listener.close(10)
         spark.stop()
         print("DONE", flush=True)
         return
     query.awaitTermination()
+
+
+def _reached(progress: Any, topic: str, until: dict[str, int]) -> bool:
+    """Whether the completed batch of ``progress`` ended at or past ``until`` on every partition."""
+    for source in progress.sources:
+        end = source.endOffset
+        ends = json.loads(end) if isinstance(end, str) else end
+        if isinstance(ends, dict) and topic in ends:
+            return all(int(ends[topic].get(p, -1)) >= e for p, e in until.items())
+    return False
 
 
 if __name__ == "__main__":

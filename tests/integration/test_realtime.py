@@ -150,7 +150,8 @@ def test_a_realtime_query_killed_mid_batch_and_upgraded_rereads_only_the_open_ba
     spark_end = _offsets_file(checkpoint, opened - 1, topic)
 
     log2 = tmp_path / "driver-2.log"
-    upgrade, out2 = _start({**cfg, "app_version": "2", "run_s": 14}, log2)
+    upgrade, out2 = _start({**cfg, "app_version": "2", "run_s": 180,
+                             "until_ends": {str(p): e for p, e in kafka.end_offsets(topic).items()}}, log2)
     upgrade.wait(timeout=240)
     out2.close()
     assert upgrade.returncode == 0, log2.read_text()[-4000:]
