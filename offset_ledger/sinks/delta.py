@@ -34,16 +34,14 @@ from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
 from offset_ledger.rules.model import Finding
-from offset_ledger.rules.sink_ahead import late_commit
-from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
-from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, decide, foreign_commit, identity_of
+from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc
+from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, foreign_commit, identity_of
 from offset_ledger.sinks.postgres import (
     SINK_SOURCE,
-    _engine,
-    batch_ledger_records,
     check_target,
     sink_run_id,
 )
+from offset_ledger.sinks.table_batch import prepare_batch
 
 
 class DeltaSink:
@@ -84,40 +82,11 @@ class DeltaSink:
         self.write(df, int(batch_id))
 
     def write(self, df: Any, batch_id: int) -> SinkDecision:
-        from offset_ledger.capture.checkpoint_files import checkpoint_files
-
-        if not self.checkpoint_location:
-            raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
-        ledger = _engine(self.dsn)
-        query_id, batch = running_batch(self.checkpoint_location,
-                                        checkpoint_files(self.checkpoint_location, self.storage_options), batch_id)
-        now = datetime.now(timezone.utc)
-        try:
-            with ledger.begin() as conn:
-                state = sink_store.lock_sink(conn, self.spec, now)
-                generation_id = sink_store.generation_of(conn, self.pipeline, self.consumer_group,
-                                                         self.checkpoint_location, query_id)
-                if generation_id is None:
-                    raise ConfigError(f"sink {self.name!r}: checkpoint {self.checkpoint_location} is not a generation "
-                                      f"the ledger handed out for pipeline {self.pipeline!r}", sink=self.name)
-                decision = decide(state, generation_id=generation_id, batch_id=batch_id,
-                                  current_generation_id=sink_store.current_generation_id(
-                                      conn, self.pipeline, self.consumer_group),
-                                  committed_sequence=sink_store.committed_sequence(
-                                      conn, self.name, generation_id, batch_id))
-                if decision.verdict == "commit":
-                    # A zombie's commit that landed after this generation opened (rules.sink_ahead).
-                    why = late_commit(sink_store.older_commits_ahead(conn, self.pipeline, self.consumer_group)[0])
-                    if why is not None:
-                        decision = SinkDecision("fenced", None, why)
-                records = batch_ledger_records(conn, self.pipeline, self.consumer_group, query_id, batch, now,
-                                               self.checkpoint_location)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, f"preparing batch {batch_id} of {self.name}") from exc
+        prepared = prepare_batch(self.spec, self.dsn, self.checkpoint_location, self.storage_options, batch_id)
+        ledger, decision, records = prepared.ledger, prepared.decision, prepared.records
+        generation_id, query_id = prepared.generation_id, prepared.query_id
         self.last = decision
-        if decision.verdict == "fenced":
-            raise SinkFenced(f"sink {self.name!r}: {decision.reason}", sink=self.name, batch_id=batch_id,
-                             generation_id=generation_id)
+        prepared.refuse_if_fenced(self.spec, batch_id)
         if decision.verdict == "skip":
             return decision
         assert decision.sequence is not None

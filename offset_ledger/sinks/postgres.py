@@ -52,7 +52,7 @@ _ENGINES: dict[str, Engine] = {}
 _ENGINES_LOCK = threading.Lock()
 
 
-def _engine(dsn: str, *, ledger: bool = True) -> Engine:
+def sink_engine(dsn: str, *, ledger: bool = True) -> Engine:
     """One engine per DSN per process: the sink object itself holds only strings (it is pickled)."""
     with _ENGINES_LOCK:
         if dsn not in _ENGINES:
@@ -153,9 +153,9 @@ class PostgresSink:
         if not self.checkpoint_location:
             raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
         started = time.perf_counter()
-        ledger = _engine(self.dsn)
+        ledger = sink_engine(self.dsn)
         check_target(ledger, self.spec, register=True)  # before anything is written anywhere
-        target = ledger if self.target_dsn is None else _engine(self.target_dsn, ledger=False)
+        target = ledger if self.target_dsn is None else sink_engine(self.target_dsn, ledger=False)
         files = checkpoint_files(self.checkpoint_location, self.storage_options)
         query_id, batch = running_batch(self.checkpoint_location, files, batch_id)
         try:
@@ -280,7 +280,7 @@ class PostgresSink:
         check_target(ledger, self.spec, register=False)  # another target's log is not this sink's
         if self.target_dsn is None:
             return ()
-        target = _engine(self.target_dsn, ledger=False)
+        target = sink_engine(self.target_dsn, ledger=False)
         try:
             with ledger.connect() as conn:
                 known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))

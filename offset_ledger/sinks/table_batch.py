@@ -1,0 +1,79 @@
+"""The ledger's side of a batch for a sink whose target keeps its own commit log (Delta, Iceberg).
+
+Both table sinks decide a batch the same way before they touch their table: the batch Spark is
+running (from the checkpoint), the sink's row locked, the checkpoint's generation, the sequence
+verdict (``rules.sink_identity.decide``), a zombie's late commit (``rules.sink_ahead``), and the
+records the ledger will hold once the table committed. One function, so that a rule added for one
+table format cannot be missing from the other (the late-commit fence once was).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.errors import ConfigError, SinkFenced
+from offset_ledger.ledger import sink_store
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.rules.sink_ahead import late_commit
+from offset_ledger.rules.sink_batch import running_batch
+from offset_ledger.rules.sink_identity import SinkDecision, decide
+from offset_ledger.sinks.postgres import batch_ledger_records, sink_engine
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """What the ledger says of one batch before the table is written."""
+
+    ledger: Engine
+    decision: SinkDecision
+    generation_id: int
+    query_id: str
+    batch: Any  # the running batch read from the checkpoint
+    records: list[Any]  # what the ledger records with the commit
+
+    def refuse_if_fenced(self, spec: sink_store.SinkSpec, batch_id: int) -> None:
+        if self.decision.verdict == "fenced":
+            raise SinkFenced(f"sink {spec.sink!r}: {self.decision.reason}", sink=spec.sink, batch_id=batch_id,
+                             generation_id=self.generation_id)
+
+
+def prepare_batch(spec: sink_store.SinkSpec, dsn: str, checkpoint_location: str | None,
+                  storage_options: Any, batch_id: int) -> PreparedBatch:
+    """Decide ``batch_id`` of the sink ``spec`` (its checkpoint at ``checkpoint_location``) in one ledger
+    transaction: ConfigError for an unbound sink or a checkpoint the ledger did not hand out."""
+    from offset_ledger.capture.checkpoint_files import checkpoint_files
+
+    if not checkpoint_location:
+        raise ConfigError(f"sink {spec.sink!r} has no checkpoint location: bind(plan.checkpoint_location)")
+    ledger = sink_engine(dsn)
+    query_id, batch = running_batch(checkpoint_location, checkpoint_files(checkpoint_location, storage_options),
+                                    batch_id)
+    now = datetime.now(timezone.utc)
+    try:
+        with ledger.begin() as conn:
+            state = sink_store.lock_sink(conn, spec, now)
+            generation_id = sink_store.generation_of(conn, spec.pipeline, spec.consumer_group,
+                                                     checkpoint_location, query_id)
+            if generation_id is None:
+                raise ConfigError(f"sink {spec.sink!r}: checkpoint {checkpoint_location} is not a generation "
+                                  f"the ledger handed out for pipeline {spec.pipeline!r}", sink=spec.sink)
+            decision = decide(state, generation_id=generation_id, batch_id=batch_id,
+                              current_generation_id=sink_store.current_generation_id(
+                                  conn, spec.pipeline, spec.consumer_group),
+                              committed_sequence=sink_store.committed_sequence(
+                                  conn, spec.sink, generation_id, batch_id))
+            if decision.verdict == "commit":
+                # A zombie's commit that landed after this generation opened (rules.sink_ahead).
+                why = late_commit(sink_store.older_commits_ahead(conn, spec.pipeline, spec.consumer_group)[0])
+                if why is not None:
+                    decision = SinkDecision("fenced", None, why)
+            records = batch_ledger_records(conn, spec.pipeline, spec.consumer_group, query_id, batch, now,
+                                           checkpoint_location)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, f"preparing batch {batch_id} of {spec.sink}") from exc
+    return PreparedBatch(ledger, decision, generation_id, query_id, batch, records)
