@@ -107,6 +107,23 @@ batches = Table(
     Index(None, "pipeline", "consumer_group", "batch_time"),
 )
 
+def _range_columns() -> list[Column[Any]]:
+    """One recorded range per batch, source and partition: the columns the per-partition table had and
+    its view keeps (fresh objects each call: a Column belongs to one Table)."""
+    return [
+        Column("pipeline", String(_NAME), nullable=False),
+        Column("consumer_group", String(_NAME), nullable=False),
+        Column("query_id", String(64), nullable=False),
+        Column("batch_id", BigInteger, nullable=False),
+        Column("source_index", Integer, nullable=False),
+        Column("topic", String(_NAME), nullable=False),
+        Column("partition", Integer, nullable=False),
+        Column("from_offset", BigInteger),  # NULL: the start was not reported (a fresh checkpoint's first batch)
+        Column("until_offset", BigInteger, nullable=False),
+        Column("batch_time", _tz(), nullable=False),
+    ]
+
+
 #: Per batch, Kafka source and partition: the range read, ``[from_offset, until_offset)``. Until
 #: 0016 this table held every range; since, it stays only as the name the previous release's
 #: listener inserts into (with ``ON CONFLICT`` on its unique key, which no view accepts): a trigger
@@ -116,16 +133,7 @@ batch_offsets_inbox = Table(
     "batch_offsets",
     metadata,
     Column("id", _Id, primary_key=True, autoincrement=True),
-    Column("pipeline", String(_NAME), nullable=False),
-    Column("consumer_group", String(_NAME), nullable=False),
-    Column("query_id", String(64), nullable=False),
-    Column("batch_id", BigInteger, nullable=False),
-    Column("source_index", Integer, nullable=False),
-    Column("topic", String(_NAME), nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("from_offset", BigInteger),  # NULL on a fresh checkpoint's first batch
-    Column("until_offset", BigInteger, nullable=False),
-    Column("batch_time", _tz(), nullable=False),
+    *_range_columns(),
     UniqueConstraint("query_id", "batch_id", "source_index", "topic", "partition"),
     Index(None, "pipeline", "topic", "consumer_group", "batch_time"),
 )
@@ -185,16 +193,7 @@ views = MetaData()
 batch_offsets = Table(
     "v_batch_offsets",
     views,
-    Column("pipeline", String(_NAME), nullable=False),
-    Column("consumer_group", String(_NAME), nullable=False),
-    Column("query_id", String(64), nullable=False),
-    Column("batch_id", BigInteger, nullable=False),
-    Column("source_index", Integer, nullable=False),
-    Column("topic", String(_NAME), nullable=False),
-    Column("partition", Integer, nullable=False),
-    Column("from_offset", BigInteger),  # NULL: the start was not reported
-    Column("until_offset", BigInteger, nullable=False),
-    Column("batch_time", _tz(), nullable=False),
+    *_range_columns(),
 )
 
 #: The current position per (pipeline, consumer group, topic, partition): the next offset to read.
