@@ -32,7 +32,7 @@ from offset_ledger.ledger.tables import (
     runs,
 )
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
-from tests.unit.test_recorder_sqlite import T0
+from tests.unit.ledger.test_recorder_sqlite import T0
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from sqlalchemy import func, inspect, select, text
 from offset_ledger.ledger.engine import current_revision, downgrade, head_revision, make_engine, upgrade
 from offset_ledger.ledger.tables import offset_ranges
 from tests.previous_release import extract, record_with_previous_release, run_documented
-from tests.unit.test_migration_0016_sqlite import _history_ranges, _ranges, _stretch_kinds
+from tests.unit.ledger.test_migration_0016_sqlite import _history_ranges, _ranges, _stretch_kinds
 
 _LEGACY = ('SELECT query_id, batch_id, source_index, topic, "partition", from_offset, until_offset '
            "FROM batch_offsets")

@@ -191,9 +191,9 @@ def test_prune_on_the_embedded_sqlite_ledger(tmp_path) -> None:  # type: ignore[
 
 
 def test_verify_after_prune_on_postgres_gives_the_same_answer_and_keeps_the_hole(pg_dsn: str) -> None:
-    """The SQLite test of tests/unit/test_prune_verify_sqlite.py on Postgres (server-side cursors)."""
-    from tests.unit.test_prune_verify_sqlite import _stretches, history_with_a_hole
-    from tests.unit.test_recorder_sqlite import T0
+    """The SQLite test of tests/unit/ledger/test_prune_verify_sqlite.py on Postgres (server-side cursors)."""
+    from tests.unit.ledger.test_prune_verify_sqlite import _stretches, history_with_a_hole
+    from tests.unit.ledger.test_recorder_sqlite import T0
 
     pg_engine = make_engine(pg_dsn)
     upgrade(pg_engine)
@@ -296,7 +296,7 @@ def test_a_restart_after_a_prune_that_kept_an_old_batch_backfills_nothing(pg_dsn
     import json
 
     from offset_ledger.operate.restart import reconcile_current
-    from tests.unit.test_checkpoint import _commit, _offsets
+    from tests.unit.rules.test_checkpoint import _commit, _offsets
 
     location = tmp_path / "checkpoint" / "1"
     for sub in ("offsets", "commits"):
@@ -330,8 +330,8 @@ def test_a_restart_after_a_prune_that_kept_an_old_batch_backfills_nothing(pg_dsn
 
 @pytest.mark.parametrize("seed", range(2))
 def test_the_islands_postgres_records_are_the_rule_over_the_deleted_rows(pg_dsn: str, seed: int) -> None:
-    from tests.unit.test_prune_verify_sqlite import recorded_equals_the_rule
-    from tests.unit.test_recorder_sqlite import T0
+    from tests.unit.ledger.test_prune_verify_sqlite import recorded_equals_the_rule
+    from tests.unit.ledger.test_recorder_sqlite import T0
 
     engine = make_engine(pg_dsn)
     upgrade(engine)

@@ -9,8 +9,8 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import Recorder
-from tests.unit.test_findings_sqlite import FINDING_SCENARIOS
-from tests.unit.test_recorder_sqlite import SCENARIOS, batch, position_map, rec, start
+from tests.unit.ledger.test_findings_sqlite import FINDING_SCENARIOS
+from tests.unit.ledger.test_recorder_sqlite import SCENARIOS, batch, position_map, rec, start
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def _replay_isolated_batches(engine: Engine) -> tuple[list, dict]:
         runs,
     )
     from offset_ledger.rules.model import PartitionRange, SourceProgress
-    from tests.unit.test_recorder_sqlite import T0, _pending_reset
+    from tests.unit.ledger.test_recorder_sqlite import T0, _pending_reset
 
     odd = 'a"b\\c,{d} é'  # quote, backslash, comma, braces, space, non-ASCII: array-literal quoting
     mine, other = Recorder(engine), Recorder(engine)
@@ -179,7 +179,7 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine:
     nobody has a position on yet (an insert, not an update), and the general path says why."""
     from offset_ledger.ledger import generations as gens
     from offset_ledger.ledger.recorder import RunStart
-    from tests.unit.test_recorder_sqlite import T0, finding_rows
+    from tests.unit.ledger.test_recorder_sqlite import T0, finding_rows
 
     with pg_engine.begin() as conn:
         gen, _ = gens.create_generation(conn, pipeline="orders", consumer_group="orders", checkpoint_root="/c",

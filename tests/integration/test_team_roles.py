@@ -48,7 +48,7 @@ from offset_ledger.ledger.tables import (
 from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.resets import ResetRequest
 from tests.ops_seed import seed_pipeline
-from tests.unit.test_writer import ev, progress, started
+from tests.unit.capture.test_writer import ev, progress, started
 
 A, B = "team-a-orders", "team-b-payments"
 

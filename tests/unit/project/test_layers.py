@@ -1,0 +1,136 @@
+"""The layering is checked, not hoped for: an import contract over the package's folders.
+
+Each folder of ``offset_ledger`` is a layer, and the folder says the rule:
+
+- ``rules/`` is pure: no I/O library, and nothing of the package but other rules and the exception
+  tree (``offset_ledger.errors``);
+- ``ledger/`` (the database) and ``kafka/`` (the cluster) are adapters: they use the rules, never
+  capture, the verbs or a face, and ``ledger/`` never talks to Kafka;
+- ``capture/`` (what records batches) never imports the operator verbs (``operate/``);
+- the faces (``cli/``, ``api/``, ``console/``) are imported by nothing outside the faces;
+- only ``errors`` and ``config`` (used by every layer) and the lazy public surface sit at the top.
+
+The contract is read from the source with ``ast`` (nothing is imported), so it also holds for the
+optional extras a machine may lack. ``test_the_contract_can_fail`` proves it bites.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[3] / "offset_ledger"
+
+FACES = {"cli", "api", "console"}
+#: What each layer may import from the package (beside itself and the top-level errors/config).
+MAY_IMPORT = {
+    "rules": set(),
+    "ledger": {"rules"},
+    "kafka": {"rules", "ledger"},
+    "capture": {"rules", "ledger", "kafka"},
+    "operate": {"rules", "ledger", "kafka", "capture", "sinks"},
+    # foreachBatch functions in the user's driver: like capture, never the verbs or a face
+    "sinks": {"rules", "ledger", "capture"},
+    "cli": {"rules", "ledger", "kafka", "capture", "sinks", "operate", "api", "console", "devstack", "<public>"},
+    "api": {"rules", "ledger", "kafka", "capture", "sinks", "operate", "console", "<public>"},
+    "console": {"rules", "ledger", "operate", "<public>"},
+    "<public>": {"capture", "operate", "rules"},  # offset_ledger/__init__.py: the lazy public names
+}
+TOP_LEVEL = {"errors", "config"}
+IO_LIBRARIES = {"sqlalchemy", "psycopg2", "alembic", "kafka", "pyspark", "fastapi", "starlette", "uvicorn",
+                "typer", "rich", "fsspec", "requests", "httpx", "socket", "subprocess", "pydantic",
+                "pydantic_settings", "os", "pathlib", "io", "shutil", "urllib"}
+KNOWN = set(MAY_IMPORT) | TOP_LEVEL | {"devstack"}
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(rel.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports_of(source: str, name: str) -> set[str]:
+    """Absolute names of everything ``source`` (module ``name``) imports, at any depth of the file."""
+    out: set[str] = set()
+    package = name.split(".") if name.endswith("__init__") else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            out.add(base)
+            out.update(f"{base}.{a.name}" for a in node.names)
+    return out
+
+
+def layer_of(name: str) -> str:
+    """The folder under ``offset_ledger`` (``offset_ledger.api.app`` -> ``api``); ``<public>`` for the package."""
+    parts = name.split(".")
+    if parts[0] != "offset_ledger":
+        return ""
+    if len(parts) == 1:
+        return "<public>"
+    return parts[1]
+
+
+def violations(modules: Iterable[tuple[str, str]]) -> list[str]:
+    found = []
+    for name, source in modules:
+        layer = layer_of(name)
+        for imported in sorted(imports_of(source, name)):
+            root = imported.split(".")[0]
+            if layer == "rules" and root in IO_LIBRARIES:
+                found.append(f"{name} (rules) imports the I/O library {imported}")
+            if layer == "ledger" and root in {"kafka", "pyspark"}:
+                found.append(f"{name} (ledger) talks to {imported}")
+            if root != "offset_ledger":
+                continue
+            target = layer_of(imported)
+            if target not in KNOWN:  # `from offset_ledger import X` of a public name: the lazy surface
+                target = "<public>"
+            if target == layer or target in TOP_LEVEL:
+                if layer == "rules" and target == "config":
+                    found.append(f"{name} (rules) reads the settings {imported}")
+                continue
+            if layer in MAY_IMPORT and target not in MAY_IMPORT[layer]:
+                kind = "the face" if target in FACES else f"the {target} layer"
+                found.append(f"{name} ({layer}) imports {kind}: {imported}")
+    return found
+
+
+def package_modules() -> list[tuple[str, str]]:
+    return [(module_name(p), p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))
+            if "migrations" not in p.parts and "devstack" not in p.parts]
+
+
+def test_the_package_keeps_its_layers() -> None:
+    modules = package_modules()
+    assert violations(modules) == []
+
+
+def test_every_module_lives_in_a_layer() -> None:
+    """A new module picks its folder (and so its rule); only the shared ones stay at the top."""
+    layers = {layer_of(n) for n, _ in package_modules()}
+    assert layers - {"<public>"} - TOP_LEVEL <= set(MAY_IMPORT), layers
+    top_files = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert top_files == TOP_LEVEL
+
+
+def test_the_contract_can_fail() -> None:
+    bad = [("offset_ledger.rules.resolver", "from sqlalchemy import select\n"),
+           ("offset_ledger.rules.stateful", "from offset_ledger.ledger import queries\n"),
+           ("offset_ledger.rules.status", "import kafka.admin\n"),
+           ("offset_ledger.rules.model", "from offset_ledger.config import settings\n"),
+           ("offset_ledger.ledger.queries", "from offset_ledger.cli.main import main\n"),
+           ("offset_ledger.ledger.recorder", "from kafka import KafkaAdminClient\n"),
+           ("offset_ledger.kafka.adapter", "from offset_ledger.operate import restart\n"),
+           ("offset_ledger.capture.writer", "from offset_ledger.operate import restart\n"),
+           ("offset_ledger.capture.listener", "from offset_ledger.api import app\n"),
+           ("offset_ledger.operate.restart", "from ..console import pages\n"),
+           ("offset_ledger.sinks.postgres", "from offset_ledger.operate import restart\n")]
+    assert {v.split()[0] for v in violations(bad)} == {name for name, _ in bad}
