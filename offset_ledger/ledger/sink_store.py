@@ -222,7 +222,8 @@ def _window(conn: Connection, pipeline: str, consumer_group: str) -> tuple[Any, 
     """(the current generation's row, {id: number} of the older generations whose commits a plan weighs:
     from the last deliberate start, ``sink_ahead.window_start``, up to, not including, the current one)."""
     g = checkpoint_generations
-    rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at).where(
+    rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at,
+                               g.c.sink_batch_floor).where(
         g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)).all()
     if len(rows) < 2:
         return None, {}
@@ -262,7 +263,8 @@ def unrecorded_commits_ahead(conn: Connection, pipeline: str, consumer_group: st
     return out
 
 
-#: How far the clocks that stamp ``sink_batches.recorded_at`` and a generation's ``created_at`` may disagree.
+#: How far the clocks that stamp ``sink_batches.recorded_at`` and a generation's ``created_at`` may disagree:
+#: only for a generation opened by a release before 0019 (no ``sink_batch_floor``).
 CLOCK_SLACK = timedelta(hours=1)
 
 
@@ -271,8 +273,8 @@ def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
     """What ``rules.sink_ahead`` weighs before a plan: sink commits of older generations past the positions.
 
     Generations from the last deliberate start (``sink_ahead.window_start``) up to, not including,
-    the current one, and commits the ledger learned after the current generation opened (within
-    ``CLOCK_SLACK``). Returns their partition ranges that end past the ledger's position there (or
+    the current one, and commits the ledger learned after the current generation opened (a higher
+    ``sink_batches.id`` than its ``sink_batch_floor``). Returns their partition ranges that end past the ledger's position there (or
     where it has none), and those commits it holds no ranges of (named), which nothing can place.
     """
     current, number_of = _window(conn, pipeline, consumer_group)
@@ -281,10 +283,15 @@ def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
     sb, bo, p = sink_batches, batch_offsets, positions
     # Only commits the ledger learned after the current generation opened can lie past its start
     # unaccounted: an earlier one moved the positions, or the restart that opened it planned past
-    # it. The slack covers clocks that disagree (a zombie's driver); an older row inside it that is
-    # not past the positions changes nothing. It keeps the read to the recent rows of a long history.
+    # it. "After" is the ledger's own order: a higher sink_batches id than the generation's floor
+    # (0019), so no clock (a zombie driver's, the database's) can hide or invent a commit, and the
+    # read is a range of the primary key: the recent rows of a long history.
+    if current.sink_batch_floor is not None:
+        learned_after = sb.c.id > current.sink_batch_floor
+    else:  # opened by a release before 0019: the clock, with the slack it had
+        learned_after = sb.c.recorded_at >= current.created_at - CLOCK_SLACK
     mine = (sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group,
-            sb.c.generation_id.in_(sorted(number_of)), sb.c.recorded_at >= current.created_at - CLOCK_SLACK)
+            sb.c.generation_id.in_(sorted(number_of)), learned_after)
     same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
                       bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
     found = conn.execute(
