@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from offset_ledger.errors import LedgerError
 from offset_ledger.ledger.fast_batch import _int_array, _text_array
 from offset_ledger.ledger.locks import lock_pipeline
-from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
+from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets, sink_batches
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.model import Finding
 
@@ -128,6 +128,17 @@ def pending_reset_ids(conn: Connection, pipeline: str, consumer_group: str) -> l
     return [r.id for r in rows]
 
 
+def sink_batch_floor(conn: Connection) -> int:
+    """The highest ``sink_batches.id`` now (0: none), which a generation opened now stores: which sink
+    commits the ledger learned after it opened is then an order the ledger owns, not a clock's.
+
+    Read under the pipeline lock, which every sink commit of the pipeline holds while it inserts its
+    row: none is in flight, so each of the pipeline's rows recorded later gets a higher id. The
+    highest id of the whole table is that bound too, and one step down the primary key.
+    """
+    return int(conn.execute(select(func.coalesce(func.max(sink_batches.c.id), 0))).scalar_one())
+
+
 def create_generation(
     conn: Connection,
     *,
@@ -186,6 +197,7 @@ def create_generation(
             watermarks={t: dict(p) for t, p in watermarks.items()} if watermarks else None,
             query_id=query_id, stateful=dict(stateful) if stateful else None,
             group_defaulted=True if group_defaulted else None,
+            sink_batch_floor=sink_batch_floor(conn),
         ).returning(checkpoint_generations.c.id)).scalar_one()
     except IntegrityError as exc:  # SQLite has no advisory lock: a concurrent restart won
         raise LedgerError(f"another restart of {pipeline!r} created generation {number} concurrently; retry",
@@ -386,6 +398,7 @@ def open_incarnation(conn: Connection, *, pipeline: str, consumer_group: str, qu
         location=current.location, app_version=current.app_version, reason="checkpoint_recreated", created_at=at,
         starting_offsets=None, resolved_offsets=None, topic_ids=dict(current.topic_ids) if current.topic_ids else None,
         query_id=query_id, group_defaulted=True if current.group_defaulted else None,
+        sink_batch_floor=sink_batch_floor(conn),
     ).returning(g.c.id)).scalar_one()
     text_ = (f"query {query_id} re-created the checkpoint of generation {current.generation} at {current.location} "
              f"(query {current.query_id} ran on it; was the directory deleted and the job started by hand?): "

@@ -9,6 +9,7 @@ output, ledger and offsets commit or roll back together. The decisions are
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -217,7 +218,53 @@ def describe_output(row: dict[str, Any]) -> str:
     return f"sink {row['sink']} wrote {what} to {row['target']} (sequence {row['sequence']}{version})"
 
 
-#: How far the clocks that stamp ``sink_batches.recorded_at`` and a generation's ``created_at`` may disagree.
+def _window(conn: Connection, pipeline: str, consumer_group: str) -> tuple[Any, dict[int, int]]:
+    """(the current generation's row, {id: number} of the older generations whose commits a plan weighs:
+    from the last deliberate start, ``sink_ahead.window_start``, up to, not including, the current one)."""
+    g = checkpoint_generations
+    rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at,
+                               g.c.sink_batch_floor).where(
+        g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)).all()
+    if len(rows) < 2:
+        return None, {}
+    current = max(rows, key=lambda r: r.generation)
+    start = window_start([(r.generation, r.reason, bool(r.stateful) and "inherited_from_generation" not in r.stateful)
+                          for r in rows], current.generation)
+    return current, {r.id: r.generation for r in rows if start <= r.generation < current.generation}
+
+
+def unrecorded_commits_ahead(conn: Connection, pipeline: str, consumer_group: str, sink: str,
+                             commits: Sequence[Any]) -> list[SinkCommitRange]:
+    """The partition ranges past the ledger's positions of ``commits`` of ``sink`` that a remote target's own
+    log holds and the ledger lacks (``sinks.target_log.commits_after``: sequence, generation_id, batch_id,
+    batch).
+
+    The target's log is the truth of what committed there: a zombie that committed after this
+    generation opened and died before telling the ledger left its records only there. Commits of
+    generations outside ``_window`` (the current one's own, or older than a deliberate start) are no
+    late commits.
+    """
+    _, number_of = _window(conn, pipeline, consumer_group)
+    found = [(c, number_of[int(c.generation_id)]) for c in commits if int(c.generation_id) in number_of]
+    if not found:
+        return []
+    held = {(r.topic, int(r.partition)): r.next_offset for r in conn.execute(
+        select(positions.c.topic, positions.c.partition, positions.c.next_offset).where(
+            positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group))}
+    out: list[SinkCommitRange] = []
+    for c, number in found:
+        doc = c.batch if isinstance(c.batch, dict) else json.loads(c.batch)
+        for source in doc.get("sources") or ():
+            for topic, partition, from_offset, until_offset in source["ranges"]:
+                position = held.get((topic, int(partition)))
+                if position is None or int(until_offset) > position:
+                    out.append(SinkCommitRange(sink, int(c.sequence), number, int(c.batch_id), None, topic,
+                                               int(partition), from_offset, int(until_offset), position))
+    return out
+
+
+#: How far the clocks that stamp ``sink_batches.recorded_at`` and a generation's ``created_at`` may disagree:
+#: only for a generation opened by a release before 0019 (no ``sink_batch_floor``).
 CLOCK_SLACK = timedelta(hours=1)
 
 
@@ -226,28 +273,25 @@ def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
     """What ``rules.sink_ahead`` weighs before a plan: sink commits of older generations past the positions.
 
     Generations from the last deliberate start (``sink_ahead.window_start``) up to, not including,
-    the current one, and commits the ledger learned after the current generation opened (within
-    ``CLOCK_SLACK``). Returns their partition ranges that end past the ledger's position there (or
+    the current one, and commits the ledger learned after the current generation opened (a higher
+    ``sink_batches.id`` than its ``sink_batch_floor``). Returns their partition ranges that end past the ledger's position there (or
     where it has none), and those commits it holds no ranges of (named), which nothing can place.
     """
-    g = checkpoint_generations
-    rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at).where(
-        g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)).all()
-    if len(rows) < 2:
-        return [], []
-    current = max(rows, key=lambda r: r.generation)
-    start = window_start([(r.generation, r.reason, bool(r.stateful) and "inherited_from_generation" not in r.stateful)
-                          for r in rows], current.generation)
-    number_of = {r.id: r.generation for r in rows if start <= r.generation < current.generation}
-    if not number_of:
+    current, number_of = _window(conn, pipeline, consumer_group)
+    if current is None or not number_of:
         return [], []
     sb, bo, p = sink_batches, batch_offsets, positions
     # Only commits the ledger learned after the current generation opened can lie past its start
     # unaccounted: an earlier one moved the positions, or the restart that opened it planned past
-    # it. The slack covers clocks that disagree (a zombie's driver); an older row inside it that is
-    # not past the positions changes nothing. It keeps the read to the recent rows of a long history.
+    # it. "After" is the ledger's own order: a higher sink_batches id than the generation's floor
+    # (0019), so no clock (a zombie driver's, the database's) can hide or invent a commit, and the
+    # read is a range of the primary key: the recent rows of a long history.
+    if current.sink_batch_floor is not None:
+        learned_after = sb.c.id > current.sink_batch_floor
+    else:  # opened by a release before 0019: the clock, with the slack it had
+        learned_after = sb.c.recorded_at >= current.created_at - CLOCK_SLACK
     mine = (sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group,
-            sb.c.generation_id.in_(sorted(number_of)), sb.c.recorded_at >= current.created_at - CLOCK_SLACK)
+            sb.c.generation_id.in_(sorted(number_of)), learned_after)
     same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
                       bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
     found = conn.execute(

@@ -298,6 +298,10 @@ checkpoint_generations = Table(
     # basis) so later restarts keep its floor, and whether the helper only defaulted the group.
     Column("stateful", JSON),
     Column("group_defaulted", Boolean),
+    # 0019: the highest ``sink_batches.id`` of the pipeline when the generation opened (under the
+    # pipeline lock every sink commit takes): a commit recorded later has a higher id, whatever the
+    # clocks say (``sink_store.older_commits_ahead``). NULL: opened by a release before 0019.
+    Column("sink_batch_floor", BigInteger),
     UniqueConstraint("pipeline", "consumer_group", "generation"),
 )
 

@@ -43,6 +43,8 @@ from offset_ledger.ledger.tables import (
     reset_partitions,
     resets,
     runs,
+    sink_batches,
+    sinks,
 )
 from offset_ledger.rules.read_shortfall import READ_SHORTFALL
 from offset_ledger.rules.verify import (
@@ -107,9 +109,26 @@ class VerifyInputs:
                 number = max(number, gen)
         return number
 
+    #: flagged batches (``run_flags``) of a pipeline with a transactional sink that no sink committed:
+    #: their output never landed, so their reads are no coverage (``rules.verify``)
+    unlanded: frozenset[tuple[str, int]] = frozenset()
+
     @property
     def needs_tagging(self) -> bool:
         return bool(self.run_flags or self.boundaries or self.topic_boundaries)
+
+
+def _unlanded(conn: Connection, pipeline: str, group: str,
+              flagged: dict[tuple[str, int], Any]) -> frozenset[tuple[str, int]]:
+    """Flagged batches whose output the pipeline's sinks refused: it has a sink, and none committed them."""
+    if conn.execute(select(sinks.c.sink).where(sinks.c.pipeline == pipeline, sinks.c.consumer_group == group)
+                    .limit(1)).first() is None:
+        return frozenset()  # no transactional sink: what a flagged run wrote went wherever it writes
+    sb = sink_batches
+    committed = {(r.query_id, int(r.batch_id)) for r in conn.execute(
+        select(sb.c.query_id, sb.c.batch_id).where(sb.c.pipeline == pipeline, sb.c.consumer_group == group,
+                                                   sb.c.query_id.in_(sorted({q for q, _ in flagged}))))}
+    return frozenset(k for k in flagged if k not in committed)
 
 
 def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> VerifyInputs:
@@ -283,6 +302,8 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
             for batch_id in {r.from_batch_id, r.until_batch_id}:
                 out.run_flags.setdefault((r.query_id, batch_id), []).extend(
                     f for f in flagged_runs[r.run_id] if batch_id >= foreign_from.get((r.run_id, f[2].id), batch_id))
+    if out.run_flags:
+        out.unlanded = _unlanded(conn, pipeline, group, out.run_flags)
     if out.boundaries or out.topic_boundaries:
         out.query_started = {r.query_id: _utc(r.started) for r in conn.execute(  # type: ignore[misc]
             select(batches.c.query_id, func.min(batches.c.batch_time).label("started"))

@@ -1,11 +1,13 @@
 """The range rows verify sweeps, streamed from the ledger in the sweep's order (``rules.verify.sort_key``):
 the server-side cursor over ``batch_offsets``, the few rows whose start was not reported and the
-reads of pruned islands (``pruned_ranges``) merged in, and each row tagged with its incarnation and the finding that accounts for its extra reads.
+reads of pruned islands (``pruned_ranges``) merged in, and each row tagged with its incarnation and the finding that accounts for its extra reads (marked
+not landed when a sink refused that batch's output: ``rules.verify``).
 ``ledger.verify_reads`` reads everything else (``read_inputs``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import literal, null, select
@@ -119,6 +121,7 @@ def tagged(rows: Iterable[Any], inputs: VerifyInputs) -> Iterator[Any]:
         yield from rows
         return
     flags = inputs.run_flags
+    unlanded = inputs.unlanded
     gen_of = inputs.generation_of_query
     has_bounds = bool(inputs.boundaries or inputs.topic_boundaries)
     for r in rows:
@@ -135,6 +138,8 @@ def tagged(rows: Iterable[Any], inputs: VerifyInputs) -> Iterator[Any]:
                 if ft is None or (ft == t and fp == p):
                     flag = why
                     break
+        if flag is not None and (q, bid) in unlanded:
+            flag = replace(flag, landed=False)  # a sink refused its output: its reads cover nothing
         if inc or flag is not None:
             yield RangeRow(t, p, r[2], r[3], q, bid, inc, flag)
         else:

@@ -11,6 +11,13 @@ fails, the stretch is *explained* when something in the ledger says why:
 - a range row whose ``extra_read`` names a finding (a zombie, a run on a foreign checkpoint, a batch
   that ended behind a pending reset) accounts for the extra read it causes itself.
 
+A read is *coverage* when its output landed. A flagged run's batch (its ``extra_read`` finding says its
+reads are not the pipeline's own) that the pipeline's transactional sink refused (``SinkFenced``: no
+sink committed it) wrote nothing: its row opens the history where it starts, as any read does, but
+covers no offset, so what only it read is the gap it is (``Reason.landed`` False; the row source
+decides from the sink's committed batches). A flagged batch a sink did commit (a zombie's late commit
+the restart moved past) landed and counts.
+
 A range whose start is unknown (Spark reported none and nothing recorded where it began) is swept
 as if it continued the history, but the offsets from the previous known end to its end are an
 ``unknown`` stretch, never explained: whether they were read once, skipped or read twice nobody can
@@ -51,6 +58,8 @@ class Reason:
     kind: str
     id: int | None
     detail: str = ""
+    #: On a range row's ``extra_read``: False when the batch's output never landed (``NOT_COVERAGE``).
+    landed: bool = True
 
     def key(self) -> tuple[str, int, str]:
         return (self.kind, -1 if self.id is None else self.id, self.detail)
@@ -222,6 +231,10 @@ class _Sweep:
 
     def add(self, row: RangeRow) -> None:
         self.count += 1
+        flag = row[7]
+        if flag is not None and not flag.landed:
+            self._not_coverage(row)
+            return
         f, u = row[2], row[3]
         if f is None:
             # No start reported: swept as continuing where the history stands, but what lies between
@@ -258,8 +271,20 @@ class _Sweep:
         elif self.hi is None:
             self.hi, self.hi_row = f, row
 
+    def _not_coverage(self, row: RangeRow) -> None:
+        """A read whose output never landed: the history is open from its start, nothing of it is covered."""
+        f = row[2]
+        if f is None:
+            return  # where it began nobody knows; it covers nothing anyway
+        if self.cur is None:
+            self.cur = self.first = f
+        elif f < self.cur:
+            raise ValueError(f"range rows of {self.topic}-{self.partition} out of order: {f} after {self.cur}")
+        elif f > self.cur:
+            self._advance(f, row)
+
     def finish(self) -> PartitionResult:
-        end = self.hi
+        end = self.hi if self.hi is not None else self.cur  # only reads that never landed: none ended
         if end is not None and self.cur is not None:
             target = end if self.position is None else max(end, self.position)
             if target > self.cur:

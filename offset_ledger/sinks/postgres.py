@@ -38,6 +38,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_ahead import SinkCommitRange, late_commit
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
 from offset_ledger.sinks import target_log
@@ -237,11 +238,20 @@ class PostgresSink:
             # Read just before: a restart that opens a newer generation after this read is the
             # documented window of the two-database mode (docs/sinks.md).
             _, current, _ = self._read_ledger(ledger, batch.batch_id, query_id)
+            known, ahead = self._older_commits(ledger)
             with target.begin() as conn:
                 state = target_log.lock(conn, self.name)
                 decision = decide(state, generation_id=generation_id, batch_id=batch.batch_id,
                                   current_generation_id=current, committed_sequence=target_log.committed_sequence(
                                       conn, self.name, generation_id, batch.batch_id))
+                if decision.verdict == "commit":
+                    # A zombie's commit that landed after this generation opened, known to the ledger or
+                    # only to the target's log (it died before telling the ledger): rules.sink_ahead.
+                    why = late_commit([*ahead, *self._unrecorded_ahead(
+                        ledger, target_log.commits_after(conn, self.name, known))])
+                    if why is not None:
+                        decision = SinkDecision("fenced", None, why)
+                        staging.drop(conn, stage_table)  # this batch's own staged rows: nothing is left
                 rows = None
                 if decision.verdict == "commit":
                     assert decision.sequence is not None
@@ -257,6 +267,21 @@ class PostgresSink:
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"committing batch {batch.batch_id} to {self.table}") from exc
         return decision, rows
+
+    def _older_commits(self, ledger: Engine) -> tuple[int, list[SinkCommitRange]]:
+        """(the highest sequence of this sink the ledger holds, the ledger's commits of older generations
+        past the positions): read before the target's log, so a commit the ledger learns in between is in
+        the target's log above that sequence."""
+        with ledger.connect() as conn:
+            known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
+                                 .where(sink_batches.c.sink == self.name)).scalar_one()
+            return int(known), sink_store.older_commits_ahead(conn, self.pipeline, self.consumer_group)[0]
+
+    def _unrecorded_ahead(self, ledger: Engine, commits: list[Any]) -> list[SinkCommitRange]:
+        if not commits:
+            return []
+        with ledger.connect() as conn:
+            return sink_store.unrecorded_commits_ahead(conn, self.pipeline, self.consumer_group, self.name, commits)
 
     def _tell_ledger(self, ledger: Engine, decision: SinkDecision, generation_id: int, query_id: str, batch: Any,
                      rows: int | None) -> None:

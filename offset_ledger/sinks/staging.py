@@ -62,6 +62,10 @@ class Staging:
         conn.execute(text(f"DROP TABLE {quote_ident(name)}"))
         return int(result.rowcount)
 
+    def drop(self, conn: Connection, name: str) -> None:
+        """This attempt's staging table, when its batch is refused (another attempt's is not ours to drop)."""
+        conn.execute(text(f"DROP TABLE IF EXISTS {quote_ident(name)}"))
+
     def clean(self, conn: Connection, generation_id: int, batch_id: int) -> None:
         """Drop leftovers of attempts that died: this batch's and earlier ones, and other generations'."""
         rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = COALESCE(:s, current_schema()) "

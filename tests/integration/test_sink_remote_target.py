@@ -166,3 +166,92 @@ def test_a_sink_name_moved_to_another_target_database_is_refused_before_it_write
     assert _run(spark, kafka, topic, p1, sink.bind(p1.checkpoint_location))
     assert target_values(target_dsn, "orders_out") == Counter(first + more)
     assert [s for s, _ in _ledger_sequences(pg_dsn)] == _target_sequences(target_dsn) == [1, 2, 3, 4]
+
+
+class _Zombie(PostgresSink):
+    """Generation 1's driver on a remote target: its last fence check passes, the upgrade opens generation 2,
+    then it commits ``armed`` to the target (and, with ``lost``, dies before the ledger hears of it).
+
+    The window the two-database mode cannot close (docs/sinks.md): the fence reads the ledger just before
+    the target's transaction. What must hold is that the upgraded job neither skips nor repeats it.
+    """
+
+    def __init__(self, upgrade: Any, armed: int, lost: bool, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.upgrade, self.armed, self.lost, self.committing = upgrade, armed, lost, False
+
+    def _commit_remote(self, *args: Any, **kwargs: Any) -> Any:
+        self.committing = True
+        try:
+            return super()._commit_remote(*args, **kwargs)
+        finally:
+            self.committing = False
+
+    def _read_ledger(self, ledger: Any, batch_id: int, query_id: str) -> Any:
+        read = super()._read_ledger(ledger, batch_id, query_id)
+        if self.committing and batch_id == self.armed and self.upgrade is not None:
+            upgrade, self.upgrade = self.upgrade, None
+            upgrade()  # the restart opens generation 2 between the zombie's fence check and its commit
+        return read
+
+    def _tell_ledger(self, ledger: Any, decision: Any, *args: Any, **kwargs: Any) -> None:
+        if self.lost and decision.sequence == self.armed + 1:
+            raise RuntimeError("the zombie died between the target's commit and the ledger's")
+        super()._tell_ledger(ledger, decision, *args, **kwargs)
+
+
+@pytest.mark.parametrize("lost", [False, True], ids=["ledger_told", "ledger_never_told"])
+def test_a_zombie_committing_to_a_remote_target_after_the_upgrade_fences_the_upgraded_batch(
+        spark, kafka, pg_dsn: str, target_dsn: str, tmp_path: Path, lost: bool) -> None:
+    """Oracle: every produced record in the target exactly once, and a refused batch writes nothing.
+
+    On main the upgraded job's batch 0 (from the positions the zombie's batch never moved) got the next
+    sequence in the target's log and wrote the zombie's 10 records a second time.
+    """
+    from offset_ledger.errors import SinkFenced
+
+    topic = kafka.create_topic(partitions=2)
+    produced = _values("z", 40)
+    kafka.produce(topic, produced)
+    create_target(target_dsn, "orders_out")
+    root = str(tmp_path / "ck")
+
+    def plan(version: str, sink: PostgresSink):  # type: ignore[no-untyped-def]
+        return start_from_ledger("orders", [topic], bootstrap_servers=kafka.bootstrap_servers, checkpoint_root=root,
+                                 app_version=version, dsn=pg_dsn, first_run="earliest", sinks=[sink])
+
+    def once() -> Counter:  # type: ignore[type-arg]
+        held = target_values(target_dsn, "orders_out")
+        twice = sorted(v for v, n in held.items() if n > 1)
+        assert not twice, f"records written twice: {twice}"
+        return held
+
+    upgraded: list[Any] = []
+    sink = _Seen(table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=target_dsn)
+    zombie = _Zombie(lambda: upgraded.append(plan("2", sink)), 2, lost, table="orders_out", pipeline="orders",
+                     dsn=pg_dsn, target_dsn=target_dsn)
+    p1 = plan("1", zombie)
+    _run(spark, kafka, topic, p1, zombie.bind(p1.checkpoint_location))
+    assert _target_sequences(target_dsn) == [1, 2, 3]  # batches 0-2 of generation 1; 2 landed after the upgrade
+    p2, = upgraded
+    assert p2.fresh_checkpoint and sum(p2.starting_offsets[topic].values()) == 20
+    assert len(once()) == 30
+
+    # The upgraded job: its batch 0 would write offsets 10-15 of each partition, which the zombie wrote.
+    bound = sink.bind(p2.checkpoint_location)
+    ran = _run(spark, kafka, topic, p2, bound)
+    assert len(once()) == 30 and _target_sequences(target_dsn) == [1, 2, 3] and not ran
+    assert _tables(target_dsn) == ["offset_ledger_sink_commits", "offset_ledger_sink_fence", "orders_out"]
+    refused = [e for e in bound.raised if isinstance(e, SinkFenced)]
+    assert refused, bound.raised
+    print("LATE", refused[0])  # docs/sinks.md
+    assert "after this generation opened at 10" in str(refused[0]) and "sink_ahead" in str(refused[0])
+
+    # The restart the refusal asks for starts where the zombie's batch ended.
+    p3 = plan("3", sink)
+    print("SINK_AHEAD", [f.message for f in p3.findings if f.kind == "sink_ahead"])  # docs/sinks.md
+    assert "sink_ahead" in [f.kind for f in p3.findings] and p3.fresh_checkpoint
+    assert sum(p3.starting_offsets[topic].values()) == 30
+    assert _run(spark, kafka, topic, p3, sink.bind(p3.checkpoint_location))
+    assert once() == Counter(produced)
+    assert [s for s, _ in _ledger_sequences(pg_dsn)] == _target_sequences(target_dsn) == [1, 2, 3, 4]

@@ -291,3 +291,21 @@ def test_rows_out_of_order_are_refused() -> None:
         list(verify_ranges([RangeRow(TOPIC, 0, 10, 20, "q", 1), RangeRow(TOPIC, 0, 0, 10, "q", 0)]))
     with pytest.raises(ValueError):
         list(verify_ranges([RangeRow("b", 0, 0, 1, "q", 0), RangeRow("a", 0, 0, 1, "q", 0)]))
+
+
+def test_reads_whose_output_a_sink_refused_open_the_history_but_cover_nothing() -> None:
+    # Generation 1's zombie read [10, 20) after the upgrade; the sink fenced it (no commit). The live job
+    # was started by hand at latest (20): [10, 20) is in no output, a gap, not "read once".
+    fenced = Reason("foreign_run", 7, "a run on generation 1's checkpoint", landed=False)
+    rows = [RangeRow(TOPIC, 0, 0, 10, "q1", 0), RangeRow(TOPIC, 0, 10, 20, "zombie", 5, 0, fenced),
+            RangeRow(TOPIC, 0, 20, 30, "q2", 0)]
+    (result,) = verify_ranges(rows, (), {(TOPIC, 0, 0): 30})
+    (gap,) = result.stretches
+    assert (gap.from_offset, gap.until_offset, gap.kind, gap.explained) == (10, 20, "gap", False)
+    assert (gap.before.query_id, gap.after.query_id) == ("q1", "q2")
+    # The same batch, landed (a late commit the restart moved past): its reads count, its extra ones are explained.
+    landed = [r._replace(extra_read=Reason("foreign_run", 7, "a run on generation 1's checkpoint")) for r in rows]
+    assert next(iter(verify_ranges(landed, (), {(TOPIC, 0, 0): 30}))).stretches == []
+    # Only refused reads: the history opens at their start, and up to the position nothing landed.
+    (alone,) = verify_ranges([rows[1]], (), {(TOPIC, 0, 0): 25})
+    assert [(s.from_offset, s.until_offset, s.kind) for s in alone.stretches] == [(10, 25, "gap")]
