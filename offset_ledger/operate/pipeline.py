@@ -19,7 +19,7 @@ from offset_ledger.operate.inputs import check_name
 
 if TYPE_CHECKING:
     from offset_ledger.capture.listener import OffsetLedgerListener
-    from offset_ledger.rules.model import RestartPlan
+    from offset_ledger.rules.plan import RestartPlan
 
 #: The ``start_from_ledger`` arguments a call of :meth:`Pipeline.plan` / :meth:`Pipeline.start` may
 #: give (they override the pipeline's stored policies for that call, and the plan says so). The

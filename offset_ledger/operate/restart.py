@@ -48,7 +48,8 @@ from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning st
     resolved_offsets,
     select_topics,
 )
-from offset_ledger.rules.model import Finding, RestartPlan
+from offset_ledger.rules.model import Finding
+from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.policies import effective
 from offset_ledger.rules.resolver import new_generation_reason
 

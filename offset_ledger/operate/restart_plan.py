@@ -33,10 +33,10 @@ from offset_ledger.rules.model import (
     LATEST,
     OnDataLoss,
     Position,
-    RestartPlan,
     TopicPartition,
     Watermarks,
 )
+from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.resolver import (
     FirstRun,
     FirstRunTimestamp,

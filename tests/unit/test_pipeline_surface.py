@@ -15,7 +15,7 @@ import pytest
 from offset_ledger import Pipeline
 from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.pipeline import RESTART_OVERRIDES, PipelineStart, spark_kafka_options
-from offset_ledger.rules.model import RestartPlan
+from offset_ledger.rules.plan import RestartPlan
 
 
 class FakeReader:
