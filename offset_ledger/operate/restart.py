@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -50,7 +50,9 @@ from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.policies import Policies
 from offset_ledger.rules.resolver import new_generation_reason
 from offset_ledger.rules.restart_options import GroupRef, PipelineRef, RestartOptions
-from offset_ledger.sinks.protocol import Sink
+
+if TYPE_CHECKING:  # the annotation only: a restart imports no sink code until a sink is passed
+    from offset_ledger.sinks.protocol import Sink
 
 log = logging.getLogger(__name__)
 

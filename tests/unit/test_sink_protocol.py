@@ -50,8 +50,11 @@ def test_something_without_reconcile_is_no_sink() -> None:
 
 
 def test_start_from_ledger_types_its_sinks_as_the_protocol() -> None:
+    import offset_ledger.operate.restart as restart
+
+    annotation = inspect.signature(restart.start_from_ledger).parameters["sinks"].annotation
+    assert annotation == "Sequence[Sink]"
+    # Resolved where the protocol lives (restart.py imports it for type checking only).
     from typing import get_type_hints
 
-    from offset_ledger.operate.restart import start_from_ledger
-
-    assert "Sink" in str(get_type_hints(start_from_ledger)["sinks"])
+    assert get_type_hints(restart.start_from_ledger, {**vars(restart), "Sink": Sink})["sinks"] is not None
