@@ -155,6 +155,14 @@ def start_from_ledger(
                      watermark_delay=watermark_delay, event_time_is_kafka_timestamp=event_time_is_kafka_timestamp,
                      commit_to_kafka=commit_to_kafka)
     targets = tuple(sinks)
+    if targets:
+        from offset_ledger.sinks.protocol import Sink
+
+        strays = [type(s).__name__ for s in targets if not isinstance(s, Sink)]
+        if strays:
+            # Refused before the ledger is touched (a missing reconcile would fail half way).
+            raise ConfigError(f"sinks: {', '.join(strays)} is not a sink (offset_ledger.sinks.Sink: spec, bind, "
+                              f"write, reconcile); pass the sink objects the query writes with")
     options = dict(kafka_options or {})
     servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
     if not servers:

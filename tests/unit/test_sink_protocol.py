@@ -58,3 +58,14 @@ def test_start_from_ledger_types_its_sinks_as_the_protocol() -> None:
     from typing import get_type_hints
 
     assert get_type_hints(restart.start_from_ledger, {**vars(restart), "Sink": Sink})["sinks"] is not None
+
+
+def test_start_from_ledger_refuses_something_that_is_no_sink_before_it_connects(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from offset_ledger import start_from_ledger
+    from offset_ledger.errors import ConfigError
+
+    ledger = tmp_path / "ledger.db"
+    with pytest.raises(ConfigError, match="dict is not a sink"):
+        start_from_ledger("orders", ["orders"], checkpoint_root=str(tmp_path / "ck"), bootstrap_servers="127.0.0.1:9",
+                          dsn=f"sqlite:///{ledger}", sinks=[{"table": "orders_out"}])  # type: ignore[list-item]
+    assert not ledger.exists()  # nothing was written, not even the schema
