@@ -176,7 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.engine import ensure_schema, make_engine
     from offset_ledger.ledger.tables import positions
-    from offset_ledger.operate.restart import read_cluster, read_ledger, select_topics, start_from_ledger
+    from offset_ledger.operate.restart import start_from_ledger
+    from offset_ledger.operate.restart_plan import read_cluster, read_ledger, select_topics
+    from offset_ledger.rules.restart_options import GroupRef, RestartOptions
     from offset_ledger.rules.resolver import resolve
 
     run = uuid.uuid4().hex[:6]
@@ -244,9 +246,10 @@ def main(argv: list[str] | None = None) -> int:
         with KafkaAdapter(args.bootstrap_servers) as adapter:
             adapter.all_topics()  # connect once; warm figures exclude the TCP/bootstrap handshake
             for _ in range(args.repeat):
-                t, ledger = _timed(lambda: read_ledger(engine, pipeline, pipeline, topics))
+                t, ledger = _timed(lambda: read_ledger(engine, GroupRef(pipeline, pipeline, named=True), topics))
                 ledger_s.append(t)
-                t, cluster = _timed(lambda: read_cluster(adapter, select_topics(adapter, topics, None)))
+                wanted = RestartOptions(topics=tuple(topics))
+                t, cluster = _timed(lambda: read_cluster(adapter, select_topics(adapter, wanted)))
                 broker_s.append(t)
                 t, warm_plan = _timed(lambda: resolve(pipeline, topics, ledger.positions, cluster.watermarks))
                 resolve_s.append(t)

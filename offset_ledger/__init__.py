@@ -22,13 +22,13 @@ if TYPE_CHECKING:
     from offset_ledger.operate.pipeline import Pipeline
     from offset_ledger.operate.replay import replay_range
     from offset_ledger.operate.restart import start_from_ledger
-    from offset_ledger.rules.model import RestartPlan
+    from offset_ledger.rules.plan import RestartPlan
 
 # Imported on first use so that `import offset_ledger` (and the CLI) does not pay for PySpark.
 _LAZY = {
     "OffsetLedgerListener": "offset_ledger.capture.listener",
     "Pipeline": "offset_ledger.operate.pipeline",
-    "RestartPlan": "offset_ledger.rules.model",
+    "RestartPlan": "offset_ledger.rules.plan",
     "failover": "offset_ledger.operate.failover",
     "replay_range": "offset_ledger.operate.replay",
     "start_from_ledger": "offset_ledger.operate.restart",

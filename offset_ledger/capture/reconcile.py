@@ -45,6 +45,20 @@ CHECKPOINT_SOURCE = "checkpoint"
 
 
 @dataclass(frozen=True)
+class CurrentGeneration:
+    """What a restart's pass knows of the checkpoint generation it reconciles (the pipeline's current one)."""
+
+    number: int
+    #: the query the ledger knows on it: a checkpoint of another query is reported, never recorded
+    query_id: str | None
+    #: a query ran on it (a run or a sink's commit names it): gone or empty now means lost, not unstarted
+    ran: bool = False
+    #: the positions it started from, asked only when batches are missing: batches ending at or before
+    #: them are the checkpoint's history before the ledger adopted it, not batches the listener missed
+    baseline: Callable[[], Mapping[tuple[str, int], int]] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
 class Reconciliation:
     """What one pass over a checkpoint found and recorded."""
 
@@ -110,30 +124,27 @@ def _open(location: str, storage_options: Any) -> CheckpointFiles:
 
 
 def reconcile(
-    engine: Engine, location: str, *, pipeline: str, consumer_group: str, expected_query_id: str | None = None,
+    engine: Engine, location: str, *, pipeline: str, consumer_group: str, current: CurrentGeneration | None = None,
     files: CheckpointFiles | None = None, storage_options: Any = None, end_run: bool = True,
     store_findings: bool = True, recorder: Recorder | None = None, now: datetime | None = None,
-    baseline: Callable[[], Mapping[tuple[str, int], int]] | None = None,
-    generation: int | None = None, ran: bool = False,
 ) -> Reconciliation:
     """Record every batch ``location`` committed that the ledger lacks; the findings say what was done.
 
-    ``expected_query_id``: the query the ledger knows on this checkpoint (a generation's); a
-    checkpoint of another query (the directory was replaced) is reported, never recorded. An
-    unreadable checkpoint is a ``checkpoint_unreadable`` finding, never an exception: the caller
+    An unreadable checkpoint is a ``checkpoint_unreadable`` finding, never an exception: the caller
     plans from the ledger and says so. ``end_run`` closes the synthetic run (a restart's pass: the
-    job is stopped); a watcher keeps it open while the job runs. ``baseline``: the positions the
-    generation on this checkpoint started from (asked only when batches are missing); batches that
-    end at or before them are the checkpoint's history before the ledger adopted it, not batches the
-    listener missed, and are left out.
+    job is stopped); a watcher keeps it open while the job runs.
 
-    ``generation`` (a restart's pass over the current generation, whose number it is): a checkpoint
-    that is gone, empty or holds another query than ``expected_query_id`` (when ``ran``, or the
-    ledger has runs of that query, a query ran on it) is another incarnation: the result says which
-    (``incarnation``) with a stored ``checkpoint_lost`` / ``checkpoint_recreated`` finding, and the
-    restart opens a fresh generation instead of reusing this one's batch ids.
+    ``current`` (a restart's pass over the pipeline's current generation): a checkpoint that is
+    gone, empty or holds another query than ``current.query_id`` (when it ran, or the ledger has
+    runs of that query) is another incarnation: the result says which (``incarnation``) with a
+    stored ``checkpoint_lost`` / ``checkpoint_recreated`` finding, and the restart opens a fresh
+    generation instead of reusing this one's batch ids.
     """
     at = now or datetime.now(timezone.utc)
+    expected_query_id = current.query_id if current is not None else None
+    generation = current.number if current is not None else None
+    ran = current.ran if current is not None else False
+    baseline = current.baseline if current is not None else None
     try:
         with engine.connect() as conn:
             recorded_on_location = conn.execute(

@@ -56,7 +56,7 @@ def resolve_cmd(
     from offset_ledger.errors import ConfigError
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.move_cost import plan_cost
-    from offset_ledger.operate.restart import plan_restart
+    from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
 
     kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
     if window is not None or slide is not None or watermark_delay is not None:
@@ -77,20 +77,25 @@ def resolve_cmd(
 
         from offset_ledger.ledger.engine import translate_db_error
         from offset_ledger.ledger.policy_store import current_policies
+        from offset_ledger.rules.policies import Policies
+        from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
+        options = RestartOptions(topics=tuple(topic) if topic else None, topic_pattern=pattern,
+                                 allow_first_run=allow_first_run)
+        given = Policies(first_run=first_run, on_data_loss=on_data_loss,  # type: ignore[arg-type]
+                         window=window, slide=slide, watermark_delay=watermark_delay,
+                         event_time_is_kafka_timestamp=event_time_is_kafka_timestamp or None)
         try:
             with engine.connect() as conn:  # the stored policies, as start_from_ledger applies them
-                stored = current_policies(conn, pipeline)
+                stored = Policies.stored(current_policies(conn, pipeline))
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "reading the pipeline's policies") from exc
-        on_data_loss = on_data_loss or stored.get("on_data_loss") or "fail"
-        first_run = first_run if first_run is not None else stored.get("first_run")
+        use, _ = given.over(stored)
+        group = resolve_ref(engine, PipelineRef(pipeline, consumer_group))
         with kafka.adapter() as adapter:
-            plan, ledger, cluster = plan_restart(
-                engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topic or None,
-                topic_pattern=pattern, first_run=first_run, on_data_loss=on_data_loss,
-                allow_first_run=allow_first_run, window=window, slide=slide, watermark_delay=watermark_delay,
-                event_time_is_kafka_timestamp=event_time_is_kafka_timestamp)
+            # A window only when asked here: a stored one applies on start_from_ledger's upgrades.
+            plan, ledger, cluster = plan_restart(engine, adapter, group, options, use,
+                                                 use.window_spec() if window is not None else None)
             cost = plan_cost(adapter, plan.starting_offsets, ledger.positions, cluster.watermarks)
     finally:
         engine.dispose()

@@ -12,30 +12,38 @@ does not import PySpark.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from offset_ledger.operate.inputs import check_name
+from offset_ledger.rules.policies import Policies
+from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
 if TYPE_CHECKING:
     from offset_ledger.capture.listener import OffsetLedgerListener
-    from offset_ledger.rules.model import RestartPlan
+    from offset_ledger.rules.plan import RestartPlan
 
-#: The ``start_from_ledger`` arguments a call of :meth:`Pipeline.plan` / :meth:`Pipeline.start` may
-#: give (they override the pipeline's stored policies for that call, and the plan says so). The
-#: others (topics, Kafka settings, ledger, consumer group, app version) belong to the pipeline.
-RESTART_OVERRIDES = frozenset({
-    "first_run", "on_data_loss", "new_checkpoint", "allow_first_run", "commit_to_kafka", "window", "slide",
-    "watermark_delay", "event_time_is_kafka_timestamp", "adopt_checkpoint",
-})
+#: ``start_from_ledger``'s arguments that are no value's field: where the ledger and the cluster
+#: are, and the sinks it reconciles before it plans (used at the edge; they never reach the plan).
+EDGE_ARGUMENTS = frozenset({"dsn", "bootstrap_servers", "kafka_options", "sinks"})
+
+
+def restart_arguments() -> frozenset[str]:
+    """Every ``start_from_ledger`` argument: the values' fields (``PipelineRef``, ``RestartOptions``,
+    ``Policies``) and the edge's (``tests/unit/test_pipeline_surface.py`` holds the signature to it)."""
+    return frozenset(f.name for value in (PipelineRef, RestartOptions, Policies) for f in fields(value)) \
+        | EDGE_ARGUMENTS
 
 
 def check_overrides(overrides: Mapping[str, Any], what: str) -> None:
     """TypeError naming an argument ``plan``/``start`` does not take (a typo must not be ignored)."""
-    unknown = sorted(set(overrides) - RESTART_OVERRIDES)
+    allowed = call_arguments()
+    unknown = sorted(set(overrides) - allowed)
     if unknown:
-        raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(unknown)}; "
-                        f"it takes checkpoint_root and {', '.join(sorted(RESTART_OVERRIDES))}")
+        held = sorted(set(unknown) & restart_arguments())
+        why = f" ({', '.join(held)} belong(s) to the Pipeline)" if held else ""
+        raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(unknown)}{why}; "
+                        f"it takes {', '.join(sorted(allowed))}")
 
 
 def spark_kafka_options(options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -99,6 +107,11 @@ class Pipeline:
     app_version: str | None = None
     _options: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
+    @classmethod
+    def held_arguments(cls) -> frozenset[str]:
+        """The ``start_from_ledger`` arguments the pipeline holds (its fields; ``name`` is ``pipeline``)."""
+        return frozenset("pipeline" if f.name == "name" else f.name for f in fields(cls) if f.init)
+
     def __post_init__(self) -> None:
         check_name("pipeline", self.name)
         if self.consumer_group is not None:
@@ -139,7 +152,11 @@ class Pipeline:
 
     def plan(self, *, checkpoint_root: str, **overrides: Any) -> RestartPlan:
         """``start_from_ledger`` for this pipeline: the ``RestartPlan`` (a fresh generation is recorded
-        when one is needed, exactly as ``start_from_ledger`` does)."""
+        when one is needed, exactly as ``start_from_ledger`` does).
+
+        ``overrides``: any ``start_from_ledger`` argument the pipeline does not hold (``call_arguments``):
+        the policies for this call, ``new_checkpoint``, ``sinks=[sink]``, ...
+        """
         from offset_ledger.operate.restart import start_from_ledger
 
         check_overrides(overrides, "plan")
@@ -188,3 +205,10 @@ class Pipeline:
         for key, value in self.reader_options(plan).items():
             reader = reader.option(key, value)
         return PipelineStart(plan=plan, reader=reader, checkpoint_location=plan.checkpoint_location)
+
+
+def call_arguments() -> frozenset[str]:
+    """What a call of :meth:`Pipeline.plan` / :meth:`Pipeline.start` may give: every ``start_from_ledger``
+    argument the pipeline does not hold (``checkpoint_root``, the policies, which override the stored
+    ones for that call, ``sinks``, ...), derived from the values so it cannot drift."""
+    return restart_arguments() - Pipeline.held_arguments()

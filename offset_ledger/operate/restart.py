@@ -11,9 +11,9 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
@@ -21,36 +21,38 @@ from sqlalchemy.exc import SQLAlchemyError
 
 # Imported with this module, not on a restart's first call (it was 26 ms of a 10,000-partition
 # restart there, issue 27): `from offset_ledger import start_from_ledger` pays it before timing matters.
-from offset_ledger.capture.reconcile import reconcile
+from offset_ledger.capture.reconcile import CurrentGeneration, reconcile
 from offset_ledger.config import settings
-from offset_ledger.errors import ConfigError, InvalidRestartOptions, PlanConflict
+from offset_ledger.errors import ConfigError, PlanConflict
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.position_check import positions_moved
-from offset_ledger.ledger.queries import pipeline_footprint
 from offset_ledger.ledger.tables import checkpoint_generations, sink_batches
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
-from offset_ledger.operate.restart_plan import (  # noqa: F401  (the planning steps, importable from here as before)
+from offset_ledger.operate.restart_plan import (
     ClusterView,
     LedgerView,
-    _watermarks_json,
-    choose_group,
     ledger_changes,
     plan_restart,
-    read_cluster,
-    read_ledger,
     read_ledger_on,
-    recreated_topics,
+    resolve_ref,
+    resolve_ref_on,
     resolved_offsets,
-    select_topics,
+    watermarks_json,
 )
-from offset_ledger.rules.model import Finding, RestartPlan
-from offset_ledger.rules.policies import effective
+from offset_ledger.rules.incarnation import Incarnation
+from offset_ledger.rules.model import Finding
+from offset_ledger.rules.plan import RestartPlan
+from offset_ledger.rules.policies import Policies
 from offset_ledger.rules.resolver import new_generation_reason
+from offset_ledger.rules.restart_options import GroupRef, PipelineRef, RestartOptions
+
+if TYPE_CHECKING:  # the annotation only: a restart imports no sink code until a sink is passed
+    from offset_ledger.sinks.protocol import Sink
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +78,7 @@ def start_from_ledger(
     watermark_delay: str | None = None,
     event_time_is_kafka_timestamp: bool | None = None,
     adopt_checkpoint: str | None = None,
-    sinks: Sequence[Any] = (),
+    sinks: Sequence[Sink] = (),
 ) -> RestartPlan:
     """Plan a pipeline's start from the ledger: complete ``startingOffsets`` and the checkpoint to use.
 
@@ -136,12 +138,31 @@ def start_from_ledger(
     ledger lacks (a driver lost between the two commits) are recorded, so the plan starts from what
     the sink committed (a ``sink_reconciled`` finding says so).
     """
+    # The arguments as values, each checked once (bad input raises here, before any connection):
+    # everything below takes these (``offset_ledger.rules.restart_options``, ``rules.policies``).
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
     root = str(checkpoint_root)
     if "://" not in root and not root.startswith(("/", "file:")):
         # A relative local root is where this process runs; Spark reports the absolute location.
         root = os.path.abspath(root)
+    ref = PipelineRef(pipeline, consumer_group)
+    restart = RestartOptions(
+        topics=tuple(topics) if topics is not None and not isinstance(topics, str) else topics,  # type: ignore[arg-type]
+        topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, new_checkpoint=new_checkpoint,
+        allow_first_run=allow_first_run, adopt_checkpoint=adopt_checkpoint)
+    given = Policies(first_run=first_run, on_data_loss=on_data_loss, window=window, slide=slide,  # type: ignore[arg-type]
+                     watermark_delay=watermark_delay, event_time_is_kafka_timestamp=event_time_is_kafka_timestamp,
+                     commit_to_kafka=commit_to_kafka)
+    targets = tuple(sinks)
+    if targets:
+        from offset_ledger.sinks.protocol import Sink
+
+        strays = [type(s).__name__ for s in targets if not isinstance(s, Sink)]
+        if strays:
+            # Refused before the ledger is touched (a missing reconcile would fail half way).
+            raise ConfigError(f"sinks: {', '.join(strays)} is not a sink (offset_ledger.sinks.Sink: spec, bind, "
+                              f"write, reconcile); pass the sink objects the query writes with")
     options = dict(kafka_options or {})
     servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
     if not servers:
@@ -161,88 +182,71 @@ def start_from_ledger(
         engine = make_engine(dsn)
         try:
             ensure_schema(engine)
-            sink_findings = tuple(f for sink in sinks for f in sink.reconcile(engine))
+            sink_findings = tuple(f for sink in targets for f in sink.reconcile(engine))
             with adapter:
-                if adopt_checkpoint is not None:
+                if restart.adopt_checkpoint is not None:
                     from offset_ledger.operate.adopt import adopt_if_unknown
 
-                    adopt_if_unknown(engine, adopt_checkpoint, pipeline=pipeline, consumer_group=consumer_group,
-                                     checkpoint_root=root, app_version=app_version, topic_ids_of=adapter.topic_ids)
-                done = restart_with(
-                    engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-                    topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, first_run=first_run,
-                    on_data_loss=on_data_loss, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
-                    window=window, slide=slide, watermark_delay=watermark_delay,
-                    event_time_is_kafka_timestamp=event_time_is_kafka_timestamp, commit_to_kafka=commit_to_kafka)
+                    adopt_if_unknown(engine, restart.adopt_checkpoint, pipeline=ref.pipeline,
+                                     consumer_group=ref.consumer_group, checkpoint_root=root,
+                                     app_version=restart.app_version, topic_ids_of=adapter.topic_ids)
+                done = restart_with(engine, adapter, ref, restart, given)
             if sink_findings:
                 done = replace(done, findings=(*sink_findings, *done.findings))
             log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
-            mirror = commit_to_kafka if commit_to_kafka is not None else bool(done.policies.get("commit_to_kafka"))
             return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
-                if mirror else done
+                if done.policies.get("commit_to_kafka") else done
         finally:
             adapter.close()  # closed already unless the schema check failed (it waits for the handshake)
             engine.dispose()
 
 
 def restart_with(
-    engine: Engine, adapter: Any, *, pipeline: str, checkpoint_root: str, consumer_group: str | None = None,
-    topics: Sequence[str] | None = None, topic_pattern: str | None = None, app_version: str | None = None,
-    first_run: object = None, on_data_loss: str | None = None, new_checkpoint: bool = False,
-    allow_first_run: bool = False, window: str | None = None, slide: str | None = None,
-    watermark_delay: str | None = None, event_time_is_kafka_timestamp: bool | None = None,
-    commit_to_kafka: bool | None = None,
+    engine: Engine, adapter: Any, ref: PipelineRef, options: RestartOptions, given: Policies = Policies(),
 ) -> RestartPlan:
     """``start_from_ledger`` on an open engine and Kafka adapter: reconcile, plan, decide under the lock.
 
-    Arguments left None take the pipeline's stored policies (``offset_ledger.rules.policies``), then the
-    defaults; one given where a stored policy differs is used for this call and reported
-    (``policy_override``). A stored window applies when a fresh generation is opened anyway (an
-    upgrade); ``window=`` given in the call asks for one, as before.
+    ``given``: the policies the call gave (None: not given); they take the pipeline's stored
+    policies (``offset_ledger.rules.policies``) where not given, then the defaults; one given where
+    a stored policy differs is used for this call and reported (``policy_override``). A stored
+    window applies when a fresh generation is opened anyway (an upgrade); ``window=`` given in the
+    call asks for one, as before.
     """
-    stored = _stored_policies(engine, pipeline)
-    use, overrides = effective(stored, {
-        "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
-        "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": event_time_is_kafka_timestamp,
-        "commit_to_kafka": commit_to_kafka})
-    stored_window = window is None and use["window"] is not None
-    if use["window"] is None and (slide is not None or watermark_delay is not None or event_time_is_kafka_timestamp):
-        raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
-                                    option="window")
+    if options.checkpoint_root is None:
+        raise ConfigError("checkpoint_root is required")
+    use, overrides = given.over(Policies.stored(_stored_policies(engine, ref.pipeline)))
+    window = use.window_spec()
+    asked = given.window is not None
     # Ground truth first: what the current generation's checkpoint committed and the
     # listener never delivered is recorded before anything is planned from the ledger.
     t0 = time.perf_counter()
-    truth, lost = reconcile_current(engine, pipeline, consumer_group)
-    log.debug("reconciled %s with its checkpoint in %.1f ms", pipeline, (time.perf_counter() - t0) * 1000)
+    truth = reconcile_current(engine, ref)
+    log.debug("reconciled %s with its checkpoint in %.1f ms", ref.pipeline, (time.perf_counter() - t0) * 1000)
+    group = truth.group
     changes: list[str] = []
     for attempt in range(1, _PLAN_ATTEMPTS + 1):
-        rewind = window is not None
-        plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
-                                      allow_first_run, rewind)
-        if stored_window and not ledger.pending_reset_ids and _generation_reason(
-                plan, ledger, app_version, checkpoint_root, new_checkpoint, lost) not in (None, "first"):
+        if attempt > 1 and not group.named:
+            group = resolve_ref(engine, ref)  # what moved may be the pipeline's groups
+        rewind = asked
+        plan, ledger, cluster = plan_restart(engine, adapter, group, options, use, window if rewind else None)
+        if window is not None and not asked and not ledger.pending_reset_ids and _generation_reason(
+                plan, ledger, options, truth) not in (None, "first"):
             # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
             rewind = True
-            plan, ledger, cluster = _plan(engine, adapter, pipeline, consumer_group, topics, topic_pattern, use,
-                                          allow_first_run, rewind)
-        done = _decide_under_lock(
-            engine, plan, ledger, cluster, pipeline=pipeline, consumer_group=consumer_group,
-            checkpoint_root=checkpoint_root, app_version=app_version,
-            new_checkpoint=new_checkpoint or rewind, lost=lost,
-            # Nobody named the group: it stays the helper's guess until a run reports its own.
-            defaulted_group=consumer_group is None and (
-                not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted)))
+            plan, ledger, cluster = plan_restart(engine, adapter, group, options, use, window)
+        done = _decide_under_lock(engine, plan, ledger, cluster, options, truth, rewind=rewind)
         if isinstance(done, RestartPlan):
             # What starting away from the ledger's positions costs; Spark ignores startingOffsets
             # when it resumes a checkpoint, so only a fresh one moves anything.
             cost = plan_cost(adapter, done.starting_offsets, ledger.positions, cluster.watermarks) \
                 if done.fresh_checkpoint else None
             # Reconciliation findings were stored when found; the plan shows them too.
-            return replace(done, findings=(*truth, *overrides, *done.findings), policies=use, cost=cost)
+            return replace(done, findings=(*truth.findings, *overrides, *done.findings), policies=use.as_dict(),
+                           cost=cost)
         changes = done
         log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
-                 pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
-    raise PlanConflict(pipeline, _PLAN_ATTEMPTS, changes)
+                 ref.pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
+    raise PlanConflict(ref.pipeline, _PLAN_ATTEMPTS, changes)
 
 
 def _stored_policies(engine: Engine, pipeline: str) -> dict[str, Any]:
@@ -253,30 +257,33 @@ def _stored_policies(engine: Engine, pipeline: str) -> dict[str, Any]:
         raise translate_db_error(exc, "reading the pipeline's policies") from exc
 
 
-def _plan(engine: Engine, adapter: Any, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
-          topic_pattern: str | None, use: Mapping[str, Any], allow_first_run: bool,
-          rewind: bool) -> tuple[RestartPlan, LedgerView, ClusterView]:
-    return plan_restart(
-        engine, adapter, pipeline=pipeline, consumer_group=consumer_group, topics=topics,
-        topic_pattern=topic_pattern, first_run=use["first_run"], on_data_loss=use["on_data_loss"],
-        allow_first_run=allow_first_run, window=use["window"] if rewind else None,
-        slide=use["slide"] if rewind else None, watermark_delay=use["watermark_delay"] if rewind else None,
-        event_time_is_kafka_timestamp=bool(use["event_time_is_kafka_timestamp"]) if rewind else False)
+@dataclass(frozen=True)
+class CheckpointTruth:
+    """What reconciling the current generation with its checkpoint found, before anything is planned."""
+
+    #: the pipeline's group, resolved once (``PipelineRef.resolve``) for the whole restart
+    group: GroupRef
+    findings: tuple[Finding, ...] = ()
+    #: the generation whose checkpoint is no longer the one that ran on it, and what it is now
+    #: (gone, empty, re-created: ``rules.incarnation``); None and "same" when it still is
+    lost_generation_id: int | None = None
+    incarnation: Incarnation = "same"
 
 
-def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str | None, checkpoint_root: str,
-                       new_checkpoint: bool, lost: tuple[int, str] | None = None) -> str | None:
+def _generation_reason(plan: RestartPlan, ledger: LedgerView, options: RestartOptions, truth: CheckpointTruth,
+                       *, new_checkpoint: bool = False) -> str | None:
     """Why this plan needs a fresh checkpoint generation (``resolver.new_generation_reason``), or None.
 
-    ``lost``: (generation id, incarnation) when reconciliation found that generation's checkpoint
-    gone, empty or re-created by another query; it counts while that generation is the current one.
+    A lost checkpoint (``truth``) counts while its generation is the current one.
     """
     current = ledger.generation
+    lost = current is not None and truth.lost_generation_id == current.id
     return new_generation_reason(
-        checkpoint_incarnation=lost[1] if lost and current is not None and current.id == lost[0] else None,
+        checkpoint_incarnation=truth.incarnation if lost else None,
         has_current=current is not None, current_app_version=current.app_version if current else None,
-        current_checkpoint_root=current.checkpoint_root if current else None, app_version=app_version,
-        checkpoint_root=checkpoint_root, pending_resets=bool(ledger.pending_reset_ids), requested=new_checkpoint,
+        current_checkpoint_root=current.checkpoint_root if current else None, app_version=options.app_version,
+        checkpoint_root=str(options.checkpoint_root), pending_resets=bool(ledger.pending_reset_ids),
+        requested=options.new_checkpoint or new_checkpoint,
         data_loss=any(f.kind == "data_loss" for f in plan.findings),
         sink_ahead=any(f.kind == "sink_ahead" for f in plan.findings))
 
@@ -285,22 +292,15 @@ def _generation_reason(plan: RestartPlan, ledger: LedgerView, app_version: str |
 _PLAN_ATTEMPTS = 3
 
 
-def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None,
-                      ) -> tuple[tuple[Finding, ...], tuple[int, str] | None]:
-    """Reconcile the pipeline's current generation with its checkpoint: the findings say what happened,
-    and (generation id, incarnation) when its checkpoint is no longer the one that ran on it (gone,
-    empty, re-created: ``rules.incarnation``), else None.
+def reconcile_current(engine: Engine, ref: PipelineRef) -> CheckpointTruth:
+    """Resolve the pipeline's group and reconcile its current generation with its checkpoint.
 
-    Nothing to do for a pipeline without a generation (no checkpoint location is known) or with
-    several consumer groups and none named (planning raises AmbiguousConsumerGroup next).
+    Nothing to reconcile for a pipeline without a generation (no checkpoint location is known).
     """
     try:
         with engine.connect() as conn:
-            footprint = pipeline_footprint(conn, pipeline)
-            if consumer_group is None and len(footprint) > 1:
-                return (), None
-            group = consumer_group or choose_group(pipeline, footprint)
-            current = gens.current_generation(conn, pipeline, group, offsets=False)
+            group = resolve_ref_on(conn, ref)
+            current = gens.current_generation(conn, group.pipeline, group.consumer_group, offsets=False)
             # A sink's commit names the generation too: a query ran there even if no listener said so.
             ran = current is not None and (current.query_id is not None or conn.execute(
                 select(sink_batches.c.id).where(sink_batches.c.generation_id == current.id).limit(1)
@@ -308,45 +308,49 @@ def reconcile_current(engine: Engine, pipeline: str, consumer_group: str | None,
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the current generation") from exc
     if current is None:
-        return (), None
+        return CheckpointTruth(group)
     def baseline() -> dict[tuple[str, int], int]:
         with engine.connect() as conn:
             raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
                                .where(checkpoint_generations.c.id == current.id)).scalar() or {}
         return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
 
-    done = reconcile(engine, current.location, pipeline=pipeline, consumer_group=group,
-                     expected_query_id=current.query_id, baseline=baseline, generation=current.generation, ran=ran)
-    return done.findings, (None if done.incarnation == "same" else (current.id, done.incarnation))
+    done = reconcile(engine, current.location, pipeline=group.pipeline, consumer_group=group.consumer_group,
+                     current=CurrentGeneration(current.generation, current.query_id, ran, baseline))
+    if done.incarnation == "same":
+        return CheckpointTruth(group, done.findings)
+    return CheckpointTruth(group, done.findings, current.id, done.incarnation)
 
 
 def _decide_under_lock(
-    engine: Engine, plan: RestartPlan, ledger: LedgerView, cluster: ClusterView, *, pipeline: str,
-    consumer_group: str | None, checkpoint_root: str, app_version: str | None, new_checkpoint: bool,
-    defaulted_group: bool, lost: tuple[int, str] | None = None,
+    engine: Engine, plan: RestartPlan, ledger: LedgerView, cluster: ClusterView, options: RestartOptions,
+    truth: CheckpointTruth, *, rewind: bool,
 ) -> RestartPlan | list[str]:
     """Under the pipeline lock: the final plan (a new generation written, or the current one reused),
     or what changed since ``ledger`` was read (nothing written; the caller plans again).
 
     The lock is the one resets and the recorder take: no batch, reset or other restart can commit
     between the check that the plan's inputs still hold and the generation written from them. So a
-    reset is consumed only by the generation whose positions carry it.
+    reset is consumed only by the generation whose positions carry it. A rewind only takes effect on
+    an empty checkpoint (the old one holds the state it replaces): ``rewind`` asks for a fresh one.
     """
-    group = ledger.consumer_group
+    pipeline, group = ledger.group.pipeline, ledger.consumer_group
+    app_version = options.app_version
+    # Nobody named the group: it stays the helper's guess until a run reports its own.
+    defaulted_group = not ledger.group.named and (
+        not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted))
     t0 = time.perf_counter()
     try:
         with engine.begin() as conn:
             lock_pipeline(conn, pipeline, group)
-            now = read_ledger_on(conn, pipeline, consumer_group, list(cluster.topics), with_positions=False)
+            now = read_ledger_on(conn, ledger.group, list(cluster.topics), with_positions=False)
             moved = positions_moved(conn, pipeline, now.consumer_group, cluster.topics, ledger.positions)
             changes = ledger_changes(ledger, now, cluster.topics, moved=moved)
             t1 = time.perf_counter()
             if changes:
                 return changes
             current = ledger.generation
-            # A rewind only takes effect on an empty checkpoint (the old one holds the state it
-            # replaces): the caller asks for one with new_checkpoint.
-            reason = _generation_reason(plan, ledger, app_version, checkpoint_root, new_checkpoint, lost)
+            reason = _generation_reason(plan, ledger, options, truth, new_checkpoint=rewind)
             if reason is None:
                 assert current is not None
                 log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
@@ -359,11 +363,11 @@ def _decide_under_lock(
                 Finding("reset_consumed", f"pending reset {rid} applied through a fresh checkpoint generation",
                         details={"reset_id": rid}) for rid in ledger.pending_reset_ids]
             generation, consumed = gens.create_generation(
-                conn, pipeline=pipeline, consumer_group=group, checkpoint_root=checkpoint_root,
+                conn, pipeline=pipeline, consumer_group=group, checkpoint_root=str(options.checkpoint_root),
                 app_version=app_version if app_version is not None else (current.app_version if current else None),
                 reason=reason, starting_offsets=plan.starting_offsets,
                 resolved_offsets=resolved_offsets(plan, cluster), topic_ids=cluster.topic_ids,
-                watermarks=_watermarks_json(cluster), dropped_partitions=dropped,
+                watermarks=watermarks_json(cluster), dropped_partitions=dropped,
                 restart_findings=list(plan.findings) + consumed_findings,
                 consume_reset_ids=ledger.pending_reset_ids, stateful=ledger.next_stateful,
                 group_defaulted=defaulted_group)

@@ -17,11 +17,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.errors import (
-    AmbiguousConsumerGroup,
-    FirstRunRefused,
-    InvalidRestartOptions,
-)
+from offset_ledger.errors import FirstRunRefused, InvalidRestartOptions
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
@@ -33,21 +29,22 @@ from offset_ledger.rules.model import (
     LATEST,
     OnDataLoss,
     Position,
-    RestartPlan,
     TopicPartition,
     Watermarks,
 )
-from offset_ledger.rules.resolver import (
+from offset_ledger.rules.plan import RestartPlan
+from offset_ledger.rules.policies import Policies
+from offset_ledger.rules.resolver import TopicIncarnation, is_first_run, resolve
+from offset_ledger.rules.restart_options import (
     FirstRun,
     FirstRunTimestamp,
-    TopicIncarnation,
-    is_first_run,
-    parse_first_run,
+    GroupRef,
+    PipelineRef,
+    RestartOptions,
     parse_on_data_loss,
-    resolve,
 )
 from offset_ledger.rules.sink_ahead import SinkAhead, sink_ahead
-from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
+from offset_ledger.rules.stateful import WindowSpec
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +53,18 @@ log = logging.getLogger(__name__)
 class LedgerView:
     """What the restart reads from the ledger, read in an order that makes consuming resets safe."""
 
+    group: GroupRef
     positions: tuple[Position, ...]
     pending_reset_ids: tuple[int, ...]
     generation: gens.CheckpointGeneration | None
-    consumer_group: str = ""
     #: everything the ledger holds for the pipeline, per consumer group (``queries.pipeline_footprint``)
     footprint: Mapping[str, Mapping[str, Any]] | None = None
     #: set by ``plan_restart``: the stateful inputs a generation opened from this plan stores
     next_stateful: Mapping[str, Any] | None = None
+
+    @property
+    def consumer_group(self) -> str:
+        return self.group.consumer_group
 
 
 @dataclass(frozen=True)
@@ -76,36 +77,45 @@ class ClusterView:
     topic_ids: Mapping[str, str] = ()  # type: ignore[assignment]
 
 
-def read_ledger(
-    engine: Engine, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
-) -> LedgerView:
-    """Pending resets, then positions, then the current generation (``topics=None``: every topic).
-
-    ``consumer_group=None`` means the pipeline's only group in the ledger (its own name when the
-    ledger has none); AmbiguousConsumerGroup when it has several.
-    """
+def resolve_ref(engine: Engine, ref: PipelineRef) -> GroupRef:
+    """``ref`` resolved against the groups the ledger holds for the pipeline (``PipelineRef.resolve``)."""
     try:
         with engine.connect() as conn:
-            return read_ledger_on(conn, pipeline, consumer_group, topics)
+            return resolve_ref_on(conn, ref)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "reading the pipeline's consumer groups") from exc
+
+
+def resolve_ref_on(conn: Connection, ref: PipelineRef) -> GroupRef:
+    """``resolve_ref`` on an open connection."""
+    if ref.consumer_group is not None:
+        return ref.resolve(())  # named: nothing to read
+    return ref.resolve(pipeline_footprint(conn, ref.pipeline))
+
+
+def read_ledger(engine: Engine, group: GroupRef, topics: Sequence[str] | None) -> LedgerView:
+    """Pending resets, then positions, then the current generation of ``group`` (``topics=None``: every topic)."""
+    try:
+        with engine.connect() as conn:
+            return read_ledger_on(conn, group, topics)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading positions") from exc
 
 
 def read_ledger_on(
-    conn: Connection, pipeline: str, consumer_group: str | None, topics: Sequence[str] | None,
-    *, with_positions: bool = True,
+    conn: Connection, group: GroupRef, topics: Sequence[str] | None, *, with_positions: bool = True,
 ) -> LedgerView:
     """``read_ledger`` on an open connection (the restart reads again under the pipeline lock, where
     ``with_positions=False`` leaves the positions out: ``ledger.position_check`` compares them)."""
+    pipeline, name = group.pipeline, group.consumer_group
     footprint = pipeline_footprint(conn, pipeline)
-    group = consumer_group or choose_group(pipeline, footprint)
     # Resets are read before positions: a reset committed in between then stays pending
     # (a later restart applies it again, harmlessly) instead of being marked consumed
     # without its positions being in this plan.
-    pending = gens.pending_reset_ids(conn, pipeline, group)
-    positions = current_positions(conn, pipeline, group, topics) if with_positions else []
-    generation = gens.current_generation(conn, pipeline, group, offsets=False)
-    return LedgerView(tuple(positions), tuple(pending), generation, group, footprint)
+    pending = gens.pending_reset_ids(conn, pipeline, name)
+    positions = current_positions(conn, pipeline, name, topics) if with_positions else []
+    generation = gens.current_generation(conn, pipeline, name, offsets=False)
+    return LedgerView(group, tuple(positions), tuple(pending), generation, footprint)
 
 
 def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str], *,
@@ -116,8 +126,9 @@ def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str],
     None compares the two views' positions here."""
     wanted = set(topics)
     changed = []
-    if before.consumer_group != after.consumer_group:
-        changed.append(f"consumer group {before.consumer_group!r} -> {after.consumer_group!r}")
+    if not before.group.named and sorted(before.footprint or ()) != sorted(after.footprint or ()):
+        # The group was the ledger's choice among these: planning again resolves it again.
+        changed.append(f"consumer groups {sorted(before.footprint or ())} -> {sorted(after.footprint or ())}")
     old_gen = before.generation.id if before.generation else None
     new_gen = after.generation.id if after.generation else None
     if old_gen != new_gen:
@@ -135,35 +146,21 @@ def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str],
 
 
 def choose_group(pipeline: str, footprint: Mapping[str, Any]) -> str:
-    """The consumer group of a pipeline nobody named one for: its only group, else its own name."""
-    groups = sorted(footprint)
-    if len(groups) > 1:
-        raise AmbiguousConsumerGroup(pipeline, groups)
-    return groups[0] if groups else pipeline
+    """The consumer group of a pipeline nobody named one for (``PipelineRef.resolve``)."""
+    return PipelineRef(pipeline).resolve(footprint).consumer_group
 
 
-def select_topics(
-    adapter: KafkaAdapter, topics: Sequence[str] | None, topic_pattern: str | None,
-    ledger_topics: Sequence[str] = (),
-) -> list[str]:
+def select_topics(adapter: KafkaAdapter, options: RestartOptions, ledger_topics: Sequence[str] = ()) -> list[str]:
     """The requested topics: the list, or the pattern resolved on the cluster plus ledger topics it matches.
 
     Ledger topics matching the pattern are included so a deleted topic's positions are reported as
     removed rather than silently forgotten.
     """
-    if (topics is None) == (topic_pattern is None):
-        raise InvalidRestartOptions("give exactly one of topics or topic_pattern (like subscribe / subscribePattern)",
-                                    option="topics")
-    if topics is not None:
-        if isinstance(topics, str):
-            topics = [t.strip() for t in topics.split(",")]
-        wanted = [t for t in topics if t]
-        if not wanted:
-            raise InvalidRestartOptions("topics is empty", option="topics")
-        return list(dict.fromkeys(wanted))
-    assert topic_pattern is not None
-    matched = adapter.topics_matching(topic_pattern)
-    regex = re.compile(topic_pattern)
+    if options.topics is not None:
+        return list(options.topics)
+    assert options.topic_pattern is not None  # RestartOptions holds exactly one
+    matched = adapter.topics_matching(options.topic_pattern)
+    regex = re.compile(options.topic_pattern)
     return sorted(set(matched) | {t for t in ledger_topics if regex.fullmatch(t)})
 
 
@@ -203,44 +200,29 @@ def recreated_topics(
 
 
 def plan_restart(
-    engine: Engine,
-    adapter: KafkaAdapter,
-    *,
-    pipeline: str,
-    consumer_group: str | None = None,
-    topics: Sequence[str] | None = None,
-    topic_pattern: str | None = None,
-    first_run: object = None,
-    on_data_loss: str = "fail",
-    allow_first_run: bool = False,
-    window: str | None = None,
-    slide: str | None = None,
-    watermark_delay: str | None = None,
-    event_time_is_kafka_timestamp: bool = False,
+    engine: Engine, adapter: KafkaAdapter, group: GroupRef, options: RestartOptions, policies: Policies,
+    window: WindowSpec | None = None,
 ) -> tuple[RestartPlan, LedgerView, ClusterView]:
     """A read-only plan (``checkpoint_location=None``) and the ledger and cluster views it was built from.
 
-    Refuses (FirstRunRefused) to treat a pipeline the ledger knows as a first run, unless
-    ``first_run`` is given and ``allow_first_run`` is True. With ``window`` the positions are
-    rewound for a windowed pipeline (``offset_ledger.rules.stateful``) and the plan carries the event-time floor.
+    ``policies`` are the ones in effect (``Policies.over``). Refuses (FirstRunRefused) to treat a
+    pipeline the ledger knows as a first run, unless ``first_run`` is given and ``allow_first_run``
+    is True. With ``window`` the positions are rewound for a windowed pipeline
+    (``offset_ledger.rules.stateful``) and the plan carries the event-time floor.
     """
-    spec = WindowSpec.parse(window, slide) if window is not None else None
-    if spec is None and (slide is not None or watermark_delay is not None or event_time_is_kafka_timestamp):
-        raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
-                                    option="window")
-    delay_ms = parse_duration_ms(watermark_delay, option="watermark_delay") if watermark_delay is not None else None
-    policy: FirstRun = parse_first_run("earliest" if first_run is None else first_run)
-    loss: OnDataLoss = parse_on_data_loss(on_data_loss)
-    if allow_first_run and first_run is None:
+    pipeline = group.pipeline
+    policy: FirstRun = policies.first_run_policy
+    loss: OnDataLoss = parse_on_data_loss(policies.on_data_loss or "fail")
+    if options.allow_first_run and policies.first_run is None:
         raise InvalidRestartOptions("allow_first_run needs first_run too: say where the pipeline starts over",
                                     option="allow_first_run")
     t0 = time.perf_counter()
-    if topics is not None and topic_pattern is None:
-        requested = select_topics(adapter, topics, None)
-        ledger = read_ledger(engine, pipeline, consumer_group, requested)
+    if options.topics is not None:
+        requested = select_topics(adapter, options)
+        ledger = read_ledger(engine, group, requested)
     else:
-        ledger = read_ledger(engine, pipeline, consumer_group, None)
-        requested = select_topics(adapter, topics, topic_pattern, sorted({p.topic for p in ledger.positions}))
+        ledger = read_ledger(engine, group, None)
+        requested = select_topics(adapter, options, sorted({p.topic for p in ledger.positions}))
     wanted = set(requested)
     positions = [p for p in ledger.positions if p.topic in wanted]
     ahead = sink_ahead_of(engine, pipeline, ledger)
@@ -248,7 +230,7 @@ def plan_restart(
         positions = [replace(p, next_offset=max(p.next_offset, ahead.ends.get((p.topic, p.partition), 0)))
                      for p in positions]
     first = is_first_run(positions, requested)
-    if first and ledger.footprint and not allow_first_run:
+    if first and ledger.footprint and not options.allow_first_run:
         raise FirstRunRefused(pipeline, ledger.consumer_group, requested, ledger.footprint)
     timestamp_ms = policy.timestamp_ms if isinstance(policy, FirstRunTimestamp) and first else None
     t1 = time.perf_counter()
@@ -256,9 +238,9 @@ def plan_restart(
     t2 = time.perf_counter()
     rewind = None
     stored = stored_stateful(ledger.generation)
-    if spec is not None and not first:  # a first run has no windows open yet: nothing to rewind
-        rewind = state_rewind(engine, adapter, ledger, pipeline, positions, spec, delay_ms,
-                              event_time_is_kafka_timestamp, stored)
+    if window is not None and not first:  # a first run has no windows open yet: nothing to rewind
+        rewind = state_rewind(engine, adapter, group, ledger.generation, ledger.pending_reset_ids, positions,
+                              window, stored)
         positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
                      if o >= 0 and tp.topic in wanted]
     def watermarks_of(generation_id: int) -> Any:
@@ -280,7 +262,7 @@ def plan_restart(
                        event_time_floor=stored.event_time_floor)
     log.debug("plan for %s over %d partitions: ledger %.1f ms, cluster %.1f ms, resolve %.1f ms", pipeline,
               len(cluster.watermarks), (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
-    ledger = replace(ledger, next_stateful=stateful_record(rewind, stored, event_time_is_kafka_timestamp))
+    ledger = replace(ledger, next_stateful=stateful_record(rewind, stored, window))
     return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
 
 
@@ -323,7 +305,7 @@ def _marks_by_topic(cluster: ClusterView) -> dict[str, dict[int, Watermarks]]:
     return out
 
 
-def _watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
+def watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
     # Sorted by topic, then partition number, as before; sorting TopicPartition objects through
     # their generated __lt__ cost ~50 ms at 10,000 partitions, sorting plain keys a few.
     return {topic: {str(p): [w.log_start_offset, w.log_end_offset] for p, w in sorted(parts.items())}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -23,10 +23,8 @@ from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import checkpoint_batches
 from offset_ledger.rules.model import Finding, Position
+from offset_ledger.rules.restart_options import GroupRef
 from offset_ledger.rules.stateful import StateRewind, WindowSpec, plan_rewind, to_ms
-
-if TYPE_CHECKING:
-    from offset_ledger.operate.restart_plan import LedgerView
 
 
 @dataclass(frozen=True)
@@ -62,12 +60,13 @@ def stored_stateful(generation: gens.CheckpointGeneration | None) -> StoredState
 
 
 def stateful_record(rewind: tuple[str | None, StateRewind] | None, stored: StoredStateful | None,
-                    kafka_timestamp: bool) -> dict[str, Any] | None:
-    """What a new generation stores: the rewind it was opened with, else the floor it inherits."""
+                    window: WindowSpec | None) -> dict[str, Any] | None:
+    """What a new generation stores: the rewind it was opened with (on ``window``), else the floor it inherits."""
     if rewind is not None:
         query_id, r = rewind
         return {"window_ms": r.window.length_ms, "slide_ms": r.window.slide_ms, "delay_ms": r.delay_ms,
-                "event_time_floor": r.event_time_floor.isoformat(), "kafka_timestamp": kafka_timestamp,
+                "event_time_floor": r.event_time_floor.isoformat(),
+                "kafka_timestamp": bool(window and window.kafka_timestamp),
                 "basis_query_id": query_id, "first_batch_id": r.first_batch_id}
     if stored is not None and stored.event_time_floor is not None:
         return {"window_ms": stored.window_ms, "slide_ms": stored.slide_ms, "delay_ms": stored.delay_ms,
@@ -77,23 +76,26 @@ def stateful_record(rewind: tuple[str | None, StateRewind] | None, stored: Store
 
 
 def state_rewind(
-    engine: Engine, adapter: KafkaAdapter, ledger: LedgerView, pipeline: str, positions: Sequence[Position],
-    spec: WindowSpec, delay_ms: int | None, kafka_timestamp: bool, stored: StoredStateful | None,
+    engine: Engine, adapter: KafkaAdapter, group: GroupRef, generation: gens.CheckpointGeneration | None,
+    pending_reset_ids: Sequence[int], positions: Sequence[Position], spec: WindowSpec, stored: StoredStateful | None,
 ) -> tuple[str | None, StateRewind]:
-    """(query id, rewind) of the pipeline's live checkpoint; refused when no watermark was recorded."""
-    if ledger.pending_reset_ids:
+    """(query id, rewind) of the pipeline's live checkpoint (``generation``, the current one); refused
+    when no watermark was recorded or a reset is pending."""
+    pipeline = group.pipeline
+    if pending_reset_ids:
         # A reset says where to read; a rewind says where the state's records are: never guess which wins.
         raise StatefulRestartRefused(
-            f"pipeline {pipeline!r} has pending reset(s) {', '.join(map(str, ledger.pending_reset_ids))}; "
+            f"pipeline {pipeline!r} has pending reset(s) {', '.join(map(str, pending_reset_ids))}; "
             f"a windowed restart rewinds from recorded batches and would overrule them: restart without "
             f"a window (neither a window argument nor a stored 'policy set --window') to apply the reset, or "
-            f"cancel it", pipeline, reset_ids=list(ledger.pending_reset_ids))
+            f"cancel it", pipeline, reset_ids=list(pending_reset_ids))
     try:
         with engine.connect() as conn:
-            query_id, figures = checkpoint_batches(conn, pipeline, ledger.consumer_group,
-                                                   ledger.generation.id if ledger.generation else None)
+            query_id, figures = checkpoint_batches(conn, pipeline, group.consumer_group,
+                                                   generation.id if generation else None)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading batch history") from exc
+    delay_ms = spec.delay_ms
     if delay_ms is None and stored is not None:
         delay_ms = stored.delay_ms  # what the previous stateful restart used (given or read back then)
     floor = stored.event_time_floor if stored is not None else None
@@ -104,7 +106,7 @@ def state_rewind(
             f"pipeline {pipeline!r}: the ledger has no watermark for its checkpoint (query {query_id}); a windowed "
             f"restart needs one (the query must use withWatermark, recorded by this version's listener)",
             pipeline, query_id=query_id)
-    if kafka_timestamp:
+    if spec.kafka_timestamp:
         floor_ms = to_ms(rewind.event_time_floor)
         by_time = adapter.offsets_for_time(sorted(current), floor_ms)
         rewind = plan_rewind(figures, current, spec, delay_ms=rewind.delay_ms, pipeline=pipeline,

@@ -9,13 +9,16 @@ behaviour. An argument given in code overrides the stored value for that call, a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from dataclasses import asdict, dataclass, fields
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from offset_ledger.errors import InvalidRestartOptions
-from offset_ledger.rules.model import Finding
-from offset_ledger.rules.resolver import parse_first_run, parse_on_data_loss
+from offset_ledger.rules.model import Finding, OnDataLoss
+from offset_ledger.rules.restart_options import FirstRun, parse_first_run, parse_on_data_loss
 from offset_ledger.rules.stateful import WindowSpec, parse_duration_ms
+
+Duration = str | int | timedelta
 
 #: The policies, in the order they are shown.
 POLICY_KEYS = ("first_run", "on_data_loss", "window", "slide", "watermark_delay",
@@ -64,23 +67,71 @@ def merged(current: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, 
     return after
 
 
-def effective(stored: Mapping[str, Any], given: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[Finding, ...]]:
-    """(the values a restart uses, one ``policy_override`` finding per argument that differs from a stored one).
+@dataclass(frozen=True)
+class Policies:
+    """A pipeline's restart policies as one value, each checked when the value is built.
 
-    ``given`` holds only the arguments the caller passed (None: not passed).
+    Three uses, one type: the policies a call gives (None: not given), the ones stored with the
+    pipeline (``stored``), and the ones a restart applies (``given.over(stored)``: the call's, else
+    the stored, else ``DEFAULTS``). ``window_spec`` is the stateful window they describe.
     """
-    out = dict(DEFAULTS)
-    out.update({k: v for k, v in stored.items() if k in DEFAULTS})
-    overrides = []
-    for key, value in given.items():
-        if value is None:
-            continue
-        if key in stored and stored[key] != value:
-            overrides.append(Finding(
-                "policy_override",
-                f"{key}={value!r} given for this restart overrides the pipeline's stored policy {stored[key]!r} "
-                f"(offset-ledger policy set changes it for good)",
-                details={"policy": key, "given": value if isinstance(value, (str, int, bool)) else str(value),
-                         "stored": stored[key]}))
-        out[key] = value
-    return out, tuple(overrides)
+
+    first_run: object = None
+    on_data_loss: OnDataLoss | None = None
+    window: Duration | None = None
+    slide: Duration | None = None
+    watermark_delay: Duration | None = None
+    event_time_is_kafka_timestamp: bool | None = None
+    commit_to_kafka: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.first_run is not None:
+            parse_first_run(self.first_run)
+        if self.on_data_loss is not None:
+            parse_on_data_loss(self.on_data_loss)
+        for key in ("window", "slide", "watermark_delay"):
+            value = getattr(self, key)
+            if value is not None:
+                parse_duration_ms(value, option=key)
+
+    @classmethod
+    def stored(cls, raw: Mapping[str, Any]) -> Policies:
+        """The policies as the ledger stores them (``ledger.policy_store.current_policies``)."""
+        return cls(**{key: raw[key] for key in POLICY_KEYS if key in raw})
+
+    @property
+    def first_run_policy(self) -> FirstRun:
+        return parse_first_run("earliest" if self.first_run is None else self.first_run)
+
+    def over(self, stored: Policies) -> tuple[Policies, tuple[Finding, ...]]:
+        """(the policies a restart applies, one ``policy_override`` finding per given policy that differs
+        from a stored one). ``self`` holds what the call gave."""
+        out = {**DEFAULTS, **{k: v for k, v in asdict(stored).items() if v is not None}}
+        overrides = []
+        for key, value in asdict(self).items():
+            if value is None:
+                continue
+            kept = getattr(stored, key)
+            if kept is not None and kept != value:
+                overrides.append(Finding(
+                    "policy_override",
+                    f"{key}={value!r} given for this restart overrides the pipeline's stored policy {kept!r} "
+                    f"(offset-ledger policy set changes it for good)",
+                    details={"policy": key, "given": value if isinstance(value, (str, int, bool)) else str(value),
+                             "stored": kept}))
+            out[key] = value
+        if out["window"] is None and (self.slide is not None or self.watermark_delay is not None
+                                      or self.event_time_is_kafka_timestamp):
+            raise InvalidRestartOptions("slide, watermark_delay and event_time_is_kafka_timestamp need window",
+                                        option="window")
+        return Policies(**out), tuple(overrides)
+
+    def window_spec(self) -> WindowSpec | None:
+        """The stateful window these policies describe (None: not windowed)."""
+        if self.window is None:
+            return None
+        return WindowSpec.parse(self.window, self.slide, self.watermark_delay, bool(self.event_time_is_kafka_timestamp))
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every policy by name (``RestartPlan.policies``, what the faces show)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}

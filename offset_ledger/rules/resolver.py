@@ -38,11 +38,11 @@ from offset_ledger.rules.model import (
     Finding,
     OnDataLoss,
     Position,
-    RestartPlan,
     StartingOffsets,
     TopicPartition,
     Watermarks,
 )
+from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.restart_options import (  # noqa: F401  (moved; importable from here as before)
     _SENTINELS,
     ON_DATA_LOSS_POLICIES,

@@ -1,19 +1,25 @@
-"""Pure: the restart's policy input read and checked: first_run, on_data_loss, explicit offsets JSON.
+"""Pure: a restart's input as values, read and checked once: which pipeline and group, the call's options,
+first_run, on_data_loss, explicit offsets JSON.
 
-Every failure is an InvalidRestartOptions (or InvalidOffset) naming the option, nothing else; the
-resolver (``offset_ledger.rules.resolver``) plans with the values these return.
+``start_from_ledger`` builds ``PipelineRef`` and ``RestartOptions`` (with ``rules.policies.Policies``
+and ``rules.stateful.WindowSpec``) in its first lines and hands them down as they are; ``Pipeline``
+derives the arguments it accepts from their fields. Every failure is an InvalidRestartOptions (or
+InvalidOffset) naming the option, nothing else; the resolver (``offset_ledger.rules.resolver``)
+plans with the values these return.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Literal, Union
 
 from offset_ledger.errors import (
+    AmbiguousConsumerGroup,
+    ConfigError,
     InvalidOffset,
     InvalidRestartOptions,
 )
@@ -27,6 +33,75 @@ ON_DATA_LOSS_POLICIES: tuple[str, ...] = ("fail", "earliest")
 
 
 _SENTINELS = (EARLIEST, LATEST)
+
+
+@dataclass(frozen=True)
+class PipelineRef:
+    """A pipeline, and the consumer group its caller named (None: the ledger's choice, ``resolve``)."""
+
+    pipeline: str
+    consumer_group: str | None = None
+
+    def resolve(self, groups: Collection[str]) -> GroupRef:
+        """The one rule a restart resolves its group by, given the groups the ledger holds for the pipeline.
+
+        A named group is used as named (one the ledger lacks is a first run: ``FirstRunRefused``
+        guards a pipeline the ledger knows); none named: the pipeline's only group,
+        AmbiguousConsumerGroup when it has several, and the pipeline's own name when the ledger
+        does not know it yet (what the listener records under by default). The operator verbs
+        (``operate.operations.resolve_group``) share the first two and refuse the third: they act
+        on a pipeline that exists.
+        """
+        if self.consumer_group is not None:
+            return GroupRef(self.pipeline, self.consumer_group, named=True)
+        known = sorted(groups)
+        if len(known) > 1:
+            raise AmbiguousConsumerGroup(self.pipeline, known)
+        return GroupRef(self.pipeline, known[0] if known else self.pipeline, named=False)
+
+
+@dataclass(frozen=True)
+class GroupRef:
+    """A pipeline and its consumer group, resolved (``PipelineRef.resolve``): what a restart reads and writes."""
+
+    pipeline: str
+    consumer_group: str
+    #: the caller named the group; else the ledger's only one (or the pipeline's name: a guess a
+    #: run reporting its own group overrules, ``group_adopted``)
+    named: bool
+
+
+@dataclass(frozen=True)
+class RestartOptions:
+    """A restart's options besides its policies: the subscription, the checkpoint and what to allow.
+
+    ``topics`` (like ``subscribe``; a comma-separated string is split) or ``topic_pattern`` (like
+    ``subscribePattern``), exactly one. ``checkpoint_root`` as Spark will see it (the caller makes
+    a relative local path absolute); None only for a read-only plan (``offset-ledger resolve``).
+    """
+
+    topics: tuple[str, ...] | None = None
+    topic_pattern: str | None = None
+    checkpoint_root: str | None = None
+    app_version: str | None = None
+    new_checkpoint: bool = False
+    allow_first_run: bool = False
+    adopt_checkpoint: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.checkpoint_root is not None and not str(self.checkpoint_root).strip():
+            raise ConfigError("checkpoint_root is required")
+        if (self.topics is None) == (self.topic_pattern is None):
+            raise InvalidRestartOptions("give exactly one of topics or topic_pattern (like subscribe / subscribePattern)",
+                                        option="topics")
+        if self.topics is not None:
+            named: Sequence[str] = self.topics
+            if isinstance(named, str):
+                named = [t.strip() for t in named.split(",")]
+            wanted = tuple(dict.fromkeys(t for t in named if t))
+            if not wanted:
+                raise InvalidRestartOptions("topics is empty", option="topics")
+            object.__setattr__(self, "topics", wanted)
 
 
 @dataclass(frozen=True)

@@ -47,20 +47,27 @@ def parse_duration_ms(text: str | int | timedelta, *, option: str = "window") ->
 
 @dataclass(frozen=True)
 class WindowSpec:
-    """Epoch-aligned time windows: ``length_ms`` long, one every ``slide_ms`` (tumbling: equal)."""
+    """A windowed pipeline's stateful options: epoch-aligned windows ``length_ms`` long, one every
+    ``slide_ms`` (tumbling: equal), the ``withWatermark`` delay (None: read back from the recorded
+    watermarks) and whether the event time is the Kafka record timestamp (a tighter rewind)."""
 
     length_ms: int
     slide_ms: int
+    delay_ms: int | None = None
+    kafka_timestamp: bool = False
 
     @classmethod
-    def parse(cls, window: str | int | timedelta, slide: str | int | timedelta | None = None) -> WindowSpec:
+    def parse(cls, window: str | int | timedelta, slide: str | int | timedelta | None = None,
+              watermark_delay: str | int | timedelta | None = None,
+              event_time_is_kafka_timestamp: bool = False) -> WindowSpec:
         length = parse_duration_ms(window, option="window")
         step = length if slide is None else parse_duration_ms(slide, option="slide")
         if step > length:
             # Spark refuses it too: records between windows would belong to none.
             raise InvalidRestartOptions(f"slide ({slide}) must not be longer than the window ({window})",
                                         option="slide")
-        return cls(length, step)
+        delay = None if watermark_delay is None else parse_duration_ms(watermark_delay, option="watermark_delay")
+        return cls(length, step, delay, bool(event_time_is_kafka_timestamp))
 
     @property
     def tumbling(self) -> bool:

@@ -1,7 +1,8 @@
 """Transactional ``foreachBatch`` sinks: a batch's output and its ledger record commit as one fact.
 
 May import ``capture``, ``ledger``, ``rules`` and the top-level ``errors``/``config``; never the
-verbs (``operate``) or a face. ``docs/sinks.md`` states the guarantee and its limits.
+verbs (``operate``) or a face. ``docs/sinks.md`` states the guarantee and its limits. Every sink
+is a ``Sink`` (``offset_ledger.sinks.protocol``): what ``foreachBatch`` and a restart call on it.
 
 The names are imported lazily: Spark's Python workers unpickle the executors' staging function
 from ``offset_ledger.sinks._copy``, and importing this package must not pull the driver side
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DeltaSink", "IcebergSink", "PostgresSink"]
+__all__ = ["DeltaSink", "IcebergSink", "PostgresSink", "Sink"]
 
 
 def __getattr__(name: str) -> Any:
@@ -28,4 +29,8 @@ def __getattr__(name: str) -> Any:
         from offset_ledger.sinks.iceberg import IcebergSink
 
         return IcebergSink
+    if name == "Sink":
+        from offset_ledger.sinks.protocol import Sink
+
+        return Sink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -201,7 +201,10 @@ def test_prune_keeps_what_a_stateful_restart_needs(spark, kafka, pg_dsn: str, tm
     from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.ledger.prune import prune
-    from offset_ledger.operate.restart import plan_restart
+    from offset_ledger.operate.restart_plan import plan_restart
+    from offset_ledger.rules.policies import Policies
+    from offset_ledger.rules.restart_options import GroupRef, RestartOptions
+    from offset_ledger.rules.stateful import WindowSpec
     from tests.integration.test_stateful import DELAY, FLUSH, _records
     from tests.integration.test_stateful import _run as _srun
 
@@ -217,8 +220,9 @@ def test_prune_keeps_what_a_stateful_restart_needs(spark, kafka, pg_dsn: str, tm
     try:
         def rewind_plan() -> Any:
             with KafkaAdapter(kafka.bootstrap_servers) as adapter:
-                plan, _, _ = plan_restart(engine, adapter, pipeline="orders", topics=[topic],
-                                          window="10 seconds", watermark_delay=DELAY)
+                plan, _, _ = plan_restart(engine, adapter, GroupRef("orders", "orders", named=False),
+                                          RestartOptions(topics=(topic,)), Policies(),
+                                          WindowSpec.parse("10 seconds", watermark_delay=DELAY))
             return plan
 
         before = rewind_plan()

@@ -16,6 +16,7 @@ from offset_ledger.ledger.tables import checkpoint_generations
 from offset_ledger.operate.pipeline import PipelineStart
 from tests.integration.test_authority import _positions
 from tests.integration.test_restart import _rows, _values
+from tests.integration.test_sink_remote_target import target_dsn  # noqa: F401 - fixture
 
 
 def _run(spark, pipeline: Pipeline, root: Path, spool: Path, *,  # type: ignore[no-untyped-def]
@@ -113,3 +114,49 @@ def test_pipeline_start_reads_every_record_once_across_resume_deleted_checkpoint
     gens = sorted(_rows(pg_dsn, checkpoint_generations), key=lambda r: r.generation)
     assert [(g.generation, g.app_version, g.reason) for g in gens] == [
         (1, "1.0", "first"), (2, "1.0", "checkpoint_lost"), (3, "2.0", "app_version")]
+
+
+def test_a_pipeline_with_a_remote_sink_target_restarts_through_plan_with_its_sinks(
+        spark, kafka, pg_dsn: str, target_dsn: str, tmp_path: Path) -> None:
+    """``Pipeline.start(..., sinks=[sink])`` (a TypeError before issue 36): the target committed a batch the
+    ledger never heard of; the upgrade reconciles it before planning. Oracle: the topic's records, each
+    exactly once in the target."""
+    from dataclasses import replace
+
+    from offset_ledger.sinks import PostgresSink
+    from tests.integration.sink_helper import create_target, target_values
+    from tests.integration.test_sink_remote_target import _LostBeforeTheLedger, _target_sequences
+
+    topic = kafka.create_topic(partitions=2)
+    produced = _values("s", 50)
+    kafka.produce(topic, produced)
+    create_target(target_dsn, "orders_out")
+    orders = Pipeline("orders", [topic], bootstrap_servers=kafka.bootstrap_servers, dsn=pg_dsn, app_version="1")
+    root = str(tmp_path / "ck")
+
+    def deploy(pipeline: Pipeline, sink: PostgresSink, **overrides: object) -> tuple[PipelineStart, bool]:
+        started = pipeline.start(spark.readStream.option("maxOffsetsPerTrigger", "10"), checkpoint_root=root,
+                                 sinks=[sink], **overrides)
+        df = started.load().selectExpr("CAST(value AS STRING) AS value", "topic", "partition", "offset")
+        query = (started.write_stream(df).foreachBatch(sink.bind(started.checkpoint_location))
+                 .trigger(availableNow=True).start())
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            query.awaitTermination(180)
+        except StreamingQueryException:  # the injected crash, as Spark reports it
+            return started, False
+        return started, query.exception() is None
+
+    lost = _LostBeforeTheLedger(3, table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=target_dsn)
+    _, finished = deploy(orders, lost, first_run="earliest")
+    assert not finished and _target_sequences(target_dsn) == [1, 2, 3]
+    assert sum(_positions(pg_dsn).values()) == 20  # the ledger heard of two batches
+
+    sink = PostgresSink(table="orders_out", pipeline="orders", dsn=pg_dsn, target_dsn=target_dsn)
+    started, finished = deploy(replace(orders, app_version="2"), sink)
+    assert finished and started.plan.fresh_checkpoint
+    assert [f.kind for f in started.plan.findings if f.kind == "sink_reconciled"] == ["sink_reconciled"]
+    assert sum(started.plan.starting_offsets[topic].values()) == 30  # after the batch only the target had
+    assert target_values(target_dsn, "orders_out") == Counter(produced)
+    assert sum(_positions(pg_dsn).values()) == 50

@@ -295,7 +295,8 @@ def test_a_restart_after_a_prune_that_kept_an_old_batch_backfills_nothing(pg_dsn
     "the ledger lacked 6 batches", and re-inserted them."""
     import json
 
-    from offset_ledger.operate.restart import reconcile_current
+    from offset_ledger.operate.restart import CheckpointTruth, reconcile_current
+    from offset_ledger.rules.restart_options import GroupRef, PipelineRef
     from tests.unit.rules.test_checkpoint import _commit, _offsets
 
     location = tmp_path / "checkpoint" / "1"
@@ -314,11 +315,12 @@ def test_a_restart_after_a_prune_that_kept_an_old_batch_backfills_nothing(pg_dsn
                 pipeline="orders", consumer_group="orders", generation=1, checkpoint_root=str(tmp_path / "checkpoint"),
                 location=str(location), reason="first", created_at=NOW - timedelta(days=41), query_id="q2",
                 resolved_offsets={"orders": {"0": 40}}))
-        assert reconcile_current(engine, "orders", "orders") == ((), None)  # the ledger has every batch; same incarnation
+        same = CheckpointTruth(GroupRef("orders", "orders", named=True))  # no finding; the same incarnation
+        assert reconcile_current(engine, PipelineRef("orders", "orders")) == same  # the ledger has every batch
         prune(engine, timedelta(days=1), now=NOW, execute=True)
         before = batch_keys(engine)
         assert {k for k in before if k[1] == "q2"} == {("orders", "q2", 1), ("orders", "q2", 8)}
-        assert reconcile_current(engine, "orders", "orders") == ((), None)
+        assert reconcile_current(engine, PipelineRef("orders", "orders")) == same
         assert batch_keys(engine) == before
         with engine.connect() as conn:
             assert conn.execute(select(func.count()).select_from(t.findings)

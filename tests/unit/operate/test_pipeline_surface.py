@@ -14,8 +14,9 @@ import pytest
 
 from offset_ledger import Pipeline
 from offset_ledger.errors import InvalidInput
-from offset_ledger.operate.pipeline import RESTART_OVERRIDES, PipelineStart, spark_kafka_options
-from offset_ledger.rules.model import RestartPlan
+from offset_ledger.operate.pipeline import PipelineStart, call_arguments, spark_kafka_options
+from offset_ledger.operate.restart import start_from_ledger as real_start_from_ledger  # before any fake
+from offset_ledger.rules.plan import RestartPlan
 
 
 class FakeReader:
@@ -79,7 +80,8 @@ def test_a_call_passes_only_the_overrides_it_was_given_so_stored_policies_apply(
     Pipeline("orders", topic_pattern="orders-.*").plan(checkpoint_root="/ck")
     (args, kwargs), = calls
     assert args == ("orders", None) and kwargs["topic_pattern"] == "orders-.*"
-    assert not set(kwargs) & RESTART_OVERRIDES  # None of first_run, on_data_loss, window...: stored ones apply
+    # None of first_run, on_data_loss, window...: stored ones apply
+    assert not set(kwargs) & (call_arguments() - {"checkpoint_root"})
 
 
 def test_start_sets_the_subscription_the_kafka_settings_and_starting_offsets(calls) -> None:  # type: ignore[no-untyped-def]
@@ -142,6 +144,50 @@ def test_bad_arguments_are_refused_before_anything_runs(calls) -> None:  # type:
     with pytest.raises(TypeError, match="SparkSession or a DataStreamReader"):
         p.start(object(), checkpoint_root="/ck")
     assert calls == []
+
+
+def _a_value_for(name: str) -> object:
+    """Something ``start_from_ledger`` would take for the argument (the fake records it as it is)."""
+    return {"sinks": [object()], "checkpoint_root": "/ck"}.get(name, f"<{name}>")
+
+
+def test_every_start_from_ledger_argument_is_held_by_the_pipeline_or_taken_by_plan_and_start(calls) -> None:  # type: ignore[no-untyped-def]
+    """Read from the signature: a new ``start_from_ledger`` argument that ``Pipeline`` neither holds nor
+    passes through fails here (issue 36: ``plan(..., sinks=[sink])`` once raised TypeError)."""
+    import dataclasses
+    import inspect
+
+    arguments = [n for n in inspect.signature(real_start_from_ledger).parameters if n not in ("pipeline", "topics")]
+    held = {f.name for f in dataclasses.fields(Pipeline) if f.init} | {"pipeline"}
+    per_call = [n for n in arguments if n not in held]
+    assert "sinks" in per_call and "checkpoint_root" in per_call
+    p = Pipeline("orders", topics=["orders"])
+    for name in per_call:
+        calls.clear()
+        p.plan(**{"checkpoint_root": "/ck", name: _a_value_for(name)})  # type: ignore[arg-type]
+        assert calls[0][1][name] == _a_value_for(name) or name == "sinks", name
+        calls.clear()
+        p.start(FakeReader(), **{"checkpoint_root": "/ck", name: _a_value_for(name)})  # type: ignore[arg-type]
+        assert name in calls[0][1], name
+    for name in set(arguments) & held:  # the pipeline's own: refused per call, they would contradict it
+        with pytest.raises(TypeError, match="belong"):
+            p.plan(checkpoint_root="/ck", **{name: _a_value_for(name)})  # type: ignore[arg-type]
+
+
+def test_the_pipeline_plans_with_its_sinks(calls) -> None:  # type: ignore[no-untyped-def]
+    sink = object()
+    Pipeline("orders", ["orders"]).plan(checkpoint_root="/ck", sinks=[sink])
+    assert calls[0][1]["sinks"] == [sink]
+
+
+def test_start_from_ledger_takes_exactly_the_values_fields() -> None:
+    """The signature and the values (``PipelineRef``, ``RestartOptions``, ``Policies`` and the edge's
+    ledger, cluster and sinks) name the same arguments: one cannot grow without the other."""
+    import inspect
+
+    from offset_ledger.operate.pipeline import restart_arguments
+
+    assert set(inspect.signature(real_start_from_ledger).parameters) == restart_arguments()
 
 
 def test_spark_kafka_options_prefix_and_spell_values_as_spark_does() -> None:

@@ -11,7 +11,9 @@ import pytest
 from offset_ledger.errors import InvalidRestartOptions
 from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
 from offset_ledger.operate.restart import restart_with
-from offset_ledger.rules.policies import check_policies, effective, merged
+from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
+from offset_ledger.rules.policies import Policies, check_policies, merged
+from offset_ledger.rules.stateful import WindowSpec
 from tests.unit.operate.test_ground_truth_property import TOPIC, World, _first_run, world  # noqa: F401 - fixture
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -23,10 +25,12 @@ def _set(world: World, **changes: object) -> None:
         set_policies(conn, "orders", changes, actor="alice", reason="decided once")
 
 
-def _restart(world: World, tmp_path: Path, version: str, **kw: object):  # type: ignore[no-untyped-def]
+def _restart(world: World, tmp_path: Path, version: str, new_checkpoint: bool = False,
+             **given: object):  # type: ignore[no-untyped-def]
     engine, cluster, _ = world
-    return restart_with(engine, cluster, pipeline="orders", topics=[TOPIC], checkpoint_root=str(tmp_path / "ck"),
-                        app_version=version, **kw)
+    return restart_with(engine, cluster, PipelineRef("orders"), RestartOptions(
+        topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version=version, new_checkpoint=new_checkpoint),
+        Policies(**given))  # type: ignore[arg-type]
 
 
 def test_policies_are_checked_and_merged() -> None:
@@ -39,8 +43,12 @@ def test_policies_are_checked_and_merged() -> None:
     with pytest.raises(InvalidRestartOptions, match="slide policy needs a window"):
         merged({}, {"slide": "5m"})
     assert merged({"window": "10m", "on_data_loss": "earliest"}, {"window": None}) == {"on_data_loss": "earliest"}
-    use, overrides = effective({"on_data_loss": "earliest"}, {"on_data_loss": "fail", "window": None})
-    assert use["on_data_loss"] == "fail" and [f.kind for f in overrides] == ["policy_override"]
+    use, overrides = Policies(on_data_loss="fail").over(Policies.stored({"on_data_loss": "earliest"}))
+    assert use.on_data_loss == "fail" and [f.kind for f in overrides] == ["policy_override"]
+    assert Policies().over(Policies.stored({"window": "10m", "slide": "5m"}))[0].window_spec() == WindowSpec(
+        600_000, 300_000)  # the stored window, as one value
+    with pytest.raises(InvalidRestartOptions, match="need window"):
+        Policies(watermark_delay="1m").over(Policies())
 
 
 def test_a_restart_with_stored_policies_and_no_arguments_is_the_explicit_call(tmp_path: Path, world: World) -> None:
