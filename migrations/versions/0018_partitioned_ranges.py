@@ -19,8 +19,8 @@ columns routes to the newest partition without any writer changing. The batch ti
 The existing table is not rewritten: under one short exclusive lock it is renamed, given a CHECK on its
 id bound (a scan of its heap, no rewrite; docs/benchmarks.md has the time at 10M partition-offsets),
 and attached to the new parent as its first partition, whose primary key, foreign key and row triggers
-it keeps (the parent adopts its index and constraints instead of building them). Then two partitions
-ahead and a DEFAULT partition (a writer never fails for want of a partition; prune and ``db upgrade``
+it keeps (the parent adopts its index and constraints instead of building them). Then eight partitions
+ahead (two days) and a DEFAULT partition (a writer never fails for want of a partition; prune and ``db upgrade``
 keep partitions ahead so that it stays empty). The view ``v_batch_offsets`` is made again (a view binds
 its table when created), and the grants, row-security policies and row triggers of the old table are
 put on the parent (0017's team roles keep their rights and scopes).
@@ -45,6 +45,8 @@ depends_on = None
 
 #: The first partitions' width in batch ids when the ledger's rate cannot be measured (a new ledger).
 MIN_WIDTH = 10_000
+#: Partitions made ahead: two days at six hours each (``ledger.partitions.AHEAD`` as released with 0018).
+AHEAD = 8
 
 # 0016's view text, spelled out (this revision never changes): made again so that it reads the parent.
 _VIEW_PG = """
@@ -149,7 +151,7 @@ def upgrade() -> None:
                          "FOREIGN KEY (batch_pk) REFERENCES batches (id) ON DELETE CASCADE")
     bind.exec_driver_sql(f"ALTER TABLE offset_ranges ATTACH PARTITION offset_ranges_p0 "
                          f"FOR VALUES FROM (MINVALUE) TO ({first})")
-    for lo in (first, first + width):
+    for lo in range(first, first + AHEAD * width, width):
         bind.exec_driver_sql(f"CREATE TABLE offset_ranges_p{lo} PARTITION OF offset_ranges "
                              f"FOR VALUES FROM ({lo}) TO ({lo + width})")
     bind.exec_driver_sql("CREATE TABLE offset_ranges_default PARTITION OF offset_ranges DEFAULT")
@@ -168,7 +170,8 @@ def downgrade() -> None:
     bind.exec_driver_sql("LOCK TABLE offset_ranges IN ACCESS EXCLUSIVE MODE")
     _drop_user_triggers(bind, "offset_ranges")
     bind.exec_driver_sql("ALTER TABLE offset_ranges RENAME TO offset_ranges_parted")
-    bind.exec_driver_sql("ALTER TABLE offset_ranges_parted RENAME CONSTRAINT pk_offset_ranges TO offset_ranges_parted_pkey")
+    bind.exec_driver_sql("ALTER TABLE offset_ranges_parted RENAME CONSTRAINT pk_offset_ranges "
+                         "TO offset_ranges_parted_pkey")
     bind.exec_driver_sql(f"CREATE TABLE offset_ranges ({_COLUMNS})")
     bind.exec_driver_sql("INSERT INTO offset_ranges SELECT batch_pk, source_index, topic, partitions, from_offsets, "
                          "until_offsets FROM offset_ranges_parted ORDER BY batch_pk, source_index, topic")

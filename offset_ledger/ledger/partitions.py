@@ -7,9 +7,9 @@ whole partitions, and the one holding the cutoff is rebuilt from the rows it kee
 at most six hours of history (the rest is dropped, whatever its size); a 30-day retention holds ~120
 partitions, few enough that a query which cannot skip partitions plans quickly.
 
-- ``ensure_ahead`` keeps two empty partitions ahead of the newest batch. ``db upgrade``, ``prune`` and
-  every process that checks the schema at start (``engine.ensure_schema``) call it; it is never run
-  on the recording path. A DEFAULT partition takes what arrives past them anyway, so a writer never
+- ``ensure_ahead`` keeps eight empty partitions (two days) ahead of the newest batch. ``db upgrade``,
+  ``prune`` and every process that checks the schema at start (``engine.ensure_schema``) call it; it
+  is never run on the recording path. A DEFAULT partition takes what arrives past them anyway, so a writer never
   fails; prune deletes old rows there row by row, as before 0018.
 - ``swap_out`` replaces a partition by a new table holding only the rows to keep (copied under a lock
   that blocks writes to that partition only), detaches the old one and drops it: one short exclusive
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 PARENT = "offset_ranges"
 MIN_WIDTH = 10_000
-AHEAD = 2
+AHEAD = 8
 #: How long a partition change waits for its lock before it gives up and retries (a long reader holds
 #: the table: an exclusive lock queued behind it would stop every writer meanwhile).
 LOCK_TIMEOUT = "2s"
@@ -137,7 +137,8 @@ def _ensure_ahead(engine: Engine, ahead: int, width_ids: int | None) -> list[str
             conn.execute(text(f"CREATE TABLE {name} (LIKE {PARENT})"))
             conn.execute(text(f"ALTER TABLE {name} ADD CONSTRAINT {name}_bound "
                               f"CHECK (batch_pk IS NOT NULL AND batch_pk >= {top} AND batch_pk < {top + step})"))
-            conn.execute(text(f"ALTER TABLE {PARENT} ATTACH PARTITION {name} FOR VALUES FROM ({top}) TO ({top + step})"))
+            conn.execute(text(f"ALTER TABLE {PARENT} ATTACH PARTITION {name} "
+                              f"FOR VALUES FROM ({top}) TO ({top + step})"))
             made.append(name)
             top += step
     if made:
@@ -194,7 +195,8 @@ def swap_out(engine: Engine, part: Partition, keep: Sequence[int]) -> Swapped | 
                 lo = "" if part.lo is None else f"batch_pk >= {part.lo} AND "
                 conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {new}_bound "
                                   f"CHECK (batch_pk IS NOT NULL AND {lo}batch_pk < {part.hi})"))
-                conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {new}_pkey PRIMARY KEY (batch_pk, source_index, topic)"))
+                conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {new}_pkey "
+                                  "PRIMARY KEY (batch_pk, source_index, topic)"))
                 locked = time.perf_counter()
                 conn.execute(text(f"ALTER TABLE {PARENT} DETACH PARTITION {part.name}"))  # exclusive on the parent
                 conn.execute(text(f"ALTER TABLE {PARENT} ATTACH PARTITION {new} {part.bound}"))

@@ -293,12 +293,11 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
                 swapped_bo, swapped_b, swaps = _swap_aged_partitions(engine, cutoff, keep_b, (todo_bo, todo_b),
                                                                      chunk_size, progress)
             swap_seconds = time.perf_counter() - swap_started
-            after_swaps = progress
-            if progress is not None and swaps:  # the counts go on from what the swaps removed
-                def after_swaps(table: str, done: int, total: int) -> None:
-                    progress(table, done + (swapped_bo if table == "batch_offsets" else swapped_b), total)
+            def after_swaps(table: str, done: int, total: int) -> None:  # counts go on from the swaps'
+                assert progress is not None
+                progress(table, done + (swapped_bo if table == "batch_offsets" else swapped_b), total)
             done_bo, done_b = _delete_batches_in_chunks(engine, cutoff, pipeline, keep_b, (todo_bo, todo_b),
-                                                        chunk_size, after_swaps)
+                                                        chunk_size, after_swaps if progress is not None else None)
             done_bo, done_b = done_bo + swapped_bo, done_b + swapped_b
         else:
             swap_seconds = 0.0
