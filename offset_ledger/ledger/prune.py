@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Table, and_, func, select, text, tuple_
+from sqlalchemy import DateTime, Table, and_, bindparam, func, select, text, tuple_
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
@@ -99,6 +99,49 @@ def _chunks(items: Sequence[BatchKey], size: int) -> Iterable[Sequence[BatchKey]
 
 def protected_batch_keys(conn: Connection, cutoff: datetime, pipeline: str | None = None) -> set[BatchKey]:
     """The (query_id, batch_id) of every old batch that prune must keep."""
+    keys = latest_old_batches_by_row(conn, cutoff, pipeline) if conn.dialect.name == "postgresql" else \
+        latest_old_batches_by_partition(conn, cutoff, pipeline)
+    for table in (positions, findings):
+        rows = conn.execute(
+            select(table.c.query_id, table.c.batch_id).distinct().where(
+                table.c.query_id.is_not(None), table.c.batch_id.is_not(None),
+                *_pipeline_filter(table, pipeline))
+        )
+        keys.update((r.query_id, r.batch_id) for r in rows)
+    return keys
+
+
+# The same answer as latest_old_batches_by_partition, read a row per (batch, source, topic) instead of one
+# per partition-offset: the latest time per distinct partition list first (a pipeline has few), then per
+# partition over those lists, then the batches of that time holding the partition.
+_LATEST_OLD_PG = """
+WITH lists AS (
+    SELECT b.pipeline, b.consumer_group, r.topic, r.partitions, MAX(b.batch_time) AS latest
+    FROM offset_ranges r JOIN batches b ON b.id = r.batch_pk {where}
+    GROUP BY b.pipeline, b.consumer_group, r.topic, r.partitions
+), latest AS (
+    SELECT l.pipeline, l.consumer_group, l.topic, u.p, MAX(l.latest) AS latest
+    FROM lists l CROSS JOIN LATERAL unnest(l.partitions) AS u (p)
+    GROUP BY l.pipeline, l.consumer_group, l.topic, u.p
+    HAVING MAX(l.latest) < :cutoff
+)
+SELECT DISTINCT b.query_id, b.batch_id
+FROM latest l
+JOIN batches b ON b.pipeline = l.pipeline AND b.consumer_group = l.consumer_group AND b.batch_time = l.latest
+JOIN offset_ranges r ON r.batch_pk = b.id AND r.topic = l.topic AND l.p = ANY (r.partitions)
+"""
+
+
+def latest_old_batches_by_row(conn: Connection, cutoff: datetime, pipeline: str | None) -> set[BatchKey]:
+    """PostgreSQL: each partition's latest batch where that is older than the cutoff, from the compact rows."""
+    stmt = text(_LATEST_OLD_PG.format(where="WHERE b.pipeline = :pipeline" if pipeline is not None else ""))
+    stmt = stmt.bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True)))
+    params = {"pipeline": pipeline} if pipeline is not None else {}
+    return {(r.query_id, r.batch_id) for r in conn.execute(stmt, params)}
+
+
+def latest_old_batches_by_partition(conn: Connection, cutoff: datetime, pipeline: str | None) -> set[BatchKey]:
+    """Each partition's latest batch where that is older than the cutoff (per partition-offset)."""
     bo = batch_offsets
     keys_cols = (bo.c.pipeline, bo.c.consumer_group, bo.c.topic, bo.c.partition)
     # Latest batch per partition; partitions whose latest batch is recent need nothing kept.
@@ -115,15 +158,7 @@ def protected_batch_keys(conn: Connection, cutoff: datetime, pipeline: str | Non
              bo.c.topic == latest.c.topic, bo.c.partition == latest.c.partition,
              bo.c.batch_time == latest.c.latest_time),
     )
-    keys: set[BatchKey] = {(r.query_id, r.batch_id) for r in conn.execute(stmt)}
-    for table in (positions, findings):
-        rows = conn.execute(
-            select(table.c.query_id, table.c.batch_id).distinct().where(
-                table.c.query_id.is_not(None), table.c.batch_id.is_not(None),
-                *_pipeline_filter(table, pipeline))
-        )
-        keys.update((r.query_id, r.batch_id) for r in rows)
-    return keys
+    return {(r.query_id, r.batch_id) for r in conn.execute(stmt)}
 
 
 def live_stateful_queries(conn: Connection, pipeline: str | None = None) -> set[str]:
@@ -166,6 +201,16 @@ def _protected_row_ids(conn: Connection, table: Table, keys: set[BatchKey], cuto
 def _count_older(conn: Connection, table: Table, cutoff: datetime, pipeline: str | None) -> int:
     stmt = select(func.count()).select_from(table).where(
         table.c.batch_time < cutoff, *_pipeline_filter(table, pipeline))
+    return int(conn.execute(stmt).scalar_one())
+
+
+def _count_older_ranges(conn: Connection, cutoff: datetime, pipeline: str | None) -> int:
+    """Partition-offsets of batches older than the cutoff: summed per compact row, not unnested."""
+    n = (func.cardinality(offset_ranges.c.partitions) if conn.dialect.name == "postgresql"
+         else func.json_array_length(offset_ranges.c.partitions))
+    stmt = select(func.coalesce(func.sum(n), 0)).select_from(
+        offset_ranges.join(batches, batches.c.id == offset_ranges.c.batch_pk)).where(
+        batches.c.batch_time < cutoff, *_pipeline_filter(batches, pipeline))
     return int(conn.execute(stmt).scalar_one())
 
 
@@ -276,7 +321,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
             live = live_stateful_queries(conn, pipeline)
             keep_b = _protected_row_ids(conn, batches, keys, cutoff, pipeline, live)
             keep_bo = _partitions_of(conn, keep_b)
-            older_bo = _count_older(conn, batch_offsets, cutoff, pipeline)
+            older_bo = _count_older_ranges(conn, cutoff, pipeline)
             older_b = _count_older(conn, batches, cutoff, pipeline)
         todo_bo, todo_b = older_bo - keep_bo, older_b - len(keep_b)
         done_bo, done_b = todo_bo, todo_b

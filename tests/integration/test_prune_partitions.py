@@ -78,3 +78,20 @@ def test_a_partition_a_long_reader_holds_is_pruned_by_delete_instead(pg_dsn: str
     finally:
         reader.dispose()
         engine.dispose()
+
+
+def test_the_latest_old_batches_read_per_row_are_those_read_per_partition_offset(pg_dsn: str) -> None:
+    """Prune's keys on PostgreSQL come from the compact rows; the per-partition view gives the same."""
+    from offset_ledger.ledger.prune import latest_old_batches_by_partition, latest_old_batches_by_row
+
+    engine = _ledger(pg_dsn)
+    try:
+        with engine.connect() as conn:
+            for days in (0, 5, 30, 45, 61):
+                for pipeline in (None, "orders", "billing"):
+                    cutoff = NOW - timedelta(days=days)
+                    per_row = latest_old_batches_by_row(conn, cutoff, pipeline)
+                    assert per_row == latest_old_batches_by_partition(conn, cutoff, pipeline), (days, pipeline)
+            assert latest_old_batches_by_row(conn, NOW, None)  # not vacuous: every latest batch is old then
+    finally:
+        engine.dispose()
