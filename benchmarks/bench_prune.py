@@ -15,6 +15,7 @@ older than the cutoff gone.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -184,6 +185,19 @@ def _dead(engine: Engine) -> int:
                                      "WHERE relname LIKE 'offset_ranges%'")).scalar_one())
 
 
+class _SwapLog(logging.Handler):
+    """prune's log line per swapped partition: (kept rows, removed partition-offsets, seconds, locked seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.swaps: list[tuple[int, int, float, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("prune: partition"):
+            _, kept, removed, seconds, locked = record.args  # type: ignore[misc]
+            self.swaps.append((kept, removed, seconds, locked))
+
+
 def fleet_day(args: argparse.Namespace) -> int:
     """Prune one day of two (``--pipelines x --partitions x --day-batches`` partition-offsets) on a 0017
     ledger (one plain table: today's DELETE) and on a 0018 one (partitions of 6 hours of batches)."""
@@ -207,9 +221,16 @@ def fleet_day(args: argparse.Namespace) -> int:
             before = _sizes(engine)
             if args.migration and not parted:
                 rows["migration"] = _time_migration(scratch, engine)
-            report = prune(engine, timedelta(days=1), now=now, execute=True, chunk_size=args.chunk_size)
+            swaps = _SwapLog()
+            logging.getLogger("offset_ledger.ledger.prune").addHandler(swaps)
+            logging.getLogger("offset_ledger.ledger.prune").setLevel(logging.INFO)
+            try:
+                report = prune(engine, timedelta(days=1), now=now, execute=True, chunk_size=args.chunk_size)
+            finally:
+                logging.getLogger("offset_ledger.ledger.prune").removeHandler(swaps)
             after = _sizes(engine)
-            rows[label] = {"build": build, "report": report, "before": before, "after": after, "dead": _dead(engine)}
+            rows[label] = {"build": build, "report": report, "before": before, "after": after, "dead": _dead(engine),
+                           "swaps": swaps.swaps}
         finally:
             engine.dispose()
             scratch.drop()
@@ -228,6 +249,9 @@ def fleet_day(args: argparse.Namespace) -> int:
     line("  of which islands (pruned_ranges)", lambda r: f"{r['report'].islands_seconds:.2f}")
     line("  of which partition swaps (+ their batches)",
          lambda r: f"{r['report'].swap_seconds:.2f} ({r['report'].partitions_swapped} swapped)")
+    line("    the swaps themselves (copy kept, swap)", lambda r: f"{sum(x[2] for x in r['swaps']):.2f}")
+    line("    their longest exclusive lock", lambda r: f"{max((x[3] for x in r['swaps']), default=0):.3f}")
+    line("    rows copied into the new partitions", lambda r: f"{sum(x[0] for x in r['swaps']):,}")
     line("  rest: what to keep, counts, chunked DELETE",
          lambda r: f"{r['report'].seconds - r['report'].islands_seconds - r['report'].swap_seconds:.2f}")
     line("offset_ranges table+index+toast, before", lambda r: f"{r['before']['offset_ranges'] / mb:,.0f} MB")
