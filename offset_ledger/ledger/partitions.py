@@ -166,6 +166,10 @@ def swappable(conn: Connection, cutoff: datetime, keep_ids: set[int]) -> list[tu
         if p.default or p.hi is None or p.hi > newest:
             continue
         lo = -(2 ** 63) if p.lo is None else p.lo
+        old_ids = text("SELECT 1 FROM batches WHERE id >= :lo AND id < :hi AND batch_time < :cutoff LIMIT 1")
+        if conn.execute(old_ids.bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))),
+                        {"lo": lo, "hi": p.hi}).first() is None:
+            continue  # nothing old in it: its ids are not fetched (a retention window holds ~120 partitions)
         ids = conn.execute(text(
             "SELECT id, batch_time < :cutoff AS old FROM batches WHERE id >= :lo AND id < :hi"
         ).bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))), {"lo": lo, "hi": p.hi}).all()
