@@ -2,6 +2,7 @@
 
     source .devstack/stack.env   # or pass --dsn; any Postgres server the DSN's user may create databases on
     .venv/bin/python benchmarks/bench_prune.py [--batches 10000] [--pipelines 4] [--partitions 25]
+    .venv/bin/python benchmarks/bench_prune.py --fleet-day --pipelines 200 --partitions 100 [--day-batches 850] [--migration]
 
 Builds a fresh database (dropped afterwards) holding ``pipelines x batches x partitions``
 batch_offsets rows (1,000,000 by default) spread evenly over the last 60 days, with positions,
@@ -14,6 +15,7 @@ older than the cutoff gone.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -101,6 +103,197 @@ def snapshot(engine: Engine, cutoff: datetime) -> dict[str, object]:
         }
 
 
+# -- --fleet-day: one day of a fleet pruned by partition (0018) beside today's DELETE on the same data ------
+
+_FLEET_BATCHES = """
+INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at, input_rows)
+SELECT 'fleet_' || p, 'fleet_' || p, 'q-' || p, 'r-' || p, b, :start + b * :step_s * interval '1 second',
+       :start + b * :step_s * interval '1 second', 100
+FROM generate_series(0, :nb) b, generate_series(0, :np) p
+ORDER BY b, p
+"""
+_FLEET_RANGES = """
+INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+SELECT id, 0, 'topic_' || substr(pipeline, 7), ARRAY(SELECT generate_series(0, :nparts)),
+       array_fill(batch_id * 100, ARRAY[:nparts + 1]), array_fill(batch_id * 100 + 100, ARRAY[:nparts + 1])
+FROM batches WHERE id >= :lo AND id < :hi ORDER BY id
+"""
+_FLEET_KEEP = """
+INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at, query_id, batch_id)
+SELECT 'fleet_' || p, 'fleet_' || p, 'topic_' || p, part, (:nb + 1) * 100, now(), 'q-' || p, :nb
+FROM generate_series(0, :np) p, generate_series(0, :nparts) part;
+INSERT INTO findings (pipeline, consumer_group, kind, topic, "partition", query_id, batch_id, expected_offset,
+                      actual_offset, message, created_at)
+SELECT 'fleet_' || p, 'fleet_' || p, 'gap', 'topic_' || p, 0, 'q-' || p, (:nb / 4) + p, 1, 2, 'synthetic gap',
+       now() - interval '36 hours'
+FROM generate_series(0, :np) p;
+"""
+_SIZE = """
+SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+WHERE c.oid = CAST(:t AS regclass) OR c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = CAST(:t AS regclass))
+"""
+
+
+def _fleet_populate(engine: Engine, args: argparse.Namespace, now: datetime, width: int | None) -> float:
+    """Two days of the fleet, ids growing with batch time; with ``width``: partitions of that many ids made
+    first (their grid offset by half a width, so that the cutoff falls inside one)."""
+    started = time.perf_counter()
+    day = timedelta(days=1)
+    per_day = args.day_batches
+    params = {"start": now - 2 * day, "step_s": (day / per_day).total_seconds(), "np": args.pipelines - 1,
+              "nb": 2 * per_day - 1, "nparts": args.partitions - 1}
+    total = 2 * per_day * args.pipelines
+    if width is not None:
+        from offset_ledger.ledger.partitions import partitions
+
+        with engine.begin() as conn:
+            for p in partitions(conn):
+                if p.lo is not None and not p.default:  # the empty ones db upgrade made ahead
+                    conn.execute(text(f"ALTER TABLE offset_ranges DETACH PARTITION {p.name}"))
+                    conn.execute(text(f"DROP TABLE {p.name}"))
+            bounds = [1, 1 + width // 2]
+            while bounds[-1] <= total + 2 * width:
+                bounds.append(bounds[-1] + width)
+            for lo, hi in zip(bounds, bounds[1:]):
+                conn.execute(text(f"CREATE TABLE offset_ranges_p{lo} PARTITION OF offset_ranges "
+                                  f"FOR VALUES FROM ({lo}) TO ({hi})"))
+    with engine.begin() as conn:
+        conn.execute(text(_FLEET_BATCHES), params)
+    step = 20_000
+    for lo in range(1, total + 1, step):
+        with engine.begin() as conn:
+            conn.execute(text(_FLEET_RANGES), {**params, "lo": lo, "hi": lo + step})
+        print(f"  built {min(lo + step - 1, total):,}/{total:,} batches, {time.perf_counter() - started:.0f} s",
+              file=sys.stderr, flush=True)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(_FLEET_KEEP.replace(":nparts", str(params["nparts"])).replace(":np", str(params["np"]))
+                             .replace(":nb", str(params["nb"])))
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.execute(text("VACUUM ANALYZE"))
+    return time.perf_counter() - started
+
+
+def _sizes(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {t: int(conn.execute(text(_SIZE), {"t": t}).scalar_one()) for t in ("offset_ranges", "batches")}
+
+
+def _dead(engine: Engine) -> int:
+    time.sleep(1.5)  # the pruning sessions' table statistics reach the stats system
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables "
+                                     "WHERE relname LIKE 'offset_ranges%'")).scalar_one())
+
+
+class _SwapLog(logging.Handler):
+    """prune's log line per swapped partition: (kept rows, removed partition-offsets, seconds, locked seconds)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.swaps: list[tuple[int, int, float, float]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.msg.startswith("prune: partition"):
+            _, kept, removed, seconds, locked = record.args  # type: ignore[misc]
+            self.swaps.append((kept, removed, seconds, locked))
+
+
+def fleet_day(args: argparse.Namespace) -> int:
+    """Prune one day of two (``--pipelines x --partitions x --day-batches`` partition-offsets) on a 0017
+    ledger (one plain table: today's DELETE) and on a 0018 one (partitions of 6 hours of batches)."""
+    from offset_ledger.ledger.partitions import partitioned
+
+    now = datetime.now(timezone.utc)
+    per_day = args.day_batches * args.pipelines
+    width = args.width or max(1, per_day // 4)  # 6 hours of batch ids (ledger.partitions.width)
+    print(f"fleet day: {args.pipelines} pipelines x {args.partitions} partitions x {args.day_batches} batches a day "
+          f"= {per_day * args.partitions:,} partition-offsets a day; 2 days held, the older pruned "
+          f"(--older-than 1d); partitions of {width:,} batch ids (6 hours)")
+    rows: dict[str, dict[str, object]] = {}
+    for label, revision in (("DELETE (0017, one table)", "0017"), ("partitions (0018)", "head")):
+        scratch = ScratchDatabase(args.dsn, "bench_prune_day")
+        engine = make_engine(scratch.dsn)
+        try:
+            upgrade(engine, revision)
+            with engine.connect() as conn:
+                parted = partitioned(conn)
+            build = _fleet_populate(engine, args, now, width if parted else None)
+            before = _sizes(engine)
+            if args.migration and not parted:
+                rows["migration"] = _time_migration(scratch, engine)
+            swaps = _SwapLog()
+            logging.getLogger("offset_ledger.ledger.prune").addHandler(swaps)
+            logging.getLogger("offset_ledger.ledger.prune").setLevel(logging.INFO)
+            try:
+                report = prune(engine, timedelta(days=1), now=now, execute=True, chunk_size=args.chunk_size)
+            finally:
+                logging.getLogger("offset_ledger.ledger.prune").removeHandler(swaps)
+            after = _sizes(engine)
+            rows[label] = {"build": build, "report": report, "before": before, "after": after, "dead": _dead(engine),
+                           "swaps": swaps.swaps}
+        finally:
+            engine.dispose()
+            scratch.drop()
+    mb = 1024 * 1024
+    labels = [k for k in rows if k != "migration"]
+    print(f"{'':42}" + "".join(f"{k:>28}" for k in labels))
+
+    def line(name: str, fn) -> None:  # type: ignore[no-untyped-def]
+        print(f"{name:42}" + "".join(f"{fn(rows[k]):>28}" for k in labels))
+
+    line("ledger built in", lambda r: f"{r['build']:.0f} s")
+    line("partition-offsets removed", lambda r: f"{r['report'].batch_offsets.deleted:,}")
+    line("batches removed", lambda r: f"{r['report'].batches.deleted:,}")
+    line("kept old partition-offsets (protected)", lambda r: f"{r['report'].batch_offsets.kept:,}")
+    line("prune --execute, seconds", lambda r: f"{r['report'].seconds:.2f}")
+    line("  of which islands (pruned_ranges)", lambda r: f"{r['report'].islands_seconds:.2f}")
+    line("  of which partition swaps (+ their batches)",
+         lambda r: f"{r['report'].swap_seconds:.2f} ({r['report'].partitions_swapped} swapped)")
+    line("    the swaps themselves (copy kept, swap)", lambda r: f"{sum(x[2] for x in r['swaps']):.2f}")
+    line("    their longest exclusive lock", lambda r: f"{max((x[3] for x in r['swaps']), default=0):.3f}")
+    line("    rows copied into the new partitions", lambda r: f"{sum(x[0] for x in r['swaps']):,}")
+    line("  rest: what to keep, counts, chunked DELETE",
+         lambda r: f"{r['report'].seconds - r['report'].islands_seconds - r['report'].swap_seconds:.2f}")
+    line("offset_ranges table+index+toast, before", lambda r: f"{r['before']['offset_ranges'] / mb:,.0f} MB")
+    line("offset_ranges table+index+toast, after", lambda r: f"{r['after']['offset_ranges'] / mb:,.0f} MB")
+    line("offset_ranges dead tuples after", lambda r: f"{r['dead']:,}")
+    line("batches table+index, before -> after",
+         lambda r: f"{r['before']['batches'] / mb:,.0f} -> {r['after']['batches'] / mb:,.0f} MB")
+    if "migration" in rows:
+        m = rows["migration"]
+        print(f"0018 on the 0017 copy ({m['rows']:,} offset_ranges rows, {m['offsets']:,} partition-offsets): "
+              f"{m['seconds']:.2f} s, of which locked (writers wait) {m['locked']:.2f} s")
+    return 0
+
+
+def _time_migration(scratch: ScratchDatabase, engine: Engine) -> dict[str, float]:
+    """0018 on a copy of the built 0017 ledger: its whole time and its locked step (printed by it)."""
+    import contextlib
+    import io
+    import re
+
+    engine.dispose()
+    scratch._admin.dispose()
+    copy = ScratchDatabase(scratch.admin_url.render_as_string(hide_password=False), scratch.name[:40] + "_m",
+                           template=scratch.name)
+    other = make_engine(copy.dsn)
+    try:
+        with other.connect() as conn:
+            n_rows, n_offsets = conn.execute(text(
+                "SELECT count(*), COALESCE(SUM(cardinality(partitions)), 0) FROM offset_ranges")).one()
+        err = io.StringIO()
+        t0 = time.perf_counter()
+        with contextlib.redirect_stderr(err):
+            upgrade(other)
+        seconds = time.perf_counter() - t0
+        found = re.search(r"writers waited ([\d.]+) s", err.getvalue())
+        return {"rows": int(n_rows), "offsets": int(n_offsets), "seconds": seconds,
+                "locked": float(found.group(1)) if found else float("nan")}
+    finally:
+        other.dispose()
+        copy.drop()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dsn", default=os.environ.get("OFFSET_LEDGER_TEST_DSN"),
@@ -109,10 +302,22 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=10_000)
     parser.add_argument("--partitions", type=int, default=25)
     parser.add_argument("--chunk-size", type=int, default=DEFAULT_CHUNK_SIZE)
+    parser.add_argument("--fleet-day", action="store_true",
+                        help="prune one day of two of a fleet-like ledger, by partition (0018) beside today's "
+                             "DELETE (0017) on the same data; size: --pipelines x --partitions x --day-batches")
+    parser.add_argument("--day-batches", type=int, default=850,
+                        help="--fleet-day: batches a pipeline records a day (default 850: with 200 pipelines of "
+                             "100 partitions, 17M partition-offsets a day)")
+    parser.add_argument("--width", type=int, default=0,
+                        help="--fleet-day: batch ids a partition (default: 6 hours of the fleet's batches)")
+    parser.add_argument("--migration", action="store_true",
+                        help="--fleet-day: also time 0018 on a copy of the built 0017 ledger (its locked step)")
     args = parser.parse_args()
     if not args.dsn:
         print("bench_prune: give --dsn or source .devstack/stack.env (OFFSET_LEDGER_TEST_DSN)", file=sys.stderr)
         return 2
+    if args.fleet_day:
+        return fleet_day(args)
     scratch = ScratchDatabase(args.dsn, "bench_prune")
     engine = make_engine(scratch.dsn)
     try:

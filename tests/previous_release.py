@@ -1,4 +1,5 @@
-"""The previous release (git commit 4cc5ce0), extracted from this repository's history, and run.
+"""An earlier release (git commit 4cc5ce0 before the compact layout, f245580 the one after it), extracted
+from this repository's history, and run.
 
 ``git archive`` writes its ``offset_ledger`` package to a temporary directory; a subprocess with
 that directory first on ``PYTHONPATH`` records batches through that release's own ``Recorder`` (its
@@ -22,20 +23,22 @@ from typing import Any
 import pytest
 
 PREVIOUS_RELEASE = "4cc5ce0"
+#: The release that wrote ``offset_ranges`` itself (0016, 0017): 0018 partitions that table under it.
+COMPACT_RELEASE = "f245580"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def extract(into: Path) -> Path:
-    """The previous release's ``offset_ledger`` package under ``into`` (returned: the PYTHONPATH entry)."""
+def extract(into: Path, commit: str = PREVIOUS_RELEASE) -> Path:
+    """The release ``commit``'s ``offset_ledger`` package under ``into`` (returned: the PYTHONPATH entry)."""
     git = shutil.which("git")
     problem = None
     if git is None:
         problem = "git is not installed"
     else:
-        found = subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{PREVIOUS_RELEASE}^{{commit}}"],
+        found = subprocess.run([git, "-C", str(ROOT), "cat-file", "-e", f"{commit}^{{commit}}"],
                                capture_output=True)
         if found.returncode != 0:
-            problem = f"commit {PREVIOUS_RELEASE} is not in this clone (a shallow clone?)"
+            problem = f"commit {commit} is not in this clone (a shallow clone?)"
     if problem is not None:
         if os.environ.get("CI"):
             pytest.fail(f"the previous release cannot be extracted: {problem}")
@@ -43,7 +46,7 @@ def extract(into: Path) -> Path:
     into.mkdir(parents=True, exist_ok=True)
     archive = into / "release.tar"
     with archive.open("wb") as out:
-        subprocess.run([git, "-C", str(ROOT), "archive", PREVIOUS_RELEASE, "offset_ledger", "migrations"],
+        subprocess.run([git, "-C", str(ROOT), "archive", commit, "offset_ledger", "migrations"],
                        stdout=out, check=True)
     with tarfile.open(archive) as tar:
         tar.extractall(into, filter="data")

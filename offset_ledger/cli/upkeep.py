@@ -13,12 +13,16 @@ from offset_ledger.cli.support import DsnOption, FormatOption
 def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("head", help="Target revision.")) -> None:
     """Create or upgrade the ledger schema (Alembic migrations)."""
     from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
+    from offset_ledger.ledger.partitions import ensure_ahead
 
     from offset_ledger.ledger.row_security import reapply
 
     engine = make_engine(dsn)
     upgrade(engine, revision)
     typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
+    made = ensure_ahead(engine) if engine.dialect.name == "postgresql" else []
+    if made:
+        typer.echo(f"offset_ranges partitions made ahead: {', '.join(made)}")
     if revision == "head" and reapply(engine):  # a table or view a migration made is guarded too
         typer.echo("row-level security re-applied for the team roles (offset-ledger db grant)")
 

@@ -275,10 +275,25 @@ def head_revision() -> str:
 def ensure_schema(engine: Engine) -> None:
     """Upgrade to head unless already there (cheap check first: one SELECT)."""
     try:
-        if current_revision(engine) == head_revision():
-            return
+        at_head = current_revision(engine) == head_revision()
     except OperationalError as exc:
         raise LedgerUnavailable(f"cannot connect to the ledger database: {exc.orig}") from exc
     except SQLAlchemyError:
-        pass
-    upgrade(engine)
+        at_head = False
+    if not at_head:
+        upgrade(engine)
+    ensure_partitions(engine)
+
+
+def ensure_partitions(engine: Engine) -> None:
+    """PostgreSQL from 0018: ``offset_ranges`` partitions ahead of the newest batch (``ledger.partitions``).
+    Best effort: a role that may not create tables (a team's) leaves it to the owner's ``db upgrade`` or
+    ``prune``; rows arriving past the partitions go to the DEFAULT one meanwhile."""
+    if engine.dialect.name != "postgresql":
+        return
+    from offset_ledger.ledger.partitions import ensure_ahead
+
+    try:
+        ensure_ahead(engine)
+    except SQLAlchemyError as exc:
+        log.info("offset_ranges: partitions ahead not made (%s)", str(exc).splitlines()[0])

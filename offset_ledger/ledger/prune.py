@@ -10,6 +10,13 @@ islands in ``pruned_ranges`` (``ledger.prune_record``): ``verify`` sweeps them a
 were, with the run that read them (a finding that flags a run still explains its pruned extra
 reads), so its answer is the same before and after a prune; a restart's ``reconcile`` knows their
 batch ids were pruned, not missed.
+
+How the rows go: on PostgreSQL from 0018 ``offset_ranges`` is partitioned by batch id
+(``ledger.partitions``); a whole-ledger prune replaces each aged partition (wholly below the newest
+batch) by the rows it keeps and drops it, then deletes those partitions' ``batches`` rows (one per
+batch). What is left older than the cutoff (the newest partitions, the DEFAULT one, a partition whose
+lock stayed busy, SQLite, a ``--pipeline`` prune) is deleted batch by batch in chunks. Either way the
+same rows go and the same stay.
 """
 
 from __future__ import annotations
@@ -20,13 +27,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from sqlalchemy import Table, and_, func, select, tuple_
+from sqlalchemy import DateTime, Table, and_, bindparam, func, select, text, tuple_
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
 from offset_ledger.errors import InvalidDuration
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.partitions import ensure_ahead, partitioned, swap_out, swappable
 from offset_ledger.ledger.prune_record import record_pruned
 from offset_ledger.ledger.queries import live_query_id
 from offset_ledger.ledger.tables import (
@@ -75,6 +83,9 @@ class PruneReport:
     islands: int = 0
     #: of ``seconds``, the time spent reading the doomed ranges and writing their islands
     islands_seconds: float = 0.0
+    #: PostgreSQL: ``offset_ranges`` partitions replaced by the rows they keep (0018), and the time it took
+    partitions_swapped: int = 0
+    swap_seconds: float = 0.0
 
 
 def _pipeline_filter(table: Table, pipeline: str | None) -> list[ColumnElement[bool]]:
@@ -88,6 +99,49 @@ def _chunks(items: Sequence[BatchKey], size: int) -> Iterable[Sequence[BatchKey]
 
 def protected_batch_keys(conn: Connection, cutoff: datetime, pipeline: str | None = None) -> set[BatchKey]:
     """The (query_id, batch_id) of every old batch that prune must keep."""
+    keys = latest_old_batches_by_row(conn, cutoff, pipeline) if conn.dialect.name == "postgresql" else \
+        latest_old_batches_by_partition(conn, cutoff, pipeline)
+    for table in (positions, findings):
+        rows = conn.execute(
+            select(table.c.query_id, table.c.batch_id).distinct().where(
+                table.c.query_id.is_not(None), table.c.batch_id.is_not(None),
+                *_pipeline_filter(table, pipeline))
+        )
+        keys.update((r.query_id, r.batch_id) for r in rows)
+    return keys
+
+
+# The same answer as latest_old_batches_by_partition, read a row per (batch, source, topic) instead of one
+# per partition-offset: the latest time per distinct partition list first (a pipeline has few), then per
+# partition over those lists, then the batches of that time holding the partition.
+_LATEST_OLD_PG = """
+WITH lists AS (
+    SELECT b.pipeline, b.consumer_group, r.topic, r.partitions, MAX(b.batch_time) AS latest
+    FROM offset_ranges r JOIN batches b ON b.id = r.batch_pk {where}
+    GROUP BY b.pipeline, b.consumer_group, r.topic, r.partitions
+), latest AS (
+    SELECT l.pipeline, l.consumer_group, l.topic, u.p, MAX(l.latest) AS latest
+    FROM lists l CROSS JOIN LATERAL unnest(l.partitions) AS u (p)
+    GROUP BY l.pipeline, l.consumer_group, l.topic, u.p
+    HAVING MAX(l.latest) < :cutoff
+)
+SELECT DISTINCT b.query_id, b.batch_id
+FROM latest l
+JOIN batches b ON b.pipeline = l.pipeline AND b.consumer_group = l.consumer_group AND b.batch_time = l.latest
+JOIN offset_ranges r ON r.batch_pk = b.id AND r.topic = l.topic AND l.p = ANY (r.partitions)
+"""
+
+
+def latest_old_batches_by_row(conn: Connection, cutoff: datetime, pipeline: str | None) -> set[BatchKey]:
+    """PostgreSQL: each partition's latest batch where that is older than the cutoff, from the compact rows."""
+    stmt = text(_LATEST_OLD_PG.format(where="WHERE b.pipeline = :pipeline" if pipeline is not None else ""))
+    stmt = stmt.bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True)))
+    params = {"pipeline": pipeline} if pipeline is not None else {}
+    return {(r.query_id, r.batch_id) for r in conn.execute(stmt, params)}
+
+
+def latest_old_batches_by_partition(conn: Connection, cutoff: datetime, pipeline: str | None) -> set[BatchKey]:
+    """Each partition's latest batch where that is older than the cutoff (per partition-offset)."""
     bo = batch_offsets
     keys_cols = (bo.c.pipeline, bo.c.consumer_group, bo.c.topic, bo.c.partition)
     # Latest batch per partition; partitions whose latest batch is recent need nothing kept.
@@ -104,15 +158,7 @@ def protected_batch_keys(conn: Connection, cutoff: datetime, pipeline: str | Non
              bo.c.topic == latest.c.topic, bo.c.partition == latest.c.partition,
              bo.c.batch_time == latest.c.latest_time),
     )
-    keys: set[BatchKey] = {(r.query_id, r.batch_id) for r in conn.execute(stmt)}
-    for table in (positions, findings):
-        rows = conn.execute(
-            select(table.c.query_id, table.c.batch_id).distinct().where(
-                table.c.query_id.is_not(None), table.c.batch_id.is_not(None),
-                *_pipeline_filter(table, pipeline))
-        )
-        keys.update((r.query_id, r.batch_id) for r in rows)
-    return keys
+    return {(r.query_id, r.batch_id) for r in conn.execute(stmt)}
 
 
 def live_stateful_queries(conn: Connection, pipeline: str | None = None) -> set[str]:
@@ -155,6 +201,16 @@ def _protected_row_ids(conn: Connection, table: Table, keys: set[BatchKey], cuto
 def _count_older(conn: Connection, table: Table, cutoff: datetime, pipeline: str | None) -> int:
     stmt = select(func.count()).select_from(table).where(
         table.c.batch_time < cutoff, *_pipeline_filter(table, pipeline))
+    return int(conn.execute(stmt).scalar_one())
+
+
+def _count_older_ranges(conn: Connection, cutoff: datetime, pipeline: str | None) -> int:
+    """Partition-offsets of batches older than the cutoff: summed per compact row, not unnested."""
+    n = (func.cardinality(offset_ranges.c.partitions) if conn.dialect.name == "postgresql"
+         else func.json_array_length(offset_ranges.c.partitions))
+    stmt = select(func.coalesce(func.sum(n), 0)).select_from(
+        offset_ranges.join(batches, batches.c.id == offset_ranges.c.batch_pk)).where(
+        batches.c.batch_time < cutoff, *_pipeline_filter(batches, pipeline))
     return int(conn.execute(stmt).scalar_one())
 
 
@@ -211,6 +267,41 @@ def _delete_batches_in_chunks(engine: Engine, cutoff: datetime, pipeline: str | 
     return done_bo, done_b
 
 
+def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], to_delete: tuple[int, int],
+                          chunk_size: int, progress: ProgressCallback | None) -> tuple[int, int, int]:
+    """PostgreSQL from 0018: each aged partition swapped for the rows it keeps, then its old batches
+    deleted (a chunk of ids a transaction); returns (partition-offsets, batches removed, partitions)."""
+    with engine.connect() as conn:
+        if not partitioned(conn):
+            return 0, 0, 0
+        todo = swappable(conn, cutoff, keep_ids)
+    done_bo = done_b = swaps = 0
+    for part, keep in todo:
+        swapped = swap_out(engine, part, keep)
+        if swapped is None:
+            continue  # its lock stayed busy: the chunked DELETE below takes its rows
+        swaps += 1
+        done_bo += swapped.removed_ranges
+        log.info("prune: partition %s kept %d rows, removed %d partition-offsets in %.2f s (%.3f s locked)",
+                 swapped.name, swapped.kept_rows, swapped.removed_ranges, swapped.seconds, swapped.locked_seconds)
+        lo = -(2 ** 63) if part.lo is None else part.lo
+        first = lo
+        with engine.connect() as conn:  # the lowest batch id of the range (MINVALUE: no walk from -2^63)
+            first = int(conn.execute(text("SELECT COALESCE(MIN(id), :hi) FROM batches WHERE id >= :lo AND id < :hi"),
+                                     {"lo": lo, "hi": part.hi}).scalar_one())
+        step = max(chunk_size // 10, 1_000)  # ids a transaction: ~100 partition-offsets a batch
+        for start in range(first, part.hi, step):
+            stop = min(start + step, part.hi)
+            kept = [i for i in keep if start <= i < stop]
+            with engine.begin() as conn:
+                done_b += conn.execute(text("DELETE FROM batches WHERE id >= :a AND id < :b AND id <> ALL(:keep)"),
+                                       {"a": start, "b": stop, "keep": kept}).rowcount or 0
+            if progress is not None:
+                progress("batch_offsets", done_bo, to_delete[0])
+                progress("batches", done_b, to_delete[1])
+    return done_bo, done_b, swaps
+
+
 def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
           execute: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE, now: datetime | None = None,
           progress: ProgressCallback | None = None) -> PruneReport:
@@ -230,7 +321,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
             live = live_stateful_queries(conn, pipeline)
             keep_b = _protected_row_ids(conn, batches, keys, cutoff, pipeline, live)
             keep_bo = _partitions_of(conn, keep_b)
-            older_bo = _count_older(conn, batch_offsets, cutoff, pipeline)
+            older_bo = _count_older_ranges(conn, cutoff, pipeline)
             older_b = _count_older(conn, batches, cutoff, pipeline)
         todo_bo, todo_b = older_bo - keep_bo, older_b - len(keep_b)
         done_bo, done_b = todo_bo, todo_b
@@ -239,9 +330,22 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
             with engine.begin() as conn:
                 islands = record_pruned(conn, cutoff, pipeline, keep_b, datetime.now(timezone.utc))
         islands_seconds = time.perf_counter() - islands_started
+        swaps, swap_started = 0, time.perf_counter()
         if execute:
+            swapped_bo = swapped_b = 0
+            if pipeline is None and engine.dialect.name == "postgresql" and todo_b > 0:
+                ensure_ahead(engine)
+                swapped_bo, swapped_b, swaps = _swap_aged_partitions(engine, cutoff, keep_b, (todo_bo, todo_b),
+                                                                     chunk_size, progress)
+            swap_seconds = time.perf_counter() - swap_started
+            def after_swaps(table: str, done: int, total: int) -> None:  # counts go on from the swaps'
+                assert progress is not None
+                progress(table, done + (swapped_bo if table == "batch_offsets" else swapped_b), total)
             done_bo, done_b = _delete_batches_in_chunks(engine, cutoff, pipeline, keep_b, (todo_bo, todo_b),
-                                                        chunk_size, progress)
+                                                        chunk_size, after_swaps if progress is not None else None)
+            done_bo, done_b = done_bo + swapped_bo, done_b + swapped_b
+        else:
+            swap_seconds = 0.0
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "pruning") from exc
     report = PruneReport(
@@ -249,7 +353,7 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         batches=TableCounts(older_b, len(keep_b), done_b),
         batch_offsets=TableCounts(older_bo, keep_bo, done_bo),
         protected_batches=len(keys), seconds=time.perf_counter() - started, protected_queries=tuple(sorted(live)),
-        islands=islands, islands_seconds=islands_seconds,
+        islands=islands, islands_seconds=islands_seconds, partitions_swapped=swaps, swap_seconds=swap_seconds,
     )
     log.info("prune %s: %s", "executed" if execute else "dry run", report)
     return report

@@ -39,19 +39,31 @@ FROM (
     SELECT {_KEY}, batch_id, from_offset, until_offset, batch_time, run_id,
            SUM(brk) OVER (PARTITION BY {_KEY} ORDER BY batch_id, source_index ROWS UNBOUNDED PRECEDING) AS island
     FROM (
-        SELECT {_KEY_BO}, bo.batch_id, source_index, from_offset, until_offset, bo.batch_time, b.run_id,
+        SELECT {_KEY_BO}, bo.batch_id, source_index, from_offset, until_offset, bo.batch_time, bo.run_id,
                CASE WHEN LAG(until_offset) OVER w IS NULL THEN 1
                     WHEN from_offset = LAG(until_offset) OVER w AND until_offset >= LAG(until_offset) OVER w
-                         AND b.run_id = LAG(b.run_id) OVER w THEN 0
+                         AND bo.run_id = LAG(bo.run_id) OVER w THEN 0
                     ELSE 1 END AS brk
-        FROM v_batch_offsets bo JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
-        WHERE bo.batch_time < :cutoff {{pipeline}}
-          AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = b.id)
+        FROM {{source}} bo
         WINDOW w AS (PARTITION BY {_KEY_BO} ORDER BY bo.batch_id, source_index)
     ) marked
 ) numbered
 GROUP BY {_KEY}, island
 """
+
+# The doomed ranges, one row per partition-offset with its batch's run. PostgreSQL unnests the compact
+# rows itself after filtering them by batch (a row per batch, source and topic: 100x fewer than the
+# view's rows, and one join of batches instead of two); SQLite reads the view.
+_DOOMED_PG = f"""(
+    SELECT b.pipeline, b.consumer_group, b.query_id, b.batch_id, r.source_index, r.topic, u."partition",
+           u.from_offset, u.until_offset, b.batch_time, b.run_id
+    FROM offset_ranges r JOIN batches b ON b.id = r.batch_pk
+    CROSS JOIN LATERAL unnest(r.partitions, r.from_offsets, r.until_offsets) AS u ("partition", from_offset, until_offset)
+    WHERE b.batch_time < :cutoff {{pipeline}} AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = b.id))"""
+_DOOMED_VIEW = f"""(
+    SELECT {_KEY_BO}, bo.batch_id, bo.source_index, bo.from_offset, bo.until_offset, bo.batch_time, b.run_id
+    FROM v_batch_offsets bo JOIN batches b ON b.query_id = bo.query_id AND b.batch_id = bo.batch_id
+    WHERE bo.batch_time < :cutoff {{pipeline}} AND NOT EXISTS (SELECT 1 FROM {_KEEP} k WHERE k.id = b.id))"""
 
 
 def record_pruned(conn: Connection, cutoff: datetime, pipeline: str | None, keep_ids: set[int],
@@ -64,8 +76,10 @@ def record_pruned(conn: Connection, cutoff: datetime, pipeline: str | None, keep
         ids = sorted(keep_ids)
         for i in range(0, len(ids), _KEEP_ROWS):
             conn.execute(keep.insert(), [{"id": x} for x in ids[i:i + _KEEP_ROWS]])
-        where = "AND bo.pipeline = :pipeline" if pipeline is not None else ""
-        stmt = text(_ISLANDS.format(pipeline=where)).bindparams(
+        pg = conn.dialect.name == "postgresql"
+        where = f"AND {'b' if pg else 'bo'}.pipeline = :pipeline" if pipeline is not None else ""
+        source = (_DOOMED_PG if pg else _DOOMED_VIEW).format(pipeline=where)
+        stmt = text(_ISLANDS.format(source=source)).bindparams(
             # Typed: on SQLite a bare datetime would be compared as ISO text ('T' between date and
             # time) with the stored 'YYYY-MM-DD HH:MM:SS' form, and every row of the day would match.
             bindparam("cutoff", cutoff, type_=DateTime(timezone=True)),

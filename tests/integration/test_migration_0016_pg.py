@@ -32,7 +32,7 @@ def test_0016_converts_a_0014_ledger_both_ways_and_the_audit_queries_answer_the_
         assert sum(len(v) for v in before.values()) > 0
 
         upgrade(engine)
-        assert current_revision(engine) == head_revision() == "0019"
+        assert current_revision(engine) == head_revision()
         assert _ranges(engine) == legacy == _history_ranges(engine, "orders")
         with engine.connect() as conn:
             assert run_documented(conn) == before
