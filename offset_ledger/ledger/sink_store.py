@@ -20,7 +20,7 @@ from sqlalchemy.engine import Connection
 from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
-from offset_ledger.ledger.records import Record, RecordOutcome, _Txn, utc
+from offset_ledger.ledger.records import Record, RecordOutcome, Transaction, utc
 from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches, sinks
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.sink_ahead import SinkCommitRange, window_start
@@ -165,7 +165,7 @@ def record_commit(
 
     # A recorder per commit: its caches are filled only after COMMIT, which this caller owns.
     recorder = Recorder(conn.engine)
-    return recorder._record(conn, records, _Txn(now=utc(now)))
+    return recorder._general.record(conn, records, Transaction(now=utc(now)))
 
 
 def pipeline_sinks(conn: Connection, pipeline: str, consumer_group: str | None = None) -> list[dict[str, Any]]:
