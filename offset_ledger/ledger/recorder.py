@@ -17,7 +17,8 @@ explain something (then the general path below records the batches and their fin
 ``offset_ledger.ledger.fast_batch``. The general path (``GeneralPath``, here) keeps its rules for
 runs and generations in a ``run_book.RunBook``, those for positions and findings in a
 ``position_rules.PositionRules``: collaborators given exactly what they use (the dialect's INSERT,
-the bulk writer, the recorder's committed knowledge ``records.Known``).
+the bulk writer, the recorder's committed knowledge ``records.Known``). A writer that joins its own
+transaction (a transactional sink) records through ``record_in_transaction``.
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ log = logging.getLogger(__name__)
 def translate(exc: Exception) -> LedgerError:
     """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
     return translate_db_error(exc, "writing")
+
+
+def record_in_transaction(conn: Connection, records: Sequence[Record], *, now: datetime) -> RecordOutcome:
+    """Write ``records`` by the general path's rules on ``conn``, inside the caller's transaction.
+
+    For a writer that commits its own rows with the batch (``ledger.sink_store.record_commit``):
+    nothing is cached, since the caller owns COMMIT (a rollback must leave no knowledge behind).
+    """
+    return GeneralPath(conn.dialect, Known()).record(conn, records, Transaction(now=utc(now)))
 
 
 class Recorder:
