@@ -40,6 +40,7 @@ from offset_ledger.errors import (
     UnknownPipeline,
     UnknownTopic,
 )
+from offset_ledger.operate import reads
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.visibility import bound, current_scope
 
@@ -198,7 +199,7 @@ def scope_gate(request: Request) -> None:
         return
     for name in (request.path_params.get("pipeline"), request.query_params.get("pipelineName")):
         if isinstance(name, str) and not scope.allows(name):
-            request.app.state.operations.require_visible(name)
+            reads.require_visible(request.app.state.operations, name)
 
 
 def create_app(

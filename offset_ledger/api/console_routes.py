@@ -38,7 +38,7 @@ def pipeline_findings(request: Request, pipeline: str = Path(pattern=NAME_PATTER
                       before: Optional[int] = Query(None, ge=1, le=MAX_BIGINT, description="page: findings older than this id")) -> Any:
     # The same read and filters as `offset-ledger findings` (operate.audit.list_findings).
     from offset_ledger.operate.audit import list_findings
-    from offset_ledger.operate.operations import parse_timestamp
+    from offset_ledger.operate.inputs import parse_timestamp
 
     start = parse_timestamp(since) if since is not None else None
     group, rows, next_before = list_findings(request.app.state.operations, pipeline, consumerGroup, kind=kind,

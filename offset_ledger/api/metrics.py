@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from operator import attrgetter
 
-from offset_ledger.operate.operations import MetricsSnapshot, PartitionLag
+from offset_ledger.operate.answers import MetricsSnapshot, PartitionLag
 from offset_ledger.rules.status import STATES
 
 

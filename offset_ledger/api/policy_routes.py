@@ -29,7 +29,6 @@ from offset_ledger.operate.policy_view import (  # noqa: F401 - API_NAMES, to_ap
     policies_document,
     to_api,
 )
-from offset_ledger.rules.policies import POLICY_KEYS
 
 router = APIRouter(prefix="/api/v1", tags=["policies"])
 

@@ -17,7 +17,9 @@ from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
-from offset_ledger.operate.operations import Operations, parse_timestamp, request_from_legacy_body
+from offset_ledger.operate import operations_metrics, reads, reset_operations
+from offset_ledger.operate.inputs import parse_timestamp, request_from_legacy_body
+from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.resets import ResetRequest
 
 legacy = APIRouter(tags=["legacy"])
@@ -52,16 +54,16 @@ def _actor(request: Request, claimed: str | None, default: str) -> str:
 @legacy.get("/v1/getCurrentOffsets", summary="Current positions of a pipeline (legacy)",
             responses=_OFFSETS_RESPONSE)
 def get_current_offsets(request: Request, pipelineName: str = Query(pattern=NAME_PATTERN)) -> Any:
-    return _ops(request).current_offsets(pipelineName)
+    return reads.current_offsets(_ops(request), pipelineName)
 
 
 @legacy.get("/v1/getTopicDetails", summary="Log-start (firstOffset) and log-end (lastOffset) per partition (legacy)")
 def get_topic_details(request: Request, topicName: str = Query(pattern=TOPIC_PATTERN)) -> Any:
-    return _ops(request).topic_details(topicName)
+    return reads.topic_details(_ops(request), topicName)
 
 
 def _legacy_reset(request: Request, pipeline: str, reset: ResetRequest, x_actor: str | None, label: str) -> Any:
-    outcome = _ops(request).reset(pipeline, reset, actor=_actor(request, x_actor, "legacy-api"),
+    outcome = reset_operations.reset(_ops(request), pipeline, reset, actor=_actor(request, x_actor, "legacy-api"),
                                   reason=f"legacy {label}", dry_run=False)
     return outcome.plan.new_positions()
 
@@ -127,7 +129,7 @@ def list_pipelines(request: Request, lag: bool = Query(True, description="ask Ka
     from offset_ledger.operate.audit import findings_counts
 
     ops = _ops(request)
-    rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag)]
+    rows = [p.to_dict() for p in reads.list_pipelines(ops, with_lag=lag)]
     counts = findings_counts(ops)  # the CLI's FINDINGS column: findings recorded, a repeated one once
     for row in rows:
         row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
@@ -138,7 +140,7 @@ def list_pipelines(request: Request, lag: bool = Query(True, description="ask Ka
 @resource.get("/pipelines/{pipeline:name}/offsets", summary="Current positions with what placed them")
 def pipeline_offsets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
                      consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    group, rows = _ops(request).positions(pipeline, consumerGroup)
+    group, rows = reads.positions(_ops(request), pipeline, consumerGroup)
     return {
         "pipeline": pipeline, "consumerGroup": group,
         "positions": [{
@@ -159,8 +161,8 @@ def pipeline_history(
     cursor: Optional[str] = Query(None, max_length=512, description="nextCursor of the previous page"),
     consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
 ) -> Any:
-    page = _ops(request).history(
-        pipeline, consumerGroup, topic=topic,
+    page = reads.history(
+        _ops(request),        pipeline, consumerGroup, topic=topic,
         since=parse_timestamp(since) if since else None, until=parse_timestamp(until) if until else None,
         limit=limit, cursor=cursor,
     )
@@ -169,7 +171,7 @@ def pipeline_history(
 
 @resource.get("/pipelines/{pipeline:name}/lag", summary="Lag per partition: log-end minus next offset")
 def pipeline_lag(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    group, rows = _ops(request).lag(pipeline, consumerGroup)
+    group, rows = reads.lag(_ops(request), pipeline, consumerGroup)
     known = [r.lag for r in rows if r.lag is not None]
     return {"pipeline": pipeline, "consumerGroup": group, "totalLag": sum(known) if known else None,
             "partitions": [r.to_dict() for r in rows]}
@@ -177,7 +179,7 @@ def pipeline_lag(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), c
 
 @resource.get("/topics/{topic:name}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
 def topic_details(request: Request, topic: str = Path(pattern=TOPIC_PATTERN)) -> Any:
-    return _ops(request).topic_details(topic)
+    return reads.topic_details(_ops(request), topic)
 
 
 @resource.post("/pipelines/{pipeline:name}/resets", summary="Plan (dryRun, the default) or execute a reset; audited")
@@ -185,7 +187,7 @@ def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
                  x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
     reset = body.to_request()
     actor = _actor(request, body.actor or x_actor, "api")
-    outcome = _ops(request).reset(pipeline, reset, actor=actor, reason=body.reason, dry_run=body.dryRun,
+    outcome = reset_operations.reset(_ops(request), pipeline, reset, actor=actor, reason=body.reason, dry_run=body.dryRun,
                                   force=body.force, consumer_group=body.consumerGroup)
     return outcome.to_dict()
 
@@ -193,7 +195,7 @@ def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
 @resource.get("/pipelines/{pipeline:name}/resets", summary="The audit list of resets, dry runs included")
 def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=1000),
                 consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    group, rows = _ops(request).resets(pipeline, consumerGroup, limit=limit)
+    group, rows = reset_operations.resets(_ops(request), pipeline, consumerGroup, limit=limit)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
 
 
@@ -204,11 +206,10 @@ def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), ba
                                                description="default: the current generation's query"),
                 generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
                 consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    from offset_ledger.operate.replay import replay_for
+    from offset_ledger.operate.replay import replay
 
-    ops = _ops(request)
-    result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch,
-                        query_id=queryId, generation=generation, consumer_group=consumerGroup)
+    result = replay(_ops(request), pipeline, batch=batch, query_id=queryId, generation=generation,
+                    consumer_group=consumerGroup)
     return {"pipeline": pipeline, "batchId": batch, **result.to_dict()}
 
 
@@ -218,7 +219,7 @@ def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), ba
 @service.get("/healthz", summary="Readiness: 200 with the schema revision when the ledger answers and holds "
                                   "the schema; 503 LedgerUnavailable / LedgerWithoutSchema otherwise")
 def healthz(request: Request) -> Any:
-    revision = _ops(request).schema_revision()
+    revision = reads.schema_revision(_ops(request))
     return {"status": "ok", "ledger": {"reachable": True, "schema": revision}}
 
 
@@ -232,5 +233,5 @@ def metrics(request: Request) -> PlainTextResponse:
     # A sync route: Starlette runs it on its thread pool, so a scrape never holds the event loop
     # (other requests are served meanwhile, sharing the GIL with it).
     with gc_paused():
-        text = render_metrics(_ops(request).metrics())
+        text = render_metrics(operations_metrics.metrics(_ops(request)))
     return PlainTextResponse(text, media_type="text/plain; version=0.0.4; charset=utf-8")

@@ -6,7 +6,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from offset_ledger.operate.operations import check_topic, parse_timestamp, to_epoch_ms
+from offset_ledger.operate.inputs import check_topic, parse_timestamp, to_epoch_ms
 from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.resets import ResetRequest, parse_partition_key, validate_offset
 

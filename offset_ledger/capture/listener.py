@@ -31,7 +31,7 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
 
 from offset_ledger.capture.event_records import IDLE, PROGRESS, STARTED, TERMINATED
 from offset_ledger.capture.spool import Event, ledger_id
-from offset_ledger.capture.store import ListenerHealth, Store, _open_recorder
+from offset_ledger.capture.store import ListenerHealth, Store, open_recorder
 from offset_ledger.capture.writer import EventWriter
 from offset_ledger.ledger.recorder import RecordOutcome
 
@@ -126,7 +126,7 @@ class OffsetLedgerListener(StreamingQueryListener):
             factories = _mirror_factories(dsn, bootstrap_servers, kafka_options)
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         self._writer = EventWriter(
-            store_factory or (lambda: _open_recorder(dsn)),
+            store_factory or (lambda: open_recorder(dsn)),
             spool_dir=Path(spool_dir), ledger=ledger_id(settings().resolved_dsn(dsn)), queue_size=queue_size,
             max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,

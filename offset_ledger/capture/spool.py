@@ -40,7 +40,7 @@ from offset_ledger.errors import InvalidInput
 log = logging.getLogger(__name__)
 
 # Listener ids with a running writer in this process: their spool files are not orphans.
-_LIVE: set[str] = set()
+LIVE_WRITERS: set[str] = set()
 
 
 class Event(NamedTuple):
@@ -262,7 +262,7 @@ class Spool:
             owner = rest.split(".", 1)[0]
             if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
                 continue  # another live process's listener
-            if pid.isdigit() and int(pid) == os.getpid() and owner in _LIVE:
+            if pid.isdigit() and int(pid) == os.getpid() and owner in LIVE_WRITERS:
                 continue  # a live listener of this process (ourselves included)
             yield path
 

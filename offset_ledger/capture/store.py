@@ -44,7 +44,7 @@ class ListenerHealth:
                 "spilled": self.spilled, "failed": self.failed}
 
 
-def _open_recorder(dsn: str | None) -> Store:
+def open_recorder(dsn: str | None) -> Store:
     from offset_ledger.ledger.engine import ensure_schema, make_engine
     from offset_ledger.ledger.recorder import Recorder
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from offset_ledger.capture.event_records import STARTED, TERMINATED, EventConverter
-from offset_ledger.capture.spool import _LIVE, Event, LedgerId, Spool
+from offset_ledger.capture.spool import LIVE_WRITERS, Event, LedgerId, Spool
 from offset_ledger.capture.spool_replay import SpoolReplay
 from offset_ledger.capture.store import ListenerHealth, Store
 from offset_ledger.ledger.engine import permission_denied
@@ -82,7 +82,7 @@ class EventWriter(SpoolReplay):
         self._closing = threading.Event()
         self._abandon = threading.Event()
         self._last_health = 0.0
-        _LIVE.add(self.listener_id)
+        LIVE_WRITERS.add(self.listener_id)
         self._adopt_orphans()
         self._thread = threading.Thread(target=self._run, name=f"offset-ledger-writer-{self.listener_id[:8]}",
                                         daemon=True)
@@ -184,7 +184,7 @@ class EventWriter(SpoolReplay):
             self._thread.join(max(0.5, deadline - time.monotonic()))
         elif self._thread.ident is None:
             self._spool_everything([])  # never started: keep what was queued
-        _LIVE.discard(self.listener_id)
+        LIVE_WRITERS.discard(self.listener_id)
         with self._lock:
             self._spool.close()
         return flushed

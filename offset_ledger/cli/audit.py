@@ -36,7 +36,7 @@ def findings_cmd(
     A cut-short answer says so in every format ("more: --before ID" on stderr).
     """
     from offset_ledger.operate.audit import MAX_PAGE, list_findings
-    from offset_ledger.operate.operations import parse_timestamp
+    from offset_ledger.operate.inputs import parse_timestamp
 
     fmt = check_format(fmt)
     if not every:
@@ -74,12 +74,13 @@ def resets_cmd(
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
     from offset_ledger.operate.audit import MAX_PAGE
+    from offset_ledger.operate.reset_operations import resets
 
     fmt = check_format(fmt)
     check_limit(limit)
     ops = operations(dsn)
     try:
-        group, found = ops.resets(pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
+        group, found = resets(ops, pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
     finally:
         ops.close()
     more = len(found) > limit

@@ -178,8 +178,8 @@ def replay_cmd(
     import json as _json
 
     from offset_ledger.errors import InvalidInput
-    from offset_ledger.operate.operations import parse_timestamp
-    from offset_ledger.operate.replay import replay_for
+    from offset_ledger.operate.inputs import parse_timestamp
+    from offset_ledger.operate.replay import replay
 
     if fmt not in ("options", "json"):
         raise InvalidInput(f"unknown --format {fmt!r}; use options or json")
@@ -187,8 +187,8 @@ def replay_cmd(
     end = parse_timestamp(until) if until is not None else None
     ops = operations(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
-        result = replay_for(ops.engine, ops.kafka if ops.has_kafka else None, pipeline, batch=batch, since=start,
-                            until=end, query_id=query_id, generation=generation, consumer_group=consumer_group)
+        result = replay(ops, pipeline, batch=batch, since=start, until=end, query_id=query_id,
+                        generation=generation, consumer_group=consumer_group)
     finally:
         ops.close()
     doc = result.to_dict()

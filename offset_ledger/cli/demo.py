@@ -23,14 +23,14 @@ from rich.console import Console
 from rich.table import Table
 
 from offset_ledger.cli.demo_stack import (
-    _ALL_PARTITIONS,
-    _FIRST_PARTITIONS,
+    ALL_PARTITIONS,
+    FIRST_PARTITIONS,
     PIPELINE,
     TOPIC,
     DemoStack,
     Options,
     Producer,
-    _Signals,
+    Signals,
 )
 
 log = logging.getLogger(__name__)
@@ -160,11 +160,11 @@ class Demo(DemoStack):
         from kafka.admin import NewPartitions
 
         self.step("3. The topic grows while the pipeline is down")
-        self.admin.create_partitions({TOPIC: NewPartitions(total_count=_ALL_PARTITIONS)})
-        self._wait_partitions(_ALL_PARTITIONS)
+        self.admin.create_partitions({TOPIC: NewPartitions(total_count=ALL_PARTITIONS)})
+        self._wait_partitions(ALL_PARTITIONS)
         before = self.producer.produced
         self.producer.burst(self.o.more_records)
-        self.say(f"added partitions: {_FIRST_PARTITIONS} -> {_ALL_PARTITIONS}; produced "
+        self.say(f"added partitions: {FIRST_PARTITIONS} -> {ALL_PARTITIONS}; produced "
                  f"{self.producer.produced - before:,} more records (total {self.producer.produced:,})")
 
     def run_version_2(self, v1_positions: dict[int, int]) -> None:
@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     # The demo's own ledger and cluster, whatever the shell exports.
     for var in ("OFFSET_LEDGER_DSN", "OFFSET_LEDGER_TEST_DSN"):
         os.environ.pop(var, None)
-    signals = _Signals()
+    signals = Signals()
     demo = Demo(options, console, signals)
     if options.workdir is None:
         demo.on_exit(f"work dir {demo.root}", lambda: shutil.rmtree(demo.root, ignore_errors=True))

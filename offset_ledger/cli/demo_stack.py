@@ -25,8 +25,8 @@ from rich.table import Table
 
 PIPELINE = "demo_orders"
 TOPIC = "demo_orders"
-_FIRST_PARTITIONS = 2
-_ALL_PARTITIONS = 4
+FIRST_PARTITIONS = 2
+ALL_PARTITIONS = 4
 
 
 @dataclass
@@ -107,7 +107,7 @@ def _free_port(preferred: int) -> int:
             return int(sock.getsockname()[1])
 
 
-class _Signals:
+class Signals:
     """Ctrl-C and SIGTERM unwind like KeyboardInterrupt so ``finally`` stops what the demo started.
 
     While a child process is being launched (the broker, Spark's JVM) the interrupt is held back
@@ -175,9 +175,9 @@ def _stop_process(proc: subprocess.Popen[bytes]) -> None:
 class DemoStack:
     """The stage of one demo run: what it started, and ``cleanup``, what to undo, newest first."""
 
-    def __init__(self, options: Options, console: Console, signals: _Signals | None = None) -> None:
+    def __init__(self, options: Options, console: Console, signals: Signals | None = None) -> None:
         self.o = options
-        self.signals = signals or _Signals()
+        self.signals = signals or Signals()
         self.console = console
         self.cleanup: list[tuple[str, Callable[[], None]]] = []
         self.root = Path(options.workdir or tempfile.mkdtemp(prefix="offset-ledger-demo-"))
@@ -234,10 +234,10 @@ class DemoStack:
 
         admin = KafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
         self.on_exit("Kafka admin client", admin.close)
-        admin.create_topics([NewTopic(TOPIC, num_partitions=_FIRST_PARTITIONS, replication_factor=1)])
+        admin.create_topics([NewTopic(TOPIC, num_partitions=FIRST_PARTITIONS, replication_factor=1)])
         self.admin = admin
-        self._wait_partitions(_FIRST_PARTITIONS)
-        self.say(f"created topic [bold]{TOPIC}[/] with {_FIRST_PARTITIONS} partitions")
+        self._wait_partitions(FIRST_PARTITIONS)
+        self.say(f"created topic [bold]{TOPIC}[/] with {FIRST_PARTITIONS} partitions")
 
     def _wait_partitions(self, count: int) -> None:
         deadline = time.monotonic() + 30

@@ -75,7 +75,9 @@ def failover_cmd(
     """
     from offset_ledger.errors import InvalidInput
     from offset_ledger.kafka.client_config import gather
-    from offset_ledger.operate.failover import dumps, failover
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.operate.failover import check_request, dumps, fail_over
+    from offset_ledger.operate.operations import Operations
 
     # Bad values fail before anything connects.
     fmt = check_format(fmt)
@@ -90,12 +92,17 @@ def failover_cmd(
         raise InvalidInput("--to-bootstrap must name the target cluster's brokers")
     if execute and dry_run:
         raise InvalidInput("--execute and --dry-run contradict each other; give one")
-    result = failover(
-        pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
-        replication_policy=replication_policy,  # type: ignore[arg-type]
-        separator=separator, uncheckpointed=uncheckpointed,  # type: ignore[arg-type]
-        consumer_group=consumer_group, topics=topic or None, checkpoint_root=checkpoint_root, dsn=dsn,
-        kafka_options=gather(kafka_option, command_config), dry_run=not execute, force=force)
+    check_request(to_bootstrap, source_alias, replication_policy, uncheckpointed)
+    ops = Operations(make_engine(dsn, create=False))  # a mistyped SQLite path is an error, never a new ledger
+    try:
+        result = fail_over(
+            ops, pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
+            replication_policy=replication_policy,  # type: ignore[arg-type]
+            separator=separator, uncheckpointed=uncheckpointed,  # type: ignore[arg-type]
+            consumer_group=consumer_group, topics=topic or None, checkpoint_root=checkpoint_root,
+            kafka_options=gather(kafka_option, command_config), dry_run=not execute, force=force)
+    finally:
+        ops.close()
     if not execute and not dry_run:
         # Deprecation, for one release: a bare failover used to write; say so, once, on stderr.
         typer.echo("note: failover is a dry run unless --execute (it wrote by default before this release)",

@@ -114,9 +114,11 @@ def pipelines_cmd(
     from offset_ledger.operate.audit import findings_counts
 
     fmt = _check_format(fmt)
+    from offset_ledger.operate import reads
+
     ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
-        rows = [p.to_dict() for p in ops.list_pipelines(with_lag=lag and ops.has_kafka)]
+        rows = [p.to_dict() for p in reads.list_pipelines(ops, with_lag=lag and ops.has_kafka)]
         counts = findings_counts(ops)
     finally:
         ops.close()
@@ -145,9 +147,11 @@ def offsets_cmd(
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
     fmt = _check_format(fmt)
+    from offset_ledger.operate import reads
+
     ops = _ops(dsn)
     try:
-        group, rows = ops.positions(pipeline, consumer_group)
+        group, rows = reads.positions(ops, pipeline, consumer_group)
     finally:
         ops.close()
     document: dict[str, dict[str, int]] = {}
@@ -183,18 +187,20 @@ def history_cmd(
     Example: offset-ledger history orders --since 2024-05-01T00:00:00Z --all --format csv > batches.csv
     """
     from offset_ledger.cli.support import more_signal
-    from offset_ledger.operate.operations import parse_timestamp
+    from offset_ledger.operate.inputs import parse_timestamp
 
     from offset_ledger.cli.support import check_limit
 
     fmt = _check_format(fmt)
     if not every:
         check_limit(limit)
+    from offset_ledger.operate import reads
+
     ops = _ops(dsn)
     items: list = []
     try:
         while True:
-            page = ops.history(pipeline, consumer_group, topic=topic,
+            page = reads.history(ops, pipeline, consumer_group, topic=topic,
                                since=parse_timestamp(since) if since else None,
                                until=parse_timestamp(until) if until else None,
                                limit=1000 if every else limit, cursor=cursor)
@@ -225,11 +231,11 @@ def topic_cmd(
     no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
-    from offset_ledger.operate.operations import topic_details
+    from offset_ledger.operate.reads import describe_topic
 
     fmt = _check_format(fmt)
     with kafka_client(bootstrap_servers, kafka_option, command_config, timeout).adapter() as adapter:
-        details = topic_details(adapter, topic)
+        details = describe_topic(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
     _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=not no_truncate)
@@ -249,9 +255,11 @@ def lag_cmd(
     Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
     """
     fmt = _check_format(fmt)
+    from offset_ledger.operate import reads
+
     ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
-        _group, parts = ops.lag(pipeline, consumer_group)
+        _group, parts = reads.lag(ops, pipeline, consumer_group)
     finally:
         ops.close()
     rows = [p.to_dict() for p in parts]

@@ -3,7 +3,7 @@
 Every mode KCG has (``--to-earliest``, ``--to-latest``, ``--to-current``, ``--to-offset N``,
 ``--shift-by N``, ``--to-datetime``, ``--by-duration``, ``--from-file``) plus ``--to-offsets``
 (JSON); ``--dry-run`` is the default and ``--export`` prints the plan as the CSV ``--from-file``
-reads. Planning, auditing and writing are ``Operations.reset``'s; this module only turns options
+reads. Planning, auditing and writing are ``reset_operations.reset``'s; this module only turns options
 into a ``ResetRequest`` and prints the outcome.
 """
 
@@ -65,7 +65,7 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
 
     from offset_ledger.errors import InvalidInput
     from offset_ledger.operate.kcg import parse_offsets_csv
-    from offset_ledger.operate.operations import parse_timestamp, to_epoch_ms
+    from offset_ledger.operate.inputs import parse_timestamp, to_epoch_ms
     from offset_ledger.rules.durations import parse_duration
     from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
 
@@ -110,12 +110,13 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
 
 def _every_partition(ops: Any, pipeline: str, consumer_group: Optional[str], scope: Any, offset: int) -> Any:
     from offset_ledger.errors import UnknownTopic
+    from offset_ledger.operate.reads import positions
     from offset_ledger.rules.model import TopicPartition
 
     if scope:
         topics = sorted(scope)
     else:
-        _group, rows = ops.positions(pipeline, consumer_group)
+        _group, rows = positions(ops, pipeline, consumer_group)
         topics = sorted({r["topic"] for r in rows})
     seen = ops.kafka.snapshot(topics)
     out = {}
@@ -166,7 +167,8 @@ def reset_cmd(
     import getpass
 
     from offset_ledger.errors import InvalidInput
-    from offset_ledger.operate.operations import scope_from_specs
+    from offset_ledger.operate.inputs import scope_from_specs
+    from offset_ledger.operate.reset_operations import reset
 
     fmt = check_format(fmt)
     if execute and dry_run:
@@ -185,7 +187,7 @@ def reset_cmd(
     ops = operations(dsn, kafka)
     try:
         request = build_request(ops, pipeline, consumer_group, modes=modes, scope=scope, out_of_range=out_of_range)
-        outcome = ops.reset(pipeline, request, actor=actor or getpass.getuser() or "cli", reason=reason,
+        outcome = reset(ops, pipeline, request, actor=actor or getpass.getuser() or "cli", reason=reason,
                             dry_run=not execute, force=force, consumer_group=consumer_group)
     finally:
         ops.close()

@@ -13,7 +13,8 @@ from offset_ledger.ledger import console_queries as cq
 from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.operate.answers import iso_utc
-from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.operations import Operations, resolve_group
+from offset_ledger.operate.reads import list_pipelines
 
 
 class ConsoleReads:
@@ -33,7 +34,7 @@ class ConsoleReads:
     def pipelines(self) -> list[dict[str, Any]]:
         """Every pipeline/consumer group: the API's summary (state with staleness and why, generation,
         foreign runs) plus findings count and the running code's version."""
-        summaries = self.ops.list_pipelines(with_lag=True)
+        summaries = list_pipelines(self.ops, with_lag=True)
         with self._db() as conn:
             counts = cq.finding_counts(conn)
             last_runs = cq.latest_runs(conn)
@@ -59,7 +60,7 @@ class ConsoleReads:
     def runs(self, pipeline: str, consumer_group: str | None = None) -> dict[str, Any]:
         """Runs (with the generation the recorder matched them to) and generations, newest first."""
         with self._db() as conn:
-            group = self.ops.resolve_group(conn, pipeline, consumer_group)
+            group = resolve_group(conn, pipeline, consumer_group)
             runs = cq.pipeline_runs(conn, pipeline, group)
             gens = cq.pipeline_generations(conn, pipeline, group)
             judged = {a.run_id: a for a in open_runs(conn, pipeline, group).get((pipeline, group), [])}
@@ -91,7 +92,7 @@ class ConsoleReads:
     def findings(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 100) -> dict[str, Any]:
         """The pipeline's findings, newest first."""
         with self._db() as conn:
-            group = self.ops.resolve_group(conn, pipeline, consumer_group)
+            group = resolve_group(conn, pipeline, consumer_group)
             rows = cq.pipeline_findings(conn, pipeline, group, limit=limit)
         return {"pipeline": pipeline, "consumerGroup": group, "findings": [{
             "id": r["id"], "kind": r["kind"], "topic": r["topic"], "partition": r["partition"],

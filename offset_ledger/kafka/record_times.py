@@ -47,9 +47,9 @@ def record_times_by_fetch(
 async def _answer(manager: Any, wanted: Mapping[tuple[str, int], list[int]], max_wait_ms: int,
                   partition_max_bytes: int,
                   rounds: int) -> tuple[dict[tuple[TopicPartition, int], int], dict[tuple[str, int], list[int]]]:
-    from offset_ledger.kafka.snapshot import _layout
+    from offset_ledger.kafka.snapshot import topic_layout
 
-    layout = await _layout(manager, sorted({t for t, _ in wanted}))
+    layout = await topic_layout(manager, sorted({t for t, _ in wanted}))
     return await _fetch_rounds(manager, wanted, layout.leaders, max_wait_ms, partition_max_bytes, rounds)
 
 

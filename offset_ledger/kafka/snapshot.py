@@ -97,7 +97,7 @@ def snapshot(manager: Any, topics: Sequence[str], *, timeout_ms: int, retry_back
 
 async def _attempt(manager: Any, topics: list[str], marks: dict[TopicPartition, Watermarks]) -> tuple[_Layout, list[str]]:
     """One metadata request, then the watermarks ``marks`` lacks; adds them to ``marks``, returns what to retry."""
-    layout = await _layout(manager, topics)
+    layout = await topic_layout(manager, topics)
     missing = dict(layout.partitions) if not marks else {
         t: [p for p in parts if TopicPartition(t, p) not in marks] for t, parts in layout.partitions.items()}
     retry = list(layout.waiting)
@@ -108,7 +108,7 @@ async def _attempt(manager: Any, topics: list[str], marks: dict[TopicPartition, 
     return layout, retry
 
 
-async def _layout(manager: Any, topics: list[str]) -> _Layout:
+async def topic_layout(manager: Any, topics: list[str]) -> _Layout:
     from kafka.protocol.metadata import MetadataRequest
 
     _Topic = MetadataRequest.MetadataRequestTopic

@@ -1,7 +1,7 @@
 """Bulk writes of the recorder's general path: large row sets COPYed into a session-temporary stage
 and inserted with ``INSERT ... SELECT ... ON CONFLICT`` on psycopg2, small ones as one ``VALUES`` list.
 
-A mixin of ``offset_ledger.ledger.recorder.Recorder``."""
+``BulkWriter`` is a collaborator of ``offset_ledger.ledger.recorder.Recorder`` and of its position rules."""
 
 from __future__ import annotations
 
@@ -12,25 +12,7 @@ from typing import Any
 from sqlalchemy import Table
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.records import (  # noqa: F401  (importable from here, as before)
-    _STATEFUL_COLUMNS,
-    BatchRecord,
-    MovedPosition,
-    Record,
-    RecordOutcome,
-    RunEnd,
-    RunHeartbeat,
-    RunStart,
-    _csv_rows,
-    _csv_text,
-    _Ends,
-    _offset_rows,
-    _Pos,
-    _Run,
-    _stateful_values,
-    _Txn,
-    utc,
-)
+from offset_ledger.ledger.records import BatchRecord, csv_rows, pg_int_array
 
 # Below this many rows a multi-row VALUES statement beats COPY's extra round trip.
 _COPY_MIN_ROWS = 200
@@ -40,7 +22,7 @@ def compact_ranges(recs: list[BatchRecord], batch_pks: dict[tuple[str, int], int
                    *, literal: bool) -> list[dict[str, Any]]:
     """``offset_ranges`` rows of ``recs``: one per (batch, source, topic), its partitions' ranges as
     parallel lists in the order Spark reported them. ``literal``: the lists as PostgreSQL array
-    literals (the raw psycopg2 statements and COPY of ``_bulk`` take them as text)."""
+    literals (the raw psycopg2 statements and COPY of ``BulkWriter.upsert`` take them as text)."""
     out: list[dict[str, Any]] = []
     for rec in recs:
         pk = batch_pks[(rec.batch.query_id, rec.batch.batch_id)]
@@ -58,13 +40,12 @@ def compact_ranges(recs: list[BatchRecord], batch_pks: dict[tuple[str, int], int
     return out
 
 
-def pg_int_array(values: Any) -> str:
-    """A PostgreSQL array literal of integers (None as NULL), sent as one text value."""
-    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
+class BulkWriter:
+    """Bulk statements on one dialect: ``insert`` its INSERT construct, ``execute_values`` psycopg2's (or None)."""
 
-
-class BulkWrites:
-    """The recorder's bulk statements (uses its ``_execute_values`` and ``_insert``)."""
+    def __init__(self, insert: Any, execute_values: Any) -> None:
+        self.insert = insert
+        self.execute_values = execute_values
 
     def _copy_upsert(self, conn: Connection, table: Table, columns: list[str], csv_text: str,
                      tail: str, returning: bool) -> list[tuple[Any, ...]]:
@@ -87,7 +68,7 @@ class BulkWrites:
         finally:
             cursor.close()
 
-    def _bulk(self, conn: Connection, table: Table, rows: list[dict[str, Any]], conflict: tuple[str, ...],
+    def upsert(self, conn: Connection, table: Table, rows: list[dict[str, Any]], conflict: tuple[str, ...],
               *, update: tuple[str, ...] = (), returning: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
         """Multi-row ``INSERT ... ON CONFLICT (conflict) DO NOTHING | DO UPDATE`` of ``rows``.
 
@@ -97,7 +78,7 @@ class BulkWrites:
         for 1000 rows, COPY plus INSERT ... SELECT measured 3-4x cheaper than one multi-row INSERT,
         whose parsing dominates.
         """
-        if self._execute_values is not None:
+        if self.execute_values is not None:
             quote = conn.dialect.identifier_preparer.quote
             columns = list(rows[0])
             cols = ", ".join(quote(c) for c in columns)
@@ -109,16 +90,16 @@ class BulkWrites:
             cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
             try:
                 if len(rows) < _COPY_MIN_ROWS:
-                    result = self._execute_values(
+                    result = self.execute_values(
                         cursor, f"INSERT INTO {quote(table.name)} ({cols}) VALUES %s {tail}",
                         [tuple(r[c] for c in columns) for r in rows], page_size=1000, fetch=bool(returning))
                     return [tuple(r) for r in result] if returning else []
             finally:
                 cursor.close()
             buffer = io.StringIO()
-            csv.writer(buffer).writerows(_csv_rows(rows, columns))
+            csv.writer(buffer).writerows(csv_rows(rows, columns))
             return self._copy_upsert(conn, table, columns, buffer.getvalue(), tail, bool(returning))
-        stmt = self._insert(table)
+        stmt = self.insert(table)
         if update:
             stmt = stmt.on_conflict_do_update(index_elements=list(conflict),
                                               set_={c: stmt.excluded[c] for c in update})

@@ -1,31 +1,34 @@
 """Plain batches on PostgreSQL in one round trip: the prepared statement and the path that uses it.
 
-A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``), kept apart because it is one job: the
-steady state of a listener, written without the general path's SELECTs: one batch when the listener
-keeps up, the batches that queued (all in one statement) when it fell behind.
+One job, the ``Recorder``'s collaborator (``offset_ledger.ledger.recorder``): the steady state of a
+listener, written without the general path's SELECTs: one batch when the listener keeps up, the
+batches that queued (all in one statement) when it fell behind.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
 from typing import Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.locks import pipeline_lock_key
 from offset_ledger.ledger.records import (
     BatchRecord,
+    Known,
     MovedPosition,
     Record,
     RecordOutcome,
-    _ends,
-    _gaps,
-    _offset_rows,
-    _position_ends,
-    _stateful_values,
-    _Txn,
+    Transaction,
+    batch_ends,
+    gaps,
+    offset_rows,
+    pg_int_array,
+    pg_text_array,
+    pg_time_array,
+    position_ends,
+    stateful_values,
     utc,
 )
 from offset_ledger.rules.read_shortfall import read_shortfalls
@@ -171,93 +174,72 @@ _ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
                    f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
 
 
-def _int_array(values: Sequence[int | None]) -> str:
-    """A Postgres array literal of integers (None as NULL), sent as one text parameter."""
-    return "{" + ",".join("NULL" if v is None else str(int(v)) for v in values) + "}"
-
-
-def _text_array(values: Sequence[str]) -> str:
-    """A Postgres array literal of strings: every element double-quoted, backslash and quote escaped."""
-    quoted: dict[str, str] = {}
-    out = []
-    for v in values:
-        q = quoted.get(v)
-        if q is None:
-            q = quoted[v] = '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-        out.append(q)
-    return "{" + ",".join(out) + "}"
-
-
-def _time_array(values: Sequence[datetime | None]) -> str:
-    """A Postgres array literal of timestamps (ISO 8601, UTC; None as NULL)."""
-    return "{" + ",".join("NULL" if v is None else '"' + utc(v).isoformat() + '"' for v in values) + "}"
-
-
 def _one_batch_params(rec: BatchRecord, ends: dict[tuple[str, int], list[int]], keys: list[tuple[str, int]],
-                      txn: _Txn) -> tuple[Any, ...]:
+                      txn: Transaction) -> tuple[Any, ...]:
     """The parameters of ``_ONE_BATCH`` after the lock key (``ends`` and ``keys`` as for ``_batches_params``)."""
     b = rec.batch
-    offsets = _offset_rows(b)
+    offsets = offset_rows(b)
     return (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
             b.input_rows,
-            _int_array([o[0] for o in offsets]), _text_array([o[1] for o in offsets]),
-            _int_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
-            _int_array([o[4] for o in offsets]),
-            _text_array([k[0] for k in keys]), _int_array([k[1] for k in keys]),
-            _int_array([ends[k][1] for k in keys]), b.duration_ms, *_stateful_values(b))
+            pg_int_array([o[0] for o in offsets]), pg_text_array([o[1] for o in offsets]),
+            pg_int_array([o[2] for o in offsets]), pg_int_array([o[3] for o in offsets]),
+            pg_int_array([o[4] for o in offsets]),
+            pg_text_array([k[0] for k in keys]), pg_int_array([k[1] for k in keys]),
+            pg_int_array([ends[k][1] for k in keys]), b.duration_ms, *stateful_values(b))
 
 
 def _batches_params(recs: Sequence[BatchRecord], ends: dict[tuple[str, int], list[int]],
-                    keys: list[tuple[str, int]], txn: _Txn) -> tuple[Any, ...]:
+                    keys: list[tuple[str, int]], txn: Transaction) -> tuple[Any, ...]:
     """The parameters of ``_BATCHES`` after the lock key; ``ends``: (topic, partition) -> [first end,
     last end, batch id of the last], ``keys`` its keys in lock order."""
     head = recs[0]
     # each offset row with its batch's place in the batch arrays (1-based, as Postgres counts)
-    offsets = [(i, *row) for i, rec in enumerate(recs, 1) for row in _offset_rows(rec.batch)]
-    stateful = [_stateful_values(rec.batch) for rec in recs]
+    offsets = [(i, *row) for i, rec in enumerate(recs, 1) for row in offset_rows(rec.batch)]
+    stateful = [stateful_values(rec.batch) for rec in recs]
     durations = [rec.batch.duration_ms for rec in recs if rec.batch.duration_ms is not None]
     return (head.pipeline, head.consumer_group, head.batch.query_id, head.batch.run_id, txn.now,
-            _int_array([rec.batch.batch_id for rec in recs]),
-            _time_array([rec.batch.batch_time for rec in recs]),
-            _int_array([rec.batch.input_rows for rec in recs]),
-            *(_time_array([v[i] for v in stateful]) for i in range(3)),
-            *(_int_array([v[i] for v in stateful]) for i in range(3, 6)),
+            pg_int_array([rec.batch.batch_id for rec in recs]),
+            pg_time_array([rec.batch.batch_time for rec in recs]),
+            pg_int_array([rec.batch.input_rows for rec in recs]),
+            *(pg_time_array([v[i] for v in stateful]) for i in range(3)),
+            *(pg_int_array([v[i] for v in stateful]) for i in range(3, 6)),
             # offsets: batch (its place), source index, topic, partition, from, until
-            _int_array([o[0] for o in offsets]), _int_array([o[1] for o in offsets]),
-            _text_array([o[2] for o in offsets]), _int_array([o[3] for o in offsets]),
-            _int_array([o[4] for o in offsets]), _int_array([o[5] for o in offsets]),
-            _text_array([k[0] for k in keys]), _int_array([k[1] for k in keys]),
-            _int_array([ends[k][0] for k in keys]), _int_array([ends[k][1] for k in keys]),
-            _int_array([ends[k][2] for k in keys]), max(durations) if durations else None)
+            pg_int_array([o[0] for o in offsets]), pg_int_array([o[1] for o in offsets]),
+            pg_text_array([o[2] for o in offsets]), pg_int_array([o[3] for o in offsets]),
+            pg_int_array([o[4] for o in offsets]), pg_int_array([o[5] for o in offsets]),
+            pg_text_array([k[0] for k in keys]), pg_int_array([k[1] for k in keys]),
+            pg_int_array([ends[k][0] for k in keys]), pg_int_array([ends[k][1] for k in keys]),
+            pg_int_array([ends[k][2] for k in keys]), max(durations) if durations else None)
 
 
 class FastBatchPath:
-    """``Recorder``'s one-round-trip path (the attributes it uses are ``Recorder``'s)."""
+    """The one-round-trip path on PostgreSQL with psycopg2; ``known``: the recorder's committed knowledge."""
 
-    _fast: bool
-    _latest: dict[str, tuple[int, Any]]
-    _runs: dict[str, Any]
-    engine: Engine
+    def __init__(self, dbapi: Any, known: Known) -> None:
+        self.dbapi = dbapi
+        self.known = known
+        #: False once prepared statements proved not to survive on the connection (a pooler)
+        self.usable = True
 
-    def _fast_batches(self, records: Sequence[Record]) -> list[BatchRecord] | None:
+    def batches(self, records: Sequence[Record]) -> list[BatchRecord] | None:
         """The batches of ``records`` when the one statement can write them all, else None (the general path).
 
         That is the steady state of a listener: batches of one run only, each newer than the one
         before it (the last one this recorder committed for the query, then the one before it in
         ``records``), so no re-delivery to compare and the previous ends for the gap check are
         known; of a run whose start is cached (the pending-reset rule needs it); leaving no gap
-        (findings are the general path's business; ``_record_fast`` refuses a position that would
+        (findings are the general path's business; ``record`` refuses a position that would
         go backwards inside the fold as it collects the ends). A listener that keeps up writes one
         batch per call; one that fell behind (a busy ledger, a slow core) folds what queued, and
         that is when a round trip per statement would cost most.
         """
-        if not self._fast or not records:
+        if not self.usable or not records:
             return None
         first = records[0]
         if not isinstance(first, BatchRecord):
             return None
-        latest = self._latest.get(first.batch.query_id)
-        if latest is None or first.batch.run_id not in self._runs:
+        latest = self.known.latest.get(first.batch.query_id)
+        if latest is None or first.batch.run_id not in self.known.runs:
             return None
         out: list[BatchRecord] = []
         for rec in records:
@@ -268,21 +250,21 @@ class FastBatchPath:
                     != (first.pipeline, first.consumer_group, first.batch.query_id, first.batch.run_id)
                     or b.batch_id <= latest[0] or b.recorded_by is not None):
                 return None
-            if any(_gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
+            if any(gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
                 return None
             if read_shortfalls(b):
                 return None  # records skipped: a data_loss finding, the general path's business
-            latest = (b.batch_id, _ends(b))
+            latest = (b.batch_id, batch_ends(b))
             out.append(rec)
         return out
 
-    def _record_fast(self, conn: Connection, recs: Sequence[BatchRecord], txn: _Txn) -> RecordOutcome | None:
+    def record(self, conn: Connection, recs: Sequence[BatchRecord], txn: Transaction) -> RecordOutcome | None:
         """Record ``recs`` in one round trip, one transaction; None: nothing written, use the general path."""
         head = recs[0]
         # (topic, partition) -> [first end, last end, the batch that ended it last]
         ends: dict[tuple[str, int], list[int]] = {}
         for rec in recs:
-            for topic, partition, until_offset in _position_ends(rec.batch):
+            for topic, partition, until_offset in position_ends(rec.batch):
                 end = ends.get((topic, partition))
                 if end is None:
                     ends[(topic, partition)] = [until_offset, until_offset, rec.batch.batch_id]
@@ -304,7 +286,7 @@ class FastBatchPath:
         # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
         raw: Any = conn.connection.dbapi_connection
         info = conn.connection.info
-        dbapi: Any = self.engine.dialect.dbapi
+        dbapi: Any = self.dbapi
         raw.autocommit = True
         try:
             with raw.cursor() as cursor:
@@ -325,7 +307,7 @@ class FastBatchPath:
                         # as behind a transaction-pooling proxy (pgbouncer). Use the general path.
                         log.warning("offset-ledger: prepared statements do not survive on this connection "
                                     "(a transaction pooler?); recording without the one-round-trip path")
-                        self._fast = False
+                        self.usable = False
                         return None
                     raise
                 except BaseException:
@@ -336,7 +318,7 @@ class FastBatchPath:
             if not raw.closed:
                 raw.autocommit = False
         last = recs[-1].batch
-        txn.latest[last.query_id] = (last.batch_id, _ends(last))
+        txn.latest[last.query_id] = (last.batch_id, batch_ends(last))
         # The statement commits only when every end moved its position (anything else aborts it);
         # what moved is reported as the general path does: the pipeline's positions in lock order.
         moved = tuple(MovedPosition(head.pipeline, head.consumer_group, t, p, ends[(t, p)][1]) for t, p in keys)

@@ -20,8 +20,8 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from offset_ledger.errors import LedgerError
-from offset_ledger.ledger.fast_batch import _int_array, _text_array
 from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.records import pg_int_array, pg_text_array
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets, sink_batches
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.model import Finding
@@ -278,8 +278,8 @@ def _write_baseline(
         # elements Postgres parsed as separate expressions (10-15 ms of planning). One round trip.
         conn.execute(_PG_BASELINE, {
             "pipeline": pipeline, "consumer_group": consumer_group, "at": at, "generation_id": generation_id,
-            "topics": _text_array([t for t, _, _ in ordered]), "partitions": _int_array([p for _, p, _ in ordered]),
-            "offsets": _int_array([o for _, _, o in ordered])})
+            "topics": pg_text_array([t for t, _, _ in ordered]), "partitions": pg_int_array([p for _, p, _ in ordered]),
+            "offsets": pg_int_array([o for _, _, o in ordered])})
         return
     from sqlalchemy.dialects.sqlite import insert as upsert
 

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.fast_batch import _int_array, _text_array
 from offset_ledger.ledger.queries import current_positions
+from offset_ledger.ledger.records import pg_int_array, pg_text_array
 from offset_ledger.rules.model import Position
 
 # Differences counted as a symmetric difference of (topic, partition, next offset) rows: a row
@@ -43,6 +43,6 @@ def positions_moved(conn: Connection, pipeline: str, consumer_group: str, topics
         theirs = current_positions(conn, pipeline, consumer_group, list(topics))
         return len(set(theirs) ^ set(mine))
     return int(conn.execute(_PG_MOVED, {
-        "pipeline": pipeline, "consumer_group": consumer_group, "wanted": _text_array(sorted(wanted)),
-        "topics": _text_array([p.topic for p in mine]), "partitions": _int_array([p.partition for p in mine]),
-        "offsets": _int_array([p.next_offset for p in mine])}).scalar_one())
+        "pipeline": pipeline, "consumer_group": consumer_group, "wanted": pg_text_array(sorted(wanted)),
+        "topics": pg_text_array([p.topic for p in mine]), "partitions": pg_int_array([p.partition for p in mine]),
+        "offsets": pg_int_array([p.next_offset for p in mine])}).scalar_one())

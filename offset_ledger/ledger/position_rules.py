@@ -1,6 +1,6 @@
 """The position rules on the general path: gaps, who may move a position, and the findings that say why not.
 
-A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``); the rules themselves are pure
+A collaborator of ``Recorder`` (``offset_ledger.ledger.recorder``); the rules themselves are pure
 (``offset_ledger.rules.authority.decide``), this applies them to the rows read under the pipeline lock.
 """
 
@@ -14,21 +14,26 @@ from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.activity import run_is_active
+from offset_ledger.ledger.bulk_write import BulkWriter
 from offset_ledger.ledger.locks import share_pipelines
 from offset_ledger.ledger.records import (
     BatchRecord,
+    Known,
     MovedPosition,
-    _Ends,
-    _ends,
-    _gaps,
-    _Pos,
-    _position_ends,
-    _position_starts,
-    _Run,
-    _Txn,
+    Ends,
+    batch_ends,
+    finding_row,
+    gaps,
+    HeldPosition,
+    position_ends,
+    position_starts,
+    RunFacts,
+    Transaction,
     utc,
 )
 from offset_ledger.ledger.tables import (
+    batch_offsets,
+    batches,
     checkpoint_generations,
     findings,
     positions,
@@ -41,12 +46,14 @@ log = logging.getLogger("offset_ledger.ledger.recorder")
 
 
 class PositionRules:
-    """``Recorder``'s position moves and findings (the attributes it uses are ``Recorder``'s)."""
+    """The general path's gap checks and position moves: ``bulk`` writes the positions, ``known`` is the
+    recorder's committed knowledge (the latest batch per query, runs, foreign runs reported)."""
 
-    _foreign_reported: set[tuple[str, int]]
-    _latest: dict[str, Any]
+    def __init__(self, bulk: BulkWriter, known: Known) -> None:
+        self.bulk = bulk
+        self.known = known
 
-    def _find_gaps(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+    def find_gaps(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> None:
         for rec in recs:
             b = rec.batch
             latest = self._latest_of(conn, b.query_id, txn)
@@ -58,15 +65,15 @@ class PositionRules:
             if previous is not None:
                 self._gap_findings(rec, txn, previous)
             if latest is None or latest[0] < b.batch_id:
-                txn.latest[b.query_id] = (b.batch_id, _ends(b))
+                txn.latest[b.query_id] = (b.batch_id, batch_ends(b))
 
-    def _gap_findings(self, rec: BatchRecord, txn: _Txn, previous: tuple[int, _Ends]) -> None:
+    def _gap_findings(self, rec: BatchRecord, txn: Transaction, previous: tuple[int, Ends]) -> None:
         """``gap`` findings of ``rec`` against the ends of the batch before it."""
         b = rec.batch
         prev_id, prev_ends = previous
-        for s, r, since, expected in _gaps(b, prev_ends):
+        for s, r, since, expected in gaps(b, prev_ends):
             lost = since - expected
-            txn.findings.append(self._finding(
+            txn.findings.append(finding_row(
                 rec, txn, "gap",
                 f"batch {b.batch_id} of {r.topic}-{r.partition} starts at {r.from_offset} "
                 f"but batch {prev_id} ended at {expected}",
@@ -74,7 +81,7 @@ class PositionRules:
                 {"previous_batch_id": prev_id, "source_index": s.source_index,
                  "skipped_records" if lost > 0 else "reread_records": abs(lost)}))
 
-    def _move_positions(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+    def move_positions(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> None:
         groups: dict[tuple[str, str], set[str]] = {}
         for rec in recs:
             groups.setdefault((rec.pipeline, rec.consumer_group), set()).update(
@@ -82,7 +89,7 @@ class PositionRules:
         # Shared pipeline lock first: a reset or a restart (new generation) of these pipelines is
         # either committed before we read the generation and positions, or waits for us.
         share_pipelines(conn, groups)
-        current: dict[tuple[str, str], dict[tuple[str, int], _Pos]] = {}
+        current: dict[tuple[str, str], dict[tuple[str, int], HeldPosition]] = {}
         generation: dict[tuple[str, str], int | None] = {}
         # One lock order for every writer: byte-wise, like Python's sorted() in the reset writer,
         # whatever the database's collation (SQLite has no "C" collation, nor row locks).
@@ -98,7 +105,7 @@ class PositionRules:
                     .order_by(topic_order, positions.c.partition)
                     .with_for_update(of=positions))
             current[(pipeline, group)] = {
-                (r.topic, r.partition): _Pos(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
+                (r.topic, r.partition): HeldPosition(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
                                              r.batch_id, r.reset_status == "pending")
                 for r in conn.execute(stmt)}
             generation[(pipeline, group)] = conn.execute(
@@ -111,10 +118,10 @@ class PositionRules:
             b = rec.batch
             group_key = (rec.pipeline, rec.consumer_group)
             pos, moved = current[group_key], changed[group_key]
-            run = self._run_of(b.run_id, txn)
+            run = self.known.run(b.run_id, txn)
             current_generation = generation[group_key]
-            starts = _position_starts(b)
-            for topic, partition, until_offset in _position_ends(b):
+            starts = position_starts(b)
+            for topic, partition, until_offset in position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
                 if (b.recorded_by is not None and cur is not None and cur.query_id == b.query_id
@@ -134,7 +141,7 @@ class PositionRules:
                     txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
                 if verdict in ("move", "reset_overtaken"):
                     if cur is None:
-                        pos[key] = _Pos(until_offset, txn.now, None, b.query_id, b.batch_id)
+                        pos[key] = HeldPosition(until_offset, txn.now, None, b.query_id, b.batch_id)
                     else:
                         cur.next_offset, cur.updated_at, cur.reset_id, cur.query_id, cur.batch_id = (
                             until_offset, txn.now, None, b.query_id, b.batch_id)
@@ -155,7 +162,7 @@ class PositionRules:
                 for (pipeline, group), pos in current.items()
                 for key in sorted(changed[(pipeline, group)])]
         if rows:
-            self._bulk(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
+            self.bulk.upsert(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
                        update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
             txn.moved.extend(MovedPosition(r["pipeline"], r["consumer_group"], r["topic"], r["partition"],
                                            r["next_offset"]) for r in rows)
@@ -167,11 +174,11 @@ class PositionRules:
                             .where(runs.c.query_id == query_id)).all()
         return run_is_active(rows, now=now)
 
-    def _foreign_finding(self, conn: Connection, rec: BatchRecord, txn: _Txn, run: _Run, generation_id: int) -> None:
+    def _foreign_finding(self, conn: Connection, rec: BatchRecord, txn: Transaction, run: RunFacts, generation_id: int) -> None:
         """One ``foreign_run`` finding per run and current generation, however many batches it reports."""
         b = rec.batch
         key = (b.run_id, generation_id)
-        if key in self._foreign_reported or key in txn.foreign_reported:
+        if key in self.known.foreign_reported or key in txn.foreign_reported:
             return
         txn.foreign_reported.add(key)
         if conn.execute(select(findings.c.id).where(findings.c.kind == "foreign_run", findings.c.run_id == b.run_id,
@@ -181,7 +188,7 @@ class PositionRules:
         current = conn.execute(select(checkpoint_generations.c.generation, checkpoint_generations.c.location)
                                .where(checkpoint_generations.c.id == generation_id)).first()
         where = f"checkpoint {location}" if location else "an unknown checkpoint"
-        row = self._finding(
+        row = finding_row(
             rec, txn, "foreign_run",
             f"run {b.run_id} of query {b.query_id} reports batches from {where}, not from the current "
             f"checkpoint generation {current.generation if current else '?'} "
@@ -193,7 +200,7 @@ class PositionRules:
         row["generation_id"] = generation_id
         txn.findings.append(row)
 
-    def _update_runs(self, conn: Connection, recs: list[BatchRecord]) -> None:
+    def update_runs(self, conn: Connection, recs: list[BatchRecord]) -> None:
         last: dict[str, tuple[int, datetime, int | None]] = {}
         for rec in recs:
             b = rec.batch
@@ -209,13 +216,13 @@ class PositionRules:
                     else func.greatest(runs.c.max_batch_ms, longest), longest)
             conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
 
-    def _kept_finding(self, rec: BatchRecord, txn: _Txn, kind: str, cur: _Pos, topic: str, partition: int,
+    def _kept_finding(self, rec: BatchRecord, txn: Transaction, kind: str, cur: HeldPosition, topic: str, partition: int,
                       until_offset: int) -> dict[str, Any]:
         """The ``pending_reset``, ``shared_position`` or ``regression`` finding of a position ``rec`` did not
         move, or the ``reset_overtaken`` finding of one it moved past a pending reset."""
         b = rec.batch
         if kind == "reset_overtaken":
-            return self._finding(
+            return finding_row(
                 rec, txn, kind,
                 f"batch {b.batch_id} of query {b.query_id} moved {topic}-{partition} from {cur.next_offset}, "
                 f"where pending reset {cur.reset_id} put it, to {until_offset} without starting there (a run "
@@ -223,21 +230,21 @@ class PositionRules:
                 topic, partition, cur.next_offset, until_offset,
                 {"position_reset_id": cur.reset_id, "run_id": b.run_id})
         if kind == "pending_reset":
-            return self._finding(
+            return finding_row(
                 rec, txn, kind,
                 f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
                 f"but reset {cur.reset_id} is pending at {cur.next_offset}; position kept",
                 topic, partition, cur.next_offset, until_offset,
                 {"position_reset_id": cur.reset_id, "run_id": b.run_id})
         if kind == "shared_position":
-            return self._finding(
+            return finding_row(
                 rec, txn, kind,
                 f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, but "
                 f"query {cur.query_id}, still active, records the same partition of this pipeline; position "
                 f"kept at {cur.next_offset} (give each query its own pipeline: pipeline= may map query names)",
                 topic, partition, cur.next_offset, until_offset,
                 {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id, "run_id": b.run_id})
-        return self._finding(
+        return finding_row(
             rec, txn, kind,
             f"batch {b.batch_id} of query {b.query_id} ended {topic}-{partition} at {until_offset}, "
             f"behind the current position {cur.next_offset}; position kept",
@@ -245,11 +252,26 @@ class PositionRules:
             {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
              "position_reset_id": cur.reset_id, "run_id": b.run_id})
 
-    def _finding(self, rec: BatchRecord, txn: _Txn, kind: str, message: str, topic: str | None,
-                 partition: int | None, expected: int | None, actual: int | None,
-                 details: dict[str, Any]) -> dict[str, Any]:
-        return {"pipeline": rec.pipeline, "consumer_group": rec.consumer_group, "kind": kind,
-                "topic": topic, "partition": partition, "query_id": rec.batch.query_id,
-                "batch_id": rec.batch.batch_id, "expected_offset": expected, "actual_offset": actual,
-                "message": message, "details": details, "created_at": txn.now, "run_id": rec.batch.run_id,
-                "generation_id": None}
+    def _latest_of(self, conn: Connection, query_id: str, txn: Transaction) -> tuple[int, Ends] | None:
+        if query_id in txn.latest:
+            return txn.latest[query_id]
+        if query_id in self.known.latest:
+            return self.known.latest[query_id]
+        found = self._batch_before(conn, query_id, None)
+        if found is not None:
+            txn.latest[query_id] = found
+        return found
+
+    @staticmethod
+    def _batch_before(conn: Connection, query_id: str, batch_id: int | None) -> tuple[int, Ends] | None:
+        """The committed batch of ``query_id`` with the highest id (below ``batch_id``, if given)."""
+        stmt = select(batches.c.batch_id).where(batches.c.query_id == query_id)
+        if batch_id is not None:
+            stmt = stmt.where(batches.c.batch_id < batch_id)
+        prev = conn.execute(stmt.order_by(batches.c.batch_id.desc()).limit(1)).scalar()
+        if prev is None:
+            return None
+        rows = conn.execute(select(batch_offsets.c.source_index, batch_offsets.c.topic,
+                                   batch_offsets.c.partition, batch_offsets.c.until_offset)
+                            .where(batch_offsets.c.query_id == query_id, batch_offsets.c.batch_id == prev))
+        return int(prev), {(r.source_index, r.topic, r.partition): r.until_offset for r in rows}

@@ -14,8 +14,11 @@ On PostgreSQL with psycopg2, plain batches of one run (one per call from a liste
 up, several from one that fell behind) take one round trip: a prepared statement that writes them
 all inside its own BEGIN ... COMMIT, and aborts itself, leaving nothing, when a rule would have to
 explain something (then the general path below records the batches and their findings):
-``offset_ledger.ledger.fast_batch``. The general path's
-rules for runs and generations live in ``run_book``, those for positions and findings in ``position_rules``.
+``offset_ledger.ledger.fast_batch``. The general path (``GeneralPath``, here) keeps its rules for
+runs and generations in a ``run_book.RunBook``, those for positions and findings in a
+``position_rules.PositionRules``: collaborators given exactly what they use (the dialect's INSERT,
+the bulk writer, the recorder's committed knowledge ``records.Known``). A writer that joins its own
+transaction (a transactional sink) records through ``record_in_transaction``.
 """
 
 from __future__ import annotations
@@ -26,32 +29,29 @@ from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import func, select
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection, Dialect, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import LedgerError
-from offset_ledger.ledger.bulk_write import BulkWrites, compact_ranges
+from offset_ledger.ledger.bulk_write import BulkWriter, compact_ranges
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.position_rules import PositionRules
-from offset_ledger.ledger.records import (  # noqa: F401  (importable from here, as before)
-    _STATEFUL_COLUMNS,
+from offset_ledger.ledger.records import (  # noqa: F401  (the record types: importable from here, as before)
+    STATEFUL_COLUMNS,
     BatchRecord,
+    Known,
     MovedPosition,
     Record,
     RecordOutcome,
     RunEnd,
     RunHeartbeat,
     RunStart,
-    _csv_rows,
-    _csv_text,
-    _Ends,
-    _offset_rows,
-    _Pos,
-    _Run,
-    _stateful_values,
-    _Txn,
+    Transaction,
+    finding_row,
+    offset_rows,
+    stateful_values,
     utc,
 )
 from offset_ledger.ledger.run_book import RunBook
@@ -62,50 +62,39 @@ from offset_ledger.rules.read_shortfall import read_shortfalls
 log = logging.getLogger(__name__)
 
 
-
 def translate(exc: Exception) -> LedgerError:
     """A driver error as LedgerUnavailable (retriable: connection lost or refused) or LedgerError."""
     return translate_db_error(exc, "writing")
 
 
-class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
+def record_in_transaction(conn: Connection, records: Sequence[Record], *, now: datetime) -> RecordOutcome:
+    """Write ``records`` by the general path's rules on ``conn``, inside the caller's transaction.
+
+    For a writer that commits its own rows with the batch (``ledger.sink_store.record_commit``):
+    nothing is cached, since the caller owns COMMIT (a rollback must leave no knowledge behind).
+    """
+    return GeneralPath(conn.dialect, Known()).record(conn, records, Transaction(now=utc(now)))
+
+
+class Recorder:
     """Writes listener events to the ledger; not thread-safe (one writer thread owns it)."""
 
     def __init__(self, engine: Engine, *, owns_engine: bool = False) -> None:
         self.engine = engine
         self._owns_engine = owns_engine
-        dialect = engine.dialect.name
-        if dialect == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        elif dialect == "sqlite":
-            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
-        else:
-            raise LedgerError(f"unsupported ledger database {dialect!r} (use PostgreSQL or SQLite)")
-        self._insert = insert
-        self._execute_values: Any = None
-        if engine.dialect.driver == "psycopg2":
-            from psycopg2.extras import execute_values  # type: ignore[import-untyped]
-
-            self._execute_values = execute_values
-        # The one-statement path for an isolated batch needs Postgres and the raw psycopg2 cursor.
-        self._fast = dialect == "postgresql" and engine.dialect.driver == "psycopg2"
-        self._conn: Connection | None = None
         # Committed knowledge that saves a SELECT per transaction on the hot path.
-        self._latest: dict[str, tuple[int, _Ends]] = {}
-        self._runs: dict[str, _Run] = {}
-        self._foreign_reported: set[tuple[str, int]] = set()
-        # generation id -> its resolved starting offsets, to give a fresh run's first batch its start
-        self._generation_offsets: dict[int, dict[tuple[str, int], int]] = {}
-        # Runs this recorder committed a batch of: a run's first batch that read no row at all is the
-        # replay of a batch the job's own idempotence skipped (a transactional sink's "already
-        # committed"), not a read shortfall (``_shortfall_findings``).
-        self._runs_batched: set[str] = set()
+        self._known = Known()
+        self._general = GeneralPath(engine.dialect, self._known)
+        # The one-statement path for an isolated batch needs Postgres and the raw psycopg2 cursor.
+        self._fast = (FastBatchPath(engine.dialect.dbapi, self._known)
+                      if engine.dialect.name == "postgresql" and engine.dialect.driver == "psycopg2" else None)
+        self._conn: Connection | None = None
 
     # ------------------------------------------------------------------ public
 
     def record(self, records: Sequence[Record], *, now: datetime | None = None) -> RecordOutcome:
         """Write ``records`` in one transaction; raises LedgerUnavailable / LedgerError."""
-        txn = _Txn(now=utc(now or datetime.now(timezone.utc)))
+        txn = Transaction(now=utc(now or datetime.now(timezone.utc)))
         dbapi = self.engine.dialect.dbapi
         try:
             # One connection held across transactions: no pool checkout (and pre-ping round trip)
@@ -115,16 +104,17 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             conn = self._conn
             try:
                 outcome = None
-                fast = self._fast_batches(records)
+                fast = self._fast.batches(records) if self._fast is not None else None
                 if fast is not None:
+                    assert self._fast is not None
                     try:
-                        outcome = self._record_fast(conn, fast, txn)
+                        outcome = self._fast.record(conn, fast, txn)
                     except dbapi.Error as exc:  # type: ignore[union-attr]
                         raise self._raw_error(conn, exc) from exc
                 if outcome is None:
                     with conn.begin():
                         try:
-                            outcome = self._record(conn, records, txn)
+                            outcome = self._general.record(conn, records, txn)
                         except dbapi.Error as exc:  # type: ignore[union-attr]
                             raise self._raw_error(conn, exc) from exc
             except BaseException as exc:
@@ -134,10 +124,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
                 raise
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
-        self._latest.update(txn.latest)
-        self._runs.update(txn.runs)
-        self._foreign_reported |= txn.foreign_reported
-        self._runs_batched.update(r.batch.run_id for r in records if isinstance(r, BatchRecord))
+        self._known.fold(txn, records)
         return outcome
 
     def _raw_error(self, conn: Connection, exc: Exception) -> LedgerError:
@@ -170,7 +157,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         row = {"listener_id": listener_id, "pipeline": pipeline, "host": host,
                "reported_at": utc(now or datetime.now(timezone.utc)), "last_error": last_error,
                **{k: int(counters.get(k, 0)) for k in ("queued", "written", "retried", "spilled", "failed")}}
-        stmt = self._insert(listener_health)
+        stmt = self._general.insert(listener_health)
         stmt = stmt.on_conflict_do_update(
             index_elements=[listener_health.c.listener_id],
             set_={k: stmt.excluded[k] for k in row if k != "listener_id"})
@@ -188,13 +175,33 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         except SQLAlchemyError as exc:
             raise translate(exc) from exc
 
-    # ------------------------------------------------------------------ the transaction
 
+class GeneralPath:
+    """Records any mix of events by every rule, on a connection inside its caller's transaction.
 
-    def _record(self, conn: Connection, records: Sequence[Record], txn: _Txn) -> RecordOutcome:
+    ``known`` is what committed transactions taught (read here, folded by the caller after COMMIT).
+    """
+
+    def __init__(self, dialect: Dialect, known: Known) -> None:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert
+        elif dialect.name == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert  # type: ignore[assignment]
+        else:
+            raise LedgerError(f"unsupported ledger database {dialect.name!r} (use PostgreSQL or SQLite)")
+        execute_values: Any = None
+        if dialect.driver == "psycopg2":
+            from psycopg2.extras import execute_values  # type: ignore[import-untyped,no-redef]
+        self.insert: Any = insert
+        self.bulk = BulkWriter(insert, execute_values)
+        self.known = known
+        self.run_book = RunBook(insert, known)
+        self.positions = PositionRules(self.bulk, known)
+
+    def record(self, conn: Connection, records: Sequence[Record], txn: Transaction) -> RecordOutcome:
         for rec in records:
             if isinstance(rec, RunStart):
-                self._run_start(conn, rec, txn)
+                self.run_book.run_start(conn, rec, txn)
             elif isinstance(rec, RunHeartbeat):
                 values: dict[str, Any] = {"last_heartbeat_at": utc(rec.at)}
                 plain = dict(values, max_gap_ms=rec.max_gap_ms)
@@ -202,16 +209,16 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
                     values["max_gap_ms"] = func.coalesce(
                         func.max(runs.c.max_gap_ms, rec.max_gap_ms) if conn.dialect.name == "sqlite"
                         else func.greatest(runs.c.max_gap_ms, rec.max_gap_ms), rec.max_gap_ms)
-                self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id, rec.at, values,
+                self.run_book.touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id, rec.at, values,
                                 plain)
             elif isinstance(rec, RunEnd):
-                self._touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
+                self.run_book.touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
                                 rec.at, {"terminated_at": utc(rec.at), "exception": rec.exception})
-                self._end_query_runs(conn, rec.query_id, rec.run_id, rec.at)
+                self.run_book.end_query_runs(conn, rec.query_id, rec.run_id, rec.at)
         recs = [r for r in records if isinstance(r, BatchRecord)]
         if recs:
-            self._ensure_runs(conn, recs, txn)
-            recs = self._with_first_starts(conn, recs, txn)
+            self.run_book.ensure_runs(conn, recs, txn)
+            recs = self.run_book.with_first_starts(conn, recs, txn)
         new, duplicates = self._new_batches(conn, recs, txn)
         if new:
             written = self._write_batches(conn, new, txn)
@@ -219,16 +226,16 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             new = written
         if duplicates:
             kept = {id(r) for r in new}
-            self._hear_duplicates(conn, [r for r in recs if id(r) not in kept])
+            self.run_book.hear_duplicates(conn, [r for r in recs if id(r) not in kept])
         if txn.other_runs:
-            self._move_positions(conn, txn.other_runs, txn)
+            self.positions.move_positions(conn, txn.other_runs, txn)
         # A sink or watcher may have recorded the batch first (rows not counted): the listener's
         # report of it (another run) still brings Spark's row counts.
         self._shortfall_findings(conn, new, txn.other_runs, txn)
         return self._outcome(conn, txn, len(new), duplicates)
 
     def _shortfall_findings(self, conn: Connection, new: Sequence[BatchRecord], others: Sequence[BatchRecord],
-                            txn: _Txn) -> None:
+                            txn: Transaction) -> None:
         """A ``data_loss`` finding per source that read fewer rows than it spanned (``rules.read_shortfall``).
 
         ``others``: batches another run recorded first; one the listener already reported (a spool
@@ -241,7 +248,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             b = rec.batch
             firsts[b.run_id] = min(firsts.get(b.run_id, b.batch_id), b.batch_id)
         shorts = [(rec, s) for rec in [*new, *others] for s in read_shortfalls(rec.batch)
-                  if not (s.rows == 0 and rec.batch.run_id not in self._runs_batched
+                  if not (s.rows == 0 and rec.batch.run_id not in self.known.runs_batched
                           and firsts[rec.batch.run_id] == rec.batch.batch_id)]
         if not shorts:
             return
@@ -258,23 +265,21 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             one = short.partition_range
             topics = {r.topic for r in short.ranges}
             # No expected/actual offsets: verify must not take it for a restart's clamp (a skip).
-            txn.findings.append(self._finding(
+            txn.findings.append(finding_row(
                 rec, txn, "data_loss", short.message(rec.batch.batch_id),
                 topics.pop() if len(topics) == 1 else None, one.partition if one is not None else None,
                 None, None, short.details()))
 
-    def _outcome(self, conn: Connection, txn: _Txn, written: int, duplicates: int) -> RecordOutcome:
+    def _outcome(self, conn: Connection, txn: Transaction, written: int, duplicates: int) -> RecordOutcome:
         """Write the transaction's findings and say what it did."""
         if txn.findings:
-            store_findings(conn, self._insert, txn.findings)
+            store_findings(conn, self.insert, txn.findings)
         found = tuple(
             Finding(f["kind"], f["message"], f["topic"], f["partition"], f["details"]) for f in txn.findings)
         return RecordOutcome(written, duplicates, found, tuple(txn.moved))
 
-    # ------------------------------------------------------------------ the isolated batch on Postgres
-
     def _new_batches(self, conn: Connection, recs: list[BatchRecord],
-                     txn: _Txn) -> tuple[list[BatchRecord], int]:
+                     txn: Transaction) -> tuple[list[BatchRecord], int]:
         """Drop batches already recorded (identical: idempotent; different: a finding)."""
         seen: dict[tuple[str, int], BatchRecord] = {}
         candidates: list[BatchRecord] = []
@@ -283,7 +288,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
             key = (rec.batch.query_id, rec.batch.batch_id)
             if key in seen:
                 duplicates += 1
-                if _offset_rows(seen[key].batch) != _offset_rows(rec.batch):
+                if offset_rows(seen[key].batch) != offset_rows(rec.batch):
                     self._conflict(rec, txn, "the same batch was reported twice with different offsets")
                 continue
             seen[key] = rec
@@ -291,8 +296,8 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
         # Batches newer than the last one this recorder committed for their query cannot exist yet;
         # only the rest (re-deliveries, other writers) need a look at the table.
         suspects = [r for r in candidates
-                    if r.batch.query_id not in self._latest
-                    or r.batch.batch_id <= self._latest[r.batch.query_id][0]]
+                    if r.batch.query_id not in self.known.latest
+                    or r.batch.batch_id <= self.known.latest[r.batch.query_id][0]]
         if not suspects:
             return candidates, duplicates
         query_ids = sorted({r.batch.query_id for r in suspects})
@@ -318,7 +323,7 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
                 fresh.append(rec)
                 continue
             duplicates += 1
-            if sorted(existing[key]) != _offset_rows(rec.batch):
+            if sorted(existing[key]) != offset_rows(rec.batch):
                 self._conflict(rec, txn, "a recorded batch was reported again with different offsets")
             if recorded_by_run.get(key) not in (None, rec.batch.run_id):
                 # Another run recorded this (query, batch) first: a copy of the checkpoint (same
@@ -327,53 +332,30 @@ class Recorder(BulkWrites, FastBatchPath, RunBook, PositionRules):
                 txn.other_runs.append(rec)
         return fresh, duplicates
 
-    def _conflict(self, rec: BatchRecord, txn: _Txn, message: str) -> None:
-        txn.findings.append(self._finding(
+    def _conflict(self, rec: BatchRecord, txn: Transaction, message: str) -> None:
+        txn.findings.append(finding_row(
             rec, txn, "other", message, None, None, None, None,
-            {"offsets": [list(x) for x in _offset_rows(rec.batch)]}))
+            {"offsets": [list(x) for x in offset_rows(rec.batch)]}))
 
-    def _write_batches(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
-        self._ensure_runs(conn, recs, txn)
+    def _write_batches(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> list[BatchRecord]:
+        self.run_book.ensure_runs(conn, recs, txn)
         batch_rows = [{"pipeline": rec.pipeline, "consumer_group": rec.consumer_group,
                        "query_id": rec.batch.query_id, "run_id": rec.batch.run_id, "batch_id": rec.batch.batch_id,
                        "batch_time": utc(rec.batch.batch_time), "recorded_at": txn.now,
                        "input_rows": rec.batch.input_rows, "source": rec.batch.recorded_by,
-                       **dict(zip(_STATEFUL_COLUMNS, _stateful_values(rec.batch)))} for rec in recs]
+                       **dict(zip(STATEFUL_COLUMNS, stateful_values(rec.batch)))} for rec in recs]
         # RETURNING tells which batches another writer (a second listener on the same query) did not
         # already insert since we looked; only those go on to offsets, gaps and positions.
-        inserted = {(q, b): pk for q, b, pk in self._bulk(conn, batches, batch_rows, ("query_id", "batch_id"),
+        inserted = {(q, b): pk for q, b, pk in self.bulk.upsert(conn, batches, batch_rows, ("query_id", "batch_id"),
                                                           returning=("query_id", "batch_id", "id"))}
         if len(inserted) < len(recs):
             recs = [r for r in recs if (r.batch.query_id, r.batch.batch_id) in inserted]
-        ranges = compact_ranges(recs, inserted, literal=self._execute_values is not None)
+        ranges = compact_ranges(recs, inserted, literal=self.bulk.execute_values is not None)
         if ranges:
-            self._bulk(conn, offset_ranges, ranges, ("batch_pk", "source_index", "topic"))
+            self.bulk.upsert(conn, offset_ranges, ranges, ("batch_pk", "source_index", "topic"))
         if not recs:
             return recs
-        self._find_gaps(conn, recs, txn)
-        self._move_positions(conn, recs, txn)
-        self._update_runs(conn, recs)
+        self.positions.find_gaps(conn, recs, txn)
+        self.positions.move_positions(conn, recs, txn)
+        self.positions.update_runs(conn, recs)
         return recs
-
-    def _latest_of(self, conn: Connection, query_id: str, txn: _Txn) -> tuple[int, _Ends] | None:
-        if query_id in txn.latest:
-            return txn.latest[query_id]
-        if query_id in self._latest:
-            return self._latest[query_id]
-        found = self._batch_before(conn, query_id, None)
-        if found is not None:
-            txn.latest[query_id] = found
-        return found
-
-    def _batch_before(self, conn: Connection, query_id: str, batch_id: int | None) -> tuple[int, _Ends] | None:
-        """The committed batch of ``query_id`` with the highest id (below ``batch_id``, if given)."""
-        stmt = select(batches.c.batch_id).where(batches.c.query_id == query_id)
-        if batch_id is not None:
-            stmt = stmt.where(batches.c.batch_id < batch_id)
-        prev = conn.execute(stmt.order_by(batches.c.batch_id.desc()).limit(1)).scalar()
-        if prev is None:
-            return None
-        rows = conn.execute(select(batch_offsets.c.source_index, batch_offsets.c.topic,
-                                   batch_offsets.c.partition, batch_offsets.c.until_offset)
-                            .where(batch_offsets.c.query_id == query_id, batch_offsets.c.batch_id == prev))
-        return int(prev), {(r.source_index, r.topic, r.partition): r.until_offset for r in rows}

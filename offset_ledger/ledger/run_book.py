@@ -1,6 +1,6 @@
 """Runs and generations as the recorder sees them: a run's start, its checkpoint generation, its rows.
 
-A mixin of ``Recorder`` (``offset_ledger.ledger.recorder``): which generation a run is on
+A collaborator of ``Recorder`` (``offset_ledger.ledger.recorder``): which generation a run is on
 (``authority.match_generation``), the defaulted consumer group a run's own group takes over, and the
 start a fresh run's first batch gets from its generation.
 """
@@ -16,7 +16,7 @@ from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger import generations as gens
-from offset_ledger.ledger.records import BatchRecord, RunStart, _Run, _Txn, utc
+from offset_ledger.ledger.records import BatchRecord, Known, RunFacts, RunStart, Transaction, utc
 from offset_ledger.ledger.tables import (
     checkpoint_generations,
     runs,
@@ -28,14 +28,13 @@ log = logging.getLogger("offset_ledger.ledger.recorder")
 
 
 class RunBook:
-    """``Recorder``'s bookkeeping of runs (the attributes it uses are ``Recorder``'s)."""
+    """The general path's bookkeeping of runs: ``insert`` the dialect's INSERT, ``known`` the recorder's cache."""
 
-    _runs: dict[str, _Run]
-    _latest: dict[str, Any]
-    _generation_offsets: dict[int, dict[tuple[str, int], int]]
-    _insert: Any
+    def __init__(self, insert: Any, known: Known) -> None:
+        self._insert = insert
+        self.known = known
 
-    def _run_start(self, conn: Connection, rec: RunStart, txn: _Txn) -> None:
+    def run_start(self, conn: Connection, rec: RunStart, txn: Transaction) -> None:
         generation_id = self._assign_generation(conn, rec.pipeline, rec.consumer_group, rec.query_id,
                                                 rec.run_id, rec.checkpoint_location)
         row = {"run_id": rec.run_id, "query_id": rec.query_id, "pipeline": rec.pipeline,
@@ -49,7 +48,7 @@ class RunBook:
             set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "checkpoint_location", "started_at",
                                                  "generation_id")})
         conn.execute(stmt, [row])
-        txn.runs[rec.run_id] = _Run(utc(rec.started_at), generation_id)
+        txn.runs[rec.run_id] = RunFacts(utc(rec.started_at), generation_id)
 
     def _assign_generation(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
                            checkpoint_location: str | None) -> int | None:
@@ -76,7 +75,7 @@ class RunBook:
             incarnation = gens.open_incarnation(conn, pipeline=pipeline, consumer_group=group, query_id=query_id,
                                                 location=checkpoint_location)
             if incarnation is not None:
-                self._generation_offsets.pop(incarnation, None)
+                self.known.generation_offsets.pop(incarnation, None)
                 return incarnation
             return found.id
         if found.query_id is None:
@@ -90,14 +89,14 @@ class RunBook:
         for g in gens.defaulted_generations(conn, pipeline, group):
             if same_location(checkpoint_location, g.location):
                 gens.adopt_defaulted_group(conn, pipeline, g.consumer_group, group)
-                self._latest.clear()
+                self.known.latest.clear()
                 return conn.execute(select(checkpoint_generations.c.id, checkpoint_generations.c.location,
                                            checkpoint_generations.c.query_id)
                                     .where(checkpoint_generations.c.pipeline == pipeline,
                                            checkpoint_generations.c.consumer_group == group)).all()
         return []
 
-    def _touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
+    def touch_run(self, conn: Connection, pipeline: str, group: str, query_id: str, run_id: str,
                    at: datetime, values: dict[str, Any], new_values: dict[str, Any] | None = None) -> None:
         """Update the run's row; make it when missing (from ``new_values``, default ``values``)."""
         done = conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
@@ -107,7 +106,7 @@ class RunBook:
             conn.execute(stmt, [{"run_id": run_id, "query_id": query_id, "pipeline": pipeline,
                                  "consumer_group": group, "started_at": utc(at), **(new_values or values)}])
 
-    def _end_query_runs(self, conn: Connection, query_id: str, run_id: str, at: datetime) -> None:
+    def end_query_runs(self, conn: Connection, query_id: str, run_id: str, at: datetime) -> None:
         """Spark reported run ``run_id`` of ``query_id`` ended: end the query's other records of it.
 
         The sink's and the watcher's runs of the query (they hear batches only, so nothing else would
@@ -126,7 +125,7 @@ class RunBook:
             or_(and_(inferred, heard <= end), and_(~inferred, runs.c.started_at < started, heard <= started)),
         ).values(terminated_at=end))
 
-    def _hear_duplicates(self, conn: Connection, dropped: list[BatchRecord]) -> None:
+    def hear_duplicates(self, conn: Connection, dropped: list[BatchRecord]) -> None:
         """Runs whose batches another writer recorded first (the sink, in its own transaction) are
         alive all the same: their heartbeat and longest batch move, never backwards (a re-delivery)."""
         top = func.max if conn.dialect.name == "sqlite" else func.greatest
@@ -141,14 +140,14 @@ class RunBook:
                 values["max_batch_ms"] = func.coalesce(top(runs.c.max_batch_ms, longest), longest)
             conn.execute(update(runs).where(runs.c.run_id == run_id).values(**values))
 
-    def _ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> None:
+    def ensure_runs(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> None:
         """Know every run's start and generation (the position rules need them); make rows for unseen runs."""
-        unknown = sorted({r.batch.run_id for r in recs} - set(self._runs) - set(txn.runs))
+        unknown = sorted({r.batch.run_id for r in recs} - set(self.known.runs) - set(txn.runs))
         if not unknown:
             return
         for r in conn.execute(select(runs.c.run_id, runs.c.started_at, runs.c.generation_id)
                               .where(runs.c.run_id.in_(unknown))):
-            txn.runs[r.run_id] = _Run(utc(r.started_at), r.generation_id)
+            txn.runs[r.run_id] = RunFacts(utc(r.started_at), r.generation_id)
         missing: dict[str, dict[str, Any]] = {}
         for rec in recs:
             b = rec.batch
@@ -164,12 +163,9 @@ class RunBook:
             conn.execute(self._insert(runs).on_conflict_do_nothing(index_elements=[runs.c.run_id]),
                          list(missing.values()))
             for run_id, row in missing.items():
-                txn.runs[run_id] = _Run(row["started_at"], row["generation_id"])
+                txn.runs[run_id] = RunFacts(row["started_at"], row["generation_id"])
 
-    def _run_of(self, run_id: str, txn: _Txn) -> _Run:
-        return txn.runs.get(run_id) or self._runs[run_id]
-
-    def _with_first_starts(self, conn: Connection, recs: list[BatchRecord], txn: _Txn) -> list[BatchRecord]:
+    def with_first_starts(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> list[BatchRecord]:
         """Give ranges Spark reported without a start the start the run's generation resolved, where that
         is where Spark began: batch 0 of the query on a generation it claimed (a fresh checkpoint starts
         at the startingOffsets the plan resolved). The listener fills starts from the checkpoint first
@@ -177,7 +173,7 @@ class RunBook:
         out = []
         for rec in recs:
             b = rec.batch
-            gen_id = self._run_of(b.run_id, txn).generation_id
+            gen_id = self.known.run(b.run_id, txn).generation_id
             if gen_id is None or b.batch_id != 0 or all(r.from_offset is not None for s in b.sources
                                                         for r in s.ranges):
                 out.append(rec)
@@ -192,10 +188,10 @@ class RunBook:
         return out
 
     def _resolved_offsets(self, conn: Connection, generation_id: int) -> dict[tuple[str, int], int]:
-        cached = self._generation_offsets.get(generation_id)
+        cached = self.known.generation_offsets.get(generation_id)
         if cached is None:
             raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
                                .where(checkpoint_generations.c.id == generation_id)).scalar() or {}
             cached = {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
-            self._generation_offsets[generation_id] = cached
+            self.known.generation_offsets[generation_id] = cached
         return cached

@@ -21,7 +21,7 @@ from sqlalchemy.engine import Connection
 from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
-from offset_ledger.ledger.records import Record, RecordOutcome, _Txn, utc
+from offset_ledger.ledger.records import Record, RecordOutcome, utc
 from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches, sinks
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.sink_ahead import SinkCommitRange, window_start
@@ -151,8 +151,8 @@ def record_commit(
 ) -> RecordOutcome | None:
     """Record one committed batch of the sink, advance its fence row, and write ``records`` (the batch).
 
-    ``records`` go through the ``Recorder``'s own rules (authority, forward-only positions, gaps)
-    on this connection, so they commit with the sink's rows or not at all.
+    ``records`` go through the recorder's own rules (``recorder.record_in_transaction``: authority,
+    forward-only positions, gaps) on this connection, so they commit with the sink's rows or not at all.
     """
     conn.execute(_insert(conn)(sink_batches).values(
         sink=spec.sink, pipeline=spec.pipeline, consumer_group=spec.consumer_group, sequence=sequence,
@@ -162,11 +162,9 @@ def record_commit(
         last_sequence=sequence, generation_id=generation_id, batch_id=batch_id, updated_at=utc(now)))
     if not records:
         return None
-    from offset_ledger.ledger.recorder import Recorder
+    from offset_ledger.ledger.recorder import record_in_transaction  # the write path: not a read's start-up cost
 
-    # A recorder per commit: its caches are filled only after COMMIT, which this caller owns.
-    recorder = Recorder(conn.engine)
-    return recorder._record(conn, records, _Txn(now=utc(now)))
+    return record_in_transaction(conn, records, now=now)
 
 
 def pipeline_sinks(conn: Connection, pipeline: str, consumer_group: str | None = None) -> list[dict[str, Any]]:

@@ -178,7 +178,7 @@ def import_checkpoint(
     ``start_from_ledger`` opens).
     """
     from offset_ledger.ledger.engine import current_revision, ensure_schema, make_engine
-    from offset_ledger.operate.operations import check_name
+    from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
     group = check_name("consumer group", consumer_group) if consumer_group else pipeline

@@ -19,6 +19,7 @@ from offset_ledger.errors import InvalidInput
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.operations import resolve_group
 from offset_ledger.operate.visibility import current_scope
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ def list_findings(
     if not 1 <= limit <= MAX_PAGE:
         raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}, not {limit}", limit=limit)
     with _read(ops) as conn:
-        group = ops.resolve_group(conn, pipeline, consumer_group)
+        group = resolve_group(conn, pipeline, consumer_group)
         stmt = select(findings).where(findings.c.pipeline == pipeline, findings.c.consumer_group == group)
         if kind is not None:
             stmt = stmt.where(findings.c.kind == kind)

@@ -19,7 +19,7 @@ import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -57,6 +57,9 @@ from offset_ledger.rules.failover import (
     with_time_spans,
 )
 from offset_ledger.rules.model import Finding, TopicPartition, starting_offsets_json
+
+if TYPE_CHECKING:
+    from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -141,8 +144,23 @@ def failover(
     ``result.checkpoint_location`` (or call ``start_from_ledger`` with those topics: it resumes the
     new generation).
     """
-    from offset_ledger.ledger.engine import make_engine, require_schema
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.operate.operations import Operations
 
+    check_request(to_bootstrap, source_alias, replication_policy, uncheckpointed)  # before anything connects
+    ops = Operations(make_engine(dsn, create=False))  # a mistyped SQLite path is an error, never a new ledger
+    try:
+        return fail_over(ops, pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias,
+                         target_alias=target_alias, replication_policy=replication_policy, separator=separator,
+                         uncheckpointed=uncheckpointed, consumer_group=consumer_group, topics=topics,
+                         checkpoint_root=checkpoint_root, app_version=app_version, kafka_options=kafka_options,
+                         dry_run=dry_run, force=force)
+    finally:
+        ops.close()
+
+
+def check_request(to_bootstrap: str, source_alias: str, replication_policy: str, uncheckpointed: str) -> None:
+    """ConfigError / InvalidInput for a failover request that cannot be planned (before anything connects)."""
     if not to_bootstrap or not str(to_bootstrap).strip():
         raise ConfigError("failover needs the target cluster's bootstrap servers (to_bootstrap)")
     if not source_alias:
@@ -151,45 +169,66 @@ def failover(
         raise InvalidInput(f"unknown replication policy {replication_policy!r} (default or identity)")
     if uncheckpointed not in ("fail", "earliest"):
         raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
-    engine = make_engine(dsn, create=False)  # a mistyped SQLite path is an error, never a new ledger
+
+
+def fail_over(
+    ops: Operations,
+    pipeline: str,
+    *,
+    to_bootstrap: str,
+    source_alias: str = "primary",
+    target_alias: str | None = None,
+    replication_policy: ReplicationPolicy = "default",
+    separator: str = ".",
+    uncheckpointed: Uncheckpointed = "fail",
+    consumer_group: str | None = None,
+    topics: Sequence[str] | None = None,
+    checkpoint_root: str | None = None,
+    app_version: str | None = None,
+    kafka_options: Mapping[str, Any] | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+) -> FailoverResult:
+    """``failover`` over the context's ledger (its Kafka is not asked: the target cluster is ``to_bootstrap``)."""
+    from offset_ledger.ledger.engine import require_schema
+
+    check_request(to_bootstrap, source_alias, replication_policy, uncheckpointed)
+    engine = ops.engine
+    require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
+    group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
+                                                          app_version)
+    wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
+    unknown = sorted(set(wanted) - {tp.topic for tp in before})
+    if unknown:  # a typo, not a refusal: name the topics the pipeline does read
+        raise UnknownTopic(unknown[0], pipeline, sorted({tp.topic for tp in before}))
+    topic_map = {t: target_topic(t, source_alias=source_alias, target_alias=target_alias,
+                                 policy=replication_policy, separator=separator) for t in wanted}
+    ledger = {tp: o for tp, o in before.items() if tp.topic in topic_map}
+    with KafkaAdapter(to_bootstrap, kafka_options) as adapter:
+        present = adapter.partitions(sorted(set(topic_map.values())))
+        watermarks = adapter.watermarks(sorted(present)) if present else {}
+        ids = adapter.topic_ids(sorted(present)) if present else {}
+        # Failing back: the name says so (default policy), or the target topic is one the pipeline
+        # read before (its Kafka id is in an earlier generation: the identity policy's case).
+        returning = {s for s, t in topic_map.items()
+                     if returns_home(s, target_alias=target_alias, policy=replication_policy, separator=separator)
+                     or (t in ids and ids[t] in read_ids.get(t, set()))}
+        cps = _checkpoints(to_bootstrap, source_alias, group, kafka_options, failing_back=returning == set(topic_map))
+        plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed,
+                             returning=returning)
+        plan = _with_spans(adapter, plan, watermarks)
     try:
-        require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
-        group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
-                                                              app_version)
-        wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
-        unknown = sorted(set(wanted) - {tp.topic for tp in before})
-        if unknown:  # a typo, not a refusal: name the topics the pipeline does read
-            raise UnknownTopic(unknown[0], pipeline, sorted({tp.topic for tp in before}))
-        topic_map = {t: target_topic(t, source_alias=source_alias, target_alias=target_alias,
-                                     policy=replication_policy, separator=separator) for t in wanted}
-        ledger = {tp: o for tp, o in before.items() if tp.topic in topic_map}
-        with KafkaAdapter(to_bootstrap, kafka_options) as adapter:
-            present = adapter.partitions(sorted(set(topic_map.values())))
-            watermarks = adapter.watermarks(sorted(present)) if present else {}
-            ids = adapter.topic_ids(sorted(present)) if present else {}
-            # Failing back: the name says so (default policy), or the target topic is one the pipeline
-            # read before (its Kafka id is in an earlier generation: the identity policy's case).
-            returning = {s for s, t in topic_map.items()
-                         if returns_home(s, target_alias=target_alias, policy=replication_policy, separator=separator)
-                         or (t in ids and ids[t] in read_ids.get(t, set()))}
-            cps = _checkpoints(to_bootstrap, source_alias, group, kafka_options, failing_back=returning == set(topic_map))
-            plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed,
-                                 returning=returning)
-            plan = _with_spans(adapter, plan, watermarks)
-        try:
-            target_id = cluster_id(to_bootstrap, kafka_options)
-        except KafkaError as exc:  # the id is for the record; the plan stands without it
-            log.warning("failover of %s: the target's cluster id could not be read: %s", pipeline, exc.message)
-            target_id = None
-        findings = failover_findings(plan, source_alias=source_alias, target_bootstrap=to_bootstrap,
-                                     target_cluster_id=target_id, source_cluster_id=None)
-        result = FailoverResult(pipeline, group, source_alias, to_bootstrap, target_id, plan, dry_run,
-                                findings=findings)
-        if dry_run:
-            return result
-        return _record(engine, result, before, root, version, ids, watermarks, force)
-    finally:
-        engine.dispose()
+        target_id = cluster_id(to_bootstrap, kafka_options)
+    except KafkaError as exc:  # the id is for the record; the plan stands without it
+        log.warning("failover of %s: the target's cluster id could not be read: %s", pipeline, exc.message)
+        target_id = None
+    findings = failover_findings(plan, source_alias=source_alias, target_bootstrap=to_bootstrap,
+                                 target_cluster_id=target_id, source_cluster_id=None)
+    result = FailoverResult(pipeline, group, source_alias, to_bootstrap, target_id, plan, dry_run,
+                            findings=findings)
+    if dry_run:
+        return result
+    return _record(engine, result, before, root, version, ids, watermarks, force)
 
 
 def _checkpoints(bootstrap: str, source_alias: str, group: str, options: Mapping[str, Any] | None, *,

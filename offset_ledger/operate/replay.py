@@ -1,8 +1,8 @@
 """Replay ranges: the exact Kafka records recorded batches read, as options for ``spark.read.format("kafka")``.
 
 ``compute_range`` is pure (the batches' partition ranges and optional watermarks in, a
-``ReplayRange`` out); ``replay_for`` picks the batches in the ledger and asks Kafka for
-retention; ``replay_range`` is the public entry point. The CLI and the API call ``replay_for``.
+``ReplayRange`` out); ``replay`` picks the batches in the ledger and asks Kafka for
+retention; ``replay_range`` is the public entry point. The CLI and the API call ``replay(ops, ...)``.
 
 Spark's batch reader wants every partition it reads named in ``startingOffsets`` and
 ``endingOffsets`` (with ``subscribe``: every partition of the topic). Reading with ``assign`` set
@@ -18,14 +18,13 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import InvalidInput, KafkaError, ReplayNotExact, UnknownBatch
 from offset_ledger.rules.model import TopicPartition, Watermarks
 
 if TYPE_CHECKING:
-    from offset_ledger.kafka.adapter import KafkaAdapter
+    from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +201,7 @@ def _check_request(batch: int | None, since: datetime | None, until: datetime | 
     if query_id is not None and generation is not None:
         raise InvalidInput("give either a query id or a generation, not both")
     if query_id is not None:
-        from offset_ledger.operate.operations import check_name
+        from offset_ledger.operate.inputs import check_name
 
         check_name("query id", query_id)
     # Bounds of the ledger's columns: anything outside matches nothing and must not reach the driver.
@@ -223,12 +222,12 @@ def _utc(value: datetime | None) -> datetime | None:
         raise InvalidInput(f"invalid time bound {value.isoformat()}: outside the range of dates") from exc
 
 
-def replay_for(
-    engine: Engine, kafka: KafkaAdapter | None, pipeline: str, *, batch: int | None = None,
+def replay(
+    ops: Operations, pipeline: str, *, batch: int | None = None,
     since: datetime | None = None, until: datetime | None = None, query_id: str | None = None,
     generation: int | None = None, consumer_group: str | None = None,
 ) -> ReplayRange:
-    """Select the batches in the ledger, then compute their replay (retention checked when ``kafka`` is given).
+    """Select the batches in the ledger, then compute their replay (retention checked when ``ops`` has Kafka).
 
     ``batch`` is Spark's batch id within one query: ``query_id``'s, generation ``generation``'s, or
     by default the current generation's query (else the query of the latest batch). A time range
@@ -242,8 +241,9 @@ def replay_for(
     # its wall-clock digits there (Postgres converts); naive input means UTC everywhere.
     since, until = _utc(since), _utc(until)
     _check_request(batch, since, until, query_id, generation)
+    kafka = ops.kafka if ops.has_kafka else None
     try:
-        with engine.connect() as conn:
+        with ops.engine.connect() as conn:
             from offset_ledger.operate.operations import resolve_group
 
             group = resolve_group(conn, pipeline, consumer_group)
@@ -322,20 +322,16 @@ def replay_range(
     """
     from offset_ledger.config import settings
     from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.operate.operations import parse_timestamp
+    from offset_ledger.operate.inputs import parse_timestamp
 
     start = parse_timestamp(since) if isinstance(since, (str, int)) else since
     end = parse_timestamp(until) if isinstance(until, (str, int)) else until
     servers = bootstrap_servers or (kafka_options or {}).get("kafka.bootstrap.servers") or settings().bootstrap_servers
-    engine = make_engine(dsn)
-    try:
-        if servers:
-            from offset_ledger.kafka.adapter import KafkaAdapter
+    from offset_ledger.operate.operations import Operations
 
-            with KafkaAdapter(servers, kafka_options) as adapter:
-                return replay_for(engine, adapter, pipeline, batch=batch, since=start, until=end,
-                                  query_id=query_id, generation=generation, consumer_group=consumer_group)
-        return replay_for(engine, None, pipeline, batch=batch, since=start, until=end, query_id=query_id,
-                          generation=generation, consumer_group=consumer_group)
+    ops = Operations(make_engine(dsn), bootstrap_servers=servers or None, kafka_options=kafka_options)
+    try:
+        return replay(ops, pipeline, batch=batch, since=start, until=end, query_id=query_id,
+                      generation=generation, consumer_group=consumer_group)
     finally:
-        engine.dispose()
+        ops.close()

@@ -1,11 +1,10 @@
 """Resets over the ledger and the cluster: list them, plan one (a dry run with its cost), carry one out.
 
-The reset part of ``operate.operations.Operations``, which inherits it (``_db``, ``kafka`` and
-``resolve_group`` are its)."""
+Verbs over the context ``operate.operations.Operations``: ``reset(ops, "orders", request, actor=...)``."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -26,105 +25,99 @@ from offset_ledger.operate.inputs import (
     check_topic,
 )
 from offset_ledger.operate.known import require_topics
+from offset_ledger.operate.operations import Operations, resolve_group
 from offset_ledger.rules.model import Position
-from offset_ledger.rules.resets import (
-    ResetPlan,
-    ResetRequest,
-    plan_reset,
-)
-
-if TYPE_CHECKING:
-    pass
+from offset_ledger.rules.resets import ResetPlan, ResetRequest
+from offset_ledger.rules.resets import plan_reset as plan_partitions
 
 
+def resets(ops: Operations, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
+    """(consumer group, the audit list of resets, newest first)."""
+    if not 1 <= limit <= 1000:
+        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+    with ops.reading() as conn:
+        group = resolve_group(conn, pipeline, consumer_group)
+        rows = queries.reset_history(conn, pipeline, group, limit=limit)
+    return group, [{
+        "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
+        "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
+        "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
+        "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
+        "partitions": [{
+            "topic": p["topic"], "partition": p["partition"],
+            "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
+            "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
+        } for p in r["partitions"]],
+    } for r in rows]
+
+
+def plan_reset(
+    ops: Operations, pipeline: str, request: ResetRequest, consumer_group: str | None = None,
+) -> tuple[str, ResetPlan]:
+    """(consumer group, the plan) without writing anything."""
+    _check_reset_names(request)
+    with ops.reading() as conn:
+        group = resolve_group(conn, pipeline, consumer_group)
+        require_topics(conn, pipeline, group, request.scope or ())
+        positions = queries.current_positions(conn, pipeline, group)
+    return group, _plan_against_cluster(ops, pipeline, request, positions)
 
 
 
-class ResetOperations:
-    """The reset part of ``Operations`` (see the module)."""
 
-    def resets(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
-        """(consumer group, the audit list of resets, newest first)."""
-        if not 1 <= limit <= 1000:
-            raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            rows = queries.reset_history(conn, pipeline, group, limit=limit)
-        return group, [{
-            "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
-            "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
-            "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
-            "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
-            "partitions": [{
-                "topic": p["topic"], "partition": p["partition"],
-                "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
-                "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
-            } for p in r["partitions"]],
-        } for r in rows]
+def _check_reset_names(request: ResetRequest) -> None:
+    for topic in (request.scope or {}):
+        check_topic(topic)
+    for tp in (request.offsets or {}):
+        check_topic(tp.topic)
 
-    def plan_reset(
-        self, pipeline: str, request: ResetRequest, consumer_group: str | None = None,
-    ) -> tuple[str, ResetPlan]:
-        """(consumer group, the plan) without writing anything."""
-        self._check_reset_names(request)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            require_topics(conn, pipeline, group, request.scope or ())
-            positions = queries.current_positions(conn, pipeline, group)
-        return group, self._plan_reset(pipeline, request, positions)
 
-    @staticmethod
-    def _check_reset_names(request: ResetRequest) -> None:
-        for topic in (request.scope or {}):
-            check_topic(topic)
-        for tp in (request.offsets or {}):
-            check_topic(tp.topic)
+def _plan_against_cluster(ops: Operations, pipeline: str, request: ResetRequest, positions: list[Position]) -> ResetPlan:
+    """The plan for ``positions`` against the cluster as it is now (pure planning + Kafka reads)."""
+    topics = request.topics([p.topic for p in positions])
+    if not topics:
+        raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
+    seen = ops.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
+    missing = [t for t in topics if t not in seen.partitions]
+    if request.scope or request.mode == "offsets":
+        if missing:
+            raise UnknownTopic(missing[0])
+    elif missing:
+        # Unscoped: a topic deleted since the last batch is left out (the restart drops it too).
+        if len(missing) == len(topics):
+            raise UnknownTopic(topics[0])
+        positions = [p for p in positions if p.topic in seen.partitions]
+    marks = seen.watermarks
+    times = None
+    if request.mode == "timestamp" and request.timestamp_ms is not None:
+        times = ops.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
+    return plan_partitions(request, positions, marks, times)
 
-    def _plan_reset(self, pipeline: str, request: ResetRequest, positions: list[Position]) -> ResetPlan:
-        """The plan for ``positions`` against the cluster as it is now (pure planning + Kafka reads)."""
-        topics = request.topics([p.topic for p in positions])
-        if not topics:
-            raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
-        seen = self.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
-        missing = [t for t in topics if t not in seen.partitions]
-        if request.scope or request.mode == "offsets":
-            if missing:
-                raise UnknownTopic(missing[0])
-        elif missing:
-            # Unscoped: a topic deleted since the last batch is left out (the restart drops it too).
-            if len(missing) == len(topics):
-                raise UnknownTopic(topics[0])
-            positions = [p for p in positions if p.topic in seen.partitions]
-        marks = seen.watermarks
-        times = None
-        if request.mode == "timestamp" and request.timestamp_ms is not None:
-            times = self.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
-        return plan_reset(request, positions, marks, times)
 
-    def reset(
-        self, pipeline: str, request: ResetRequest, *, actor: str, reason: str | None = None,
-        dry_run: bool = True, force: bool = False, consumer_group: str | None = None,
-    ) -> ResetOutcome:
-        """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply).
+def reset(
+    ops: Operations, pipeline: str, request: ResetRequest, *, actor: str, reason: str | None = None,
+    dry_run: bool = True, force: bool = False, consumer_group: str | None = None,
+) -> ResetOutcome:
+    """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply).
 
-        The plan is made inside the transaction that writes it, under the pipeline lock, from the
-        positions as they are then: concurrent resets apply one after the other, each audited
-        with the position it actually replaced.
-        """
-        check_name("actor", actor)
-        check_reason(reason, dry_run=dry_run)
-        self._check_reset_names(request)
-        with self._db() as conn:
-            group = self.resolve_group(conn, pipeline, consumer_group)
-            require_topics(conn, pipeline, group, request.scope or ())  # a typo is not a new topic
-        try:
-            plan, stored = record_reset(
-                self.engine, lambda positions: self._plan_reset(pipeline, request, positions),
-                pipeline=pipeline, consumer_group=group, actor=actor, reason=reason, dry_run=dry_run,
-                force=force)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, "recording the reset") from exc
-        from offset_ledger.operate.move_cost import reset_cost  # a reset's cost: not a read's start
+    The plan is made inside the transaction that writes it, under the pipeline lock, from the
+    positions as they are then: concurrent resets apply one after the other, each audited
+    with the position it actually replaced.
+    """
+    check_name("actor", actor)
+    check_reason(reason, dry_run=dry_run)
+    _check_reset_names(request)
+    with ops.reading() as conn:
+        group = resolve_group(conn, pipeline, consumer_group)
+        require_topics(conn, pipeline, group, request.scope or ())  # a typo is not a new topic
+    try:
+        plan, stored = record_reset(
+            ops.engine, lambda positions: _plan_against_cluster(ops, pipeline, request, positions),
+            pipeline=pipeline, consumer_group=group, actor=actor, reason=reason, dry_run=dry_run,
+            force=force)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "recording the reset") from exc
+    from offset_ledger.operate.move_cost import reset_cost  # a reset's cost: not a read's start
 
-        cost = reset_cost(self.kafka, plan) if plan.partitions else None
-        return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason, cost)
+    cost = reset_cost(ops.kafka, plan) if plan.partitions else None
+    return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason, cost)

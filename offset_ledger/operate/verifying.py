@@ -20,6 +20,7 @@ from offset_ledger.ledger.verify_reads import VerifyInputs, read_inputs
 from offset_ledger.ledger.verify_rows import merged, pruned_rows, stream_rows, tagged, unknown_start_rows
 from offset_ledger.operate.inputs import check_topic
 from offset_ledger.operate.known import require_topics
+from offset_ledger.operate.operations import resolve_group
 from offset_ledger.operate.verify_loss import attach, loss_stretches
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, sort_key, summarize, verify_ranges
 
@@ -146,7 +147,7 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
                 # One snapshot for the explanations and the streamed history; a read-only transaction.
                 conn = conn.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             with conn.begin():
-                group = ops.resolve_group(conn, pipeline, consumer_group)
+                group = resolve_group(conn, pipeline, consumer_group)
                 if topic is not None:  # a typo would otherwise verify 0 partitions: "read exactly once"
                     require_topics(conn, pipeline, group, [topic])
                 inputs = read_inputs(conn, pipeline, group, topic)

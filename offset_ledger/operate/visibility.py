@@ -4,7 +4,7 @@ The API's authentication resolves a request's token once and binds its scope her
 of the request (``bound``); the reads every face shares apply it: ``known.require_pipeline`` (the
 gate of every per-pipeline read, reset and policy: outside the scope a pipeline is unknown, with
 the same 404 an unknown name gets), ``known.pipeline_names`` (the names an error lists),
-``Operations.list_pipelines``, ``Operations.metrics`` and the findings counts. The CLI binds
+``reads.list_pipelines``, ``operations_metrics.metrics`` and the findings counts. The CLI binds
 nothing and sees everything, as a process that holds the ledger's DSN does.
 
 A context variable rather than a parameter threaded through every verb: each route and verb that

@@ -43,18 +43,7 @@ from offset_ledger.rules.model import (
     Watermarks,
 )
 from offset_ledger.rules.plan import RestartPlan
-from offset_ledger.rules.restart_options import (  # noqa: F401  (moved; importable from here as before)
-    _SENTINELS,
-    ON_DATA_LOSS_POLICIES,
-    FirstRun,
-    FirstRunOffsets,
-    FirstRunTimestamp,
-    _datetime_ms,
-    _partition_number,
-    parse_first_run,
-    parse_offsets,
-    parse_on_data_loss,
-)
+from offset_ledger.rules.restart_options import FirstRun, FirstRunOffsets, FirstRunTimestamp, parse_on_data_loss
 
 # ---------------------------------------------------------------------------------------------
 # Policy parsing (user input: every failure is an InvalidRestartOptions, nothing else)
@@ -214,7 +203,7 @@ def resolve(
                     dead.get(topic) if partition in ledger.get(topic, {}) else None)
         for topic, parts in chosen.items()
         for partition, off in parts.items()
-        if off not in _SENTINELS
+        if off not in (EARLIEST, LATEST)
         and ((topic in dead and partition in ledger.get(topic, {}))
              or not (logs[topic][partition].log_start_offset <= off <= logs[topic][partition].log_end_offset))
     ]

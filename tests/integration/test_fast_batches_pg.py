@@ -22,6 +22,7 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
+from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
 from offset_ledger.ledger.tables import (
     batch_offsets,
@@ -204,7 +205,8 @@ class _Counter:
 
 def _replay(engine: Engine, prefix: str, calls, resets_after, *, fast: bool) -> list:  # type: ignore[no-untyped-def]
     recorder = Recorder(engine)
-    recorder._fast = recorder._fast and fast
+    if not fast:
+        recorder._fast = None
     said = []
     for i, call in enumerate(calls):
         out = recorder.record([_record(prefix, step) for step in call])
@@ -222,7 +224,7 @@ def _replay(engine: Engine, prefix: str, calls, resets_after, *, fast: bool) -> 
 def counting(monkeypatch) -> _Counter:  # type: ignore[no-untyped-def]
     """Counts what the one-round-trip path did: folded several batches, wrote one, or refused."""
     seen = _Counter()
-    record_fast = Recorder._record_fast
+    record_fast = FastBatchPath.record
 
     def spy(self, conn, recs, txn):  # type: ignore[no-untyped-def]
         out = record_fast(self, conn, recs, txn)
@@ -234,7 +236,7 @@ def counting(monkeypatch) -> _Counter:  # type: ignore[no-untyped-def]
             seen.single += 1
         return out
 
-    monkeypatch.setattr(Recorder, "_record_fast", spy)
+    monkeypatch.setattr(FastBatchPath, "record", spy)
     return seen
 
 

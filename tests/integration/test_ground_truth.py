@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, select, text
 
+from offset_ledger.operate import reset_operations
 from offset_ledger import OffsetLedgerListener
 from offset_ledger.errors import StatefulRestartRefused
 from offset_ledger.ledger.tables import batch_offsets, batches, positions, resets
@@ -80,7 +81,7 @@ def test_a_reset_landing_while_a_restart_plans_is_applied_exactly_once(
             engine = make_engine(pg_dsn)
             try:
                 with KafkaAdapter(kafka.bootstrap_servers) as adapter:
-                    Operations(engine, kafka=adapter).reset("orders", ResetRequest("earliest"), actor="oncall",
+                    reset_operations.reset(Operations(engine, kafka=adapter), "orders", ResetRequest("earliest"), actor="oncall",
                                                             reason="replay everything", dry_run=False, force=True)
             finally:
                 engine.dispose()

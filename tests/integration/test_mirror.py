@@ -18,6 +18,7 @@ from kafka.admin import NewTopic
 from sqlalchemy import select
 from sqlalchemy.engine import Engine
 
+from offset_ledger.operate import reads, reset_operations
 from offset_ledger import devstack, start_from_ledger
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger.tables import findings
@@ -99,7 +100,7 @@ def test_listener_mirrors_ledger_positions_into_the_consumer_group(
     assert listener.health().mirror["commits"] >= 3  # type: ignore[index]
     # drift: 0 everywhere while the group follows the ledger
     ops = Operations(ledger, bootstrap_servers=kafka.bootstrap_servers)
-    _group, parts = ops.lag(pipeline)
+    _group, parts = reads.lag(ops, pipeline)
     assert [p.drift for p in parts] == [0, 0, 0]
 
 
@@ -118,7 +119,7 @@ def test_reset_and_restart_through_start_from_ledger_are_mirrored(
     assert group_offsets(kafka.bootstrap_servers, pipeline) == {(topic, 0): 10, (topic, 1): 10}
     # a second group member must not exist for the reset; the pipeline is stopped
     ops = Operations(ledger, bootstrap_servers=kafka.bootstrap_servers)
-    ops.reset(pipeline, ResetRequest("shift", shift_by=-4), actor="test", reason="test", dry_run=False)
+    reset_operations.reset(ops, pipeline, ResetRequest("shift", shift_by=-4), actor="test", reason="test", dry_run=False)
     # pending: the group still shows where the pipeline would resume without the reset
     assert group_offsets(kafka.bootstrap_servers, pipeline) == {(topic, 0): 10, (topic, 1): 10}
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=kafka.bootstrap_servers, dsn=dsn,
@@ -237,7 +238,7 @@ def test_time_lag_and_every_status(spark, kafka, ledger: Engine, listeners, tmp_
     ops = Operations(ledger, bootstrap_servers=kafka.bootstrap_servers)
 
     def status() -> tuple[str | None, float | None, int | None]:
-        _group, parts = ops.lag(pipeline)
+        _group, parts = reads.lag(ops, pipeline)
         return parts[0].status, parts[0].lag_seconds, parts[0].lag
 
     root = str(tmp_path / "root")
@@ -275,7 +276,7 @@ def test_time_lag_and_every_status(spark, kafka, ledger: Engine, listeners, tmp_
     assert listener.flush(30)
     # REWOUND: reset to earliest, restart on the fresh generation, a run re-reading old records
     monkeypatch.setenv("OFFSET_LEDGER_STATUS_WINDOW", "10m")
-    ops.reset(pipeline, ResetRequest("earliest"), actor="test", reason="test", dry_run=False)
+    reset_operations.reset(ops, pipeline, ResetRequest("earliest"), actor="test", reason="test", dry_run=False)
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=kafka.bootstrap_servers, dsn=dsn,
                              checkpoint_root=root, app_version="1")
     assert plan.fresh_checkpoint and plan.starting_offsets == {topic: {"0": 0}}
@@ -283,7 +284,7 @@ def test_time_lag_and_every_status(spark, kafka, ledger: Engine, listeners, tmp_
     try:
         wait_for(lambda: position_map(ledger, pipeline) == {(topic, 0): 2}, what="first re-read batch")
         assert status()[0] == "REWOUND"
-        summary = {p.pipeline: p for p in ops.list_pipelines()}[pipeline]
+        summary = {p.pipeline: p for p in reads.list_pipelines(ops)}[pipeline]
         assert summary.status == "REWOUND"
     finally:
         query.stop()

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
+from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.recorder import Recorder
 from tests.unit.ledger.test_findings_sqlite import FINDING_SCENARIOS
 from tests.unit.ledger.test_recorder_sqlite import SCENARIOS, batch, position_map, rec, start
@@ -125,14 +126,14 @@ def test_isolated_batches_take_one_statement_and_match_the_general_path(
     abort it, leaving nothing behind, and go the general way; gaps never take it.
     """
     fast_calls = []
-    record_fast = Recorder._record_fast
+    record_fast = FastBatchPath.record
 
     def counting(self, conn, recs, txn):  # type: ignore[no-untyped-def]
         out = record_fast(self, conn, recs, txn)
         fast_calls.extend((r.batch.query_id, r.batch.batch_id, out is not None) for r in recs)
         return out
 
-    monkeypatch.setattr(Recorder, "_record_fast", counting)
+    monkeypatch.setattr(FastBatchPath, "record", counting)
     pg_outcomes, pg_tables = _replay_isolated_batches(pg_engine)
     # Batch 4 starts a fresh checkpoint (no start offsets: the general path fills them) and batch 7
     # moves a position a reset still holds (the legacy rule decides that on the general path).
@@ -168,7 +169,7 @@ def test_a_vanished_prepared_statement_falls_back_to_the_general_path(pg_engine:
     recorder._conn.commit()
     out = recorder.record([rec(batch(2, {("t", 0): (20, 30)}))])
     assert out.batches_written == 1 and out.findings == ()
-    assert recorder._fast is False
+    assert recorder._fast is not None and recorder._fast.usable is False
     recorder.record([rec(batch(3, {("t", 0): (30, 40)}))])
     assert position_map(pg_engine) == {("t", 0): 40}
     recorder.close()
@@ -186,14 +187,14 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine:
                                         app_version="1", reason="test", starting_offsets={"t": {"0": 0}},
                                         resolved_offsets={"t": {"0": 0}})
     fast_calls = []
-    record_fast = Recorder._record_fast
+    record_fast = FastBatchPath.record
 
     def counting(self, conn, recs, txn):  # type: ignore[no-untyped-def]
         out = record_fast(self, conn, recs, txn)
         fast_calls.extend((r.batch.query_id, r.batch.batch_id, out is not None) for r in recs)
         return out
 
-    monkeypatch.setattr(Recorder, "_record_fast", counting)
+    monkeypatch.setattr(FastBatchPath, "record", counting)
     mine, other = Recorder(pg_engine), Recorder(pg_engine)
     mine.record([RunStart("orders", "orders", "q1", "r1", "orders", T0, checkpoint_location="file:" + gen.location)])
     mine.record([rec(batch(0, {("t", 0): (None, 10)}))])

@@ -23,6 +23,7 @@ from kafka import KafkaProducer
 from kafka.admin import NewTopic
 from sqlalchemy.engine import Engine
 
+from offset_ledger.operate import operations_metrics, reads
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.model import TopicPartition
@@ -82,7 +83,7 @@ def test_headroom_counts_down_warns_then_turns_err_when_the_broker_deletes_the_p
     tp = TopicPartition(short, 0)
 
     def lag() -> dict[str, Any]:
-        _group, parts = ops.lag(pipeline)
+        _group, parts = reads.lag(ops, pipeline)
         return {x.topic: x for x in parts}
 
     try:
@@ -108,9 +109,9 @@ def test_headroom_counts_down_warns_then_turns_err_when_the_broker_deletes_the_p
         # The headroom is a lower bound: the broker cannot have deleted the position's segment yet.
         assert ops.kafka.watermarks([short])[tp].log_start_offset == 0
         assert 0 <= warn.headroom.seconds < 10 and warn.headroom.basis == "time"
-        summary = next(s for s in ops.list_pipelines() if s.pipeline == pipeline)
+        summary = next(s for s in reads.list_pipelines(ops) if s.pipeline == pipeline)
         assert summary.to_dict()["headroomStatus"] == "WARN"
-        metrics = render_metrics(ops.metrics())
+        metrics = render_metrics(operations_metrics.metrics(ops))
         assert "# TYPE offset_ledger_retention_headroom_seconds gauge" in metrics
         line = next(x for x in metrics.splitlines()
                     if x.startswith("offset_ledger_retention_headroom_seconds{") and f'topic="{short}"' in x)
@@ -133,9 +134,9 @@ def test_headroom_counts_down_warns_then_turns_err_when_the_broker_deletes_the_p
         assert lost.headroom.basis == "lost" and lost.headroom.lost_records == lost.log_start_offset - 5
         # The estimate never promised more time than the broker gave: it reached 0 no later than the deletion.
         assert lost.to_dict()["headroomSeconds"] == 0 and lost.to_dict()["headroomStatus"] == "ERR"
-        summary = next(s for s in ops.list_pipelines() if s.pipeline == pipeline)
+        summary = next(s for s in reads.list_pipelines(ops) if s.pipeline == pipeline)
         assert summary.headroom is not None and summary.headroom.status == "ERR"
-        metrics = render_metrics(ops.metrics())
+        metrics = render_metrics(operations_metrics.metrics(ops))
         assert any(x.startswith("offset_ledger_retention_headroom_seconds{") and f'topic="{short}"' in x
                    and x.endswith(" 0") for x in metrics.splitlines())
         table = cli(ledger, kafka.bootstrap_servers, "lag", pipeline)
@@ -154,7 +155,7 @@ def test_default_retention_is_ok_and_a_caught_up_partition_has_nothing_at_risk(
     seed_pipeline(ledger, pipeline, {topic: {0: 4, 1: 10}})
     ops = Operations(ledger, bootstrap_servers=kafka.bootstrap_servers)
     try:
-        _group, parts = ops.lag(pipeline)
+        _group, parts = reads.lag(ops, pipeline)
         behind, caught_up = parts
         week = 7 * 24 * 3600
         # The broker's default retention.ms (7 days), read from the cluster: just under a week left.
@@ -162,7 +163,7 @@ def test_default_retention_is_ok_and_a_caught_up_partition_has_nothing_at_risk(
         assert behind.headroom.status == "OK"
         assert caught_up.headroom.basis == "caught-up" and caught_up.headroom.seconds is None
         assert caught_up.headroom.status == "OK"
-        metrics = render_metrics(ops.metrics())
+        metrics = render_metrics(operations_metrics.metrics(ops))
         assert any(x.startswith("offset_ledger_retention_headroom_seconds{") and 'partition="1"' in x
                    and f'topic="{topic}"' in x and x.endswith(" +Inf") for x in metrics.splitlines())
     finally:
@@ -198,7 +199,7 @@ def test_a_size_limited_topic_gets_the_size_bound_from_the_broker_s_log_size(
         size = ops.kafka.log_sizes([topic])[TopicPartition(topic, 0)]
         assert 20 * len("value-0000") < size < 20_000  # 20 small records and their batch headers
         time.sleep(1.0)  # the record at the position has an age: the append rate is the unread span's
-        _group, (x,) = ops.lag(pipeline)
+        _group, (x,) = reads.lag(ops, pipeline)
         # 15 unread records are far from 10 MB: a long way off, by size (retention.ms is -1).
         assert x.headroom.basis == "size" and x.headroom.status == "OK" and x.headroom.seconds > 3600
     finally:

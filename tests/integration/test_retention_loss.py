@@ -20,6 +20,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from kafka.admin import NewTopic
 from sqlalchemy import create_engine, text
 
+from offset_ledger.operate import operations_metrics, reads
 from offset_ledger import OffsetLedgerListener
 from offset_ledger.api.metrics import render_metrics
 from offset_ledger.ledger.engine import make_engine
@@ -78,8 +79,8 @@ def _lost_as_served(pg_dsn: str, kafka) -> tuple[str | None, int, str]:  # type:
     """(the pipeline's status, records lost) as the pipelines list, the console and /metrics get them; /metrics' text."""
     ops = Operations(make_engine(pg_dsn), bootstrap_servers=kafka.bootstrap_servers)
     try:
-        (summary,) = ops.list_pipelines()
-        return summary.status, summary.records_lost, render_metrics(ops.metrics())
+        (summary,) = reads.list_pipelines(ops)
+        return summary.status, summary.records_lost, render_metrics(operations_metrics.metrics(ops))
     finally:
         ops.close()
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from offset_ledger.operate import reset_operations
 from offset_ledger import OffsetLedgerListener
 from offset_ledger.api import create_app
 from offset_ledger.api.tokens import ApiToken
@@ -124,7 +125,7 @@ def test_forced_reset_under_a_running_query_leaves_one_counted_finding_per_parti
         before = query.lastProgress["batchId"]
         ops = Operations(make_engine(pg_dsn), bootstrap_servers=kafka.bootstrap_servers)
         try:
-            outcome = ops.reset("held", ResetRequest("earliest"), actor="oncall", reason="incident", dry_run=False,
+            outcome = reset_operations.reset(ops, "held", ResetRequest("earliest"), actor="oncall", reason="incident", dry_run=False,
                                 force=True)
         finally:
             ops.close()

@@ -22,6 +22,7 @@ from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Engine, make_url
 from typer.testing import CliRunner
 
+from offset_ledger.operate import reads, reset_operations
 from offset_ledger.api import create_app
 from offset_ledger.api.tokens import parse_tokens
 from offset_ledger.capture.spool import ledger_id
@@ -210,9 +211,9 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
             assert names == {A}, (view, names)
     # The verbs as team A: B does not exist for it; the policy store refuses B's name.
     ops = Operations(eng_a)
-    assert [p.pipeline for p in ops.list_pipelines(with_lag=False)] == [A]
+    assert [p.pipeline for p in reads.list_pipelines(ops, with_lag=False)] == [A]
     with pytest.raises(UnknownPipeline) as info:
-        ops.reset(B, ResetRequest(mode="earliest"), actor="a", reason="x", dry_run=False)
+        reset_operations.reset(ops, B, ResetRequest(mode="earliest"), actor="a", reason="x", dry_run=False)
     assert info.value.details["known"] == [A]
     with pytest.raises(Exception) as policy:
         with eng_a.begin() as conn:

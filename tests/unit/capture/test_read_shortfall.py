@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from offset_ledger.operate import reads
 from offset_ledger.capture.reconcile import CHECKPOINT_SOURCE
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
@@ -117,9 +118,9 @@ def test_verify_and_the_pipelines_list_report_the_loss_without_kafka(tmp_path: P
     assert doc["summary"]["unexplainedLosses"] == 1 and doc["summary"]["recordsLost"] == 47
     assert doc["stretches"][0]["notes"][0].startswith("Kafka not configured")
     assert [s.kind for s in report.stretches] == ["loss"]  # the planned ranges tile: no gap
-    (summary,) = ops.list_pipelines(with_lag=False)
+    (summary,) = reads.list_pipelines(ops, with_lag=False)
     assert (summary.status, summary.records_lost, summary.to_dict()["recordsLost"]) == ("ERR", 47, 47)
-    assert ops.records_lost() == {("orders", "orders", "t", 0): 47}
+    assert reads.records_lost(ops) == {("orders", "orders", "t", 0): 47}
 
 
 def test_a_batch_a_sink_recorded_first_gets_its_finding_from_the_listener_once(tmp_path: Path) -> None:

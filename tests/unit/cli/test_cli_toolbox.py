@@ -109,14 +109,14 @@ def test_each_exit_code_from_the_command_line(dsn: str, capsys: pytest.CaptureFi
     code, _, err = cli(["offsets", "etl", "--dsn", "postgresql+psycopg2://nobody@127.0.0.1:1/none"], capsys)
     assert code == 5 and "ledger database" in err and err.count("\n") == 1
 
-    from offset_ledger.operate import operations
+    from offset_ledger.operate import reads
 
     for raised, expected in ((errors.ActiveRunConflict("etl", ["r1"]), 3), (errors.DataLossError("lost", []), 4),
                              (ZeroDivisionError("boom"), 1)):
         def fail(*_a: Any, raised: BaseException = raised, **_k: Any) -> Any:
             raise raised
 
-        monkeypatch.setattr(operations.Operations, "positions", fail)
+        monkeypatch.setattr(reads, "positions", fail)
         code, _, err = cli(["offsets", "etl", "--dsn", dsn], capsys)
         assert code == expected and err.count("\n") == 1 and "Traceback" not in err
     assert "internal error: ZeroDivisionError: boom (rerun with --traceback)" in err

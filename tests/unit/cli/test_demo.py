@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from offset_ledger.cli.demo import _Signals, parse_args
+from offset_ledger.cli.demo import Signals, parse_args
 
 
 def test_defaults_and_options() -> None:
@@ -20,13 +20,13 @@ def test_defaults_and_options() -> None:
 
 
 def test_sigterm_unwinds_like_ctrl_c() -> None:
-    signals = _Signals()
+    signals = Signals()
     with signals.installed(), pytest.raises(KeyboardInterrupt):
         os.kill(os.getpid(), signal.SIGTERM)  # handlers run in the main thread right away
 
 
 def test_signal_during_a_launch_is_raised_after_it() -> None:
-    signals = _Signals()
+    signals = Signals()
     launched = False
     with signals.installed(), pytest.raises(KeyboardInterrupt):
         with signals.deferred():
@@ -36,7 +36,7 @@ def test_signal_during_a_launch_is_raised_after_it() -> None:
 
 
 def test_signals_are_dropped_while_cleaning_up() -> None:
-    signals = _Signals()
+    signals = Signals()
     before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
     with signals.installed():
         signals.hold()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from sqlalchemy import inspect, select, text
 
+from offset_ledger.operate import reads
 from offset_ledger.ledger.engine import current_revision, ensure_schema, head_revision, make_engine, upgrade
 from offset_ledger.ledger.recorder import BatchRecord, Recorder
 from offset_ledger.ledger.tables import batches
@@ -67,7 +68,7 @@ def test_recorder_stores_event_time_and_state_and_history_shows_them(tmp_path: P
                                 event_time_min=T0, event_time_max=T0 + timedelta(seconds=9),
                                 state_rows_total=2, state_rows_updated=2, state_rows_dropped_by_watermark=0)])
         recorder.record([_batch(1, 10, 20)])
-        page = Operations(engine).history("orders")
+        page = reads.history(Operations(engine), "orders")
         newest, oldest = page.items
         assert newest["watermark"] is None and newest["stateRowsTotal"] is None
         assert oldest["watermark"] == "1970-01-01T00:00:00+00:00"

@@ -13,7 +13,8 @@ from sqlalchemy import insert
 from offset_ledger.errors import InvalidInput, ReplayNotExact, UnknownBatch, UnknownPipeline
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, runs
-from offset_ledger.operate.replay import RecordedRange, compute_range, recover_starts, replay_for
+from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.replay import RecordedRange, compute_range, recover_starts, replay
 from offset_ledger.rules.model import TopicPartition, Watermarks
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=timezone.utc)
@@ -150,18 +151,18 @@ def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_batch_ids_mean_the_current_generations_query_unless_told(engine) -> None:  # type: ignore[no-untyped-def]
-    assert replay_for(engine, None, "p", batch=1).starting_offsets == {"t": {"0": 20}}
-    assert replay_for(engine, None, "p", batch=1, generation=1).starting_offsets == {"t": {"0": 5}}
-    assert replay_for(engine, None, "p", batch=1, query_id="old").ending_offsets == {"t": {"0": 10}}
-    r = replay_for(engine, None, "p", batch=2)
+    assert replay(Operations(engine), "p", batch=1).starting_offsets == {"t": {"0": 20}}
+    assert replay(Operations(engine), "p", batch=1, generation=1).starting_offsets == {"t": {"0": 5}}
+    assert replay(Operations(engine), "p", batch=1, query_id="old").ending_offsets == {"t": {"0": 10}}
+    r = replay(Operations(engine), "p", batch=2)
     assert r.batches == (("new", 2),) and "retention not checked" in r.warnings[-1]
 
 
 def test_time_ranges_take_the_batches_in_them(engine) -> None:  # type: ignore[no-untyped-def]
-    r = replay_for(engine, None, "p", since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=11))
+    r = replay(Operations(engine), "p", since=T0 + timedelta(minutes=1), until=T0 + timedelta(minutes=11))
     assert r.batches == (("old", 1), ("old", 2), ("new", 0))
     assert r.starting_offsets == {"t": {"0": 5}} and r.ending_offsets == {"t": {"0": 20}}
-    narrowed = replay_for(engine, None, "p", since=T0, until=T0 + timedelta(hours=1), generation=2)
+    narrowed = replay(Operations(engine), "p", since=T0, until=T0 + timedelta(hours=1), generation=2)
     assert narrowed.batches == (("new", 0), ("new", 1), ("new", 2))
 
 
@@ -178,12 +179,12 @@ def test_time_ranges_take_the_batches_in_them(engine) -> None:  # type: ignore[n
 ])
 def test_bad_requests(engine, kwargs, error) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(error):
-        replay_for(engine, None, "p", **kwargs)
+        replay(Operations(engine), "p", **kwargs)
 
 
 def test_unknown_pipeline(engine) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(UnknownPipeline):
-        replay_for(engine, None, "nope", batch=0)
+        replay(Operations(engine), "nope", batch=0)
 
 
 # -- ranges without a recorded start, on the ledger (issue 20, case 8) -----------------------
@@ -225,25 +226,25 @@ def gaps(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_a_first_batch_starts_where_its_generation_resolved(gaps) -> None:  # type: ignore[no-untyped-def]
-    r = replay_for(gaps, None, "p", batch=0, query_id="g")
+    r = replay(Operations(gaps), "p", batch=0, query_id="g")
     assert r.starting_offsets == {"t": {"0": 100, "1": 7}} and r.ending_offsets == {"t": {"0": 120, "1": 9}}
-    both = replay_for(gaps, None, "p", since=T0, until=T0 + timedelta(minutes=5))
+    both = replay(Operations(gaps), "p", since=T0, until=T0 + timedelta(minutes=5))
     assert both.starting_offsets == {"t": {"0": 100, "1": 7}} and both.ending_offsets == {"t": {"0": 130, "1": 12}}
     assert both.records == 30 + 5 and [w for w in both.warnings if "gap" in w] == []
-    one = replay_for(gaps, None, "p", batch=1, query_id="g")  # batch 0 is not selected but says where 1 began
+    one = replay(Operations(gaps), "p", batch=1, query_id="g")  # batch 0 is not selected but says where 1 began
     assert one.starting_offsets == {"t": {"0": 120, "1": 9}}
 
 
 def test_a_partition_with_an_unknown_start_refuses_the_range_but_not_later_ones(gaps) -> None:  # type: ignore[no-untyped-def]
     h0 = T0 + timedelta(hours=1)
     with pytest.raises(ReplayNotExact) as refused:
-        replay_for(gaps, None, "p", since=h0 + timedelta(minutes=1), until=h0 + timedelta(minutes=10))
+        replay(Operations(gaps), "p", since=h0 + timedelta(minutes=1), until=h0 + timedelta(minutes=10))
     assert "t-1 in batch 2 of query h" in refused.value.message
-    later = replay_for(gaps, None, "p", since=h0 + timedelta(minutes=3), until=h0 + timedelta(minutes=10))
+    later = replay(Operations(gaps), "p", since=h0 + timedelta(minutes=3), until=h0 + timedelta(minutes=10))
     assert later.starting_offsets == {"t": {"0": 30, "1": 1995}} and later.ending_offsets == {"t": {"0": 40, "1": 2000}}
     # The first batch of a query on no generation: nothing says where it started.
     with pytest.raises(ReplayNotExact, match="t-0 in batch 0 of query h"):
-        replay_for(gaps, None, "p", batch=0, query_id="h")
+        replay(Operations(gaps), "p", batch=0, query_id="h")
 
 
 def test_an_adopted_generations_offsets_are_not_its_first_batchs_start(tmp_path: Path) -> None:
@@ -259,7 +260,7 @@ def test_an_adopted_generations_offsets_are_not_its_first_batchs_start(tmp_path:
                                              started_at=T0, generation_id=1))
             _batch(conn, "a", 0, T0, {0: (None, 10)})
         with pytest.raises(ReplayNotExact):
-            replay_for(eng, None, "p", batch=0, query_id="a")
+            replay(Operations(eng), "p", batch=0, query_id="a")
     finally:
         eng.dispose()
 
@@ -267,10 +268,10 @@ def test_an_adopted_generations_offsets_are_not_its_first_batchs_start(tmp_path:
 @pytest.mark.parametrize("zone", [timezone(timedelta(hours=2)), timezone(timedelta(hours=-7, minutes=-30))])
 def test_aware_bounds_in_any_zone_select_the_same_batches(engine, zone) -> None:  # type: ignore[no-untyped-def]
     since, until = T0 + timedelta(minutes=1), T0 + timedelta(minutes=11)
-    utc_answer = replay_for(engine, None, "p", since=since, until=until)
-    zoned = replay_for(engine, None, "p", since=since.astimezone(zone), until=until.astimezone(zone))
+    utc_answer = replay(Operations(engine), "p", since=since, until=until)
+    zoned = replay(Operations(engine), "p", since=since.astimezone(zone), until=until.astimezone(zone))
     assert zoned.batches == utc_answer.batches == (("old", 1), ("old", 2), ("new", 0))
-    naive = replay_for(engine, None, "p", since=since.replace(tzinfo=None), until=until.replace(tzinfo=None))
+    naive = replay(Operations(engine), "p", since=since.replace(tzinfo=None), until=until.replace(tzinfo=None))
     assert naive.batches == utc_answer.batches  # naive means UTC
 
 

@@ -18,15 +18,13 @@ from offset_ledger.errors import (
     UnknownTopic,
 )
 from offset_ledger.rules.model import EARLIEST, LATEST, Position, TopicPartition, Watermarks
-from offset_ledger.rules.resolver import (
+from offset_ledger.rules.resolver import is_first_run, new_generation_reason, resolve
+from offset_ledger.rules.restart_options import (
     FirstRunOffsets,
     FirstRunTimestamp,
-    is_first_run,
-    new_generation_reason,
     parse_first_run,
     parse_offsets,
     parse_on_data_loss,
-    resolve,
 )
 
 TP = TopicPartition
