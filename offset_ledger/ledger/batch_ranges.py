@@ -1,15 +1,29 @@
-"""Read-side queries for replays: which query a batch id belongs to, and the ranges batches read."""
+"""Read-side queries for replays: which query a batch id belongs to, and the ranges batches read.
+
+The ranges are read from ``offset_ranges`` itself (a row per batch, source and topic) and expanded to a
+range per partition here (``expand``): through the per-partition view ``v_batch_offsets`` the database
+unnested every row and joined ``batches`` back by (query id, batch id) to filter and order them.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, tuple_
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.tables import batch_offsets, batches, checkpoint_generations, runs
+from offset_ledger.ledger.tables import batches, checkpoint_generations, offset_ranges, runs
+
+
+def expand(partitions: Sequence[int], from_offsets: Sequence[int | None],
+           until_offsets: Sequence[int]) -> list[tuple[int, int | None, int]]:
+    """A compact row's ranges, (partition, from_offset, until_offset) in partition order (a start may be None).
+
+    Partitions are unique within a row, so the sort never compares the (possibly None) starts.
+    """
+    return sorted(zip(partitions, from_offsets, until_offsets))
 
 
 def generation_row(conn: Connection, pipeline: str, consumer_group: str, generation: int | None) -> Any:
@@ -42,22 +56,25 @@ def batch_ranges(
     batch_id: int | None = None, since: datetime | None = None, until: datetime | None = None,
 ) -> list[dict[str, Any]]:
     """Every partition range of the matching batches (``since`` inclusive, ``until`` exclusive)."""
-    stmt = select(batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
-                  batch_offsets.c.topic, batch_offsets.c.partition, batch_offsets.c.from_offset,
-                  batch_offsets.c.until_offset, batch_offsets.c.batch_time).where(
-        batch_offsets.c.pipeline == pipeline, batch_offsets.c.consumer_group == consumer_group)
+    b, r = batches, offset_ranges
+    stmt = (select(b.c.query_id, b.c.batch_id, r.c.source_index, r.c.topic, r.c.partitions, r.c.from_offsets,
+                   r.c.until_offsets, b.c.batch_time)
+            .select_from(b.join(r, r.c.batch_pk == b.c.id))
+            .where(b.c.pipeline == pipeline, b.c.consumer_group == consumer_group))
     if query_id is not None:
-        stmt = stmt.where(batch_offsets.c.query_id == query_id)
+        stmt = stmt.where(b.c.query_id == query_id)
     if batch_id is not None:
-        stmt = stmt.where(batch_offsets.c.batch_id == batch_id)
+        stmt = stmt.where(b.c.batch_id == batch_id)
     if since is not None:
-        stmt = stmt.where(batch_offsets.c.batch_time >= since)
+        stmt = stmt.where(b.c.batch_time >= since)
     if until is not None:
-        stmt = stmt.where(batch_offsets.c.batch_time < until)
-    rows = conn.execute(stmt.order_by(batch_offsets.c.batch_time, batch_offsets.c.batch_id,
-                                      batch_offsets.c.source_index, batch_offsets.c.topic,
-                                      batch_offsets.c.partition))
-    return [dict(r._mapping) for r in rows]
+        stmt = stmt.where(b.c.batch_time < until)
+    out: list[dict[str, Any]] = []
+    for q, bid, source, topic, parts, froms, untils, at in conn.execute(
+            stmt.order_by(b.c.batch_time, b.c.batch_id, r.c.source_index, r.c.topic)):
+        out.extend({"query_id": q, "batch_id": bid, "source_index": source, "topic": topic, "partition": p,
+                    "from_offset": f, "until_offset": u, "batch_time": at} for p, f, u in expand(parts, froms, untils))
+    return out
 
 
 _CHUNK = 500  # (query, batch) pairs per IN list: 1,000 parameters, under SQLite's limit
@@ -71,12 +88,15 @@ def previous_ends(conn: Connection, batches_of: Collection[tuple[str, int]]) -> 
     """
     out: dict[tuple[str, int, int, str, int], int] = {}
     pairs = sorted(batches_of)
+    b, r = batches, offset_ranges
     for i in range(0, len(pairs), _CHUNK):
-        rows = conn.execute(select(batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
-                                   batch_offsets.c.topic, batch_offsets.c.partition, batch_offsets.c.until_offset)
-                            .where(tuple_(batch_offsets.c.query_id, batch_offsets.c.batch_id).in_(pairs[i:i + _CHUNK])))
-        for r in rows:
-            out[(r.query_id, r.batch_id, r.source_index, r.topic, r.partition)] = r.until_offset
+        rows = conn.execute(select(b.c.query_id, b.c.batch_id, r.c.source_index, r.c.topic, r.c.partitions,
+                                   r.c.until_offsets)
+                            .select_from(b.join(r, r.c.batch_pk == b.c.id))
+                            .where(tuple_(b.c.query_id, b.c.batch_id).in_(pairs[i:i + _CHUNK])))
+        for q, bid, source, topic, parts, untils in rows:
+            for p, u in zip(parts, untils):
+                out[(q, bid, source, topic, p)] = u
     return out
 
 

@@ -7,15 +7,16 @@ from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, or_, select, text, tuple_, union
+from sqlalchemy import Select, and_, exists, func, or_, select, text, union
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.activity import open_runs
+from offset_ledger.ledger.batch_ranges import expand
 from offset_ledger.ledger.tables import (
-    batch_offsets,
     batches,
     checkpoint_generations,
     listener_health,
+    offset_ranges,
     positions,
     reset_partitions,
     resets,
@@ -215,10 +216,7 @@ def batch_history(
     if until is not None:
         stmt = stmt.where(batches.c.batch_time < until)
     if topic is not None:
-        stmt = stmt.where(exists().where(
-            batch_offsets.c.query_id == batches.c.query_id, batch_offsets.c.batch_id == batches.c.batch_id,
-            batch_offsets.c.topic == topic,
-        ))
+        stmt = stmt.where(exists().where(offset_ranges.c.batch_pk == batches.c.id, offset_ranges.c.topic == topic))
     if after is not None:
         t, i = after
         stmt = stmt.where(or_(batches.c.batch_time < t, and_(batches.c.batch_time == t, batches.c.id < i)))
@@ -226,23 +224,20 @@ def batch_history(
         stmt.order_by(batches.c.batch_time.desc(), batches.c.id.desc()).limit(limit))]
     if not rows:
         return rows
-    keys = [(r["query_id"], r["batch_id"]) for r in rows]
-    ranges = select(
-        batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
-        batch_offsets.c.topic, batch_offsets.c.partition, batch_offsets.c.from_offset,
-        batch_offsets.c.until_offset,
-    ).where(tuple_(batch_offsets.c.query_id, batch_offsets.c.batch_id).in_(keys))
+    # The page's compact rows by primary key, expanded here: a row per (batch, source, topic), where the
+    # per-partition view unnested every row and joined ``batches`` back by (query id, batch id).
+    r = offset_ranges
+    ranges = select(r.c.batch_pk, r.c.source_index, r.c.topic, r.c.partitions, r.c.from_offsets,
+                    r.c.until_offsets).where(r.c.batch_pk.in_([row["id"] for row in rows]))
     if topic is not None:
-        ranges = ranges.where(batch_offsets.c.topic == topic)
-    by_batch: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in conn.execute(ranges.order_by(batch_offsets.c.source_index, batch_offsets.c.topic,
-                                          batch_offsets.c.partition)):
-        by_batch.setdefault((r.query_id, r.batch_id), []).append({
-            "source_index": r.source_index, "topic": r.topic, "partition": r.partition,
-            "from_offset": r.from_offset, "until_offset": r.until_offset,
-        })
+        ranges = ranges.where(r.c.topic == topic)
+    by_batch: dict[int, list[dict[str, Any]]] = {}
+    for pk, source, t, parts, froms, untils in conn.execute(ranges.order_by(r.c.batch_pk, r.c.source_index, r.c.topic)):
+        by_batch.setdefault(pk, []).extend(
+            {"source_index": source, "topic": t, "partition": p, "from_offset": f, "until_offset": u}
+            for p, f, u in expand(parts, froms, untils))
     for row in rows:
-        row["ranges"] = by_batch.get((row["query_id"], row["batch_id"]), [])
+        row["ranges"] = by_batch.get(row["id"], [])
     return rows
 
 
@@ -300,15 +295,17 @@ def checkpoint_batches(
     if query_id is None:
         return None, []
     ranges: dict[int, dict[TopicPartition, tuple[int | None, int]]] = {}
-    for r in conn.execute(select(batch_offsets.c.batch_id, batch_offsets.c.topic, batch_offsets.c.partition,
-                                 batch_offsets.c.from_offset, batch_offsets.c.until_offset)
-                          .where(batch_offsets.c.query_id == query_id)):
-        key = TopicPartition(r.topic, r.partition)
-        per = ranges.setdefault(r.batch_id, {})
-        old = per.get(key)
-        # Two sources on one topic (a self-union): the lower start is the one neither skips from.
-        if old is None or (r.from_offset is not None and (old[0] is None or r.from_offset < old[0])):
-            per[key] = (r.from_offset, r.until_offset)
+    r = offset_ranges
+    for batch_id, topic, parts, froms, untils in conn.execute(
+            select(batches.c.batch_id, r.c.topic, r.c.partitions, r.c.from_offsets, r.c.until_offsets)
+            .select_from(batches.join(r, r.c.batch_pk == batches.c.id)).where(batches.c.query_id == query_id)):
+        per = ranges.setdefault(batch_id, {})
+        for partition, start, end in zip(parts, froms, untils):
+            key = TopicPartition(topic, partition)
+            old = per.get(key)
+            # Two sources on one topic (a self-union): the lower start is the one neither skips from.
+            if old is None or (start is not None and (old[0] is None or start < old[0])):
+                per[key] = (start, end)
 
     def aware(value: datetime | None) -> datetime | None:
         return None if value is None else (value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value)

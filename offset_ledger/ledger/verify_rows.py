@@ -10,11 +10,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import literal, null, select
+from sqlalchemy import literal, null, select, text
 from sqlalchemy.engine import Connection
 
-from offset_ledger.ledger.batch_ranges import first_batch_starts
-from offset_ledger.ledger.tables import batch_offsets, pruned_ranges
+from offset_ledger.ledger.batch_ranges import expand, first_batch_starts
+from offset_ledger.ledger.tables import batch_offsets, batches, offset_ranges, pruned_ranges
 from offset_ledger.ledger.verify_reads import VerifyInputs
 from offset_ledger.rules.pruned import island_reads
 from offset_ledger.rules.verify import RangeRow, sort_key
@@ -23,19 +23,22 @@ from offset_ledger.rules.verify import RangeRow, sort_key
 YIELD_PER = 20_000
 
 
-def _topic_order(conn: Connection) -> Any:
-    # Byte order, as Python compares str, whatever the database's collation.
-    return batch_offsets.c.topic.collate("C") if conn.dialect.name == "postgresql" else batch_offsets.c.topic
-
-
 def unknown_start_rows(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> list[RangeRow]:
-    """Ranges recorded without a start, given the start their generation resolved where there is one; sorted."""
-    b = batch_offsets
-    stmt = select(b.c.topic, b.c.partition, b.c.until_offset, b.c.query_id, b.c.batch_id).where(
-        b.c.pipeline == pipeline, b.c.consumer_group == group, b.c.from_offset.is_(None))
+    """Ranges recorded without a start, given the start their generation resolved where there is one; sorted.
+
+    Only the compact rows holding a NULL start are read and expanded (PostgreSQL: ``array_position`` finds
+    it without unnesting; SQLite: the JSON text holds ``null``), not every range of the pipeline.
+    """
+    b, r = batches, offset_ranges
+    has_null = (text("array_position(offset_ranges.from_offsets, NULL) IS NOT NULL")
+                if conn.dialect.name == "postgresql" else text("offset_ranges.from_offsets LIKE '%null%'"))
+    stmt = (select(r.c.topic, r.c.partitions, r.c.from_offsets, r.c.until_offsets, b.c.query_id, b.c.batch_id)
+            .select_from(b.join(r, r.c.batch_pk == b.c.id))
+            .where(b.c.pipeline == pipeline, b.c.consumer_group == group, has_null))
     if topic is not None:
-        stmt = stmt.where(b.c.topic == topic)
-    rows = [RangeRow(r.topic, r.partition, None, r.until_offset, r.query_id, r.batch_id) for r in conn.execute(stmt)]
+        stmt = stmt.where(r.c.topic == topic)
+    rows = [RangeRow(t, p, None, u, q, bid) for t, parts, froms, untils, q, bid in conn.execute(stmt)
+            for p, f, u in expand(parts, froms, untils) if f is None]
     out = resolve_starts(conn, pipeline, group, rows)
     out.sort(key=sort_key)
     return out
@@ -75,17 +78,72 @@ def pruned_rows(conn: Connection, pipeline: str, group: str, topic: str | None =
     return out
 
 
+# The sweep's order from the compact rows, one topic at a time: unnested, and only integers sorted
+# (partition, from, until; the batch's numeric key carried): a sort on the topic's text and the batch's
+# query id took three times as long at 1,000,000 ranges (docs/benchmarks.md, bench_reads.py).
+_PG_STREAM = """
+SELECT u."partition", u.from_offset, u.until_offset, r.batch_pk
+FROM batches b
+JOIN offset_ranges r ON r.batch_pk = b.id
+CROSS JOIN LATERAL unnest(r.partitions, r.from_offsets, r.until_offsets) AS u ("partition", from_offset, until_offset)
+WHERE b.pipeline = %(pipeline)s AND b.consumer_group = %(group)s AND r.topic = %(topic)s
+  AND u.from_offset IS NOT NULL
+ORDER BY u."partition", u.from_offset, u.until_offset
+"""
+
+
 def stream_rows(conn: Connection, pipeline: str, group: str, topic: str | None = None) -> Iterator[Any]:
     """Every range with a start, ordered (topic, partition, from, until), from a server-side cursor.
 
-    The rows carry ``incarnation`` 0 and no ``extra_read`` (literal columns) so the sweep can take
-    them as they come when nothing needs tagging.
+    The rows carry ``incarnation`` 0 and no ``extra_read`` so the sweep can take them as they come when
+    nothing needs tagging. On PostgreSQL each topic is one sorted stream (topics in Python's order, which
+    is UTF-8 byte order), and a batch's (query id, batch id) come from a map of the pipeline's batches
+    read first (one entry per batch, not per range).
     """
+    if conn.dialect.name != "postgresql":
+        yield from _stream_view(conn, pipeline, group, topic)
+        return
+    b, r = batches, offset_ranges
+    mine = (b.c.pipeline == pipeline, b.c.consumer_group == group)
+    topics = [topic] if topic is not None else sorted(conn.execute(
+        select(r.c.topic).distinct().select_from(b.join(r, r.c.batch_pk == b.c.id)).where(*mine)).scalars())
+    ids: dict[int, tuple[str, int]] = {}
+    queries: dict[str, str] = {}
+    for pk, q, bid in conn.execute(select(b.c.id, b.c.query_id, b.c.batch_id).where(*mine)):
+        ids[pk] = (queries.setdefault(q, q), bid)
+    for t in topics:
+        for p, f, u, pk in _sorted_ranges(conn, {"pipeline": pipeline, "group": group, "topic": t}):
+            q, bid = ids[pk]
+            yield (t, p, f, u, q, bid, 0, None)
+
+
+def _sorted_ranges(conn: Connection, params: dict[str, Any]) -> Iterator[tuple[int, int, int, int]]:
+    """``_PG_STREAM``'s rows in chunks from a server-side cursor. On psycopg2 its own named cursor, in the
+    connection's transaction: SQLAlchemy's result rows cost as much again as the sort (1 s per 1,000,000)."""
+    if conn.dialect.driver != "psycopg2":
+        result = conn.execution_options(stream_results=True, yield_per=YIELD_PER).exec_driver_sql(_PG_STREAM, params)
+        try:
+            for chunk in result.partitions():
+                yield from chunk  # type: ignore[misc]
+        finally:
+            result.close()
+        return
+    cursor = conn.connection.dbapi_connection.cursor(name="offset_ledger_verify_rows")  # type: ignore[union-attr]
+    try:
+        cursor.execute(_PG_STREAM, params)
+        while chunk := cursor.fetchmany(YIELD_PER):
+            yield from chunk
+    finally:
+        cursor.close()
+
+
+def _stream_view(conn: Connection, pipeline: str, group: str, topic: str | None) -> Iterator[Any]:
+    """SQLite: the per-partition view, sorted by the database (its JSON arrays unnest only in SQL)."""
     b = batch_offsets
     stmt = (select(b.c.topic, b.c.partition, b.c.from_offset, b.c.until_offset, b.c.query_id, b.c.batch_id,
                    literal(0).label("incarnation"), null().label("extra_read"))
             .where(b.c.pipeline == pipeline, b.c.consumer_group == group, b.c.from_offset.is_not(None))
-            .order_by(_topic_order(conn), b.c.partition, b.c.from_offset, b.c.until_offset))
+            .order_by(b.c.topic, b.c.partition, b.c.from_offset, b.c.until_offset))
     if topic is not None:
         stmt = stmt.where(b.c.topic == topic)
     result = conn.execution_options(stream_results=True, yield_per=YIELD_PER).execute(stmt)
