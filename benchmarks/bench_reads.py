@@ -14,9 +14,9 @@ baseline's head (0014: a ``batch_offsets`` row per partition), so both layouts h
 Then, alternating round by round, each tree in a subprocess of its own (``PYTHONPATH``: its checkout)
 times, best of ``--repeat`` after a warm-up call:
 
-- ``history first page``: ``Operations.history`` (100 batches, their ranges and outputs);
+- ``history first page``: ``reads.history`` (the baseline: ``Operations.history``) (100 batches, their ranges and outputs);
 - ``history cursor page``: the same 90% deep into the history (a cursor from the page before);
-- ``replay ranges, 60 s``: ``replay_for`` over a minute of batch times in the middle of the history
+- ``replay ranges, 60 s``: ``replay`` (the baseline: ``replay_for``) over a minute of batch times in the middle of the history
   (6,000 ranges at 100 partitions) and ``replay ranges, 1 batch`` (one batch of one query);
 - ``lag (ledger)``: ``positions_and_window``, the ledger read of ``/lag``, the pipelines list and
   ``/metrics`` (positions with the status window's batches; Kafka is not asked);
