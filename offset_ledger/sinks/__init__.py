@@ -34,3 +34,9 @@ def __getattr__(name: str) -> Any:
 
         return Sink
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+#: The front door: the modules of this layer that other layers may import (tests/unit/project/
+#: test_layers.py holds every import to it). The rest are this layer's own rooms.
+FRONT_DOOR = frozenset({
+    "protocol"
+})

@@ -249,3 +249,50 @@ def test_the_circle_check_can_fail() -> None:
                ("offset_ledger.sinks.c", "from offset_ledger.sinks import d\nC = 1\n"),
                ("offset_ledger.sinks.d", "")]
     assert cycles(import_graph(planted)) == [["offset_ledger.ledger.a", "offset_ledger.ledger.b"]]
+
+
+def front_doors() -> dict[str, set[str]]:
+    """Each layer's front door, read from its ``__init__.py``: ``FRONT_DOOR`` (the modules other
+    layers may import) and ``__all__`` (the names the package itself offers)."""
+    doors: dict[str, set[str]] = {}
+    for init in sorted(PACKAGE.glob("*/__init__.py")):
+        door: set[str] = set()
+        for node in ast.parse(init.read_text()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") in {"FRONT_DOOR", "__all__"}
+                                                    for t in node.targets):
+                door |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)}
+        doors[init.parent.name] = door
+    return doors
+
+
+def back_door_imports(modules: Iterable[tuple[str, str]], doors: dict[str, set[str]]) -> list[str]:
+    """Imports from another layer that do not come in through its front door."""
+    found = []
+    for name, source in modules:
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("offset_ledger."):
+                continue
+            parts = node.module.split(".")
+            layer = parts[1]
+            if layer == layer_of(name) or layer not in doors or layer in {"devstack", "cli"}:
+                continue
+            entered = [parts[2]] if len(parts) > 2 else [a.name for a in node.names]
+            found += [f"{name} imports {node.module} past {layer}'s front door ({door_name})"
+                      for door_name in entered if door_name not in doors[layer]]
+    return found
+
+
+def test_other_layers_come_in_through_the_front_door() -> None:
+    """A layer's ``__init__.py`` names what other layers may import (issue 36: one front door per
+    layer); its other modules are its own, free to change without reading another layer."""
+    assert back_door_imports(package_modules(), front_doors()) == []
+
+
+def test_the_front_door_check_can_fail() -> None:
+    doors = {"sinks": {"protocol", "Sink"}, "ledger": {"queries"}}
+    planted = [("offset_ledger.operate.restart", "from offset_ledger.sinks.table_batch import prepare_batch\n"),
+               ("offset_ledger.operate.reads", "from offset_ledger.ledger.queries import batch_history\n"),
+               ("offset_ledger.operate.pipeline", "from offset_ledger.sinks import Sink, DeltaSink\n")]
+    assert back_door_imports(planted, doors) == [
+        "offset_ledger.operate.restart imports offset_ledger.sinks.table_batch past sinks's front door (table_batch)",
+        "offset_ledger.operate.pipeline imports offset_ledger.sinks past sinks's front door (DeltaSink)"]
