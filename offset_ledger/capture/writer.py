@@ -25,7 +25,7 @@ from offset_ledger.capture.spool import LIVE_WRITERS, Event, LedgerId, Spool
 from offset_ledger.capture.spool_replay import END_OF_REPLAY, adopt_orphans, held_to_keep, read_replay
 from offset_ledger.capture.store import ListenerHealth, Store
 from offset_ledger.ledger.engine import permission_denied
-from offset_ledger.ledger.recorder import Record, RecordOutcome
+from offset_ledger.ledger.records import Record, RecordOutcome
 
 
 log = logging.getLogger(__name__)
