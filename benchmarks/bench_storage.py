@@ -66,7 +66,8 @@ import sys
 from datetime import datetime, timedelta, timezone
 from sqlalchemy import text
 from offset_ledger.ledger.engine import make_engine
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 dsn, k = sys.argv[1], int(sys.argv[2])
 t0 = datetime(2026, 11, 26, tzinfo=timezone.utc)

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 from offset_ledger.capture.spool import Event
 from offset_ledger.errors import CheckpointFormatError, ConfigError
-from offset_ledger.ledger.recorder import BatchRecord, Record, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.records import BatchRecord, Record, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.rules.checkpoint import parse_initial_offsets, parse_offsets_file
 from offset_ledger.rules.model import BatchOffsets
 from offset_ledger.rules.progress import (

@@ -33,7 +33,7 @@ from offset_ledger.capture.event_records import IDLE, PROGRESS, STARTED, TERMINA
 from offset_ledger.capture.spool import Event, ledger_id
 from offset_ledger.capture.store import ListenerHealth, Store, open_recorder
 from offset_ledger.capture.writer import EventWriter
-from offset_ledger.ledger.recorder import RecordOutcome
+from offset_ledger.ledger.records import RecordOutcome
 
 # Re-exported: these names were importable from here before the writer and spool moved out.
 __all__ = ["IDLE", "PROGRESS", "STARTED", "TERMINATED", "Event", "EventWriter", "ListenerHealth",

@@ -31,7 +31,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunEnd, RunStart
 from offset_ledger.ledger.tables import batches, findings, pruned_ranges, runs
 from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.rules.incarnation import Incarnation, checkpoint_incarnation, incarnation_finding

@@ -1,83 +1,69 @@
-"""The writer's side of the spool: reading spooled events back in order, adopting the orphaned files
-of earlier listeners of the same ledger, and spooling everything unwritten on an abandoned close.
+"""Spool files back into events, for the listener's writer: reading the open replay file in order,
+adopting the orphaned files of earlier listeners of the same ledger, and what of an abandoned
+close's held events still needs a file.
 
-A mixin of ``offset_ledger.capture.writer.EventWriter``: it uses the writer's queue, lock, counters
-and spool."""
+Plain functions over a :class:`~offset_ledger.capture.spool.Spool`: they read and move files and
+return what they found. The writer (``offset_ledger.capture.writer.EventWriter``) owns the queue,
+the lock, the spool switch and the counters, and books what these return.
+"""
 
 from __future__ import annotations
 
 import logging
-import queue
+from pathlib import Path
 
-from offset_ledger.capture.spool import Event
+from offset_ledger.capture.spool import Event, Spool
 
 log = logging.getLogger(__name__)
 
+# The kind of the marker event that follows a replay file's last events: the file is deleted
+# once the events before the marker are written (not before, so a crash replays them again).
+END_OF_REPLAY = "_end_of_replay"
 
-class SpoolReplay:
-    """The part of ``EventWriter`` moved here (see its module); ``EventWriter`` inherits it."""
+# An unreadable spool line and why: the writer dead-letters it.
+Unreadable = tuple[str, str]
 
-    def _next_spooled(self) -> list[Event]:
-        """The next events from the spool, oldest file first; only called when the queue is empty."""
-        if not self._spool.replay_open:
-            with self._lock:
-                if not self._spooling:
-                    return []
-                replay = self._spool.take()
-                if replay is None:
-                    self._spooling = False  # nothing left: callbacks may use the queue again
-                    return []
-            self._spool.open_replay(replay)
-        return self._read_replay()
 
-    def _read_replay(self) -> list[Event]:
-        events, bad, ended = self._spool.read(self._max_batch)
-        for line, exc in bad:
-            self._count_failure(f"unreadable spool line: {exc!r}", line=line)
-            self._settle(1)
-        if not ended:
-            return events
-        # End of file: it is deleted once these last events are written (see _write).
+def read_replay(spool: Spool, max_events: int) -> tuple[list[Event], list[Unreadable]]:
+    """Up to ``max_events`` next events of the open replay file, and its unreadable lines.
+
+    At the file's end the file is finished at once when no events are left, else the events are
+    followed by an ``END_OF_REPLAY`` marker (the writer finishes the file after writing them).
+    """
+    events, bad, ended = spool.read(max_events)
+    unreadable = [(line, f"unreadable spool line: {exc!r}") for line, exc in bad]
+    if ended:
         if not events:
-            self._spool.finish_replay()
+            spool.finish_replay()
         else:
-            events.append(Event("_end_of_replay", "", 0.0, None, None, None))
-        return events
+            events.append(Event(END_OF_REPLAY, "", 0.0, None, None, None))
+    return events, unreadable
 
-    def _adopt_orphans(self) -> None:
-        """Orphaned spool files of this writer's ledger get replayed; those of other ledgers stay put."""
-        adopted, foreign = self._spool.adopt_orphans()
-        for path, events, bad in adopted:
-            with self._lock:
-                for event in events:
-                    self._spill_locked(event)
-                    self._accepted += 1
-            for line, exc in bad:
-                self._count_failure(f"unreadable spool line in {path.name}: {exc!r}", line=line)
-            log.info("offset-ledger: adopted %d spooled events from %s", len(events), path.name)
-        self._foreign = tuple(foreign)
-        if foreign:
-            log.warning("offset-ledger: %d spool file(s) in %s belong to another ledger than %s, or name none "
-                        "(an older format); left for their own ledger's listener: %s", len(foreign),
-                        self._spool.directory, self._spool.ledger.identity, ", ".join(foreign))
 
-    def _spool_everything(self, held: list[Event]) -> None:
-        """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
+def adopt_orphans(spool: Spool) -> tuple[list[Event], list[Unreadable], tuple[str, ...]]:
+    """The events of the orphaned spool files of ``spool``'s ledger, oldest file first (the writer
+    spills them into its own spool, to replay), their unreadable lines, and the names of the files
+    of other ledgers (or of none: an older format), which stay put for their own ledger's listener."""
+    adopted, foreign = spool.adopt_orphans()
+    events: list[Event] = []
+    unreadable: list[Unreadable] = []
+    for path, file_events, bad in adopted:
+        events.extend(file_events)
+        unreadable.extend((line, f"unreadable spool line in {Path(path).name}: {exc!r}") for line, exc in bad)
+        log.info("offset-ledger: adopted %d spooled events from %s", len(file_events), Path(path).name)
+    if foreign:
+        log.warning("offset-ledger: %d spool file(s) in %s belong to another ledger than %s, or name none "
+                    "(an older format); left for their own ledger's listener: %s", len(foreign),
+                    spool.directory, spool.ledger.identity, ", ".join(foreign))
+    return events, unreadable, tuple(foreign)
 
-        Held events read from a replay file are still in that file (it is deleted only after they
-        are written), so only events held from the queue, and the queue itself, need a file: one
-        that sorts before this listener's spool, whose events are newer.
-        """
-        if self._spool.leave_replay():  # left on disk under its replay name: adopted later
-            held = []
-        with self._lock:
-            rest = [e for e in held if e.kind != "_end_of_replay"]
-            while True:
-                try:
-                    rest.append(self._queue.get_nowait())
-                except queue.Empty:
-                    break
-            if rest:
-                self._spool.write_held(rest)
-                self._counts["spilled"] += len(rest)
-            self._spool.close()
+
+def held_to_keep(spool: Spool, held: list[Event]) -> list[Event]:
+    """Of the events an abandoned close held, those that need a new spool file.
+
+    Held events read from a replay file are still in that file (it is deleted only after they are
+    written): the file is left on disk under its replay name, adopted later, and none need a file.
+    """
+    if spool.leave_replay():
+        return []
+    return [event for event in held if event.kind != END_OF_REPLAY]

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from offset_ledger.ledger.recorder import Record, RecordOutcome
+from offset_ledger.ledger.records import Record, RecordOutcome
 
 
 class Store(Protocol):

@@ -22,16 +22,16 @@ from typing import Any
 
 from offset_ledger.capture.event_records import STARTED, TERMINATED, EventConverter
 from offset_ledger.capture.spool import LIVE_WRITERS, Event, LedgerId, Spool
-from offset_ledger.capture.spool_replay import SpoolReplay
+from offset_ledger.capture.spool_replay import END_OF_REPLAY, adopt_orphans, held_to_keep, read_replay
 from offset_ledger.capture.store import ListenerHealth, Store
 from offset_ledger.ledger.engine import permission_denied
-from offset_ledger.ledger.recorder import Record, RecordOutcome
+from offset_ledger.ledger.records import Record, RecordOutcome
 
 
 log = logging.getLogger(__name__)
 
 
-class EventWriter(SpoolReplay):
+class EventWriter:
     """Bounded queue + spool file + one writer thread that records events through a ``Store``."""
 
     def __init__(
@@ -114,6 +114,16 @@ class EventWriter(SpoolReplay):
         self._spool.append(event)
         self._counts["spilled"] += 1
         self._spooling = True
+
+    def _adopt_orphans(self) -> None:
+        """Orphaned spool files of this writer's ledger get replayed; those of other ledgers stay put."""
+        events, unreadable, self._foreign = adopt_orphans(self._spool)
+        with self._lock:
+            for event in events:
+                self._spill_locked(event)
+                self._accepted += 1
+        for line, message in unreadable:
+            self._count_failure(message, line=line)
 
     def _count_failure(self, message: str, event: Event | None = None, line: str | None = None) -> None:
         """An accepted event the ledger will never take: into the dead-letter file, counted as failed."""
@@ -234,11 +244,45 @@ class EventWriter(SpoolReplay):
             return events
         return self._next_spooled()
 
+    def _next_spooled(self) -> list[Event]:
+        """The next events from the spool, oldest file first; only called when the queue is empty."""
+        if not self._spool.replay_open:
+            with self._lock:
+                if not self._spooling:
+                    return []
+                replay = self._spool.take()
+                if replay is None:
+                    self._spooling = False  # nothing left: callbacks may use the queue again
+                    return []
+            self._spool.open_replay(replay)
+        events, unreadable = read_replay(self._spool, self._max_batch)
+        for line, message in unreadable:  # accepted earlier (spilled): settled as failed
+            self._count_failure(message, line=line)
+            self._settle(1)
+        return events
+
+    def _spool_everything(self, held: list[Event]) -> None:
+        """On an abandoned close: keep every unwritten event on disk, in order, for the next listener.
+
+        Only events held from the queue, and the queue itself, need a file (``held_to_keep``): one
+        that sorts before this listener's spool, whose events are newer.
+        """
+        rest = held_to_keep(self._spool, held)
+        with self._lock:
+            while True:
+                try:
+                    rest.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if rest:
+                self._spool.write_held(rest)
+                self._counts["spilled"] += len(rest)
+            self._spool.close()
 
     # ------------------------------------------------------------------ writing
 
     def _write(self, events: list[Event]) -> None:
-        end_of_replay = bool(events) and events[-1].kind == "_end_of_replay"
+        end_of_replay = bool(events) and events[-1].kind == END_OF_REPLAY
         if end_of_replay:
             events = events[:-1]
         items: list[tuple[Record, Event]] = []

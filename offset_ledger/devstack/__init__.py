@@ -21,47 +21,34 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from offset_ledger.devstack.artifacts import (  # noqa: F401  (moved; importable from here as before)
-    _MAVEN_DIR,
+# The front door: what ``python -m offset_ledger.devstack``, scripts/test, the tests and the
+# benchmarks use (each name defined in one submodule; anything else is imported from its submodule).
+from offset_ledger.devstack.artifacts import (
     KAFKA_VERSION,
-    _artifact_name,
-    _maven_copy,
-    _pyspark_version_and_jars,
     connector_coordinates,
     consumer_groups_command,
     fetch,
     iceberg_spark_jars,
     kafka_broker_jars,
-    kafka_tools_jars,
     kafka_version,
     spark_jars_option,
     spark_kafka_jars,
 )
-from offset_ledger.devstack.broker import (  # noqa: F401  (moved; importable from here as before)
-    _LOG4J2,
-    SASL_MECHANISM,
-    SASL_PASSWORD,
-    SASL_USERNAME,
-    _raise_fd_limit,
-    _start_kafka,
-    _wait_kafka_ready,
-    sasl_client_properties,
-)
-from offset_ledger.devstack.postgres import (  # noqa: F401  (moved; importable from here as before)
-    _as_pg_user,
-    _pg_bindir,
-    _Postgres,
-)
-from offset_ledger.devstack.processes import (  # noqa: F401  (moved; importable from here as before)
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+from offset_ledger.devstack.broker import SASL_MECHANISM, SASL_USERNAME, sasl_client_properties, start_kafka
+from offset_ledger.devstack.postgres import Postgres
+from offset_ledger.devstack.processes import StackError, free_port, pid_alive, say, stack_dir, stop_pid
+
+__all__ = [
+    # the stack (here)
+    "StackInfo", "up", "down", "status",
+    # artifacts
+    "KAFKA_VERSION", "connector_coordinates", "consumer_groups_command", "fetch", "iceberg_spark_jars",
+    "kafka_broker_jars", "kafka_version", "spark_jars_option", "spark_kafka_jars",
+    # the broker's SASL listener
+    "SASL_MECHANISM", "SASL_USERNAME", "sasl_client_properties",
+    # processes
+    "StackError", "free_port",
+]
 
 
 @dataclass(frozen=True)
@@ -87,18 +74,6 @@ class StackInfo:
         return out
 
 
-# --------------------------------------------------------------------------- Maven artifacts
-
-
-# --------------------------------------------------------------------------- processes
-
-
-# --------------------------------------------------------------------------- Postgres
-
-
-# --------------------------------------------------------------------------- Kafka
-
-
 # --------------------------------------------------------------------------- the stack
 
 
@@ -114,7 +89,7 @@ def status(root: Path | None = None) -> StackInfo | None:
         return None
     info = StackInfo(**json.loads(state.read_text()))
     alive = [p for p in (info.kafka_pid, info.postgres_pid) if p]
-    if not alive or not all(_pid_alive(p) for p in alive):
+    if not alive or not all(pid_alive(p) for p in alive):
         return None
     return info
 
@@ -134,21 +109,21 @@ def up(root: Path | None = None, *, with_postgres: bool | None = None) -> StackI
     started = time.monotonic()
     pg_pid: int | None = None
     if with_postgres:
-        _log("starting PostgreSQL")
-        dsn, pg_pid = _Postgres(root / "postgres").start()
+        say("starting PostgreSQL")
+        dsn, pg_pid = Postgres(root / "postgres").start()
     else:
         dsn = external_dsn or ""
     try:
-        _log(f"starting Apache Kafka {kafka_version()} (KRaft, single node)")
-        bootstrap, sasl_bootstrap, kafka_pid = _start_kafka(root / "kafka")
+        say(f"starting Apache Kafka {kafka_version()} (KRaft, single node)")
+        bootstrap, sasl_bootstrap, kafka_pid = start_kafka(root / "kafka")
     except Exception:
         if pg_pid:
-            _Postgres(root / "postgres").stop()
+            Postgres(root / "postgres").stop()
         raise
     info = StackInfo(bootstrap, dsn, jars, kafka_pid, pg_pid, sasl_bootstrap)
     _state_file(root).write_text(json.dumps(asdict(info), indent=2))
     (root / "stack.env").write_text("".join(f"export {k}='{v}'\n" for k, v in info.env().items()))
-    _log(f"stack up in {time.monotonic() - started:.1f}s: kafka={bootstrap} (SASL {sasl_bootstrap}) "
+    say(f"stack up in {time.monotonic() - started:.1f}s: kafka={bootstrap} (SASL {sasl_bootstrap}) "
          f"postgres={dsn}")
     return info
 
@@ -160,7 +135,7 @@ def down(root: Path | None = None) -> None:
         return
     pid_file = root / "kafka" / "kafka.pid"
     if pid_file.exists():
-        _stop_pid(int(pid_file.read_text()))
+        stop_pid(int(pid_file.read_text()))
         pid_file.unlink()
-    _Postgres(root / "postgres").stop()
+    Postgres(root / "postgres").stop()
     shutil.rmtree(root, ignore_errors=True)

@@ -9,16 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from offset_ledger.devstack.processes import (
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+from offset_ledger.devstack.processes import StackError, cache_dir, say
 
 KAFKA_VERSION = "4.1.1"  # the default broker; OFFSET_LEDGER_KAFKA_VERSION picks another
 
@@ -39,7 +30,7 @@ def _maven_copy(project: str, dest: Path, properties: dict[str, str] | None = No
         raise StackError("Maven (mvn) is not on PATH; it resolves the Kafka and Spark artifacts")
     tmp = dest.with_name(dest.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
-    _log(f"resolving {project} from Maven Central into {dest} (first run only)")
+    say(f"resolving {project} from Maven Central into {dest} (first run only)")
     cmd = [
         "mvn", "-q", "-B", "-gs", str(_MAVEN_DIR / "settings.xml"), "-f", str(_MAVEN_DIR / project / "pom.xml"),
         "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
@@ -170,7 +161,7 @@ def fetch() -> None:
     # runtime's closure, once per Kafka version) would eat the test's time budget.
     kafka_mirror_jars()
     jars = spark_kafka_jars()
-    _log("spark.jars = " + spark_jars_option(jars))
+    say("spark.jars = " + spark_jars_option(jars))
 
 
 def spark_jars_option(jars: list[Path] | None = None) -> str:

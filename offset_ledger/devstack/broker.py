@@ -9,36 +9,8 @@ import time
 import uuid
 from pathlib import Path
 
-from offset_ledger.devstack.artifacts import (
-    _MAVEN_DIR,
-    KAFKA_VERSION,
-    _artifact_name,
-    _maven_copy,
-    _pyspark_version_and_jars,
-    connector_coordinates,
-    consumer_groups_command,
-    fetch,
-    kafka_broker_jars,
-    kafka_tools_jars,
-    kafka_version,
-    spark_jars_option,
-    spark_kafka_jars,
-)
-from offset_ledger.devstack.postgres import (
-    _as_pg_user,
-    _pg_bindir,
-    _Postgres,
-)
-from offset_ledger.devstack.processes import (
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+from offset_ledger.devstack.artifacts import kafka_broker_jars
+from offset_ledger.devstack.processes import StackError, free_port, stop_pid, wait_port
 
 # The broker's second listener, SASL_PLAINTEXT with PLAIN, accepts this user (tests of secured clusters).
 SASL_MECHANISM = "PLAIN"
@@ -62,7 +34,7 @@ def sasl_client_properties(username: str = SASL_USERNAME, password: str = SASL_P
 
 # XML, not YAML: log4j2 parses XML with the JDK alone, while YAML needs jackson-dataformat-yaml,
 # which Kafka 4.x brings along and 3.x does not.
-_LOG4J2 = """\
+LOG4J2 = """\
 <?xml version="1.0" encoding="UTF-8"?>
 <Configuration status="warn">
   <Appenders>
@@ -77,7 +49,7 @@ _LOG4J2 = """\
 """
 
 
-def _raise_fd_limit() -> None:
+def raise_fd_limit() -> None:
     """A broker holds several descriptors per partition; lift the soft limit to the hard one."""
     import resource
 
@@ -85,7 +57,7 @@ def _raise_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def _start_kafka(root: Path) -> tuple[str, str, int]:
+def start_kafka(root: Path) -> tuple[str, str, int]:
     if shutil.which("java") is None:
         raise StackError("java is not on PATH; the Kafka broker needs Java 17+")
     jars = kafka_broker_jars()
@@ -133,7 +105,7 @@ def _start_kafka(root: Path) -> tuple[str, str, int]:
             "",
         ])
     )
-    (root / "log4j2.xml").write_text(_LOG4J2)
+    (root / "log4j2.xml").write_text(LOG4J2)
     java = ["java", "-Xms256m", "-Xmx768m", "-XX:+UseG1GC", "-Djava.awt.headless=true",
             f"-Dlog4j2.configurationFile={root / 'log4j2.xml'}", "-cp", f"{jars}/*"]
     if not (logs / "meta.properties").exists():
@@ -151,14 +123,14 @@ def _start_kafka(root: Path) -> tuple[str, str, int]:
     log = open(root / "kafka.log", "ab")
     proc = subprocess.Popen(
         [*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_raise_fd_limit,
+        stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=raise_fd_limit,
     )
     (root / "kafka.pid").write_text(str(proc.pid))
     try:
-        _wait_port(port, 90, "Kafka broker", alive=lambda: proc.poll() is None)
+        wait_port(port, 90, "Kafka broker", alive=lambda: proc.poll() is None)
         _wait_kafka_ready(f"127.0.0.1:{port}")
     except Exception:
-        _stop_pid(proc.pid, 10)
+        stop_pid(proc.pid, 10)
         raise
     return f"127.0.0.1:{port}", f"127.0.0.1:{sasl_port}", proc.pid
 

@@ -1,6 +1,6 @@
 """A second Kafka cluster and MirrorMaker 2 for the failover tests: started on demand, stopped by pid.
 
-The backup cluster is another single-node KRaft broker (``broker._start_kafka`` with its own
+The backup cluster is another single-node KRaft broker (``broker.start_kafka`` with its own
 directory and ports, the same Kafka version). MirrorMaker 2 runs in dedicated mode: Apache Kafka's
 own ``org.apache.kafka.connect.mirror.MirrorMaker`` (what ``connect-mirror-maker.sh`` starts), from
 ``org.apache.kafka:connect-mirror`` resolved through Maven like the broker. Nothing of this is in
@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from offset_ledger.devstack.artifacts import kafka_mirror_jars
-from offset_ledger.devstack.broker import _LOG4J2, _raise_fd_limit, _start_kafka
+from offset_ledger.devstack.broker import LOG4J2, raise_fd_limit, start_kafka
 from offset_ledger.devstack.processes import (
     StackError,
-    _pid_alive,
-    _stop_pid,
+    pid_alive,
+    stop_pid,
 )
 
 __all__ = ["Broker", "MirrorMaker", "kafka_mirror_jars", "start_broker", "start_mirror_maker"]
@@ -36,12 +36,12 @@ class Broker:
     root: Path
 
     def stop(self, timeout: float = 30.0) -> None:
-        _stop_pid(self.pid, timeout)
+        stop_pid(self.pid, timeout)
 
 
 def start_broker(root: Path) -> Broker:
     """Another single-node KRaft broker under ``root`` (own ports, data and log)."""
-    bootstrap, _sasl, pid = _start_kafka(root)
+    bootstrap, _sasl, pid = start_kafka(root)
     return Broker(bootstrap, pid, root)
 
 
@@ -71,10 +71,10 @@ class MirrorMaker:
     target_alias: str
 
     def stop(self, timeout: float = 30.0) -> None:
-        _stop_pid(self.pid, timeout)
+        stop_pid(self.pid, timeout)
 
     def alive(self) -> bool:
-        return _pid_alive(self.pid)
+        return pid_alive(self.pid)
 
     def log_tail(self, chars: int = 3000) -> str:
         path = self.root / "mm2.log"
@@ -119,7 +119,7 @@ def start_mirror_maker(root: Path, *, source: str, target: str, source_alias: st
     props.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     # MM2's own decisions (which groups it checkpoints, what it translates) at INFO: the log is the
     # only way to see why a checkpoint did not come.
-    (root / "log4j2.xml").write_text(_LOG4J2.replace(
+    (root / "log4j2.xml").write_text(LOG4J2.replace(
         '<Logger name="org.apache.kafka" level="WARN"/>',
         '<Logger name="org.apache.kafka" level="WARN"/>\n    <Logger name="org.apache.kafka.connect.mirror" level="INFO"/>'))
     log = open(root / "mm2.log", "ab")
@@ -129,7 +129,7 @@ def start_mirror_maker(root: Path, *, source: str, target: str, source_alias: st
          # The properties file first: --clusters takes one or more names and would swallow it.
          "org.apache.kafka.connect.mirror.MirrorMaker", str(props), "--clusters", target_alias],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-        preexec_fn=_raise_fd_limit)
+        preexec_fn=raise_fd_limit)
     (root / "mm2.pid").write_text(str(proc.pid))
     time.sleep(1.0)
     if proc.poll() is not None:

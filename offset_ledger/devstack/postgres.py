@@ -9,31 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from offset_ledger.devstack.artifacts import (
-    _MAVEN_DIR,
-    KAFKA_VERSION,
-    _artifact_name,
-    _maven_copy,
-    _pyspark_version_and_jars,
-    connector_coordinates,
-    consumer_groups_command,
-    fetch,
-    kafka_broker_jars,
-    kafka_tools_jars,
-    kafka_version,
-    spark_jars_option,
-    spark_kafka_jars,
-)
-from offset_ledger.devstack.processes import (
-    StackError,
-    _log,
-    _pid_alive,
-    _stop_pid,
-    _wait_port,
-    cache_dir,
-    free_port,
-    stack_dir,
-)
+from offset_ledger.devstack.processes import StackError, free_port
 
 
 def _pg_bindir() -> Path:
@@ -59,7 +35,7 @@ def _as_pg_user(cmd: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *cmd]
 
 
-class _Postgres:
+class Postgres:
     def __init__(self, root: Path) -> None:
         self.root = root
 

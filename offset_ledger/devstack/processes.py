@@ -29,11 +29,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _log(msg: str) -> None:
+def say(msg: str) -> None:
     print(f"[devstack] {msg}", file=sys.stderr, flush=True)
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -48,7 +48,7 @@ def _pid_alive(pid: int) -> bool:
         return True
 
 
-def _wait_port(port: int, timeout: float, what: str, alive: Callable[[], bool] = lambda: True) -> None:
+def wait_port(port: int, timeout: float, what: str, alive: Callable[[], bool] = lambda: True) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not alive():
@@ -61,14 +61,14 @@ def _wait_port(port: int, timeout: float, what: str, alive: Callable[[], bool] =
     raise StackError(f"{what} did not listen on 127.0.0.1:{port} within {timeout:.0f}s")
 
 
-def _stop_pid(pid: int, timeout: float = 30.0) -> None:
+def stop_pid(pid: int, timeout: float = 30.0) -> None:
     """SIGTERM the process we started, wait, then SIGKILL: never by name."""
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         return
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not _pid_alive(pid):
+        if not pid_alive(pid):
             return
         time.sleep(0.2)
     os.kill(pid, signal.SIGKILL)

@@ -38,11 +38,10 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
 from offset_ledger.ledger.position_rules import PositionRules
-from offset_ledger.ledger.records import (  # noqa: F401  (the record types: importable from here, as before)
+from offset_ledger.ledger.records import (
     STATEFUL_COLUMNS,
     BatchRecord,
     Known,
-    MovedPosition,
     Record,
     RecordOutcome,
     RunEnd,

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,6 +32,9 @@ from offset_ledger.rules.checkpoint import (
     read_checkpoint,
 )
 from offset_ledger.rules.model import Finding
+
+if TYPE_CHECKING:
+    from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +152,67 @@ def adopt(
     return AdoptResult(**{**result.__dict__, "executed": True, "generation": generation.generation})
 
 
+@dataclass(frozen=True)
+class AdoptionPlan:
+    """What an import would adopt, read from the checkpoint alone (no ledger): ``plan_adoption`` builds it."""
+
+    pipeline: str
+    consumer_group: str
+    checkpoint_root: str
+    state: CheckpointState
+    chosen: KafkaPositions
+
+    def dry_run(self) -> AdoptResult:
+        """The answer of a dry run on a ledger with nothing of the pipeline (or no ledger at all)."""
+        return AdoptResult(self.pipeline, self.consumer_group, self.state.location, self.checkpoint_root,
+                           self.state.query_id, self.state.committed_batch_id, self.state.planned_batch_ids,
+                           self.chosen.positions, self.chosen.used, self.chosen.skipped, executed=False,
+                           findings=(_finding(self.state, self.chosen),))
+
+
+def plan_adoption(
+    checkpoint: str, *, pipeline: str, consumer_group: str | None = None, source: int | str | None = None,
+    checkpoint_root: str | None = None, storage_options: Mapping[str, Any] | None = None,
+) -> AdoptionPlan:
+    """Check the names, read and parse the checkpoint, choose its Kafka positions: before any connection."""
+    from offset_ledger.operate.inputs import check_name
+
+    check_name("pipeline", pipeline)
+    group = check_name("consumer group", consumer_group) if consumer_group else pipeline
+    location = clean_location(checkpoint)
+    state, chosen = plan_import(location, source, storage_options)
+    return AdoptionPlan(pipeline, group, checkpoint_root or parent_location(location), state, chosen)
+
+
+def adopt_checkpoint(
+    ops: Operations, plan: AdoptionPlan, *, app_version: str | None = None, execute: bool = False,
+    force: bool = False,
+) -> AdoptResult:
+    """The verb: import ``plan`` (``plan_adoption``) into the context's ledger; a dry run unless ``execute``.
+
+    Refuses (AdoptionRefused) when the consumer group already has positions or generations, unless
+    ``force``. With the context's Kafka, an executed import records the topics' Kafka ids too, so a
+    topic re-created later is told apart (as for generations ``start_from_ledger`` opens). A dry run
+    on a ledger that was never set up answers from the plan and creates nothing, not even the schema.
+    """
+    from offset_ledger.ledger.engine import current_revision, ensure_schema
+
+    topic_ids: Mapping[str, str] | None = None
+    if execute and ops.has_kafka:
+        topic_ids = ops.kafka.topic_ids(sorted(plan.chosen.positions))
+    try:
+        if execute:
+            ensure_schema(ops.engine)
+        elif current_revision(ops.engine) is None:
+            return plan.dry_run()  # a ledger that was never set up: nothing there to refuse over
+        with ops.engine.begin() as conn:
+            return adopt(conn, plan.state, plan.chosen, pipeline=plan.pipeline, consumer_group=plan.consumer_group,
+                         checkpoint_root=plan.checkpoint_root, app_version=app_version, force=force,
+                         execute=execute, topic_ids=topic_ids)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "importing the checkpoint") from exc
+
+
 def import_checkpoint(
     checkpoint: str,
     *,
@@ -161,62 +225,39 @@ def import_checkpoint(
     dsn: str | None = None,
     checkpoint_root: str | None = None,
     storage_options: Mapping[str, Any] | None = None,
-    engine: Engine | None = None,
     bootstrap_servers: str | None = None,
     kafka_options: Mapping[str, Any] | None = None,
     kafka_timeout_ms: int = 10_000,
 ) -> AdoptResult:
     """Import a Spark checkpoint's last committed batch as the pipeline's positions (dry run by default).
 
-    The new checkpoint generation's location is ``checkpoint`` itself (so the query running on it
-    moves positions from then on), bound to the checkpoint's query id; ``checkpoint_root`` (where
-    later fresh generations go) defaults to its parent directory. ``source``: the Kafka source
-    index when the query has several, or ``"all"`` (positions then take each partition's lowest
-    offset). Refuses (AdoptionRefused) when the consumer group (default: the pipeline's name)
-    already has positions or generations, unless ``force``. With ``bootstrap_servers``, the topics'
-    Kafka ids are recorded too, so a topic re-created later is told apart (as for generations
-    ``start_from_ledger`` opens).
+    The entry point of ``offset-ledger import-checkpoint``: plans (``plan_adoption``), builds the
+    context over ``dsn`` and ``bootstrap_servers`` and calls the verb ``adopt_checkpoint``. The new
+    checkpoint generation's location is ``checkpoint`` itself (so the query running on it moves
+    positions from then on), bound to the checkpoint's query id; ``checkpoint_root`` (where later
+    fresh generations go) defaults to its parent directory. ``source``: the Kafka source index when
+    the query has several, or ``"all"`` (positions then take each partition's lowest offset); the
+    consumer group defaults to the pipeline's name. A dry run before the ledger's database exists
+    answers from the checkpoint alone: the context needs a ledger to open, and a dry run never
+    creates one.
     """
-    from offset_ledger.ledger.engine import current_revision, ensure_schema, make_engine
-    from offset_ledger.operate.inputs import check_name
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.operate.operations import Operations
 
-    check_name("pipeline", pipeline)
-    group = check_name("consumer group", consumer_group) if consumer_group else pipeline
-    location = clean_location(checkpoint)
-    state, chosen = plan_import(location, source, storage_options)
-    root = checkpoint_root or parent_location(location)
-    topic_ids: Mapping[str, str] | None = None
-    if bootstrap_servers and execute:
-        from offset_ledger.kafka.adapter import KafkaAdapter
-
-        with KafkaAdapter(bootstrap_servers, kafka_options, request_timeout_ms=kafka_timeout_ms) as adapter:
-            topic_ids = adapter.topic_ids(sorted(chosen.positions))
-    own = engine is None
+    plan = plan_adoption(checkpoint, pipeline=pipeline, consumer_group=consumer_group, source=source,
+                         checkpoint_root=checkpoint_root, storage_options=storage_options)
     try:
-        engine = engine or make_engine(dsn, create=execute)  # a dry run never creates a ledger
+        engine = make_engine(dsn, create=execute)  # a dry run never creates a ledger
     except ConfigError as exc:
         if execute or not exc.details.get("missing"):
             raise
-        # A dry run before the ledger exists: nothing there to refuse over, and nothing created.
-        return AdoptResult(pipeline, group, state.location, root, state.query_id, state.committed_batch_id,
-                           state.planned_batch_ids, chosen.positions, chosen.used, chosen.skipped,
-                           executed=False, findings=(_finding(state, chosen),))
+        return plan.dry_run()  # no ledger yet: nothing there to refuse over, and nothing created
+    ops = Operations(engine, bootstrap_servers=bootstrap_servers, kafka_options=kafka_options,
+                     kafka_timeout_ms=kafka_timeout_ms)
     try:
-        if execute:
-            ensure_schema(engine)
-        elif current_revision(engine) is None:
-            # A dry run against a ledger that was never set up: nothing there to refuse over.
-            return AdoptResult(pipeline, group, state.location, root, state.query_id, state.committed_batch_id,
-                               state.planned_batch_ids, chosen.positions, chosen.used, chosen.skipped,
-                               executed=False, findings=(_finding(state, chosen),))
-        with engine.begin() as conn:
-            return adopt(conn, state, chosen, pipeline=pipeline, consumer_group=group, checkpoint_root=root,
-                         app_version=app_version, force=force, execute=execute, topic_ids=topic_ids)
-    except SQLAlchemyError as exc:
-        raise translate_db_error(exc, "importing the checkpoint") from exc
+        return adopt_checkpoint(ops, plan, app_version=app_version, execute=execute, force=force)
     finally:
-        if own:
-            engine.dispose()
+        ops.close()
 
 
 def adopt_if_unknown(

@@ -23,7 +23,8 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.fast_batch import FastBatchPath
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,

@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, select
 from sqlalchemy.engine import Engine
 
 from offset_ledger import OffsetLedgerListener
-from offset_ledger.devstack import _Postgres
+from offset_ledger.devstack.postgres import Postgres
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, runs
 from offset_ledger.rules.progress import is_kafka_source
@@ -270,7 +270,7 @@ def test_duplicate_event_is_idempotent_and_stale_event_is_a_finding(spark, kafka
 
 def test_postgres_down_while_the_query_runs(spark, kafka, listeners, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A dedicated Postgres (never the shared one) is stopped mid-run and started on the same port."""
-    pg = _Postgres(tmp_path / "pg")
+    pg = Postgres(tmp_path / "pg")
     dsn, _pid = pg.start()
     port = int(dsn.rsplit(":", 1)[1].split("/")[0])
     try:

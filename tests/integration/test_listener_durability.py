@@ -102,13 +102,13 @@ def test_spooled_events_reach_their_own_ledger_only(spark, kafka, ledger, pg_dsn
     """A listener closes while its (dedicated) Postgres is down; one of another ledger on the same host and
     spool directory leaves the spool alone; one of the original ledger adopts it once that is back."""
     from offset_ledger import OffsetLedgerListener
-    from offset_ledger.devstack import _Postgres
+    from offset_ledger.devstack.postgres import Postgres
 
     spool = tmp_path / "spool"
     # Outside pytest's private temp root: another pytest session on the machine resets that root to
     # 0700, and the postgres user (the server refuses to run as root) could no longer reach its data.
     pg_root = Path(tempfile.mkdtemp(prefix="offset-ledger-spool-pg-"))
-    pg = _Postgres(pg_root)
+    pg = Postgres(pg_root)
     dsn, _pid = pg.start()
     port = int(dsn.rsplit(":", 1)[1].split("/")[0])
     try:

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 from sqlalchemy import select, text
 
 from offset_ledger.ledger.engine import current_revision, downgrade, head_revision, make_engine, upgrade
-from offset_ledger.ledger.recorder import BatchRecord, Recorder
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord
 from offset_ledger.ledger.tables import (
     batches,
     checkpoint_generations,

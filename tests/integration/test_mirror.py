@@ -20,6 +20,8 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger.operate import reads, reset_operations
 from offset_ledger import devstack, start_from_ledger
+from offset_ledger.devstack.broker import start_kafka
+from offset_ledger.devstack.processes import stop_pid
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.operations import Operations
@@ -139,7 +141,7 @@ def test_reset_and_restart_through_start_from_ledger_are_mirrored(
 def second_broker() -> Iterator[tuple[str, int]]:
     """A second real broker, started (and stopped) here, that only the mirror talks to."""
     root = Path(tempfile.mkdtemp(prefix="offset-ledger-broker2-"))
-    bootstrap, _sasl, pid = devstack._start_kafka(root)
+    bootstrap, _sasl, pid = start_kafka(root)
     try:
         yield bootstrap, pid
     finally:
@@ -147,7 +149,7 @@ def second_broker() -> Iterator[tuple[str, int]]:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
-        devstack._stop_pid(pid)
+        stop_pid(pid)
         import shutil
 
         shutil.rmtree(root, ignore_errors=True)

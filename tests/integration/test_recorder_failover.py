@@ -15,7 +15,8 @@ from sqlalchemy.engine import make_url
 
 from offset_ledger.errors import LedgerUnavailable
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.recorder import Recorder, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import RunStart
 
 
 def _set_read_only(pg_dsn: str, on: bool) -> None:

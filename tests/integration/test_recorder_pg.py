@@ -43,7 +43,7 @@ def test_large_batches_take_the_copy_path_with_awkward_names(pg_engine: Engine) 
     """300 partitions go through COPY + INSERT ... SELECT ON CONFLICT; CSV quoting must hold."""
     from sqlalchemy import func, select
 
-    from offset_ledger.ledger.recorder import BatchRecord
+    from offset_ledger.ledger.records import BatchRecord
     from offset_ledger.ledger.tables import batch_offsets, positions
 
     pipeline = 'orders, "eu"\nline2\\x'
@@ -179,7 +179,7 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine:
     """A foreign run's steady batches qualify for the fast path; it must refuse even a partition
     nobody has a position on yet (an insert, not an update), and the general path says why."""
     from offset_ledger.ledger import generations as gens
-    from offset_ledger.ledger.recorder import RunStart
+    from offset_ledger.ledger.records import RunStart
     from tests.unit.ledger.test_recorder_sqlite import T0, finding_rows
 
     with pg_engine.begin() as conn:

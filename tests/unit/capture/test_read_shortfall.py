@@ -12,7 +12,8 @@ from sqlalchemy import select
 from offset_ledger.operate import reads
 from offset_ledger.capture.reconcile import CHECKPOINT_SOURCE
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import findings
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 from offset_ledger.rules.read_shortfall import READ_SHORTFALL, read_shortfalls

@@ -14,7 +14,7 @@ from sqlalchemy import func, select
 from offset_ledger.capture.listener import Event, EventWriter, OffsetLedgerListener
 from offset_ledger.capture.spool import is_header, ledger_id
 from offset_ledger.errors import LedgerError, LedgerUnavailable
-from offset_ledger.ledger.recorder import BatchRecord, Record, RecordOutcome, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.records import BatchRecord, Record, RecordOutcome, RunEnd, RunHeartbeat, RunStart
 
 QID, RID = "11111111-1111-1111-1111-111111111111", "22222222-2222-2222-2222-222222222222"
 

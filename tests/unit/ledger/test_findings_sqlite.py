@@ -84,7 +84,7 @@ def check_a_reset_overtaken_without_generations_is_a_finding(engine: Engine) -> 
 
 
 def RunEndAt(at: datetime):  # type: ignore[no-untyped-def]  # noqa: N802 - reads like the record it makes
-    from offset_ledger.ledger.recorder import RunEnd
+    from offset_ledger.ledger.records import RunEnd
 
     return RunEnd("orders", "orders", "q1", "r1", at)
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from sqlalchemy import inspect, select, text
 
 from offset_ledger.ledger.engine import current_revision, downgrade, head_revision, make_engine, upgrade
-from offset_ledger.ledger.recorder import Recorder, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import RunEnd, RunHeartbeat, RunStart
 from offset_ledger.ledger.tables import runs
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)

@@ -11,7 +11,8 @@ from sqlalchemy import insert, select, update
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.ledger.tables import batch_offsets, batches, findings, listener_health, positions, resets, runs
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 

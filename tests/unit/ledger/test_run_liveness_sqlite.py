@@ -16,7 +16,8 @@ from offset_ledger.capture.event_records import IDLE, TERMINATED, EventConverter
 from offset_ledger.capture.spool import Event
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunEnd, RunHeartbeat, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunEnd, RunHeartbeat, RunStart
 from offset_ledger.ledger.tables import runs
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 

@@ -10,7 +10,8 @@ from sqlalchemy import inspect, select, text
 
 from offset_ledger.operate import reads
 from offset_ledger.ledger.engine import current_revision, ensure_schema, head_revision, make_engine, upgrade
-from offset_ledger.ledger.recorder import BatchRecord, Recorder
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord
 from offset_ledger.ledger.tables import batches
 from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress

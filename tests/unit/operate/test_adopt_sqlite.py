@@ -13,7 +13,8 @@ from sqlalchemy import select
 from offset_ledger.errors import AdoptionRefused, CheckpointFormatError, ConfigError, InvalidInput
 from offset_ledger.ledger.engine import current_revision, make_engine
 from offset_ledger.ledger.tables import checkpoint_generations, findings, positions
-from offset_ledger.operate.adopt import import_checkpoint, parent_location, plan_import
+from offset_ledger.operate.adopt import adopt_checkpoint, import_checkpoint, parent_location, plan_adoption, plan_import
+from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.authority import same_location
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "spark-4.2.0"
@@ -63,6 +64,24 @@ def test_dry_run_writes_nothing_and_execute_writes_one_adopted_generation(checkp
     (finding,) = _rows(dsn, findings)
     assert finding.kind == "checkpoint_adopted" and str(checkpoint) in finding.message
     assert "batch 3" in finding.message and finding.generation_id == gen.id
+
+
+def test_the_verb_takes_the_operations_context(checkpoint: Path, dsn: str) -> None:
+    """The one verb shape: a plan read from the checkpoint alone, then ``adopt_checkpoint(ops, plan)``."""
+    plan = plan_adoption(str(checkpoint), pipeline="orders", consumer_group="etl", source="all")
+    assert (plan.pipeline, plan.consumer_group, plan.checkpoint_root) == ("orders", "etl", str(checkpoint.parent))
+    ops = Operations(make_engine(dsn))  # no Kafka: the topics' ids are not recorded, nothing asks a cluster
+    try:
+        assert adopt_checkpoint(ops, plan) == plan.dry_run()  # a ledger never set up: the plan's answer
+        assert current_revision(ops.engine) is None
+        done = adopt_checkpoint(ops, plan, app_version="7", execute=True)
+        assert done.executed and done.generation == 1 and done.consumer_group == "etl"
+        with pytest.raises(AdoptionRefused):
+            adopt_checkpoint(ops, plan)
+    finally:
+        ops.close()
+    (gen,) = _rows(dsn, checkpoint_generations)
+    assert (gen.consumer_group, gen.app_version, gen.topic_ids) == ("etl", "7", None)
 
 
 def test_a_group_with_positions_is_refused_unless_forced(checkpoint: Path, dsn: str) -> None:

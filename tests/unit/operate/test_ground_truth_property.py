@@ -27,7 +27,8 @@ from offset_ledger.operate import reset_operations
 from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.prune import prune
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart import restart_with
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions

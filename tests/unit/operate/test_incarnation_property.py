@@ -32,7 +32,8 @@ from hypothesis import strategies as st
 from offset_ledger.capture.event_records import with_true_starts
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import make_engine, upgrade
-from offset_ledger.ledger.recorder import BatchRecord, Recorder
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart import restart_with
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions

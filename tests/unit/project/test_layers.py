@@ -141,7 +141,9 @@ def test_the_package_keeps_its_layers() -> None:
 
 
 def test_no_module_imports_another_modules_private_name() -> None:
-    assert private_imports(package_modules()) == []
+    # devstack too: it keeps no layer, but its modules share names only through public ones
+    everything = [(module_name(p), p.read_text()) for p in sorted(PACKAGE.rglob("*.py")) if "migrations" not in p.parts]
+    assert private_imports(everything) == []
 
 
 def test_the_private_name_rule_can_fail() -> None:

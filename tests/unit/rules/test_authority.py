@@ -15,7 +15,8 @@ from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import ensure_schema, make_engine
-from offset_ledger.ledger.recorder import BatchRecord, Recorder, RunStart
+from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.reset_store import record_reset
 from offset_ledger.ledger.tables import batch_offsets, findings, positions
 from offset_ledger.rules.authority import GenerationRef, PositionState, decide, match_generation, same_location
