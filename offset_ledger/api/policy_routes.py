@@ -23,12 +23,7 @@ from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.inputs import NAME_PATTERN, audit_actor, check_name
 from offset_ledger.operate.operations import Operations
-from offset_ledger.operate.policy_view import (  # noqa: F401 - API_NAMES, to_api: re-exported
-    API_NAMES,
-    change_dict,
-    policies_document,
-    to_api,
-)
+from offset_ledger.operate.policy_view import API_NAMES, change_dict, policies_document, to_api
 
 router = APIRouter(prefix="/api/v1", tags=["policies"])
 

@@ -14,7 +14,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from offset_ledger.api import create_app
-from offset_ledger.api.policy_routes import API_NAMES
+from offset_ledger.operate.policy_view import API_NAMES
 from offset_ledger.api.tokens import ApiToken
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.policy_store import current_policies
