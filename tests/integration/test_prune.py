@@ -374,7 +374,8 @@ def _random_fleet_history(engine: Engine, rnd, ends_before_starts: bool) -> None
                     run += rnd.random() < 0.1
                     pk = conn.execute(insert(t.batches).values(
                         pipeline=pipeline, consumer_group=pipeline, query_id=query, run_id=f"{query}-r{run}",
-                        batch_id=b, batch_time=when, recorded_at=when, input_rows=0).returning(t.batches.c.id)).scalar_one()
+                        batch_id=b, batch_time=when, recorded_at=when, input_rows=0,
+                    ).returning(t.batches.c.id)).scalar_one()
                     if rnd.random() < 0.05:
                         conn.execute(insert(t.findings).values(
                             pipeline=pipeline, consumer_group=pipeline, kind="gap", query_id=query, batch_id=b,
