@@ -15,6 +15,7 @@ older than the cutoff gone.
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
@@ -26,7 +27,9 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger.engine import make_engine, upgrade
+from offset_ledger.ledger import prune as prune_module
 from offset_ledger.ledger.prune import DEFAULT_CHUNK_SIZE, prune
+from offset_ledger.ledger.prune_record import record_pruned
 
 SPAN = timedelta(days=60)
 OLDER_THAN = timedelta(days=30)
@@ -173,6 +176,16 @@ def _fleet_populate(engine: Engine, args: argparse.Namespace, now: datetime, wid
     return time.perf_counter() - started
 
 
+# The islands prune wrote, as one digest (all but their id and time of writing): equal digests, equal islands.
+_ISLANDS_DIGEST = """
+SELECT md5(COALESCE(string_agg(concat_ws(',', pipeline, consumer_group, query_id, topic, "partition", from_batch_id,
+                                         until_batch_id, from_offset, until_offset, batches, first_batch_time, cutoff,
+                                         first_until_offset, last_batch_time, counts_reads, run_id),
+                               ';' ORDER BY query_id, topic, "partition", from_batch_id), ''))
+FROM pruned_ranges
+"""
+
+
 def _sizes(engine: Engine) -> dict[str, int]:
     with engine.connect() as conn:
         return {t: int(conn.execute(text(_SIZE), {"t": t}).scalar_one()) for t in ("offset_ranges", "batches")}
@@ -210,7 +223,10 @@ def fleet_day(args: argparse.Namespace) -> int:
           f"= {per_day * args.partitions:,} partition-offsets a day; 2 days held, the older pruned "
           f"(--older-than 1d); partitions of {width:,} batch ids (6 hours)")
     rows: dict[str, dict[str, object]] = {}
-    for label, revision in (("DELETE (0017, one table)", "0017"), ("partitions (0018)", "head")):
+    runs = [("DELETE (0017, one table)", "0017", False)] * (not args.skip_delete)
+    runs += [("islands per offset (before)", "head", True)] * args.islands_before
+    runs += [("partitions (0018)", "head", False)]
+    for label, revision, per_offset in runs:
         scratch = ScratchDatabase(args.dsn, "bench_prune_day")
         engine = make_engine(scratch.dsn)
         try:
@@ -224,13 +240,18 @@ def fleet_day(args: argparse.Namespace) -> int:
             swaps = _SwapLog()
             logging.getLogger("offset_ledger.ledger.prune").addHandler(swaps)
             logging.getLogger("offset_ledger.ledger.prune").setLevel(logging.INFO)
+            if per_offset:  # what prune ran before the islands were computed per compact row
+                prune_module.record_pruned = functools.partial(record_pruned, per_partition_offset=True)
             try:
                 report = prune(engine, timedelta(days=1), now=now, execute=True, chunk_size=args.chunk_size)
             finally:
                 logging.getLogger("offset_ledger.ledger.prune").removeHandler(swaps)
+                prune_module.record_pruned = record_pruned
             after = _sizes(engine)
+            with engine.connect() as conn:
+                digest = conn.execute(text(_ISLANDS_DIGEST)).scalar_one()
             rows[label] = {"build": build, "report": report, "before": before, "after": after, "dead": _dead(engine),
-                           "swaps": swaps.swaps}
+                           "swaps": swaps.swaps, "digest": digest}
         finally:
             engine.dispose()
             scratch.drop()
@@ -254,6 +275,7 @@ def fleet_day(args: argparse.Namespace) -> int:
     line("    rows copied into the new partitions", lambda r: f"{sum(x[0] for x in r['swaps']):,}")
     line("  rest: what to keep, counts, chunked DELETE",
          lambda r: f"{r['report'].seconds - r['report'].islands_seconds - r['report'].swap_seconds:.2f}")
+    line("  islands written (md5 of their rows)", lambda r: f"{r['report'].islands:,} ({r['digest'][:8]})")
     line("offset_ranges table+index+toast, before", lambda r: f"{r['before']['offset_ranges'] / mb:,.0f} MB")
     line("offset_ranges table+index+toast, after", lambda r: f"{r['after']['offset_ranges'] / mb:,.0f} MB")
     line("offset_ranges dead tuples after", lambda r: f"{r['dead']:,}")
@@ -310,6 +332,11 @@ def main() -> int:
                              "100 partitions, 17M partition-offsets a day)")
     parser.add_argument("--width", type=int, default=0,
                         help="--fleet-day: batch ids a partition (default: 6 hours of the fleet's batches)")
+    parser.add_argument("--islands-before", action="store_true",
+                        help="--fleet-day: also prune a third build at 0018 recording the islands per "
+                             "partition-offset, as prune did before they were computed per compact row")
+    parser.add_argument("--skip-delete", action="store_true",
+                        help="--fleet-day: leave out the 0017 (DELETE) build")
     parser.add_argument("--migration", action="store_true",
                         help="--fleet-day: also time 0018 on a copy of the built 0017 ledger (its locked step)")
     args = parser.parse_args()

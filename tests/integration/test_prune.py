@@ -352,3 +352,134 @@ def test_the_islands_postgres_records_are_the_rule_over_the_deleted_rows(pg_dsn:
         recorded_equals_the_rule(engine, T0 + timedelta(seconds=40), seed)
     finally:
         engine.dispose()
+
+
+_ISLAND_COLUMNS = ("pipeline", "consumer_group", "query_id", "topic", "partition", "from_batch_id", "until_batch_id",
+                   "from_offset", "until_offset", "batches", "first_batch_time", "first_until_offset",
+                   "last_batch_time", "run_id")
+
+
+def _random_fleet_history(engine: Engine, rnd, ends_before_starts: bool) -> None:  # type: ignore[no-untyped-def]
+    """Two pipelines x three queries x 30 batches, 40..10 h ago and a few recent, on topics ``a`` (always) and
+    ``b`` (mostly), written as the recorder does (compact ``offset_ranges`` rows), with at random: holes,
+    overlaps, resets to offset 0, unreported starts, a new run within a query, a partition leaving or joining
+    or the list in another order, a second source reading ``a``, a finding that keeps an old batch, and
+    (``ends_before_starts``) a range ending before its start."""
+    with engine.begin() as conn:
+        for pipeline in ("p0", "p1"):
+            for q in range(3):
+                query, run, nxt = f"{pipeline}-q{q}", 0, {}
+                for b in range(30):
+                    when = NOW - timedelta(hours=40 - b) if b < 27 else NOW - timedelta(minutes=30 - b)
+                    run += rnd.random() < 0.1
+                    pk = conn.execute(insert(t.batches).values(
+                        pipeline=pipeline, consumer_group=pipeline, query_id=query, run_id=f"{query}-r{run}",
+                        batch_id=b, batch_time=when, recorded_at=when, input_rows=0,
+                    ).returning(t.batches.c.id)).scalar_one()
+                    if rnd.random() < 0.05:
+                        conn.execute(insert(t.findings).values(
+                            pipeline=pipeline, consumer_group=pipeline, kind="gap", query_id=query, batch_id=b,
+                            message="kept", created_at=NOW))
+                    reads = [(0, "a")] + [(1, "a")] * (rnd.random() < 0.1) + [(0, "b")] * (rnd.random() < 0.8)
+                    for source, topic in reads:
+                        parts = [0, 1, 2, 3]
+                        roll = rnd.random()
+                        if roll < 0.1:
+                            parts.remove(rnd.choice(parts))
+                        elif roll < 0.15:
+                            parts.append(4)
+                        elif roll < 0.2:
+                            parts.reverse()
+                        froms, untils = [], []
+                        for p in parts:
+                            start: int | None = nxt.get((topic, p), 100 * q)
+                            roll = rnd.random()
+                            if roll < 0.06:
+                                start += rnd.randint(1, 5)  # a hole
+                            elif roll < 0.1:
+                                start -= rnd.randint(1, 3)  # an overlap
+                            elif roll < 0.13:
+                                start = 0  # a reset back to the start
+                            elif roll < 0.17:
+                                start = None  # not reported
+                            until = (nxt.get((topic, p), 100 * q) if start is None else start) + rnd.randint(0, 6)
+                            if ends_before_starts and start is not None and rnd.random() < 0.05:
+                                until = start - rnd.randint(1, 4)
+                            froms.append(start)
+                            untils.append(until)
+                            nxt[(topic, p)] = until
+                        conn.execute(insert(t.offset_ranges).values(
+                            batch_pk=pk, source_index=source, topic=topic, partitions=parts, from_offsets=froms,
+                            until_offsets=untils))
+
+
+def _in_order(rows) -> list[tuple[object, ...]]:  # type: ignore[no-untyped-def]
+    return sorted((tuple(r) for r in rows), key=lambda r: [(v is None, v if v is not None else 0) for v in r])
+
+
+def _islands_recorded(engine: Engine) -> list[tuple[object, ...]]:
+    with engine.connect() as conn:
+        return _in_order(conn.execute(select(*(t.pruned_ranges.c[c] for c in _ISLAND_COLUMNS))))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compact_islands_are_the_rule_over_a_random_fleet_history(pg_dsn: str, seed: int) -> None:
+    """Oracle: the islands prune writes from the compact rows are ``rules.pruned.islands`` over the
+    partition-offsets it deletes, every column, through resets, runs, partition lists and sources changing."""
+    import random
+
+    from offset_ledger.rules.pruned import DeletedRange, islands
+
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    try:
+        _random_fleet_history(engine, random.Random(seed), ends_before_starts=False)
+        bo = t.batch_offsets
+        with engine.connect() as conn:
+            before = conn.execute(select(*bo.c, t.batches.c.run_id).join_from(bo, t.batches, (
+                t.batches.c.query_id == bo.c.query_id) & (t.batches.c.batch_id == bo.c.batch_id))).all()
+        report = prune(engine, timedelta(hours=12), now=NOW, execute=True)
+        with engine.connect() as conn:
+            left = {tuple(r) for r in conn.execute(select(bo.c.query_id, bo.c.batch_id))}
+        doomed = sorted((r for r in before if (r.query_id, r.batch_id) not in left),
+                        key=lambda r: (r.pipeline, r.consumer_group, r.query_id, r.topic, r.partition, r.batch_id,
+                                       r.source_index))
+        want = _in_order(
+            tuple(getattr(i, c) for c in _ISLAND_COLUMNS)
+            for i in islands(DeletedRange(r.pipeline, r.consumer_group, r.query_id, r.topic, r.partition, r.batch_id,
+                                          r.from_offset, r.until_offset, r.batch_time, r.source_index, r.run_id)
+                             for r in doomed))
+        got = _islands_recorded(engine)
+        assert got == want and report.islands == len(want)
+        assert len(doomed) > 500 and len(want) > 100 and report.batches.kept > 0  # the history exercised the rule
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_compact_islands_are_the_per_partition_offset_statements(pg_dsn: str, seed: int) -> None:
+    """The compact statement writes exactly what the per partition-offset one wrote before it, also where
+    a range ends before its start (there both take the least start, not the rule's first one)."""
+    import random
+
+    from offset_ledger.ledger.prune_record import record_pruned
+
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    try:
+        rnd = random.Random(seed)
+        _random_fleet_history(engine, rnd, ends_before_starts=True)
+        with engine.connect() as conn:
+            keep = {i for i in conn.execute(select(t.batches.c.id)).scalars() if rnd.random() < 0.1}
+        got = {}
+        for per_partition_offset in (True, False):
+            with engine.begin() as conn:
+                n = record_pruned(conn, NOW - timedelta(hours=12), None, keep, NOW,
+                                  per_partition_offset=per_partition_offset)
+            got[per_partition_offset] = _islands_recorded(engine)
+            assert n == len(got[per_partition_offset]) > 100
+            with engine.begin() as conn:
+                conn.execute(t.pruned_ranges.delete())
+        assert got[False] == got[True]
+    finally:
+        engine.dispose()
