@@ -10,7 +10,8 @@ round trips whatever the number of pipelines:
 - **drift**: the group's committed offset minus the ledger position, per partition, for groups
   that committed anything (one OffsetFetch per coordinator for all groups).
 - **status**: ``status.partition_status`` over the window facts the ledger has (one query over
-  recent ``batch_offsets``) and the lag observations this object kept from earlier calls.
+  the recent batches' ranges: ``offset_ranges`` on PostgreSQL, the ``v_batch_offsets`` view on
+  SQLite) and the lag observations this object kept from earlier calls.
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ def _facts(lo: int | None, hi: int, position: int | None, moved: bool) -> Window
 
 def _window(g: Any, since: Any) -> Any:
     """Per partition of the (pipeline, group, topic) triples ``g``: lowest start and highest end of the
-    window's batches.
+    window's batches (SQLite, through the view; PostgreSQL: ``_window_compact``).
 
     Driven from the triples that have positions, so each is one range scan of the (pipeline, topic,
     consumer_group, batch_time) index: filtered on batch_time alone, the planner scanned the whole
