@@ -9,7 +9,9 @@ Builds one pipeline's history at this tree's head (``batches x partitions`` part
 by default, generated server-side in time order): three queries (two restarts) and an executed reset
 before the third that moves every partition back 50 records, as ``bench_verify.py`` has; the newest
 ``--recent`` (300) batches lie in the status window (their times are in the future, so the window
-holds exactly them however long the run takes). A copy of that database is downgraded to the
+holds exactly them however long the run takes; the open run's last heartbeat is a day old, so
+``/metrics`` says "not running" in every round, never "running" only in those less than
+``OFFSET_LEDGER_RUN_SILENCE_FLOOR`` after the build). A copy of that database is downgraded to the
 baseline's head (0014: a ``batch_offsets`` row per partition), so both layouts hold the same facts.
 Then, alternating round by round, each tree in a subprocess of its own (``PYTHONPATH``: its checkout)
 times, best of ``--repeat`` after a warm-up call:
@@ -74,7 +76,7 @@ _POPULATE = ["""
     FROM generate_series(0, :np) p
 """, """
     INSERT INTO runs (run_id, query_id, pipeline, consumer_group, started_at, terminated_at, last_heartbeat_at)
-    SELECT 'r' || q, 'q' || q, 'orders', 'orders', :start, CASE WHEN q < 2 THEN :start END, now()
+    SELECT 'r' || q, 'q' || q, 'orders', 'orders', :start, CASE WHEN q < 2 THEN :start END, :start
     FROM generate_series(0, 2) q
 """, """
     WITH r AS (
