@@ -20,7 +20,6 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import (
-    AmbiguousConsumerGroup,
     ConfigError,
     UnknownConsumerGroup,
 )
@@ -28,6 +27,7 @@ from offset_ledger.ledger.engine import read_engine, translate_db_error
 from offset_ledger.operate.inputs import check_name
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import TopicPartition, Watermarks
+from offset_ledger.rules.restart_options import PipelineRef
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
@@ -43,11 +43,9 @@ def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = 
         check_name("consumer group", consumer_group)
         if consumer_group not in groups:
             raise UnknownConsumerGroup(pipeline, consumer_group, groups)
-        return consumer_group
-    if len(groups) == 1:
-        return groups[0]
-    # Guessing (say, the group named like the pipeline) would show or reset the wrong positions.
-    raise AmbiguousConsumerGroup(pipeline, groups)
+    # The restart's one rule over groups that exist: the named one, else the only one, else
+    # AmbiguousConsumerGroup (guessing would show or reset the wrong positions).
+    return PipelineRef(pipeline, consumer_group).resolve(groups).consumer_group
 
 
 class Operations:

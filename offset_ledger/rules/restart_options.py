@@ -49,8 +49,8 @@ class PipelineRef:
         guards a pipeline the ledger knows); none named: the pipeline's only group,
         AmbiguousConsumerGroup when it has several, and the pipeline's own name when the ledger
         does not know it yet (what the listener records under by default). The operator verbs
-        (``operate.operations.resolve_group``) share the first two and refuse the third: they act
-        on a pipeline that exists.
+        (``operate.operations.resolve_group``) apply it to a pipeline they first require to exist
+        (and a named group to be one of its groups).
         """
         if self.consumer_group is not None:
             return GroupRef(self.pipeline, self.consumer_group, named=True)
