@@ -106,10 +106,6 @@ def violations(modules: Iterable[tuple[str, str]]) -> list[str]:
     return found
 
 
-#: Private names still imported across modules, each named with why; the list only shrinks.
-KNOWN_PRIVATE_IMPORTS: set[tuple[str, str]] = set()  # none left; an entry is a debt with a name
-
-
 def private_imports(modules: Iterable[tuple[str, str]]) -> list[str]:
     """``from X import _name`` of the package's own modules, where ``X`` is another module."""
     found = []
@@ -125,8 +121,7 @@ def private_imports(modules: Iterable[tuple[str, str]]) -> list[str]:
                 continue
             for alias in node.names:
                 if alias.name.startswith("_") and not alias.name.startswith("__"):
-                    if (name, f"{base}.{alias.name}") not in KNOWN_PRIVATE_IMPORTS:
-                        found.append(f"{name} imports the private name {alias.name} of {base}")
+                    found.append(f"{name} imports the private name {alias.name} of {base}")
     return found
 
 
