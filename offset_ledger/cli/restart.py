@@ -73,10 +73,7 @@ def resolve_cmd(
     kafka.require()
     engine = make_engine(dsn, create=False)
     try:
-        from sqlalchemy.exc import SQLAlchemyError
-
-        from offset_ledger.ledger.engine import translate_db_error
-        from offset_ledger.ledger.policy_store import current_policies
+        from offset_ledger.operate.restart import policies_in_effect
         from offset_ledger.rules.policies import Policies
         from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
@@ -85,12 +82,7 @@ def resolve_cmd(
         given = Policies(first_run=first_run, on_data_loss=on_data_loss,  # type: ignore[arg-type]
                          window=window, slide=slide, watermark_delay=watermark_delay,
                          event_time_is_kafka_timestamp=event_time_is_kafka_timestamp or None)
-        try:
-            with engine.connect() as conn:  # the stored policies, as start_from_ledger applies them
-                stored = Policies.stored(current_policies(conn, pipeline))
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, "reading the pipeline's policies") from exc
-        use, _ = given.over(stored)
+        use, _ = policies_in_effect(engine, pipeline, given)  # as start_from_ledger applies them
         group = resolve_ref(engine, PipelineRef(pipeline, consumer_group))
         with kafka.adapter() as adapter:
             # A window only when asked here: a stored one applies on start_from_ledger's upgrades.

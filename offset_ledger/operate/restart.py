@@ -214,7 +214,7 @@ def restart_with(
     """
     if options.checkpoint_root is None:
         raise ConfigError("checkpoint_root is required")
-    use, overrides = given.over(Policies.stored(_stored_policies(engine, ref.pipeline)))
+    use, overrides = policies_in_effect(engine, ref.pipeline, given)
     window = use.window_spec()
     asked = given.window is not None
     # Ground truth first: what the current generation's checkpoint committed and the
@@ -249,12 +249,15 @@ def restart_with(
     raise PlanConflict(ref.pipeline, _PLAN_ATTEMPTS, changes)
 
 
-def _stored_policies(engine: Engine, pipeline: str) -> dict[str, Any]:
+def policies_in_effect(engine: Engine, pipeline: str, given: Policies) -> tuple[Policies, tuple[Finding, ...]]:
+    """The policies a restart of ``pipeline`` uses: ``given`` over the stored ones over the defaults,
+    and a ``policy_override`` finding per given one that differs from a stored one (``Policies.over``)."""
     try:
         with engine.connect() as conn:
-            return current_policies(conn, pipeline)
+            stored = Policies.stored(current_policies(conn, pipeline))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the pipeline's policies") from exc
+    return given.over(stored)
 
 
 @dataclass(frozen=True)
