@@ -15,7 +15,7 @@ from _progress import progress_json  # noqa: E402 - sibling modules; benchmarks 
 from sqlalchemy.engine import make_url
 
 from offset_ledger.capture.spool import Event, ledger_id
-from offset_ledger.capture.store import _open_recorder
+from offset_ledger.capture.store import open_recorder
 from offset_ledger.capture.writer import EventWriter
 from offset_ledger.config import settings
 
@@ -23,7 +23,7 @@ from offset_ledger.config import settings
 def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
                      conn: multiprocessing.connection.Connection) -> dict:
     """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it."""
-    writer = EventWriter(lambda: _open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
+    writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
                          queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
                          health_pipeline=pipeline)
     query_id = str(uuid.uuid4())
