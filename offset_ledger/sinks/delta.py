@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import json
-from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import func, select
@@ -30,18 +29,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_ledger.errors import ConfigError, SinkFenced
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.records import BatchRecord, RunStart
-from offset_ledger.ledger.tables import runs, sink_batches
+from offset_ledger.ledger.tables import sink_batches
 from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
 from offset_ledger.rules.model import Finding
-from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc
+from offset_ledger.rules.sink_batch import batch_doc
 from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, foreign_commit, identity_of
-from offset_ledger.sinks.postgres import (
-    SINK_SOURCE,
-    check_target,
-    sink_run_id,
-)
-from offset_ledger.sinks.table_batch import prepare_batch
+from offset_ledger.sinks.postgres import check_target
+from offset_ledger.sinks.table_batch import TableCommit, prepare_batch, record_found_commit, record_table_commit
 
 
 class DeltaSink:
@@ -96,7 +90,8 @@ class DeltaSink:
         (df.write.format("delta").mode("append").option("txnAppId", self.name)
          .option("txnVersion", decision.sequence).option("userMetadata", json.dumps(doc)).save(self.path))
         commit = self._find(decision.sequence, identity)
-        self._record(ledger, decision.sequence, generation_id, query_id, batch_id, commit, records)
+        self._record(ledger, TableCommit(decision.sequence, generation_id, query_id, batch_id,
+                                         commit.output_rows, commit.version), records)
         return decision
 
     def _find(self, sequence: int, identity: BatchIdentity) -> DeltaCommit:
@@ -129,19 +124,9 @@ class DeltaSink:
                 out.append(parse_commit(v, data, f"{self.path}/_delta_log/{v:020d}.json"))
         return out
 
-    def _record(self, ledger: Engine, sequence: int, generation_id: int, query_id: str, batch_id: int,
-                commit: DeltaCommit, records: list[Any]) -> None:
-        now = datetime.now(timezone.utc)
-        try:
-            with ledger.begin() as conn:
-                sink_store.lock_sink(conn, self.spec, now)
-                if sink_store.committed_sequence(conn, self.name, generation_id, batch_id) is not None:
-                    return
-                sink_store.record_commit(conn, self.spec, sequence=sequence, generation_id=generation_id,
-                                         query_id=query_id, batch_id=batch_id, row_count=commit.output_rows,
-                                         table_version=commit.version, committed_at=now, now=now, records=records)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, f"recording batch {batch_id} of {self.name}") from exc
+    def _record(self, ledger: Engine, commit: TableCommit, records: list[Any]) -> None:
+        # One method, so that a test driver can die between the table's commit and the ledger's.
+        record_table_commit(ledger, self.spec, commit, records)
 
     def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
         """Record in the ledger the table versions this sink wrote and the ledger lacks (before a restart plans)."""
@@ -171,22 +156,9 @@ class DeltaSink:
                         sink=self.name, table_version=commit.version)
                 doc = json.loads(commit.user_metadata or "{}")
                 batch = doc.get("batch") or {}
-                records: list[Any] = []
-                now = datetime.now(timezone.utc)
-                with ledger.begin() as conn:
-                    sink_store.lock_sink(conn, self.spec, now)
-                    if batch:
-                        run_id = sink_run_id(batch["query_id"])
-                        records = [BatchRecord(self.pipeline, self.consumer_group,
-                                               batch_from_doc(batch, run_id, SINK_SOURCE))]
-                        if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
-                            records.insert(0, RunStart(self.pipeline, self.consumer_group, batch["query_id"], run_id,
-                                                       None, now, checkpoint_location=batch.get("checkpoint_location")))
-                    sink_store.record_commit(
-                        conn, self.spec, sequence=int(doc["sequence"]), generation_id=int(doc["generation_id"]),
-                        query_id=batch.get("query_id", ""), batch_id=int(batch.get("batch_id", -1)),
-                        row_count=commit.output_rows, table_version=commit.version, committed_at=now, now=now,
-                        records=records)
+                record_found_commit(ledger, self.spec, TableCommit(
+                    int(doc["sequence"]), int(doc["generation_id"]), batch.get("query_id", ""),
+                    int(batch.get("batch_id", -1)), commit.output_rows, commit.version), batch)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"reconciling sink {self.name} with {self.path}") from exc
         if not missing:

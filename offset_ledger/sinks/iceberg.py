@@ -23,7 +23,6 @@ not through Spark, so ``start_from_ledger`` reconciles without a session.
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import func, select
@@ -33,8 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_ledger.errors import CheckpointFormatError, ConfigError, SinkFenced
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.records import BatchRecord, RunStart
-from offset_ledger.ledger.tables import runs, sink_batches
+from offset_ledger.ledger.tables import sink_batches
 from offset_ledger.rules.iceberg_snapshots import (
     IcebergSnapshot,
     carrying,
@@ -45,10 +43,10 @@ from offset_ledger.rules.iceberg_snapshots import (
     snapshot_properties,
 )
 from offset_ledger.rules.model import Finding
-from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc
+from offset_ledger.rules.sink_batch import batch_doc
 from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, identity_of
-from offset_ledger.sinks.postgres import SINK_SOURCE, check_target, sink_run_id
-from offset_ledger.sinks.table_batch import prepare_batch
+from offset_ledger.sinks.postgres import check_target
+from offset_ledger.sinks.table_batch import TableCommit, prepare_batch, record_found_commit, record_table_commit
 
 CATALOG_CLASS = "org.apache.iceberg.spark.SparkCatalog"
 
@@ -130,7 +128,8 @@ class IcebergSink:
                 raise ConfigError(f"sink {self.name!r}: no snapshot of {self.location} carries sequence "
                                   f"{decision.sequence} after the append: is {self.catalog}.{self.table} the Hadoop "
                                   f"table at {self.location}?", sink=self.name)
-        self._record(ledger, decision.sequence, generation_id, query_id, batch_id, snap, records)
+        self._record(ledger, TableCommit(decision.sequence, generation_id, query_id, batch_id,
+                                         snap.added_records, snap.snapshot_id), records)
         return decision
 
     def _ensure_catalog(self, spark: Any) -> None:
@@ -169,19 +168,9 @@ class IcebergSink:
             raise CheckpointFormatError(f"{self.location}/{path}", "the metadata file version-hint.text names is missing")
         return parse_metadata(data, f"{self.location}/{path}")
 
-    def _record(self, ledger: Engine, sequence: int, generation_id: int, query_id: str, batch_id: int,
-                snap: IcebergSnapshot, records: list[Any]) -> None:
-        now = datetime.now(timezone.utc)
-        try:
-            with ledger.begin() as conn:
-                sink_store.lock_sink(conn, self.spec, now)
-                if sink_store.committed_sequence(conn, self.name, generation_id, batch_id) is not None:
-                    return
-                sink_store.record_commit(conn, self.spec, sequence=sequence, generation_id=generation_id,
-                                         query_id=query_id, batch_id=batch_id, row_count=snap.added_records,
-                                         table_version=snap.snapshot_id, committed_at=now, now=now, records=records)
-        except SQLAlchemyError as exc:
-            raise translate_db_error(exc, f"recording batch {batch_id} of {self.name}") from exc
+    def _record(self, ledger: Engine, commit: TableCommit, records: list[Any]) -> None:
+        # One method, so that a test driver can die between the table's commit and the ledger's.
+        record_table_commit(ledger, self.spec, commit, records)
 
     def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
         """Record in the ledger the snapshots this sink committed and the ledger lacks (before a restart plans)."""
@@ -202,7 +191,10 @@ class IcebergSink:
                         f"sequence {snap.sequence} but does not name a batch of the sink: another writer set the "
                         f"sink's snapshot properties; nothing was recorded", sink=self.name,
                         table_version=snap.snapshot_id)
-                self._record_reconciled(ledger, snap, doc)
+                batch = doc.get("batch") or {}
+                record_found_commit(ledger, self.spec, TableCommit(
+                    int(doc["sequence"]), int(doc["generation_id"]), str(doc.get("query_id") or batch.get("query_id", "")),
+                    int(doc["batch_id"]), snap.added_records, snap.snapshot_id), batch)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"reconciling sink {self.name} with {self.location}") from exc
         if not missing:
@@ -212,21 +204,3 @@ class IcebergSink:
                         f"the ledger lacked {len(missing)} snapshot(s) sink {self.name!r} had committed to "
                         f"{self.location} (sequences {missing[0].sequence}-{missing[-1].sequence}): recorded from "
                         f"the table's metadata", details={"sink": self.name, "snapshot_ids": ids}),)
-
-    def _record_reconciled(self, ledger: Engine, snap: IcebergSnapshot, doc: dict[str, Any]) -> None:
-        batch = doc.get("batch") or {}
-        records: list[Any] = []
-        now = datetime.now(timezone.utc)
-        with ledger.begin() as conn:
-            sink_store.lock_sink(conn, self.spec, now)
-            if batch:
-                run_id = sink_run_id(batch["query_id"])
-                records = [BatchRecord(self.pipeline, self.consumer_group, batch_from_doc(batch, run_id, SINK_SOURCE))]
-                if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
-                    records.insert(0, RunStart(self.pipeline, self.consumer_group, batch["query_id"], run_id,
-                                               None, now, checkpoint_location=batch.get("checkpoint_location")))
-            sink_store.record_commit(
-                conn, self.spec, sequence=int(doc["sequence"]), generation_id=int(doc["generation_id"]),
-                query_id=str(doc.get("query_id") or batch.get("query_id", "")), batch_id=int(doc["batch_id"]),
-                row_count=snap.added_records, table_version=snap.snapshot_id, committed_at=now, now=now,
-                records=records)

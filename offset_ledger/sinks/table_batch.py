@@ -4,7 +4,9 @@ Both table sinks decide a batch the same way before they touch their table: the 
 running (from the checkpoint), the sink's row locked, the checkpoint's generation, the sequence
 verdict (``rules.sink_identity.decide``), a zombie's late commit (``rules.sink_ahead``), and the
 records the ledger will hold once the table committed. One function, so that a rule added for one
-table format cannot be missing from the other (the late-commit fence once was).
+table format cannot be missing from the other (the late-commit fence once was). After the table
+committed, both record the commit the same way: their own (``record_table_commit``) and one that
+reconcile found in the table's log (``record_found_commit``).
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy.engine import Engine
+from sqlalchemy import select
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import ConfigError, SinkFenced
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.records import BatchRecord, RunStart
+from offset_ledger.ledger.tables import runs
 from offset_ledger.rules.sink_ahead import late_commit
-from offset_ledger.rules.sink_batch import running_batch
+from offset_ledger.rules.sink_batch import batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
-from offset_ledger.sinks.postgres import batch_ledger_records, sink_engine
+from offset_ledger.sinks.postgres import SINK_SOURCE, batch_ledger_records, sink_engine, sink_run_id
 
 
 @dataclass(frozen=True)
@@ -77,3 +82,55 @@ def prepare_batch(spec: sink_store.SinkSpec, dsn: str, checkpoint_location: str 
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, f"preparing batch {batch_id} of {spec.sink}") from exc
     return PreparedBatch(ledger, decision, generation_id, query_id, batch, records)
+
+
+@dataclass(frozen=True)
+class TableCommit:
+    """One commit of a table sink as the ledger records it: which batch, under which sequence, and
+    what the table says it wrote (Delta: the table version; Iceberg: the snapshot id)."""
+
+    sequence: int
+    generation_id: int
+    query_id: str
+    batch_id: int
+    row_count: int | None
+    table_version: int | None
+
+
+def record_table_commit(ledger: Engine, spec: sink_store.SinkSpec, commit: TableCommit, records: list[Any]) -> None:
+    """Record the sink's own commit of a batch with the batch's ``records``, once: a retried batch whose
+    commit the ledger already holds records nothing (the table skipped the write too)."""
+    now = datetime.now(timezone.utc)
+    try:
+        with ledger.begin() as conn:
+            sink_store.lock_sink(conn, spec, now)
+            if sink_store.committed_sequence(conn, spec.sink, commit.generation_id, commit.batch_id) is not None:
+                return
+            _record(conn, spec, commit, records, now)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, f"recording batch {commit.batch_id} of {spec.sink}") from exc
+
+
+def record_found_commit(ledger: Engine, spec: sink_store.SinkSpec, commit: TableCommit,
+                        batch: dict[str, Any] | None) -> None:
+    """Record a commit that reconcile found in the table's own log and the ledger lacks, with the batch
+    its metadata names (``batch``: ``rules.sink_batch.batch_doc``) and that batch's run when the ledger
+    never saw the run start (the writer died before it told the ledger anything)."""
+    now = datetime.now(timezone.utc)
+    records: list[Any] = []
+    with ledger.begin() as conn:
+        sink_store.lock_sink(conn, spec, now)
+        if batch:
+            run_id = sink_run_id(batch["query_id"])
+            records = [BatchRecord(spec.pipeline, spec.consumer_group, batch_from_doc(batch, run_id, SINK_SOURCE))]
+            if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+                records.insert(0, RunStart(spec.pipeline, spec.consumer_group, batch["query_id"], run_id,
+                                           None, now, checkpoint_location=batch.get("checkpoint_location")))
+        _record(conn, spec, commit, records, now)
+
+
+def _record(conn: Connection, spec: sink_store.SinkSpec, commit: TableCommit, records: list[Any],
+            now: datetime) -> None:
+    sink_store.record_commit(conn, spec, sequence=commit.sequence, generation_id=commit.generation_id,
+                             query_id=commit.query_id, batch_id=commit.batch_id, row_count=commit.row_count,
+                             table_version=commit.table_version, committed_at=now, now=now, records=records)
