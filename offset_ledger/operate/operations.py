@@ -24,7 +24,6 @@ from offset_ledger.errors import (
     UnknownConsumerGroup,
 )
 from offset_ledger.ledger.engine import read_engine, translate_db_error
-from offset_ledger.operate.inputs import check_name
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.restart_options import PipelineRef
@@ -38,6 +37,8 @@ if TYPE_CHECKING:
 
 def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
     """The consumer group to use: the one given (it must be in the ledger), else the pipeline's only one."""
+    # Here, not at the top: ``start_from_ledger`` builds this context too and checks names itself.
+    from offset_ledger.operate.inputs import check_name
     from offset_ledger.operate.known import require_pipeline
 
     check_name("pipeline", pipeline)

@@ -30,6 +30,7 @@ from offset_ledger.ledger.tables import (
     runs,
 )
 from offset_ledger.operate import failover as fo
+from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart import restart_with
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.failover import Mm2Checkpoint
@@ -206,7 +207,7 @@ def test_an_uncheckpointed_partition_is_refused_or_starts_at_the_log_start(world
 def test_a_restart_after_the_failover_resumes_its_generation(world: Any, tmp_path: Path) -> None:
     engine, dsn, backup = world
     result = fo.failover("orders", to_bootstrap=BACKUP, source_alias="primary", dsn=dsn)
-    plan = restart_with(engine, backup, PipelineRef("orders"), RestartOptions(
+    plan = restart_with(Operations(engine, kafka=backup), PipelineRef("orders"), RestartOptions(
         topics=("primary.orders",), checkpoint_root=str(tmp_path / "ck"), app_version="1"))
     assert plan.checkpoint_location == result.checkpoint_location and plan.generation == 2
     assert plan.starting_offsets == {"primary.orders": {"0": 4, "1": 5}}
