@@ -149,7 +149,7 @@ def failover(
     request = FailoverRequest(
         to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
         replication_policy=replication_policy, separator=separator, uncheckpointed=uncheckpointed,
-        topics=None if topics is None else tuple(topics), checkpoint_root=checkpoint_root,
+        topics=topics, checkpoint_root=checkpoint_root,  # type: ignore[arg-type]  # the value makes it a tuple
         app_version=app_version, kafka_options=kafka_options or {})
     ops = Operations(make_engine(dsn, create=False))  # a mistyped SQLite path is an error, never a new ledger
     try:

@@ -196,11 +196,20 @@ class FailoverRequest:
         if self.replication_policy not in ("default", "identity"):
             raise InvalidInput(f"unknown replication policy {self.replication_policy!r} (default or identity)",
                                option="replication_policy")
+        if self.replication_policy == "default" and not self.separator:
+            raise InvalidInput("the replication policy separator must not be empty", option="separator")
         if self.uncheckpointed not in ("fail", "earliest"):
             raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {self.uncheckpointed!r}",
                                option="uncheckpointed")
         if self.topics is not None:
-            object.__setattr__(self, "topics", tuple(self.topics))
+            if isinstance(self.topics, str):  # a bare name would be read as its letters
+                raise InvalidInput(f"topics must be a list of topic names, not the string {self.topics!r}",
+                                   option="topics")
+            topics = tuple(self.topics)
+            if not topics:  # failing over no topic would drop every position of the pipeline
+                raise InvalidInput("topics is empty: name the topics to carry over, or omit it for all",
+                                   option="topics")
+            object.__setattr__(self, "topics", topics)
         object.__setattr__(self, "kafka_options", dict(self.kafka_options or {}))
 
     def target_topic(self, topic: str) -> str:

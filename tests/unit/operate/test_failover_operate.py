@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.engine import Engine
 
-from offset_ledger.errors import ActiveRunConflict, FailoverRefused
+from offset_ledger.errors import ActiveRunConflict, FailoverRefused, InvalidInput
 from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import ensure_schema, make_engine
@@ -292,3 +292,15 @@ def test_an_identity_policy_failback_never_trusts_mm2s_translation_onto_the_orig
     back = fo.failover("orders", to_bootstrap="primary:9092", source_alias="backup", replication_policy="identity",
                        uncheckpointed="earliest", dsn=dsn)
     assert back.starting_offsets == {"orders": {"0": 0, "1": 0}} and back.reread_max == 31
+
+
+@pytest.mark.parametrize("topics", [[], "orders"])
+def test_no_topics_or_a_bare_topic_name_is_refused_before_anything_is_written(world: Any, topics: Any) -> None:
+    # An empty list carried nothing over and dropped every position of the pipeline; a string was
+    # read as its letters. Both are refused by the request value, before the ledger is opened.
+    engine, dsn, _backup = world
+    before = (_positions(engine), len(_generations(engine)), len(_findings(engine)))
+    with pytest.raises(InvalidInput) as exc:
+        fo.failover("orders", to_bootstrap=BACKUP, source_alias="primary", dsn=dsn, topics=topics)
+    assert exc.value.details["option"] == "topics"
+    assert (_positions(engine), len(_generations(engine)), len(_findings(engine))) == before
