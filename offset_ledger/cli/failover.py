@@ -76,8 +76,9 @@ def failover_cmd(
     from offset_ledger.errors import InvalidInput
     from offset_ledger.kafka.client_config import gather
     from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.operate.failover import check_request, dumps, fail_over
+    from offset_ledger.operate.failover import dumps, fail_over
     from offset_ledger.operate.operations import Operations
+    from offset_ledger.rules.failover import FailoverRequest
 
     # Bad values fail before anything connects.
     fmt = check_format(fmt)
@@ -92,15 +93,15 @@ def failover_cmd(
         raise InvalidInput("--to-bootstrap must name the target cluster's brokers")
     if execute and dry_run:
         raise InvalidInput("--execute and --dry-run contradict each other; give one")
-    check_request(to_bootstrap, source_alias, replication_policy, uncheckpointed)
+    request = FailoverRequest(
+        to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
+        replication_policy=replication_policy,  # type: ignore[arg-type]
+        separator=separator, uncheckpointed=uncheckpointed,  # type: ignore[arg-type]
+        topics=tuple(topic) if topic else None, checkpoint_root=checkpoint_root,
+        kafka_options=gather(kafka_option, command_config))
     ops = Operations(make_engine(dsn, create=False))  # a mistyped SQLite path is an error, never a new ledger
     try:
-        result = fail_over(
-            ops, pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
-            replication_policy=replication_policy,  # type: ignore[arg-type]
-            separator=separator, uncheckpointed=uncheckpointed,  # type: ignore[arg-type]
-            consumer_group=consumer_group, topics=topic or None, checkpoint_root=checkpoint_root,
-            kafka_options=gather(kafka_option, command_config), dry_run=not execute, force=force)
+        result = fail_over(ops, pipeline, request, consumer_group=consumer_group, dry_run=not execute, force=force)
     finally:
         ops.close()
     if not execute and not dry_run:

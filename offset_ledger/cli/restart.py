@@ -56,6 +56,7 @@ def resolve_cmd(
     from offset_ledger.errors import ConfigError
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.move_cost import plan_cost
+    from offset_ledger.operate.operations import Operations
     from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
 
     kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
@@ -71,7 +72,8 @@ def resolve_cmd(
             raise ConfigError("--slide and --watermark-delay need --window")
         WindowSpec.parse(window, slide)
     kafka.require()
-    engine = make_engine(dsn, create=False)
+    ops = Operations(make_engine(dsn, create=False), bootstrap_servers=kafka.bootstrap_servers,
+                     kafka_options=kafka.options, kafka_timeout_ms=kafka.timeout_ms)
     try:
         from offset_ledger.operate.restart import policies_in_effect
         from offset_ledger.rules.policies import Policies
@@ -82,15 +84,14 @@ def resolve_cmd(
         given = Policies(first_run=first_run, on_data_loss=on_data_loss,  # type: ignore[arg-type]
                          window=window, slide=slide, watermark_delay=watermark_delay,
                          event_time_is_kafka_timestamp=event_time_is_kafka_timestamp or None)
-        use, _ = policies_in_effect(engine, pipeline, given)  # as start_from_ledger applies them
-        group = resolve_ref(engine, PipelineRef(pipeline, consumer_group))
-        with kafka.adapter() as adapter:
-            # A window only when asked here: a stored one applies on start_from_ledger's upgrades.
-            plan, ledger, cluster = plan_restart(engine, adapter, group, options, use,
-                                                 use.window_spec() if window is not None else None)
-            cost = plan_cost(adapter, plan.starting_offsets, ledger.positions, cluster.watermarks)
+        use, _ = policies_in_effect(ops, pipeline, given)  # as start_from_ledger applies them
+        group = resolve_ref(ops.engine, PipelineRef(pipeline, consumer_group))
+        # A window only when asked here: a stored one applies on start_from_ledger's upgrades.
+        plan, ledger, cluster = plan_restart(ops, group, options, use,
+                                             use.window_spec() if window is not None else None)
+        cost = plan_cost(ops.kafka, plan.starting_offsets, ledger.positions, cluster.watermarks)
     finally:
-        engine.dispose()
+        ops.close()
     typer.echo(plan.starting_offsets_json)
     if cost.records_reread or cost.records_skipped:  # on a fresh checkpoint; resuming one moves nothing
         typer.echo(cost_line(cost) + " (when started on a fresh checkpoint)", err=True)

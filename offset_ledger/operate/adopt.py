@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.capture.checkpoint_files import checkpoint_files
@@ -35,6 +35,7 @@ from offset_ledger.rules.model import Finding
 
 if TYPE_CHECKING:
     from offset_ledger.operate.operations import Operations
+    from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
 log = logging.getLogger(__name__)
 
@@ -260,12 +261,13 @@ def import_checkpoint(
         ops.close()
 
 
-def adopt_if_unknown(
-    engine: Engine, checkpoint: str, *, pipeline: str, consumer_group: str | None, checkpoint_root: str,
-    app_version: str | None, topic_ids_of: Callable[[list[str]], Mapping[str, str]] | None = None,
-) -> AdoptResult | None:
-    """``start_from_ledger(adopt_checkpoint=...)``: import (all Kafka sources) when the ledger has nothing
-    for the pipeline; None when it already knows it (the ledger, not the checkpoint, is then the truth)."""
+def adopt_if_unknown(ops: Operations, ref: PipelineRef, options: RestartOptions) -> AdoptResult | None:
+    """``start_from_ledger(adopt_checkpoint=...)``: import ``options.adopt_checkpoint`` (all Kafka sources)
+    into the context's ledger when it has nothing for the pipeline, recording ``options``' checkpoint
+    root and app version; None when it already knows it (the ledger, not the checkpoint, is then the
+    truth). The topics' Kafka ids come from the context's cluster."""
+    assert options.adopt_checkpoint is not None and options.checkpoint_root is not None
+    engine, pipeline, checkpoint = ops.engine, ref.pipeline, options.adopt_checkpoint
     with engine.connect() as conn:
         if pipeline_footprint(conn, pipeline):
             log.info("pipeline %s is in the ledger: adopt_checkpoint=%s is not imported", pipeline, checkpoint)
@@ -273,10 +275,11 @@ def adopt_if_unknown(
     location = clean_location(checkpoint)
     state, chosen = plan_import(location, "all")
     # Recorded so a topic deleted and re-created later is told apart from this incarnation.
-    topic_ids = topic_ids_of(sorted(chosen.positions)) if topic_ids_of is not None else None
+    topic_ids = ops.kafka.topic_ids(sorted(chosen.positions))
     try:
         with engine.begin() as conn:
-            return adopt(conn, state, chosen, pipeline=pipeline, consumer_group=consumer_group or pipeline,
-                         checkpoint_root=checkpoint_root, app_version=app_version, topic_ids=topic_ids)
+            return adopt(conn, state, chosen, pipeline=pipeline, consumer_group=ref.consumer_group or pipeline,
+                         checkpoint_root=options.checkpoint_root, app_version=options.app_version,
+                         topic_ids=topic_ids)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "adopting the checkpoint") from exc

@@ -27,7 +27,6 @@ from offset_ledger.errors import (
     ActiveRunConflict,
     ConfigError,
     FailoverRefused,
-    InvalidInput,
     KafkaError,
     PlanConflict,
     UnknownConsumerGroup,
@@ -47,13 +46,12 @@ from offset_ledger.ledger.queries import (
 from offset_ledger.operate.restart_plan import choose_group
 from offset_ledger.rules.failover import (
     FailoverPlan,
+    FailoverRequest,
     ReplicationPolicy,
     Uncheckpointed,
     checkpoints_topic,
     failover_findings,
     plan_failover,
-    returns_home,
-    target_topic,
     with_time_spans,
 )
 from offset_ledger.rules.model import Finding, TopicPartition, starting_offsets_json
@@ -147,107 +145,78 @@ def failover(
     from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.operations import Operations
 
-    check_request(to_bootstrap, source_alias, replication_policy, uncheckpointed)  # before anything connects
+    # The arguments as one value, checked before anything connects.
+    request = FailoverRequest(
+        to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
+        replication_policy=replication_policy, separator=separator, uncheckpointed=uncheckpointed,
+        topics=topics, checkpoint_root=checkpoint_root,  # type: ignore[arg-type]  # the value makes it a tuple
+        app_version=app_version, kafka_options=kafka_options or {})
     ops = Operations(make_engine(dsn, create=False))  # a mistyped SQLite path is an error, never a new ledger
     try:
-        return fail_over(ops, pipeline, to_bootstrap=to_bootstrap, source_alias=source_alias,
-                         target_alias=target_alias, replication_policy=replication_policy, separator=separator,
-                         uncheckpointed=uncheckpointed, consumer_group=consumer_group, topics=topics,
-                         checkpoint_root=checkpoint_root, app_version=app_version, kafka_options=kafka_options,
-                         dry_run=dry_run, force=force)
+        return fail_over(ops, pipeline, request, consumer_group=consumer_group, dry_run=dry_run, force=force)
     finally:
         ops.close()
 
 
-def check_request(to_bootstrap: str, source_alias: str, replication_policy: str, uncheckpointed: str) -> None:
-    """ConfigError / InvalidInput for a failover request that cannot be planned (before anything connects)."""
-    if not to_bootstrap or not str(to_bootstrap).strip():
-        raise ConfigError("failover needs the target cluster's bootstrap servers (to_bootstrap)")
-    if not source_alias:
-        raise ConfigError("failover needs MirrorMaker 2's source cluster alias (source_alias)")
-    if replication_policy not in ("default", "identity"):
-        raise InvalidInput(f"unknown replication policy {replication_policy!r} (default or identity)")
-    if uncheckpointed not in ("fail", "earliest"):
-        raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {uncheckpointed!r}")
-
-
 def fail_over(
-    ops: Operations,
-    pipeline: str,
-    *,
-    to_bootstrap: str,
-    source_alias: str = "primary",
-    target_alias: str | None = None,
-    replication_policy: ReplicationPolicy = "default",
-    separator: str = ".",
-    uncheckpointed: Uncheckpointed = "fail",
-    consumer_group: str | None = None,
-    topics: Sequence[str] | None = None,
-    checkpoint_root: str | None = None,
-    app_version: str | None = None,
-    kafka_options: Mapping[str, Any] | None = None,
-    dry_run: bool = False,
-    force: bool = False,
+    ops: Operations, pipeline: str, request: FailoverRequest, *, consumer_group: str | None = None,
+    dry_run: bool = False, force: bool = False,
 ) -> FailoverResult:
-    """``failover`` over the context's ledger (its Kafka is not asked: the target cluster is ``to_bootstrap``)."""
+    """The verb: ``failover`` over the context's ledger (its Kafka is not asked: the target cluster is
+    the request's ``to_bootstrap``). ``consumer_group``: default, the pipeline's only group."""
     from offset_ledger.ledger.engine import require_schema
 
-    check_request(to_bootstrap, source_alias, replication_policy, uncheckpointed)
     engine = ops.engine
     require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
-    group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, checkpoint_root,
-                                                          app_version)
-    wanted = sorted({tp.topic for tp in before} if topics is None else set(topics))
+    group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, request)
+    wanted = sorted({tp.topic for tp in before} if request.topics is None else set(request.topics))
     unknown = sorted(set(wanted) - {tp.topic for tp in before})
     if unknown:  # a typo, not a refusal: name the topics the pipeline does read
         raise UnknownTopic(unknown[0], pipeline, sorted({tp.topic for tp in before}))
-    topic_map = {t: target_topic(t, source_alias=source_alias, target_alias=target_alias,
-                                 policy=replication_policy, separator=separator) for t in wanted}
+    topic_map = {t: request.target_topic(t) for t in wanted}
     ledger = {tp: o for tp, o in before.items() if tp.topic in topic_map}
-    with KafkaAdapter(to_bootstrap, kafka_options) as adapter:
+    with KafkaAdapter(request.to_bootstrap, request.kafka_options) as adapter:
         present = adapter.partitions(sorted(set(topic_map.values())))
         watermarks = adapter.watermarks(sorted(present)) if present else {}
         ids = adapter.topic_ids(sorted(present)) if present else {}
         # Failing back: the name says so (default policy), or the target topic is one the pipeline
         # read before (its Kafka id is in an earlier generation: the identity policy's case).
         returning = {s for s, t in topic_map.items()
-                     if returns_home(s, target_alias=target_alias, policy=replication_policy, separator=separator)
-                     or (t in ids and ids[t] in read_ids.get(t, set()))}
-        cps = _checkpoints(to_bootstrap, source_alias, group, kafka_options, failing_back=returning == set(topic_map))
-        plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=uncheckpointed,
+                     if request.returns_home(s) or (t in ids and ids[t] in read_ids.get(t, set()))}
+        cps = _checkpoints(request, group, failing_back=returning == set(topic_map))
+        plan = plan_failover(ledger, cps, watermarks, topic_map, uncheckpointed=request.uncheckpointed,
                              returning=returning)
         plan = _with_spans(adapter, plan, watermarks)
     try:
-        target_id = cluster_id(to_bootstrap, kafka_options)
+        target_id = cluster_id(request.to_bootstrap, request.kafka_options)
     except KafkaError as exc:  # the id is for the record; the plan stands without it
         log.warning("failover of %s: the target's cluster id could not be read: %s", pipeline, exc.message)
         target_id = None
-    findings = failover_findings(plan, source_alias=source_alias, target_bootstrap=to_bootstrap,
+    findings = failover_findings(plan, source_alias=request.source_alias, target_bootstrap=request.to_bootstrap,
                                  target_cluster_id=target_id, source_cluster_id=None)
-    result = FailoverResult(pipeline, group, source_alias, to_bootstrap, target_id, plan, dry_run,
+    result = FailoverResult(pipeline, group, request.source_alias, request.to_bootstrap, target_id, plan, dry_run,
                             findings=findings)
     if dry_run:
         return result
     return _record(engine, result, before, root, version, ids, watermarks, force)
 
 
-def _checkpoints(bootstrap: str, source_alias: str, group: str, options: Mapping[str, Any] | None, *,
-                 failing_back: bool) -> dict[TopicPartition, Any]:
+def _checkpoints(request: FailoverRequest, group: str, *, failing_back: bool) -> dict[TopicPartition, Any]:
     """MM2's checkpoints of ``group``; failing back, a missing checkpoints topic is simply none.
 
     MM2 never checkpoints a topic back to the cluster it came from, so a failback must not demand
     that a reverse flow ran: the plan then names the partitions (``not_translated_back``).
     """
     try:
-        return read_checkpoints(bootstrap, checkpoints_topic(source_alias), group, options=options)
+        return read_checkpoints(request.to_bootstrap, checkpoints_topic(request.source_alias), group,
+                                options=request.kafka_options)
     except FailoverRefused as exc:
         if failing_back and exc.details.get("reason") == "no_checkpoints_topic":
             return {}
         raise
 
 
-def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpoint_root: str | None,
-                 app_version: str | None
+def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, request: FailoverRequest,
                  ) -> tuple[str, dict[TopicPartition, int], str | None, str | None, dict[str, set[str]]]:
     try:
         with engine.connect() as conn:
@@ -278,8 +247,8 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, checkpo
     if not positions:
         raise FailoverRefused(f"pipeline {pipeline!r} has no positions under consumer group {group!r}",
                               reason="no_positions")
-    root = checkpoint_root or (current.checkpoint_root if current else None)
-    version = app_version if app_version is not None else (current.app_version if current else None)
+    root = request.checkpoint_root or (current.checkpoint_root if current else None)
+    version = request.app_version if request.app_version is not None else (current.app_version if current else None)
     return group, positions, root, version, read_ids
 
 

@@ -24,17 +24,21 @@ from offset_ledger.errors import (
     UnknownConsumerGroup,
 )
 from offset_ledger.ledger.engine import read_engine, translate_db_error
-from offset_ledger.operate.inputs import check_name
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.restart_options import PipelineRef
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
+    from offset_ledger.operate.lag_insight import LagInsight
+    from offset_ledger.operate.loss_status import LossBook
+    from offset_ledger.operate.retention_insight import RetentionInsight
 
 
 def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
     """The consumer group to use: the one given (it must be in the ledger), else the pipeline's only one."""
+    # Here, not at the top: ``start_from_ledger`` builds this context too and checks names itself.
+    from offset_ledger.operate.inputs import check_name
     from offset_ledger.operate.known import require_pipeline
 
     check_name("pipeline", pipeline)
@@ -70,15 +74,12 @@ class Operations:
         #: (when, topics, watermarks) of the last look (``reads.watermarks_or_none``), under ``marks_lock``
         self.marks_cache: tuple[float, frozenset[str], dict[TopicPartition, Watermarks]] | None = None
         self.marks_lock = threading.Lock()
-        from offset_ledger.operate.lag_insight import LagInsight
-
-        self.lag_insight = LagInsight()
-        from offset_ledger.operate.retention_insight import RetentionInsight
-
-        self.retention_insight = RetentionInsight()
-        from offset_ledger.operate.loss_status import LossBook
-
-        self.losses = LossBook()  # records lost per partition (issue 41), judged once per finding
+        # The insight caches are made on first use: a restart (``start_from_ledger``) builds this
+        # context too and reads none of them, so it does not import their modules.
+        self._insights_lock = threading.Lock()
+        self._lag_insight: LagInsight | None = None
+        self._retention_insight: RetentionInsight | None = None
+        self._losses: LossBook | None = None
 
     @classmethod
     def connect(
@@ -105,6 +106,36 @@ class Operations:
             self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options,
                                        request_timeout_ms=self._kafka_timeout_ms)
         return self._kafka
+
+    @property
+    def lag_insight(self) -> LagInsight:
+        """Time lag and drift per partition, cached between requests (``operate.lag_insight``)."""
+        with self._insights_lock:
+            if self._lag_insight is None:
+                from offset_ledger.operate.lag_insight import LagInsight
+
+                self._lag_insight = LagInsight()
+            return self._lag_insight
+
+    @property
+    def retention_insight(self) -> RetentionInsight:
+        """Retention headroom per partition, cached between requests (``operate.retention_insight``)."""
+        with self._insights_lock:
+            if self._retention_insight is None:
+                from offset_ledger.operate.retention_insight import RetentionInsight
+
+                self._retention_insight = RetentionInsight()
+            return self._retention_insight
+
+    @property
+    def losses(self) -> LossBook:
+        """Records lost per partition (issue 41), judged once per finding (``operate.loss_status``)."""
+        with self._insights_lock:
+            if self._losses is None:
+                from offset_ledger.operate.loss_status import LossBook
+
+                self._losses = LossBook()
+            return self._losses
 
     @property
     def has_kafka(self) -> bool:

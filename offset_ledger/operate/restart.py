@@ -1,8 +1,11 @@
 """start_from_ledger: reconcile with the checkpoint, plan, and decide under the pipeline lock.
 
-Planning is read-only (``offset_ledger.operate.restart_plan``); ``restart_with`` reconciles the current
-generation with its checkpoint first, and writes the new checkpoint generation and the resets it
-consumes in one transaction, under the lock, only when what the plan read still holds.
+Planning is read-only (``offset_ledger.operate.restart_plan``); the verb ``restart_with(ops, ...)``
+reconciles the current generation with its checkpoint first, and writes the new checkpoint
+generation and the resets it consumes in one transaction, under the lock, only when what the plan
+read still holds. ``start_from_ledger`` is the user's entry: its arguments become values
+(``rules.restart_options``, ``rules.policies``) and a context (``operate.operations.Operations``)
+over its ledger and Kafka cluster, and it calls the verb.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from offset_ledger.ledger.position_check import positions_moved
 from offset_ledger.ledger.tables import checkpoint_generations, sink_batches
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
+from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart_plan import (
     ClusterView,
     LedgerView,
@@ -179,32 +183,31 @@ def start_from_ledger(
         # The Kafka handshake (connect, API versions) overlaps the engine, the schema check and the
         # ledger reads; the cluster is only asked after the ledger was read (the plan's order).
         adapter.connect_in_background()
-        engine = make_engine(dsn)
+        ops = Operations(make_engine(dsn), kafka=adapter)
         try:
-            ensure_schema(engine)
-            sink_findings = tuple(f for sink in targets for f in sink.reconcile(engine))
+            ensure_schema(ops.engine)
+            sink_findings = tuple(f for sink in targets for f in sink.reconcile(ops.engine))
             with adapter:
                 if restart.adopt_checkpoint is not None:
                     from offset_ledger.operate.adopt import adopt_if_unknown
 
-                    adopt_if_unknown(engine, restart.adopt_checkpoint, pipeline=ref.pipeline,
-                                     consumer_group=ref.consumer_group, checkpoint_root=root,
-                                     app_version=restart.app_version, topic_ids_of=adapter.topic_ids)
-                done = restart_with(engine, adapter, ref, restart, given)
+                    adopt_if_unknown(ops, ref, restart)
+                done = restart_with(ops, ref, restart, given)
             if sink_findings:
                 done = replace(done, findings=(*sink_findings, *done.findings))
             log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
-            return _mirrored(done, engine, servers, options, pipeline, done.consumer_group or pipeline) \
+            return _mirrored(done, ops.engine, servers, options, pipeline, done.consumer_group or pipeline) \
                 if done.policies.get("commit_to_kafka") else done
         finally:
-            adapter.close()  # closed already unless the schema check failed (it waits for the handshake)
-            engine.dispose()
+            # The adapter is closed already unless the schema check failed (it waits for the handshake).
+            ops.close()
 
 
 def restart_with(
-    engine: Engine, adapter: Any, ref: PipelineRef, options: RestartOptions, given: Policies = Policies(),
+    ops: Operations, ref: PipelineRef, options: RestartOptions, given: Policies = Policies(),
 ) -> RestartPlan:
-    """``start_from_ledger`` on an open engine and Kafka adapter: reconcile, plan, decide under the lock.
+    """The verb of ``start_from_ledger`` over the context's ledger and Kafka cluster: reconcile, plan,
+    decide under the lock.
 
     ``given``: the policies the call gave (None: not given); they take the pipeline's stored
     policies (``offset_ledger.rules.policies``) where not given, then the defaults; one given where
@@ -214,7 +217,8 @@ def restart_with(
     """
     if options.checkpoint_root is None:
         raise ConfigError("checkpoint_root is required")
-    use, overrides = policies_in_effect(engine, ref.pipeline, given)
+    engine = ops.engine
+    use, overrides = policies_in_effect(ops, ref.pipeline, given)
     window = use.window_spec()
     asked = given.window is not None
     # Ground truth first: what the current generation's checkpoint committed and the
@@ -228,17 +232,17 @@ def restart_with(
         if attempt > 1 and not group.named:
             group = resolve_ref(engine, ref)  # what moved may be the pipeline's groups
         rewind = asked
-        plan, ledger, cluster = plan_restart(engine, adapter, group, options, use, window if rewind else None)
+        plan, ledger, cluster = plan_restart(ops, group, options, use, window if rewind else None)
         if window is not None and not asked and not ledger.pending_reset_ids and _generation_reason(
                 plan, ledger, options, truth) not in (None, "first"):
             # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
             rewind = True
-            plan, ledger, cluster = plan_restart(engine, adapter, group, options, use, window)
+            plan, ledger, cluster = plan_restart(ops, group, options, use, window)
         done = _decide_under_lock(engine, plan, ledger, cluster, options, truth, rewind=rewind)
         if isinstance(done, RestartPlan):
             # What starting away from the ledger's positions costs; Spark ignores startingOffsets
             # when it resumes a checkpoint, so only a fresh one moves anything.
-            cost = plan_cost(adapter, done.starting_offsets, ledger.positions, cluster.watermarks) \
+            cost = plan_cost(ops.kafka, done.starting_offsets, ledger.positions, cluster.watermarks) \
                 if done.fresh_checkpoint else None
             # Reconciliation findings were stored when found; the plan shows them too.
             return replace(done, findings=(*truth.findings, *overrides, *done.findings), policies=use.as_dict(),
@@ -249,11 +253,11 @@ def restart_with(
     raise PlanConflict(ref.pipeline, _PLAN_ATTEMPTS, changes)
 
 
-def policies_in_effect(engine: Engine, pipeline: str, given: Policies) -> tuple[Policies, tuple[Finding, ...]]:
+def policies_in_effect(ops: Operations, pipeline: str, given: Policies) -> tuple[Policies, tuple[Finding, ...]]:
     """The policies a restart of ``pipeline`` uses: ``given`` over the stored ones over the defaults,
     and a ``policy_override`` finding per given one that differs from a stored one (``Policies.over``)."""
     try:
-        with engine.connect() as conn:
+        with ops.engine.connect() as conn:
             stored = Policies.stored(current_policies(conn, pipeline))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the pipeline's policies") from exc

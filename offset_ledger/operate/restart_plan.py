@@ -1,7 +1,8 @@
 """The read-only half of a restart: read the ledger and the cluster, resolve startingOffsets.
 
 ``read_ledger`` (one connection) -> ``read_cluster`` (the Kafka adapter) -> ``resolver.resolve``
-(pure), joined by ``plan_restart``; the CLI's ``resolve`` and the benchmarks use it as is.
+(pure), joined by the verb ``plan_restart(ops, ...)`` over the ``Operations`` context (its ledger
+and its Kafka); the CLI's ``resolve`` calls it, the benchmarks time its steps.
 ``offset_ledger.operate.restart`` decides and writes under the pipeline lock.
 """
 
@@ -12,7 +13,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
@@ -45,6 +46,9 @@ from offset_ledger.rules.restart_options import (
 )
 from offset_ledger.rules.sink_ahead import SinkAhead, sink_ahead
 from offset_ledger.rules.stateful import WindowSpec
+
+if TYPE_CHECKING:
+    from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -200,16 +204,17 @@ def recreated_topics(
 
 
 def plan_restart(
-    engine: Engine, adapter: KafkaAdapter, group: GroupRef, options: RestartOptions, policies: Policies,
-    window: WindowSpec | None = None,
+    ops: Operations, group: GroupRef, options: RestartOptions, policies: Policies, window: WindowSpec | None = None,
 ) -> tuple[RestartPlan, LedgerView, ClusterView]:
-    """A read-only plan (``checkpoint_location=None``) and the ledger and cluster views it was built from.
+    """The verb: a read-only plan (``checkpoint_location=None``) over the context's ledger and Kafka
+    cluster, and the ledger and cluster views it was built from.
 
     ``policies`` are the ones in effect (``Policies.over``). Refuses (FirstRunRefused) to treat a
     pipeline the ledger knows as a first run, unless ``first_run`` is given and ``allow_first_run``
     is True. With ``window`` the positions are rewound for a windowed pipeline
     (``offset_ledger.rules.stateful``) and the plan carries the event-time floor.
     """
+    engine, adapter = ops.engine, ops.kafka
     pipeline = group.pipeline
     policy: FirstRun = policies.first_run_policy
     loss: OnDataLoss = parse_on_data_loss(policies.on_data_loss or "fail")

@@ -26,7 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from offset_ledger.errors import FailoverRefused, InvalidInput, KafkaError
+from offset_ledger.errors import ConfigError, FailoverRefused, InvalidInput, KafkaError
 from offset_ledger.rules.model import Finding, TopicPartition, Watermarks
 
 Uncheckpointed = Literal["fail", "earliest"]
@@ -157,6 +157,70 @@ def returns_home(topic: str, *, target_alias: str | None, policy: ReplicationPol
         return False
     head, sep, rest = topic.partition(separator)
     return bool(sep and rest and head == target_alias)
+
+
+# -- the request ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailoverRequest:
+    """What a failover is asked to do, checked when built: bad input raises here, before anything connects.
+
+    ``to_bootstrap`` and ``kafka_options`` (Spark-style, the target's) reach the target cluster, the
+    one MirrorMaker 2 fills from ``source_alias``; ``target_alias``, ``replication_policy`` and
+    ``separator`` are MM2's naming (``target_topic``); ``uncheckpointed`` decides the partitions MM2
+    gives no safe translation for; ``topics`` are the ledger topics carried over (None: all of the
+    pipeline's); ``checkpoint_root`` and ``app_version`` are the new generation's (None: the current
+    generation's). Built once by ``offset_ledger.failover(...)`` and the CLI; the verb
+    ``operate.failover.fail_over(ops, pipeline, request)`` takes it as it is.
+    """
+
+    to_bootstrap: str
+    source_alias: str = "primary"
+    target_alias: str | None = None
+    replication_policy: ReplicationPolicy = "default"
+    separator: str = "."
+    uncheckpointed: Uncheckpointed = "fail"
+    topics: tuple[str, ...] | None = None
+    checkpoint_root: str | None = None
+    app_version: str | None = None
+    kafka_options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.to_bootstrap or not str(self.to_bootstrap).strip():
+            raise ConfigError("failover needs the target cluster's bootstrap servers (to_bootstrap)",
+                              option="to_bootstrap")
+        if not self.source_alias:
+            raise ConfigError("failover needs MirrorMaker 2's source cluster alias (source_alias)",
+                              option="source_alias")
+        if self.replication_policy not in ("default", "identity"):
+            raise InvalidInput(f"unknown replication policy {self.replication_policy!r} (default or identity)",
+                               option="replication_policy")
+        if self.replication_policy == "default" and not self.separator:
+            raise InvalidInput("the replication policy separator must not be empty", option="separator")
+        if self.uncheckpointed not in ("fail", "earliest"):
+            raise InvalidInput(f"uncheckpointed must be 'fail' or 'earliest', not {self.uncheckpointed!r}",
+                               option="uncheckpointed")
+        if self.topics is not None:
+            if isinstance(self.topics, str):  # a bare name would be read as its letters
+                raise InvalidInput(f"topics must be a list of topic names, not the string {self.topics!r}",
+                                   option="topics")
+            topics = tuple(self.topics)
+            if not topics:  # failing over no topic would drop every position of the pipeline
+                raise InvalidInput("topics is empty: name the topics to carry over, or omit it for all",
+                                   option="topics")
+            object.__setattr__(self, "topics", topics)
+        object.__setattr__(self, "kafka_options", dict(self.kafka_options or {}))
+
+    def target_topic(self, topic: str) -> str:
+        """The name MM2 gives ``topic`` on the target cluster (``target_topic`` under this request's naming)."""
+        return target_topic(topic, source_alias=self.source_alias, target_alias=self.target_alias,
+                            policy=self.replication_policy, separator=self.separator)
+
+    def returns_home(self, topic: str) -> bool:
+        """Whether ``topic`` is a replica MM2 made from ``target_alias`` (``returns_home``)."""
+        return returns_home(topic, target_alias=self.target_alias, policy=self.replication_policy,
+                            separator=self.separator)
 
 
 # -- the plan ------------------------------------------------------------------------------------

@@ -221,7 +221,7 @@ def test_prune_keeps_what_a_stateful_restart_needs(spark, kafka, pg_dsn: str, tm
     try:
         def rewind_plan() -> Any:
             with KafkaAdapter(kafka.bootstrap_servers) as adapter:
-                plan, _, _ = plan_restart(engine, adapter, GroupRef("orders", "orders", named=False),
+                plan, _, _ = plan_restart(Operations(engine, kafka=adapter), GroupRef("orders", "orders", named=False),
                                           RestartOptions(topics=(topic,)), Policies(),
                                           WindowSpec.parse("10 seconds", watermark_delay=DELAY))
             return plan

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import insert, select
 from sqlalchemy.engine import Engine
 
-from offset_ledger.errors import ActiveRunConflict, FailoverRefused
+from offset_ledger.errors import ActiveRunConflict, FailoverRefused, InvalidInput
 from offset_ledger.kafka.snapshot import ClusterSnapshot
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import ensure_schema, make_engine
@@ -30,6 +30,7 @@ from offset_ledger.ledger.tables import (
     runs,
 )
 from offset_ledger.operate import failover as fo
+from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart import restart_with
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.failover import Mm2Checkpoint
@@ -206,7 +207,7 @@ def test_an_uncheckpointed_partition_is_refused_or_starts_at_the_log_start(world
 def test_a_restart_after_the_failover_resumes_its_generation(world: Any, tmp_path: Path) -> None:
     engine, dsn, backup = world
     result = fo.failover("orders", to_bootstrap=BACKUP, source_alias="primary", dsn=dsn)
-    plan = restart_with(engine, backup, PipelineRef("orders"), RestartOptions(
+    plan = restart_with(Operations(engine, kafka=backup), PipelineRef("orders"), RestartOptions(
         topics=("primary.orders",), checkpoint_root=str(tmp_path / "ck"), app_version="1"))
     assert plan.checkpoint_location == result.checkpoint_location and plan.generation == 2
     assert plan.starting_offsets == {"primary.orders": {"0": 4, "1": 5}}
@@ -291,3 +292,15 @@ def test_an_identity_policy_failback_never_trusts_mm2s_translation_onto_the_orig
     back = fo.failover("orders", to_bootstrap="primary:9092", source_alias="backup", replication_policy="identity",
                        uncheckpointed="earliest", dsn=dsn)
     assert back.starting_offsets == {"orders": {"0": 0, "1": 0}} and back.reread_max == 31
+
+
+@pytest.mark.parametrize("topics", [[], "orders"])
+def test_no_topics_or_a_bare_topic_name_is_refused_before_anything_is_written(world: Any, topics: Any) -> None:
+    # An empty list carried nothing over and dropped every position of the pipeline; a string was
+    # read as its letters. Both are refused by the request value, before the ledger is opened.
+    engine, dsn, _backup = world
+    before = (_positions(engine), len(_generations(engine)), len(_findings(engine)))
+    with pytest.raises(InvalidInput) as exc:
+        fo.failover("orders", to_bootstrap=BACKUP, source_alias="primary", dsn=dsn, topics=topics)
+    assert exc.value.details["option"] == "topics"
+    assert (_positions(engine), len(_generations(engine)), len(_findings(engine))) == before

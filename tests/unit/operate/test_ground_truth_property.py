@@ -124,7 +124,7 @@ World = tuple[Any, Cluster, Recorder]
 
 def _restart(world: World, tmp_path: Path, version: str) -> Any:
     engine, cluster, _ = world
-    return restart_with(engine, cluster, PipelineRef("orders"), RestartOptions(
+    return restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
         topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version=version))
 
 
@@ -216,7 +216,7 @@ def test_a_restart_starts_exactly_at_the_checkpoint_or_the_reset(tmp_path_factor
                     cluster.during_snapshot = lambda: reset("latest")
                 elif op[2] == "batch" and job is not None:
                     cluster.during_snapshot = lambda: commit(True)
-                plan = restart_with(engine, cluster, PipelineRef("orders"), RestartOptions(
+                plan = restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
                     topics=(TOPIC,), checkpoint_root=str(tmp / "ck"), app_version=str(version)))
                 cluster.during_snapshot = None
                 if plan.fresh_checkpoint:
@@ -301,7 +301,7 @@ def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tm
     busy = Busy()
     busy.log_end = dict(cluster.log_end)
     try:
-        restart_with(engine, busy, PipelineRef("orders"), RestartOptions(
+        restart_with(Operations(engine, kafka=busy), PipelineRef("orders"), RestartOptions(
             topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version="2"))
     except PlanConflict as exc:
         assert exc.retriable and "3 times" in exc.message and "position" in exc.message
@@ -331,7 +331,7 @@ def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, w
         groups = {r[0] for r in conn.execute(text("SELECT DISTINCT consumer_group FROM checkpoint_generations"))}
         assert groups == {"orders-etl"}
     # A group someone named is never taken over.
-    plan3 = restart_with(engine, cluster, PipelineRef("other", "named"), RestartOptions(
+    plan3 = restart_with(Operations(engine, kafka=cluster), PipelineRef("other", "named"), RestartOptions(
         topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck2"), app_version="1"))
     job3 = Job(plan3.checkpoint_location or "", {0: 0, 1: 0})
     s3 = job3.start_event()

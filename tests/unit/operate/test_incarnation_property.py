@@ -146,7 +146,7 @@ def _check(tmp: Path, ops: list[tuple[Any, ...]]) -> None:
             elif op[0] == "restart":
                 if op[1]:
                     version += 1
-                plan = restart_with(engine, cluster, PipelineRef("orders"), RestartOptions(
+                plan = restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
                     topics=(TOPIC,), checkpoint_root=str(tmp / "ck"), app_version=str(version)))
                 where = plan.checkpoint_location or ""
                 if location is not None and not Path(location, "metadata").exists():

@@ -8,8 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from offset_ledger.errors import FailoverRefused, InvalidInput, KafkaError
+from offset_ledger.errors import ConfigError, FailoverRefused, InvalidInput, KafkaError
 from offset_ledger.rules.failover import (
+    FailoverRequest,
     Mm2Checkpoint,
     checkpoints_topic,
     decode_checkpoint,
@@ -201,3 +202,27 @@ def test_a_returning_topic_never_takes_mm2s_translation() -> None:
     # Not returning: the same checkpoint is an ordinary translation.
     plan = plan_failover(ledger, cps, marks, {"primary.orders": "orders"}, uncheckpointed="earliest")
     assert plan.starting_offsets == {"orders": {"0": 27, "1": 0}}
+
+
+@pytest.mark.parametrize(("given", "error", "option"), [
+    ({"to_bootstrap": " "}, ConfigError, "to_bootstrap"),
+    ({"source_alias": ""}, ConfigError, "source_alias"),
+    ({"replication_policy": "mirror"}, InvalidInput, "replication_policy"),
+    ({"separator": ""}, InvalidInput, "separator"),
+    ({"uncheckpointed": "latest"}, InvalidInput, "uncheckpointed"),
+    ({"topics": []}, InvalidInput, "topics"),
+    ({"topics": "orders"}, InvalidInput, "topics"),
+])
+def test_a_failover_request_names_the_argument_it_refuses(given: dict, error: type, option: str) -> None:
+    with pytest.raises(error) as exc:
+        FailoverRequest(**{"to_bootstrap": "backup:9092", **given})
+    assert exc.value.details["option"] == option
+
+
+def test_a_failover_request_holds_its_topics_as_a_tuple_and_names_them_by_its_policy() -> None:
+    request = FailoverRequest("backup:9092", target_alias="backup", topics=["orders", "backup.audit"])  # type: ignore[arg-type]
+    assert request.topics == ("orders", "backup.audit")
+    assert [request.target_topic(t) for t in request.topics] == ["primary.orders", "audit"]
+    assert [request.returns_home(t) for t in request.topics] == [False, True]
+    identity = FailoverRequest("backup:9092", replication_policy="identity", separator="")  # no separator needed
+    assert identity.target_topic("orders") == "orders"
