@@ -179,9 +179,11 @@ def swappable(conn: Connection, cutoff: datetime, keep_ids: set[int]) -> list[tu
     return out
 
 
-def swap_out(engine: Engine, part: Partition, keep: Sequence[int]) -> Swapped | None:
-    """Replace ``part`` by a table of its rows whose batch is in ``keep``; None when its lock could not
-    be had (retried ``TRIES`` times: prune then deletes its rows as it did before 0018)."""
+def swap_out(engine: Engine, part: Partition, keep: Sequence[int], cutoff: datetime) -> Swapped | None:
+    """Replace ``part`` by a table of its rows whose batch is in ``keep`` or newer than ``cutoff`` (one a
+    slow writer committed since ``keep`` was read); None when its lock could not be had (retried
+    ``TRIES`` times: prune then deletes its rows as it did before 0018). A row whose batch is gone is
+    not copied (0020: no foreign key removes it with its batch)."""
     started = time.perf_counter()
     new = f"{PARENT}_swap_{part.name.removeprefix(PARENT + '_')}"
     for attempt in range(TRIES):
@@ -190,12 +192,17 @@ def swap_out(engine: Engine, part: Partition, keep: Sequence[int]) -> Swapped | 
                 if not _locked(conn):
                     raise _Busy()
                 conn.execute(text(f"LOCK TABLE {part.name} IN SHARE MODE"))  # its writes wait; reads go on
+                conn.execute(text("SET LOCAL jit = off"))  # one-off statements: compiling costs more than it saves
+                b_lo = "" if part.lo is None else f"b.id >= {part.lo} AND "
+                kept_batch = (f"r.batch_pk IN (SELECT b.id FROM batches b WHERE {b_lo}b.id < {part.hi} "
+                              f"AND (b.id = ANY(:keep) OR b.batch_time >= :cutoff))")
+                params = {"keep": list(keep), "cutoff": cutoff}
                 removed = int(conn.execute(text(
-                    f"SELECT COALESCE(SUM(cardinality(partitions)), 0) FROM {part.name} WHERE batch_pk <> ALL(:keep)"),
-                    {"keep": list(keep)}).scalar_one())
+                    f"SELECT COALESCE(SUM(cardinality(partitions)), 0) FROM {part.name} r WHERE NOT {kept_batch}"
+                ).bindparams(bindparam("cutoff", type_=DateTime(timezone=True))), params).scalar_one())
                 conn.execute(text(f"CREATE TABLE {new} (LIKE {PARENT})"))
-                kept = conn.execute(text(f"INSERT INTO {new} SELECT * FROM {part.name} WHERE batch_pk = ANY(:keep)"),
-                                    {"keep": list(keep)}).rowcount
+                kept = conn.execute(text(f"INSERT INTO {new} SELECT r.* FROM {part.name} r WHERE {kept_batch}")
+                                    .bindparams(bindparam("cutoff", type_=DateTime(timezone=True))), params).rowcount
                 lo = "" if part.lo is None else f"batch_pk >= {part.lo} AND "
                 conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {new}_bound "
                                   f"CHECK (batch_pk IS NOT NULL AND {lo}batch_pk < {part.hi})"))
