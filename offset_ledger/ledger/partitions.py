@@ -179,11 +179,13 @@ def swappable(conn: Connection, cutoff: datetime, keep_ids: set[int]) -> list[tu
     return out
 
 
-def swap_out(engine: Engine, part: Partition, keep: Sequence[int], cutoff: datetime) -> Swapped | None:
-    """Replace ``part`` by a table of its rows whose batch is in ``keep`` or newer than ``cutoff`` (one a
-    slow writer committed since ``keep`` was read); None when its lock could not be had (retried
-    ``TRIES`` times: prune then deletes its rows as it did before 0018). A row whose batch is gone is
-    not copied (0020: no foreign key removes it with its batch)."""
+def swap_out(engine: Engine, part: Partition, protected: Sequence[int], cutoff: datetime) -> Swapped | None:
+    """Replace ``part`` by a table of its rows whose batch is newer than ``cutoff`` (read under the lock: a
+    batch a slow writer committed meanwhile is kept) or in ``protected`` (the old batches prune keeps);
+    None when its lock could not be had (retried ``TRIES`` times: prune then deletes its rows as it did
+    before 0018). A row whose batch is gone is not copied (0020: no foreign key removes it with its
+    batch). The recent ids are not passed in: an array literal of the 21,000 recent batches of a fleet's
+    cutoff partition cost ~3 s to evaluate against every row."""
     started = time.perf_counter()
     new = f"{PARENT}_swap_{part.name.removeprefix(PARENT + '_')}"
     for attempt in range(TRIES):
@@ -195,8 +197,8 @@ def swap_out(engine: Engine, part: Partition, keep: Sequence[int], cutoff: datet
                 conn.execute(text("SET LOCAL jit = off"))  # one-off statements: compiling costs more than it saves
                 b_lo = "" if part.lo is None else f"b.id >= {part.lo} AND "
                 kept_batch = (f"r.batch_pk IN (SELECT b.id FROM batches b WHERE {b_lo}b.id < {part.hi} "
-                              f"AND (b.id = ANY(:keep) OR b.batch_time >= :cutoff))")
-                params = {"keep": list(keep), "cutoff": cutoff}
+                              f"AND (b.batch_time >= :cutoff OR b.id = ANY(:protected)))")
+                params = {"protected": list(protected), "cutoff": cutoff}
                 removed = int(conn.execute(text(
                     f"SELECT COALESCE(SUM(cardinality(partitions)), 0) FROM {part.name} r WHERE NOT {kept_batch}"
                 ).bindparams(bindparam("cutoff", type_=DateTime(timezone=True))), params).scalar_one())

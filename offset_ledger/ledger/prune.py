@@ -316,7 +316,9 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
         todo = swappable(conn, cutoff, keep_ids)
     done_bo = done_b = swaps = 0
     for part, keep in todo:
-        swapped = swap_out(engine, part, keep, cutoff)
+        # The old batches it keeps (few: the recent ones are told by their time, under the swap's lock).
+        protected = [i for i in keep if i in keep_ids]
+        swapped = swap_out(engine, part, protected, cutoff)
         if swapped is None:
             continue  # its lock stayed busy: the chunked DELETE below takes its rows
         swaps += 1
@@ -331,7 +333,7 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
         step = max(chunk_size // 10, 1_000)  # ids a transaction: ~100 partition-offsets a batch
         for start in range(first, part.hi, step):
             stop = min(start + step, part.hi)
-            kept = [i for i in keep if start <= i < stop]
+            kept = [i for i in protected if start <= i < stop]
             # The batches whose ranges the swap removed (old, not kept: a recent one committed since
             # ``swappable`` read the range kept its ranges and stays); no foreign key probes
             # offset_ranges for each of them any more (0020).
