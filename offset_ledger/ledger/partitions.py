@@ -14,7 +14,8 @@ partitions, few enough that a query which cannot skip partitions plans quickly.
 - ``swap_out`` replaces a partition by a new table holding only the rows to keep (copied under a lock
   that blocks writes to that partition only), detaches the old one and drops it: one short exclusive
   lock on ``offset_ranges`` (``lock_timeout`` bounded, retried), no dead tuples, and a cost that follows
-  the rows kept, not the rows removed.
+  the rows kept, not the rows removed. Which rows to keep is read under that lock: those of batches
+  newer than the cutoff or protected, never a row whose batch is gone (0020: no foreign key).
 
 Only partitions wholly below the newest batch are swapped: writers never insert there.
 """

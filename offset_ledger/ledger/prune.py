@@ -13,8 +13,9 @@ batch ids were pruned, not missed.
 
 How the rows go: on PostgreSQL from 0018 ``offset_ranges`` is partitioned by batch id
 (``ledger.partitions``); a whole-ledger prune replaces each aged partition (wholly below the newest
-batch) by the rows it keeps and drops it, then deletes those partitions' ``batches`` rows (one per
-batch). What is left older than the cutoff (the newest partitions, the DEFAULT one, a partition whose
+batch) by the rows it keeps and drops it, then deletes those partitions' old ``batches`` rows (one per
+batch; from 0020 no foreign key probes ``offset_ranges`` for each, and ranges are always removed by
+prune itself, never by a cascade). What is left older than the cutoff (the newest partitions, the DEFAULT one, a partition whose
 lock stayed busy, SQLite, a ``--pipeline`` prune) is deleted batch by batch in chunks. Either way the
 same rows go and the same stay.
 """
