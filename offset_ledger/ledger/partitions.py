@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+from bisect import bisect_left
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,23 +161,23 @@ class Swapped:
 
 def swappable(conn: Connection, cutoff: datetime, keep_ids: set[int]) -> list[tuple[Partition, list[int]]]:
     """Range partitions wholly below the newest batch holding a batch older than the cutoff that is not
-    kept, each with the ids of its batches to keep (recent or protected)."""
+    kept, each with the ids of its old batches to keep (``keep_ids``, the protected ones, in its range).
+
+    One probe per partition, no ids fetched: the recent batches are told by their time again under
+    the swap's lock (``swap_out``)."""
     newest = _newest_id(conn)
+    probe = text("SELECT 1 FROM batches WHERE id >= :lo AND id < :hi AND batch_time < :cutoff "
+                 "AND id <> ALL(:protected) LIMIT 1").bindparams(bindparam("cutoff", cutoff,
+                                                                          type_=DateTime(timezone=True)))
     out = []
+    kept = sorted(keep_ids)  # a live windowed query keeps all its history: many ids, cut by bisection
     for p in partitions(conn):
         if p.default or p.hi is None or p.hi > newest:
             continue
         lo = -(2 ** 63) if p.lo is None else p.lo
-        old_ids = text("SELECT 1 FROM batches WHERE id >= :lo AND id < :hi AND batch_time < :cutoff LIMIT 1")
-        if conn.execute(old_ids.bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))),
-                        {"lo": lo, "hi": p.hi}).first() is None:
-            continue  # nothing old in it: its ids are not fetched (a retention window holds ~120 partitions)
-        ids = conn.execute(text(
-            "SELECT id, batch_time < :cutoff AS old FROM batches WHERE id >= :lo AND id < :hi"
-        ).bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))), {"lo": lo, "hi": p.hi}).all()
-        keep = [i for i, old in ids if not old or i in keep_ids]
-        if len(keep) < len(ids):
-            out.append((p, keep))
+        protected = kept[bisect_left(kept, lo):bisect_left(kept, p.hi)]
+        if conn.execute(probe, {"lo": lo, "hi": p.hi, "protected": protected}).first() is not None:
+            out.append((p, protected))
     return out
 
 

@@ -316,9 +316,7 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
         _tune(conn)
         todo = swappable(conn, cutoff, keep_ids)
     done_bo = done_b = swaps = 0
-    for part, keep in todo:
-        # The old batches it keeps (few: the recent ones are told by their time, under the swap's lock).
-        protected = [i for i in keep if i in keep_ids]
+    for part, protected in todo:  # the old batches it keeps (the recent ones are told by their time)
         swapped = swap_out(engine, part, protected, cutoff)
         if swapped is None:
             continue  # its lock stayed busy: the chunked DELETE below takes its rows
