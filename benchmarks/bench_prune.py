@@ -253,7 +253,8 @@ def fleet_day(args: argparse.Namespace) -> int:
             after = _sizes(engine)
             with engine.connect() as conn:
                 digest = conn.execute(text(_ISLANDS_DIGEST)).scalar_one()
-            rows[label] = {"build": build, "report": report, "before": before, "after": after, "dead": _dead(engine), "dead_b": _dead(engine, "batches"),
+            rows[label] = {"build": build, "report": report, "before": before, "after": after,
+                           "dead": _dead(engine), "dead_b": _dead(engine, "batches"),
                            "swaps": swaps.swaps, "digest": digest}
         finally:
             engine.dispose()

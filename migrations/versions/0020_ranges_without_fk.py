@@ -74,6 +74,7 @@ def downgrade() -> None:
     if bind.dialect.name != "postgresql":
         return
     bind.exec_driver_sql("LOCK TABLE batches, offset_ranges IN SHARE ROW EXCLUSIVE MODE")
-    bind.exec_driver_sql("DELETE FROM offset_ranges r WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = r.batch_pk)")
+    bind.exec_driver_sql("DELETE FROM offset_ranges r "
+                         "WHERE NOT EXISTS (SELECT 1 FROM batches b WHERE b.id = r.batch_pk)")
     bind.exec_driver_sql(f"ALTER TABLE offset_ranges ADD CONSTRAINT {_FK} "
                          "FOREIGN KEY (batch_pk) REFERENCES batches (id) ON DELETE CASCADE")

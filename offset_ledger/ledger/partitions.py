@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import logging
 import re
-from bisect import bisect_left
 import time
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime

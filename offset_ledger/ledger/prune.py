@@ -15,9 +15,9 @@ How the rows go: on PostgreSQL from 0018 ``offset_ranges`` is partitioned by bat
 (``ledger.partitions``); a whole-ledger prune replaces each aged partition (wholly below the newest
 batch) by the rows it keeps and drops it, then deletes those partitions' old ``batches`` rows (one per
 batch; from 0020 no foreign key probes ``offset_ranges`` for each, and ranges are always removed by
-prune itself, never by a cascade). What is left older than the cutoff (the newest partitions, the DEFAULT one, a partition whose
-lock stayed busy, SQLite, a ``--pipeline`` prune) is deleted batch by batch in chunks. Either way the
-same rows go and the same stay.
+prune itself, never by a cascade). What is left older than the cutoff (the newest partitions, the
+DEFAULT one, a partition whose lock stayed busy, SQLite, a ``--pipeline`` prune) is deleted batch by
+batch in chunks. Either way the same rows go and the same stay.
 """
 
 from __future__ import annotations
@@ -333,10 +333,10 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
         for start in range(first, part.hi, step):
             stop = min(start + step, part.hi)
             kept = [i for i in protected if start <= i < stop]
-            # The batches whose ranges the swap removed (old, not kept: a recent one committed since
-            # ``swappable`` read the range kept its ranges and stays); no foreign key probes
-            # offset_ranges for each of them any more (0020).
-            delete = text("DELETE FROM batches WHERE id >= :a AND id < :b AND batch_time < :cutoff AND id <> ALL(:keep)")
+            # The batches whose ranges the swap removed: old and not protected (a recent batch, whatever
+            # its id, kept its ranges and stays); no foreign key probes offset_ranges for each (0020).
+            delete = text("DELETE FROM batches WHERE id >= :a AND id < :b AND batch_time < :cutoff "
+                          "AND id <> ALL(:keep)")
             with engine.begin() as conn:
                 done_b += conn.execute(delete.bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))),
                                        {"a": start, "b": stop, "keep": kept}).rowcount or 0

@@ -23,7 +23,8 @@ def test_0020_changes_nothing_on_sqlite_both_ways_and_prune_still_deletes(tmp_pa
             for n in range(3):
                 pk = conn.execute(insert(batches).values(
                     pipeline="p", consumer_group="p", query_id="q", run_id="r", batch_id=n,
-                    batch_time=t + timedelta(hours=n), recorded_at=t, input_rows=5).returning(batches.c.id)).scalar_one()
+                    batch_time=t + timedelta(hours=n), recorded_at=t, input_rows=5,
+                ).returning(batches.c.id)).scalar_one()
                 conn.execute(insert(offset_ranges).values(batch_pk=pk, source_index=0, topic="t", partitions=[0, 1],
                                                           from_offsets=[None if n == 0 else 2 * n, 3 * n],
                                                           until_offsets=[2 * n + 2, 3 * n + 3]))

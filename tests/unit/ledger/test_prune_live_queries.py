@@ -59,7 +59,8 @@ def test_the_live_windowed_queries_are_those_asked_group_by_group(tmp_path: Path
             random_ledger(engine, seed)
             with engine.connect() as conn:
                 for pipeline in (None, "p0", "p1"):
-                    assert live_stateful_queries(conn, pipeline) == live_stateful_queries_per_group(conn, pipeline), seed
+                    one = live_stateful_queries(conn, pipeline)
+                    assert one == live_stateful_queries_per_group(conn, pipeline), seed
                 found.append(len(live_stateful_queries(conn)))
         finally:
             engine.dispose()
