@@ -191,11 +191,11 @@ def _sizes(engine: Engine) -> dict[str, int]:
         return {t: int(conn.execute(text(_SIZE), {"t": t}).scalar_one()) for t in ("offset_ranges", "batches")}
 
 
-def _dead(engine: Engine) -> int:
+def _dead(engine: Engine, like: str = "offset_ranges%") -> int:
     time.sleep(1.5)  # the pruning sessions' table statistics reach the stats system
     with engine.connect() as conn:
         return int(conn.execute(text("SELECT COALESCE(SUM(n_dead_tup), 0) FROM pg_stat_user_tables "
-                                     "WHERE relname LIKE 'offset_ranges%'")).scalar_one())
+                                     "WHERE relname LIKE :t"), {"t": like}).scalar_one())
 
 
 class _SwapLog(logging.Handler):
@@ -225,15 +225,18 @@ def fleet_day(args: argparse.Namespace) -> int:
     rows: dict[str, dict[str, object]] = {}
     runs = [("DELETE (0017, one table)", "0017", False)] * (not args.skip_delete)
     runs += [("islands per offset (before)", "head", True)] * args.islands_before
-    runs += [("partitions (0018)", "head", False)]
+    runs += [("partitions (0018, 0020)", "head", False)]
     for label, revision, per_offset in runs:
         scratch = ScratchDatabase(args.dsn, "bench_prune_day")
         engine = make_engine(scratch.dsn)
         try:
-            upgrade(engine, revision)
+            # Head: built at 0019 (offset_ranges' foreign key in place), then 0020 run on the built ledger.
+            upgrade(engine, "0019" if revision == "head" else revision)
             with engine.connect() as conn:
                 parted = partitioned(conn)
             build = _fleet_populate(engine, args, now, width if parted else None)
+            if revision == "head":
+                rows["migration 0020"] = _time_upgrade(engine)
             before = _sizes(engine)
             if args.migration and not parted:
                 rows["migration"] = _time_migration(scratch, engine)
@@ -250,13 +253,14 @@ def fleet_day(args: argparse.Namespace) -> int:
             after = _sizes(engine)
             with engine.connect() as conn:
                 digest = conn.execute(text(_ISLANDS_DIGEST)).scalar_one()
-            rows[label] = {"build": build, "report": report, "before": before, "after": after, "dead": _dead(engine),
+            rows[label] = {"build": build, "report": report, "before": before, "after": after,
+                           "dead": _dead(engine), "dead_b": _dead(engine, "batches"),
                            "swaps": swaps.swaps, "digest": digest}
         finally:
             engine.dispose()
             scratch.drop()
     mb = 1024 * 1024
-    labels = [k for k in rows if k != "migration"]
+    labels = [k for k in rows if not k.startswith("migration")]
     print(f"{'':42}" + "".join(f"{k:>28}" for k in labels))
 
     def line(name: str, fn) -> None:  # type: ignore[no-untyped-def]
@@ -281,11 +285,30 @@ def fleet_day(args: argparse.Namespace) -> int:
     line("offset_ranges dead tuples after", lambda r: f"{r['dead']:,}")
     line("batches table+index, before -> after",
          lambda r: f"{r['before']['batches'] / mb:,.0f} -> {r['after']['batches'] / mb:,.0f} MB")
+    line("batches dead tuples after (autovacuum's)", lambda r: f"{r['dead_b']:,}")
+    if "migration 0020" in rows:
+        m = rows["migration 0020"]
+        print(f"0020 on the built 0019 ledger (before the prune): {m['seconds']:.2f} s, of which locked (writers "
+              f"wait) {m['locked']:.2f} s")
     if "migration" in rows:
         m = rows["migration"]
         print(f"0018 on the 0017 copy ({m['rows']:,} offset_ranges rows, {m['offsets']:,} partition-offsets): "
               f"{m['seconds']:.2f} s, of which locked (writers wait) {m['locked']:.2f} s")
     return 0
+
+
+def _time_upgrade(engine: Engine) -> dict[str, float]:
+    """``db upgrade`` to head on the built ledger: its whole time and its locked step (printed by it)."""
+    import contextlib
+    import io
+    import re
+
+    err = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stderr(err):
+        upgrade(engine)
+    found = re.search(r"writers waited ([\d.]+) s", err.getvalue())
+    return {"seconds": time.perf_counter() - t0, "locked": float(found.group(1)) if found else float("nan")}
 
 
 def _time_migration(scratch: ScratchDatabase, engine: Engine) -> dict[str, float]:

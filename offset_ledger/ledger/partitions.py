@@ -14,7 +14,8 @@ partitions, few enough that a query which cannot skip partitions plans quickly.
 - ``swap_out`` replaces a partition by a new table holding only the rows to keep (copied under a lock
   that blocks writes to that partition only), detaches the old one and drops it: one short exclusive
   lock on ``offset_ranges`` (``lock_timeout`` bounded, retried), no dead tuples, and a cost that follows
-  the rows kept, not the rows removed.
+  the rows kept, not the rows removed. Which rows to keep is read under that lock: those of batches
+  newer than the cutoff or protected, never a row whose batch is gone (0020: no foreign key).
 
 Only partitions wholly below the newest batch are swapped: writers never insert there.
 """
@@ -24,6 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -159,29 +161,33 @@ class Swapped:
 
 def swappable(conn: Connection, cutoff: datetime, keep_ids: set[int]) -> list[tuple[Partition, list[int]]]:
     """Range partitions wholly below the newest batch holding a batch older than the cutoff that is not
-    kept, each with the ids of its batches to keep (recent or protected)."""
+    kept, each with the ids of its old batches to keep (``keep_ids``, the protected ones, in its range).
+
+    One probe per partition, no ids fetched: the recent batches are told by their time again under
+    the swap's lock (``swap_out``)."""
     newest = _newest_id(conn)
+    probe = text("SELECT 1 FROM batches WHERE id >= :lo AND id < :hi AND batch_time < :cutoff "
+                 "AND id <> ALL(:protected) LIMIT 1").bindparams(bindparam("cutoff", cutoff,
+                                                                          type_=DateTime(timezone=True)))
     out = []
+    kept = sorted(keep_ids)  # a live windowed query keeps all its history: many ids, cut by bisection
     for p in partitions(conn):
         if p.default or p.hi is None or p.hi > newest:
             continue
         lo = -(2 ** 63) if p.lo is None else p.lo
-        old_ids = text("SELECT 1 FROM batches WHERE id >= :lo AND id < :hi AND batch_time < :cutoff LIMIT 1")
-        if conn.execute(old_ids.bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))),
-                        {"lo": lo, "hi": p.hi}).first() is None:
-            continue  # nothing old in it: its ids are not fetched (a retention window holds ~120 partitions)
-        ids = conn.execute(text(
-            "SELECT id, batch_time < :cutoff AS old FROM batches WHERE id >= :lo AND id < :hi"
-        ).bindparams(bindparam("cutoff", cutoff, type_=DateTime(timezone=True))), {"lo": lo, "hi": p.hi}).all()
-        keep = [i for i, old in ids if not old or i in keep_ids]
-        if len(keep) < len(ids):
-            out.append((p, keep))
+        protected = kept[bisect_left(kept, lo):bisect_left(kept, p.hi)]
+        if conn.execute(probe, {"lo": lo, "hi": p.hi, "protected": protected}).first() is not None:
+            out.append((p, protected))
     return out
 
 
-def swap_out(engine: Engine, part: Partition, keep: Sequence[int]) -> Swapped | None:
-    """Replace ``part`` by a table of its rows whose batch is in ``keep``; None when its lock could not
-    be had (retried ``TRIES`` times: prune then deletes its rows as it did before 0018)."""
+def swap_out(engine: Engine, part: Partition, protected: Sequence[int], cutoff: datetime) -> Swapped | None:
+    """Replace ``part`` by a table of its rows whose batch is newer than ``cutoff`` (read under the lock: a
+    batch a slow writer committed meanwhile is kept) or in ``protected`` (the old batches prune keeps);
+    None when its lock could not be had (retried ``TRIES`` times: prune then deletes its rows as it did
+    before 0018). A row whose batch is gone is not copied (0020: no foreign key removes it with its
+    batch). The recent ids are not passed in: an array literal of the 21,000 recent batches of a fleet's
+    cutoff partition cost ~3 s to evaluate against every row."""
     started = time.perf_counter()
     new = f"{PARENT}_swap_{part.name.removeprefix(PARENT + '_')}"
     for attempt in range(TRIES):
@@ -190,12 +196,17 @@ def swap_out(engine: Engine, part: Partition, keep: Sequence[int]) -> Swapped | 
                 if not _locked(conn):
                     raise _Busy()
                 conn.execute(text(f"LOCK TABLE {part.name} IN SHARE MODE"))  # its writes wait; reads go on
+                conn.execute(text("SET LOCAL jit = off"))  # one-off statements: compiling costs more than it saves
+                b_lo = "" if part.lo is None else f"b.id >= {part.lo} AND "
+                kept_batch = (f"r.batch_pk IN (SELECT b.id FROM batches b WHERE {b_lo}b.id < {part.hi} "
+                              f"AND (b.batch_time >= :cutoff OR b.id = ANY(:protected)))")
+                params = {"protected": list(protected), "cutoff": cutoff}
                 removed = int(conn.execute(text(
-                    f"SELECT COALESCE(SUM(cardinality(partitions)), 0) FROM {part.name} WHERE batch_pk <> ALL(:keep)"),
-                    {"keep": list(keep)}).scalar_one())
+                    f"SELECT COALESCE(SUM(cardinality(partitions)), 0) FROM {part.name} r WHERE NOT {kept_batch}"
+                ).bindparams(bindparam("cutoff", type_=DateTime(timezone=True))), params).scalar_one())
                 conn.execute(text(f"CREATE TABLE {new} (LIKE {PARENT})"))
-                kept = conn.execute(text(f"INSERT INTO {new} SELECT * FROM {part.name} WHERE batch_pk = ANY(:keep)"),
-                                    {"keep": list(keep)}).rowcount
+                kept = conn.execute(text(f"INSERT INTO {new} SELECT r.* FROM {part.name} r WHERE {kept_batch}")
+                                    .bindparams(bindparam("cutoff", type_=DateTime(timezone=True))), params).rowcount
                 lo = "" if part.lo is None else f"batch_pk >= {part.lo} AND "
                 conn.execute(text(f"ALTER TABLE {new} ADD CONSTRAINT {new}_bound "
                                   f"CHECK (batch_pk IS NOT NULL AND {lo}batch_pk < {part.hi})"))

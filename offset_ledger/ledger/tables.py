@@ -172,7 +172,9 @@ class PackedInts(TypeDecorator):  # type: ignore[type-arg]
 #: 0016: a batch's ranges, compactly: one row per (batch, Kafka source, topic) with the partitions
 #: and their ``[from_offset, until_offset)`` as parallel arrays (a NULL start: not reported), the
 #: batch referenced by its numeric key. About 20 bytes per partition-offset where a row per
-#: partition cost ~330 (docs/benchmarks.md).
+#: partition cost ~330 (docs/benchmarks.md). The foreign key is SQLite's only: PostgreSQL dropped it
+#: in 0020 (a probe per deleted batch; every writer and prune handle the ranges themselves, every
+#: reader joins ``batches``).
 offset_ranges = Table(
     "offset_ranges",
     metadata,

@@ -95,3 +95,26 @@ def test_the_latest_old_batches_read_per_row_are_those_read_per_partition_offset
             assert latest_old_batches_by_row(conn, NOW, None)  # not vacuous: every latest batch is old then
     finally:
         engine.dispose()
+
+
+def test_the_live_windowed_queries_in_one_statement_are_those_asked_group_by_group(pg_dsn: str) -> None:
+    """``live_stateful_queries`` (one statement) against ``queries.live_query_id`` per group, on PostgreSQL."""
+    from offset_ledger.ledger.prune import live_stateful_queries, live_stateful_queries_per_group
+    from tests.unit.ledger.test_prune_live_queries import random_ledger
+
+    engine = make_engine(pg_dsn)
+    try:
+        upgrade(engine)
+        found = []
+        for seed_ in range(12):
+            with engine.begin() as conn:
+                for table in ("batches", "runs", "checkpoint_generations"):
+                    conn.execute(text(f"DELETE FROM {table}"))
+            random_ledger(engine, seed_)
+            with engine.connect() as conn:
+                for pipeline in (None, "p0", "p1"):
+                    assert live_stateful_queries(conn, pipeline) == live_stateful_queries_per_group(conn, pipeline)
+                found.append(len(live_stateful_queries(conn)))
+        assert min(found) == 0 and max(found) >= 2, found
+    finally:
+        engine.dispose()
