@@ -82,11 +82,68 @@ def batch(n):
 for n in range(3):  # the query's first batches (general path), then the steady state
     rec.record([batch(n)])
 with engine.connect() as conn:
-    start = conn.execute(text("SELECT pg_current_wal_lsn()")).scalar()
+    start = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
 for n in range(3, 3 + k):
     rec.record([batch(n)])
 with engine.connect() as conn:
-    print(conn.execute(text("SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), :s)"), {"s": start}).scalar() / k)
+    end = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
+    print(start, end, conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"s": start, "e": end}).scalar() / k)
+"""
+
+# The listener's own path (--wal-breakdown): its EventWriter fed Spark-shaped progress events, one
+# batch at a time, each flushed before the next (a listener that keeps up), exactly as
+# OffsetLedgerListener builds and feeds it (bench_fleet's simulator does the same).
+_WAL_LISTENER = r"""
+import sys, tempfile, time, uuid
+from pathlib import Path
+from sqlalchemy import text
+sys.path.insert(0, "benchmarks")
+from _progress import progress_json
+from offset_ledger.capture.spool import Event, ledger_id
+from offset_ledger.capture.store import open_recorder
+from offset_ledger.capture.writer import EventWriter
+from offset_ledger.config import settings
+from offset_ledger.ledger.engine import make_engine
+dsn, k = sys.argv[1], int(sys.argv[2])
+engine = make_engine(dsn)
+with tempfile.TemporaryDirectory() as spool:
+    writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
+                         queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
+                         health_pipeline="wal")
+    query_id = str(uuid.uuid4())
+    def submit(b):
+        writer.submit(Event("progress", progress_json(query_id, b, 100, per_batch=500), time.time(), "wal", None, None))
+        assert writer.flush(60)
+    for b in range(3):
+        submit(b)
+    with engine.connect() as conn:
+        start = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
+    for b in range(3, 3 + k):
+        submit(b)
+    with engine.connect() as conn:
+        end = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
+    writer.close(60)
+    with engine.connect() as conn:
+        print(start, end, conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"s": start, "e": end}).scalar() / k)
+"""
+
+# What the WAL between two LSNs holds, from this database only: records touching its relations, and
+# the commit (and other relation-less) records of the transactions that wrote them. Grouped by
+# resource manager, record type and relation (pg_walinspect, PostgreSQL 15+).
+_BREAKDOWN = r"""
+WITH r AS (
+    SELECT w.*, (regexp_match(w.block_ref, 'rel (\d+)/(\d+)/(\d+)'))::oid[] AS rel
+    FROM pg_get_wal_records_info(CAST(:start AS pg_lsn), CAST(:end AS pg_lsn)) w
+), mine AS (
+    SELECT * FROM r WHERE r.rel[2] = (SELECT oid FROM pg_database WHERE datname = current_database())
+), xids AS (SELECT DISTINCT xid FROM mine WHERE xid <> 0)
+SELECT resource_manager, record_type,
+       coalesce(pg_filenode_relation(CASE WHEN rel[1] = (SELECT dattablespace FROM pg_database
+                                                         WHERE datname = current_database())
+                                          THEN 0 ELSE rel[1] END, rel[3])::text, '') AS relation,
+       count(*) AS records, sum(record_length) AS bytes, sum(fpi_length) AS fpi_bytes
+FROM (SELECT * FROM mine UNION ALL SELECT * FROM r WHERE rel IS NULL AND xid IN (SELECT xid FROM xids)) x
+GROUP BY 1, 2, 3 ORDER BY bytes DESC
 """
 
 
@@ -133,11 +190,57 @@ def _size(dsn: str, table: str) -> int:
     return size
 
 
-def _wal(dsn: str, pythonpath: str, batches: int) -> float:
+def _wal(dsn: str, pythonpath: str, batches: int, script: str = _WAL) -> tuple[str, str, float]:
+    """(start LSN, end LSN, WAL bytes per batch) of ``batches`` recorded by ``script`` under ``pythonpath``."""
     env = dict(os.environ, PYTHONPATH=pythonpath)
-    out = subprocess.run([sys.executable, "-c", _WAL, dsn, str(batches)], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script, dsn, str(batches)], env=env, capture_output=True, text=True,
                          check=True, cwd=pythonpath)
-    return float(out.stdout.strip().splitlines()[-1])
+    start, end, per_batch = out.stdout.strip().splitlines()[-1].split()
+    return start, end, float(per_batch)
+
+
+def _breakdown(dsn: str, start: str, end: str, batches: int, per_batch: float) -> None:
+    """Print what the WAL of ``batches`` batches holds, per batch, by record type and relation."""
+    engine = create_engine(dsn)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
+        # synchronous_commit=off (the devstack): pg_walinspect reads only WAL already flushed
+        conn.execute(text("SET LOCAL synchronous_commit = on"))
+        conn.execute(text("SELECT txid_current()"))
+    with engine.begin() as conn:
+        rows = conn.execute(text(_BREAKDOWN), {"start": start, "end": end}).all()
+        fpw = conn.execute(text("SHOW full_page_writes")).scalar()
+    engine.dispose()
+    total = sum(int(r.bytes) for r in rows)
+    print(f"    {'resource manager/record':<24} {'relation':<36} {'records':>8} {'bytes':>8}  (per batch)")
+    for r in rows:
+        if int(r.bytes) / batches < 8:
+            continue
+        print(f"    {r.resource_manager + '/' + r.record_type:<24} {r.relation[:36]:<36} "
+              f"{int(r.records) / batches:8.1f} {int(r.bytes) / batches:8.0f}")
+    print(f"    {'records of this database':<61} {sum(int(r.records) for r in rows) / batches:8.1f} "
+          f"{total / batches:8.0f}")
+    print(f"    {'LSN distance (+ alignment, page headers, other databases)':<70} {per_batch:8.0f}")
+    print(f"    full_page_writes = {fpw}" + (" (no full-page images: the figure is the steady state's floor "
+                                                  "between checkpoints)" if fpw == "off" else ""))
+
+
+def wal_breakdown(admin_dsn: str, batches: int) -> None:
+    """WAL per 100-partition batch of this tree's two writers, each in a fresh database, broken down."""
+    name = "bench_storage_wal"
+    print(f"WAL per 100-partition batch, {batches} batches after 3 of warm-up (target <= 8 KB):")
+    try:
+        for label, script in (("recorder: one record() call a batch (the fast one-statement path)", _WAL),
+                              ("listener: EventWriter fed progress events, each flushed", _WAL_LISTENER)):
+            dsn = _database(admin_dsn, name)
+            engine = make_engine(dsn)
+            upgrade(engine)
+            engine.dispose()
+            start, end, per_batch = _wal(dsn, str(ROOT), batches, script)
+            print(f"  {label}: {per_batch / 1024:.2f} KB")
+            _breakdown(dsn, start, end, batches, per_batch)
+    finally:
+        _drop(admin_dsn, name)
 
 
 def main() -> None:
@@ -146,9 +249,14 @@ def main() -> None:
     parser.add_argument("--offsets", type=int, default=1_000_000)
     parser.add_argument("--wal-batches", type=int, default=200)
     parser.add_argument("--migrate", type=int, default=10_000_000, help="0: skip the migration timing")
+    parser.add_argument("--wal-breakdown", action="store_true",
+                        help="only the WAL per batch of this tree's recorder and listener, broken down (pg_walinspect)")
     args = parser.parse_args()
     if not args.dsn:
         parser.error("--dsn (or OFFSET_LEDGER_TEST_DSN) is required")
+    if args.wal_breakdown:
+        wal_breakdown(args.dsn, args.wal_batches)
+        return
     old_db, new_db = "bench_storage_0014", "bench_storage_0016"
     try:
         old, new = _database(args.dsn, old_db), _database(args.dsn, new_db)
@@ -172,7 +280,7 @@ def main() -> None:
                 engine = make_engine(dsn)
                 upgrade(engine, revision)
                 engine.dispose()
-                wal[revision] = _wal(dsn, path, args.wal_batches)
+                wal[revision] = _wal(dsn, path, args.wal_batches)[2]
             wal_old, wal_new = wal["0014"], wal["head"]
         print(f"WAL per 100-partition batch ({args.wal_batches} batches, one record() call each):")
         print(f"  per-partition rows (previous release 4cc5ce0): {wal_old / 1024:6.1f} KB")
