@@ -102,7 +102,7 @@ WITH new_batches AS (
          AS o (batch, source_index, topic, partition, from_offset, until_offset, n)
     JOIN new_batches nb ON nb.batch_id = $6[o.batch]
     GROUP BY nb.id, o.source_index, o.topic
-    ON CONFLICT DO NOTHING  -- no arbiter: one would need SELECT, whose row-security check cannot see new_batch
+    -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
     UPDATE positions AS p SET next_offset = e.until_offset, updated_at = $5, query_id = $3, batch_id = e.batch_id,
                               reset_id = NULL
@@ -147,7 +147,7 @@ WITH new_batch AS (
     FROM new_batch nb, unnest($9, $10, $11, $12, $13) WITH ORDINALITY
          AS o (source_index, topic, partition, from_offset, until_offset, n)
     GROUP BY nb.id, o.source_index, o.topic
-    ON CONFLICT DO NOTHING  -- no arbiter: one would need SELECT, whose row-security check cannot see new_batch
+    -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
     UPDATE positions AS p SET next_offset = e.until_offset, updated_at = $7, query_id = $3, batch_id = $5,
                               reset_id = NULL
