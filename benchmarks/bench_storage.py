@@ -204,10 +204,12 @@ def _breakdown(dsn: str, start: str, end: str, batches: int, per_batch: float) -
     engine = create_engine(dsn)
     with engine.begin() as conn:
         conn.execute(text("CREATE EXTENSION IF NOT EXISTS pg_walinspect"))
-        # synchronous_commit=off (the devstack): pg_walinspect reads only WAL already flushed
-        conn.execute(text("SET LOCAL synchronous_commit = on"))
-        conn.execute(text("SELECT txid_current()"))
     with engine.begin() as conn:
+        # synchronous_commit=off (the devstack): pg_walinspect reads only WAL already flushed
+        for _ in range(200):
+            if conn.execute(text("SELECT pg_current_wal_flush_lsn() >= CAST(:e AS pg_lsn)"), {"e": end}).scalar():
+                break
+            time.sleep(0.05)
         rows = conn.execute(text(_BREAKDOWN), {"start": start, "end": end}).all()
         fpw = conn.execute(text("SHOW full_page_writes")).scalar()
     engine.dispose()

@@ -25,6 +25,8 @@ import pytest
 PREVIOUS_RELEASE = "4cc5ce0"
 #: The release that wrote ``offset_ranges`` itself (0016, 0017): 0018 partitions that table under it.
 COMPACT_RELEASE = "f245580"
+#: The last release (0019): its ``positions`` has ``query_id`` between the columns a batch changes (0021).
+LAST_RELEASE = "1e8e3af"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -69,11 +71,14 @@ t0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 engine = make_engine(dsn)
 recorder = Recorder(engine)
 general = []  # which record() calls took the general path (the rest: the one-statement fast path)
-_record = recorder._record
+# the general path: a method of the recorder up to f245580, its GeneralPath collaborator since
+owner = recorder if hasattr(recorder, "_record") else recorder._general
+name = "_record" if owner is recorder else "record"
+_record = getattr(owner, name)
 def counted(conn, records, txn):
     general.append(len(outcomes))
     return _record(conn, records, txn)
-recorder._record = counted
+setattr(owner, name, counted)
 out, outcomes = [], []
 recorder.record([RunStart(pipeline, pipeline, query, "run-" + query, pipeline, t0)])
 general.clear()
