@@ -5,14 +5,17 @@ per-partition one (0014), measured in the same run; and the 0016 migration's tim
   ``offset_ranges`` vs ``batch_offsets`` after VACUUM, N partition-offsets (batches of 100
   partitions, realistic offsets: large, growing by a few hundred a batch); ``batches`` is the same
   in both layouts and printed apart;
-- WAL per 100-partition batch: ``pg_current_wal_lsn()`` before and after K batches recorded one per
+- WAL per 100-partition batch: ``pg_current_wal_insert_lsn()`` before and after K batches recorded one per
   call by the real recorders (this tree's for the compact layout, the previous release's, extracted
   with ``git archive 4cc5ce0``, for the per-partition one), batches row, positions and run included.
   WAL is cluster-wide: run it alone (``flock /tmp/offset-ledger-stack.lock``);
-- the migration 0014 -> 0016 of M partition-offsets, timed, its progress printed.
+- the migration 0014 -> 0016 of M partition-offsets, timed, its progress printed;
+- ``--wal-breakdown`` (alone): the WAL per batch of the last release's writers beside this tree's (the
+  recorder one batch a call, five a call, and the listener's EventWriter fed progress events), each
+  broken down by resource manager, record type and relation with pg_walinspect (PostgreSQL 15+).
 
     python benchmarks/bench_storage.py --dsn postgresql+psycopg2://postgres@127.0.0.1:5432/postgres \
-        [--offsets 1000000] [--wal-batches 200] [--migrate 10000000]
+        [--offsets 1000000] [--wal-batches 200] [--migrate 10000000] [--wal-breakdown]
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 dsn, k = sys.argv[1], int(sys.argv[2])
+fold = int(sys.argv[3]) if len(sys.argv) > 3 else 1  # batches per record() call (a writer that fell behind)
 t0 = datetime(2026, 11, 26, tzinfo=timezone.utc)
 engine = make_engine(dsn)
 rec = Recorder(engine)
@@ -83,8 +87,8 @@ for n in range(3):  # the query's first batches (general path), then the steady 
     rec.record([batch(n)])
 with engine.connect() as conn:
     start = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
-for n in range(3, 3 + k):
-    rec.record([batch(n)])
+for n in range(3, 3 + k, fold):
+    rec.record([batch(m) for m in range(n, min(n + fold, 3 + k))])
 with engine.connect() as conn:
     end = conn.execute(text("SELECT pg_current_wal_insert_lsn()")).scalar()
     print(start, end, conn.execute(text("SELECT pg_wal_lsn_diff(:e, :s)"), {"s": start, "e": end}).scalar() / k)
@@ -190,10 +194,10 @@ def _size(dsn: str, table: str) -> int:
     return size
 
 
-def _wal(dsn: str, pythonpath: str, batches: int, script: str = _WAL) -> tuple[str, str, float]:
+def _wal(dsn: str, pythonpath: str, batches: int, script: str = _WAL, *args: str) -> tuple[str, str, float]:
     """(start LSN, end LSN, WAL bytes per batch) of ``batches`` recorded by ``script`` under ``pythonpath``."""
     env = dict(os.environ, PYTHONPATH=pythonpath)
-    out = subprocess.run([sys.executable, "-c", script, dsn, str(batches)], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", script, dsn, str(batches), *args], env=env, capture_output=True, text=True,
                          check=True, cwd=pythonpath)
     start, end, per_batch = out.stdout.strip().splitlines()[-1].split()
     return start, end, float(per_batch)
@@ -227,20 +231,40 @@ def _breakdown(dsn: str, start: str, end: str, batches: int, per_batch: float) -
                                                   "between checkpoints)" if fpw == "off" else ""))
 
 
+#: The release the breakdown compares with: the last one before issue 35's WAL work (0019).
+LAST_RELEASE = "1e8e3af"
+
+_UPGRADE = "import sys; from offset_ledger.ledger.engine import make_engine, upgrade; upgrade(make_engine(sys.argv[1]))"
+
+
 def wal_breakdown(admin_dsn: str, batches: int) -> None:
-    """WAL per 100-partition batch of this tree's two writers, each in a fresh database, broken down."""
+    """WAL per 100-partition batch of the last release's writers and this tree's, each in a fresh
+    database its own migrations built, broken down by record type and relation."""
     name = "bench_storage_wal"
     print(f"WAL per 100-partition batch, {batches} batches after 3 of warm-up (target <= 8 KB):")
     try:
-        for label, script in (("recorder: one record() call a batch (the fast one-statement path)", _WAL),
-                              ("listener: EventWriter fed progress events, each flushed", _WAL_LISTENER)):
-            dsn = _database(admin_dsn, name)
-            engine = make_engine(dsn)
-            upgrade(engine)
-            engine.dispose()
-            start, end, per_batch = _wal(dsn, str(ROOT), batches, script)
-            print(f"  {label}: {per_batch / 1024:.2f} KB")
-            _breakdown(dsn, start, end, batches, per_batch)
+        with tempfile.TemporaryDirectory() as tmp:
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", LAST_RELEASE, "offset_ledger", "migrations",
+                                      "benchmarks"], capture_output=True, check=True).stdout
+            subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+            totals: dict[tuple[str, str], float] = {}
+            for label, script, args in (
+                    ("recorder: one record() call a batch (the fast one-statement path)", _WAL, ()),
+                    ("recorder: five batches a record() call (a writer that fell behind)", _WAL, ("5",)),
+                    ("listener: EventWriter fed progress events, each flushed", _WAL_LISTENER, ())):
+                for release, path in ((f"last release {LAST_RELEASE}", tmp), ("this tree", str(ROOT))):
+                    dsn = _database(admin_dsn, name)
+                    env = dict(os.environ, PYTHONPATH=path)
+                    subprocess.run([sys.executable, "-c", _UPGRADE, dsn], env=env, cwd=path, check=True,
+                                   capture_output=True)
+                    start, end, per_batch = _wal(dsn, path, batches, script, *args)
+                    totals[(label, release)] = per_batch
+                    print(f"  {label}, {release}: {per_batch / 1024:.2f} KB")
+                    _breakdown(dsn, start, end, batches, per_batch)
+        print(f"summary, KB per batch, last release {LAST_RELEASE} -> this tree (target <= 8 KB):")
+        for label in dict.fromkeys(k[0] for k in totals):
+            print(f"  {label.split(':')[0]} ({label.split(': ')[1]}): "
+                  f"{totals[(label, f'last release {LAST_RELEASE}')] / 1024:.1f} -> {totals[(label, 'this tree')] / 1024:.1f}")
     finally:
         _drop(admin_dsn, name)
 
