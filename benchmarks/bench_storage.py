@@ -111,7 +111,8 @@ from offset_ledger.ledger.engine import make_engine
 dsn, k = sys.argv[1], int(sys.argv[2])
 engine = make_engine(dsn)
 with tempfile.TemporaryDirectory() as spool:
-    writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
+    writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool),
+                         ledger=ledger_id(settings().resolved_dsn(dsn)),
                          queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
                          health_pipeline="wal")
     query_id = str(uuid.uuid4())
@@ -197,8 +198,8 @@ def _size(dsn: str, table: str) -> int:
 def _wal(dsn: str, pythonpath: str, batches: int, script: str = _WAL, *args: str) -> tuple[str, str, float]:
     """(start LSN, end LSN, WAL bytes per batch) of ``batches`` recorded by ``script`` under ``pythonpath``."""
     env = dict(os.environ, PYTHONPATH=pythonpath)
-    out = subprocess.run([sys.executable, "-c", script, dsn, str(batches), *args], env=env, capture_output=True, text=True,
-                         check=True, cwd=pythonpath)
+    out = subprocess.run([sys.executable, "-c", script, dsn, str(batches), *args], env=env, capture_output=True,
+                         text=True, check=True, cwd=pythonpath)
     start, end, per_batch = out.stdout.strip().splitlines()[-1].split()
     return start, end, float(per_batch)
 
@@ -263,8 +264,8 @@ def wal_breakdown(admin_dsn: str, batches: int) -> None:
                     _breakdown(dsn, start, end, batches, per_batch)
         print(f"summary, KB per batch, last release {LAST_RELEASE} -> this tree (target <= 8 KB):")
         for label in dict.fromkeys(k[0] for k in totals):
-            print(f"  {label.split(':')[0]} ({label.split(': ')[1]}): "
-                  f"{totals[(label, f'last release {LAST_RELEASE}')] / 1024:.1f} -> {totals[(label, 'this tree')] / 1024:.1f}")
+            before, after = totals[(label, f"last release {LAST_RELEASE}")], totals[(label, "this tree")]
+            print(f"  {label.split(':')[0]} ({label.split(': ')[1]}): {before / 1024:.1f} -> {after / 1024:.1f}")
     finally:
         _drop(admin_dsn, name)
 
