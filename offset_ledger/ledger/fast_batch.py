@@ -65,8 +65,10 @@ _MOVE_RULE = """\
 # writer of positions takes that lock before any row lock (ledger.locks), so while this statement
 # runs no other transaction holds or can take a row lock on the pipeline's positions, and it never
 # waits for one (no deadlock, whatever the order). Recorders of one pipeline wait for each other
-# here; they did before too, on the same position rows. The statement's snapshot is taken after the
-# lock is granted: it reads the positions at their latest committed version.
+# here; they did before too, on the same position rows. The general path takes the lock (shared)
+# before it writes any row of its batches, so none of them can hold a row this statement needs
+# while waiting for the lock. The statement's snapshot is taken after the lock is granted: it reads
+# the positions at their latest committed version.
 # With several batches the rule must hold for each of them, not only the last: a position ahead of
 # where the first of them ends there is a regression the general path reports, even if the last
 # batch ends past it; Python made sure the ends only grow from batch to batch, so the first is the

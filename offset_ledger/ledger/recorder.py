@@ -37,6 +37,7 @@ from offset_ledger.ledger.bulk_write import BulkWriter, compact_ranges
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
+from offset_ledger.ledger.locks import share_pipelines
 from offset_ledger.ledger.position_rules import PositionRules
 from offset_ledger.ledger.records import (
     STATEFUL_COLUMNS,
@@ -216,6 +217,11 @@ class GeneralPath:
                 self.run_book.end_query_runs(conn, rec.query_id, rec.run_id, rec.at)
         recs = [r for r in records if isinstance(r, BatchRecord)]
         if recs:
+            # The pipeline lock before any row of these batches: the one-statement path holds it
+            # exclusively while it inserts its batches and updates its run (fast_batch), so a
+            # transaction that inserted the same batch first and only then waited for the lock
+            # would deadlock with it. (move_positions takes it again: the same lock, held already.)
+            share_pipelines(conn, {(r.pipeline, r.consumer_group) for r in recs})
             self.run_book.ensure_runs(conn, recs, txn)
             recs = self.run_book.with_first_starts(conn, recs, txn)
         new, duplicates = self._new_batches(conn, recs, txn)
