@@ -25,8 +25,9 @@ import pytest
 PREVIOUS_RELEASE = "4cc5ce0"
 #: The release that wrote ``offset_ranges`` itself (0016, 0017): 0018 partitions that table under it.
 COMPACT_RELEASE = "f245580"
-#: The release at 0019 (partitioned ``offset_ranges`` with its foreign key): 0020 drops the key under it.
-FK_RELEASE = "1e8e3af"
+#: The last release (0019): its ``offset_ranges`` has a foreign key to ``batches`` (0020 drops it) and its
+#: ``positions`` has ``query_id`` between the columns a batch changes (0021).
+LAST_RELEASE = "1e8e3af"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -71,12 +72,14 @@ t0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 engine = make_engine(dsn)
 recorder = Recorder(engine)
 general = []  # which record() calls took the general path (the rest: the one-statement fast path)
-_record = getattr(recorder, "_record", None)  # a release from 1e8e3af on has no such seam: not counted
+# the general path: a method of the recorder up to f245580, its GeneralPath collaborator since
+owner = recorder if hasattr(recorder, "_record") else recorder._general
+name = "_record" if owner is recorder else "record"
+_record = getattr(owner, name)
 def counted(conn, records, txn):
     general.append(len(outcomes))
     return _record(conn, records, txn)
-if _record is not None:
-    recorder._record = counted
+setattr(owner, name, counted)
 out, outcomes = [], []
 recorder.record([RunStart(pipeline, pipeline, query, "run-" + query, pipeline, t0)])
 general.clear()

@@ -39,42 +39,44 @@ log = logging.getLogger("offset_ledger.ledger.recorder")
 _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
 
 # Both statements below, in the same parameters ($1 pipeline, $2 consumer group, $3 query id, $4 run
-# id): whether the run may move positions at all, and the positions upsert's rule (see below).
-_AUTHORITY = """\
-    -- Authority, for new rows as for updates: the run is on the current generation, or there is none.
-    WHERE (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
-          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
-"""
+# id): the positions UPDATE's rule, the forward-only and pending-reset rule of _move_positions in its
+# plainest case: the run is on the current generation (or the pipeline has none), no reset is
+# pending and the position was last moved by this query or placed by a restart or reset.
 _MOVE_RULE = """\
-    ORDER BY e.topic COLLATE "C", e.partition
-    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE
-    SET next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = EXCLUDED.query_id,
-        batch_id = EXCLUDED.batch_id, reset_id = NULL
-    WHERE p.next_offset <= EXCLUDED.next_offset
+    WHERE p.pipeline = $1 AND p.consumer_group = $2 AND p.topic = e.topic AND p."partition" = e.partition
+      -- Authority: the run is on the current generation, or there is none.
+      AND (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
+          IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
       AND (p.query_id IS NULL OR p.query_id = $3)
       AND (p.reset_id IS NULL
            OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
-    RETURNING 1
 """
 
-# Plain batches on PostgreSQL in one round trip: "BEGIN; <shared pipeline lock>; EXECUTE <statement>;
+# Plain batches on PostgreSQL in one round trip: "BEGIN; <pipeline lock>; EXECUTE <statement>;
 # COMMIT" sent as one string. The statement writes the batches of one run, their offsets, the
 # positions (once, where the last of them ends) and the run; it is prepared once per connection (no
 # parse, plan or SQLAlchemy compile per call). Everything arrives as array literals, one parameter a
-# column, which Postgres parses far faster than a VALUES row per partition. The positions upsert
-# takes the row locks in (topic, partition) order, byte-wise like Python's sorted() that the reset
-# writer and _move_positions use; ON CONFLICT DO UPDATE locks a row even when its WHERE refuses the
-# update, and that WHERE is the forward-only and pending-reset rule of _move_positions in its
-# plainest case: the run is on the current generation (or the pipeline has none), no reset is
-# pending and the position was last moved by this query or placed by a restart or reset. With
-# several batches the rule must hold for each of them, not only the last: a position ahead of where
-# the first of them ends there is a regression the general path reports, even if the last batch
-# ends past it. `first` checks that on the rows locked (same order) at their latest version; Python
-# made sure the ends only grow from batch to batch, so the first is the lowest. Anything a rule or
-# idempotency would have to explain (a batch another writer already recorded, a position not moved:
-# regression, pending_reset, foreign_run, shared_position) makes the final SELECT fail on purpose,
-# so the statement and its transaction leave nothing behind and the general path records the
-# batches with their findings. Statement-level atomicity does the rest.
+# column, which Postgres parses far faster than a VALUES row per partition.
+# Positions move by a plain UPDATE of the rows that exist (a missing one aborts: the general path
+# inserts it), not an INSERT ... ON CONFLICT DO UPDATE: that one WAL-logs a row lock before each
+# update (a Heap/LOCK record, 54 of the ~210 bytes a position cost per batch; bench_storage
+# --wal-breakdown). An UPDATE locks its rows in the order its plan meets them, not the sorted order
+# every other writer of positions keeps, so this path holds the pipeline lock EXCLUSIVELY: every
+# writer of positions takes that lock before any row lock (ledger.locks), so while this statement
+# runs no other transaction holds or can take a row lock on the pipeline's positions, and it never
+# waits for one (no deadlock, whatever the order). Recorders of one pipeline wait for each other
+# here; they did before too, on the same position rows. The general path takes the lock (shared)
+# before it writes any row of its batches, so none of them can hold a row this statement needs
+# while waiting for the lock. The statement's snapshot is taken after the lock is granted: it reads
+# the positions at their latest committed version.
+# With several batches the rule must hold for each of them, not only the last: a position ahead of
+# where the first of them ends there is a regression the general path reports, even if the last
+# batch ends past it; Python made sure the ends only grow from batch to batch, so the first is the
+# lowest and the UPDATE requires the position at or behind it. Anything a rule or idempotency would
+# have to explain (a batch another writer already recorded, a position not moved: regression,
+# pending_reset, foreign_run, shared_position, a partition without a position yet) makes the final
+# SELECT fail on purpose, so the statement and its transaction leave nothing behind and the general
+# path records the batches with their findings. Statement-level atomicity does the rest.
 _BATCHES = "offset_ledger_record_batches_v2"
 _BATCHES_SQL = f"""
 PREPARE {_BATCHES} (text, text, text, text, timestamptz,
@@ -102,22 +104,14 @@ WITH new_batches AS (
          AS o (batch, source_index, topic, partition, from_offset, until_offset, n)
     JOIN new_batches nb ON nb.batch_id = $6[o.batch]
     GROUP BY nb.id, o.source_index, o.topic
-    ON CONFLICT DO NOTHING  -- no arbiter: one would need SELECT, whose row-security check cannot see new_batch
-), first AS (
-    SELECT bool_and(x.ok) AS ok FROM (
-        SELECT p.next_offset <= e.first_end AS ok
-        FROM positions p JOIN unnest($21, $22, $23) AS e (topic, partition, first_end)
-             ON p.topic = e.topic AND p."partition" = e.partition
-        WHERE p.pipeline = $1 AND p.consumer_group = $2
-        ORDER BY p.topic COLLATE "C", p."partition"
-        FOR UPDATE OF p) x
+    -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
-    INSERT INTO positions AS p (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
-                                query_id, batch_id, reset_id)
-    SELECT $1, $2, e.topic, e.partition, e.until_offset, $5, $3, e.batch_id, NULL
-    FROM unnest($21, $22, $24, $25) AS e (topic, partition, until_offset, batch_id)
-{_AUTHORITY}      AND (SELECT ok FROM first) IS NOT FALSE
-{_MOVE_RULE}), run AS (
+    UPDATE positions AS p SET next_offset = e.until_offset, updated_at = $5, query_id = $3, batch_id = e.batch_id,
+                              reset_id = NULL
+    FROM unnest($21, $22, $23, $24, $25) AS e (topic, partition, first_end, until_offset, batch_id)
+{_MOVE_RULE}      AND p.next_offset <= e.first_end  -- forward only from the first batch's end (the lowest)
+    RETURNING 1
+), run AS (
     UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = (SELECT max(t) FROM unnest($7) t),
                     max_batch_ms = greatest(max_batch_ms, $26)  -- $26: the longest batch's duration or NULL
     WHERE run_id = $4
@@ -127,8 +121,8 @@ SELECT (CASE WHEN (SELECT count(*) FROM new_batches) = cardinality($6)
               AND (SELECT count(*) FROM moved) = cardinality($21)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
-# The shared pipeline lock comes first, as on the general path (ledger.locks).
-_BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
+# The pipeline lock comes first, as on the general path (ledger.locks); exclusive (see above).
+_BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
                  f"EXECUTE {_BATCHES} ({', '.join(['%s'] * 26)}); COMMIT")
 
 
@@ -155,13 +149,14 @@ WITH new_batch AS (
     FROM new_batch nb, unnest($9, $10, $11, $12, $13) WITH ORDINALITY
          AS o (source_index, topic, partition, from_offset, until_offset, n)
     GROUP BY nb.id, o.source_index, o.topic
-    ON CONFLICT DO NOTHING  -- no arbiter: one would need SELECT, whose row-security check cannot see new_batch
+    -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
-    INSERT INTO positions AS p (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
-                                query_id, batch_id, reset_id)
-    SELECT $1, $2, e.topic, e.partition, e.until_offset, $7, $3, $5, NULL
+    UPDATE positions AS p SET next_offset = e.until_offset, updated_at = $7, query_id = $3, batch_id = $5,
+                              reset_id = NULL
     FROM unnest($14, $15, $16) AS e (topic, partition, until_offset)
-{_AUTHORITY}{_MOVE_RULE}), run AS (
+{_MOVE_RULE}      AND p.next_offset <= e.until_offset  -- forward only
+    RETURNING 1
+), run AS (
     UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
                     max_batch_ms = greatest(max_batch_ms, $17)  -- $17: the batch's duration or NULL
     WHERE run_id = $4
@@ -170,7 +165,7 @@ WITH new_batch AS (
 SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = cardinality($16)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
-_ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock_shared(%s); "
+_ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
                    f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
 
 

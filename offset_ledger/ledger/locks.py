@@ -1,8 +1,10 @@
 """The pipeline lock: what serialises resets, new generations and the recorder's position moves.
 
 On PostgreSQL a transaction-scoped advisory lock per (pipeline, consumer group): resets and
-restarts take it exclusively, the recorder shared (recorders of one pipeline do not wait for each
-other, only for a reset or a restart in progress), always before any row lock, in one order.
+restarts take it exclusively, the recorder's general path shared (recorders of one pipeline do not
+wait for each other there, only for a reset or a restart in progress), its one-statement path
+exclusively (a plain UPDATE of the positions, in no fixed row order: ``fast_batch``), always before
+any row lock, in one order.
 SQLite has one writer at a time: a no-op write opens the write transaction at once (like
 ``BEGIN IMMEDIATE``), so whatever the caller reads afterwards cannot change before it commits.
 """

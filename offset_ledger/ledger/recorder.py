@@ -37,6 +37,7 @@ from offset_ledger.ledger.bulk_write import BulkWriter, compact_ranges
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
+from offset_ledger.ledger.locks import share_pipelines
 from offset_ledger.ledger.position_rules import PositionRules
 from offset_ledger.ledger.records import (
     STATEFUL_COLUMNS,
@@ -216,6 +217,11 @@ class GeneralPath:
                 self.run_book.end_query_runs(conn, rec.query_id, rec.run_id, rec.at)
         recs = [r for r in records if isinstance(r, BatchRecord)]
         if recs:
+            # The pipeline lock before any row of these batches: the one-statement path holds it
+            # exclusively while it inserts its batches and updates its run (fast_batch), so a
+            # transaction that inserted the same batch first and only then waited for the lock
+            # would deadlock with it. (move_positions takes it again: the same lock, held already.)
+            share_pipelines(conn, {(r.pipeline, r.consumer_group) for r in recs})
             self.run_book.ensure_runs(conn, recs, txn)
             recs = self.run_book.with_first_starts(conn, recs, txn)
         new, duplicates = self._new_batches(conn, recs, txn)
@@ -302,6 +308,14 @@ class GeneralPath:
         query_ids = sorted({r.batch.query_id for r in suspects})
         batch_ids = sorted({r.batch.batch_id for r in suspects})
         existing: dict[tuple[str, int], list[tuple[int, str, int, int | None, int]]] = {}
+        # The batches first, their ranges after: a batch another writer commits between the two
+        # reads then shows its ranges too (they commit together), never a batch row without them
+        # (which would read as the same batch with different offsets).
+        recorded_by_run: dict[tuple[str, int], str] = {}
+        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id).where(
+                batches.c.query_id.in_(query_ids), batches.c.batch_id.in_(batch_ids))):
+            existing.setdefault((r.query_id, r.batch_id), [])
+            recorded_by_run[(r.query_id, r.batch_id)] = r.run_id
         rows = conn.execute(
             select(batch_offsets.c.query_id, batch_offsets.c.batch_id, batch_offsets.c.source_index,
                    batch_offsets.c.topic, batch_offsets.c.partition, batch_offsets.c.from_offset,
@@ -310,11 +324,6 @@ class GeneralPath:
         for r in rows:
             existing.setdefault((r.query_id, r.batch_id), []).append(
                 (r.source_index, r.topic, r.partition, r.from_offset, r.until_offset))
-        recorded_by_run: dict[tuple[str, int], str] = {}
-        for r in conn.execute(select(batches.c.query_id, batches.c.batch_id, batches.c.run_id).where(
-                batches.c.query_id.in_(query_ids), batches.c.batch_id.in_(batch_ids))):
-            existing.setdefault((r.query_id, r.batch_id), [])
-            recorded_by_run[(r.query_id, r.batch_id)] = r.run_id
         fresh: list[BatchRecord] = []
         for rec in candidates:
             key = (rec.batch.query_id, rec.batch.batch_id)

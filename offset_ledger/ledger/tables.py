@@ -209,11 +209,13 @@ positions = Table(
     Column("partition", Integer, primary_key=True),
     Column("next_offset", BigInteger, nullable=False),
     Column("updated_at", _tz(), nullable=False),
-    Column("query_id", String(64)),
     Column("batch_id", BigInteger),
     Column("reset_id", BigInteger),  # set when a reset, not a batch, placed this position
     # set when a checkpoint generation's resolved starting offsets placed this position (0003)
     Column("generation_id", BigInteger),
+    # Last (0021): a batch rewrites its position with the same query id, and PostgreSQL logs a
+    # same-page update as the bytes between the unchanged prefix and suffix: here it is suffix.
+    Column("query_id", String(64)),
 )
 
 #: Anomalies: gaps, regressions, data loss, removed partitions, ...

@@ -14,7 +14,7 @@ from sqlalchemy.engine import Engine
 from offset_ledger.ledger.engine import current_revision, downgrade, head_revision, make_engine, upgrade
 from offset_ledger.ledger.prune import prune
 from offset_ledger.ledger.tables import offset_ranges
-from tests.previous_release import FK_RELEASE, extract, record_with_previous_release, run_documented
+from tests.previous_release import LAST_RELEASE, extract, record_with_previous_release, run_documented
 from tests.unit.ledger.test_migration_0016_sqlite import _history_ranges, _ranges
 
 
@@ -32,7 +32,7 @@ def _orphans(engine: Engine) -> int:
 
 
 def test_0020_drops_the_key_both_ways_and_the_0019_release_keeps_recording(pg_dsn: str, tmp_path: Path) -> None:
-    release = extract(tmp_path / "release", FK_RELEASE)
+    release = extract(tmp_path / "release", LAST_RELEASE)
     engine = make_engine(pg_dsn)
     try:
         upgrade(engine, "0019")
