@@ -65,7 +65,7 @@ _MOVE_RULE = """\
 # writer of positions takes that lock before any row lock (ledger.locks), so while this statement
 # runs no other transaction holds or can take a row lock on the pipeline's positions, and it never
 # waits for one (no deadlock, whatever the order). Recorders of one pipeline wait for each other
-# here; they did before too, on the same position rows. The general path takes the lock (shared)
+# here; they did before too, on the same position rows. The general path takes the lock (exclusive too)
 # before it writes any row of its batches, so none of them can hold a row this statement needs
 # while waiting for the lock. The statement's snapshot is taken after the lock is granted: it reads
 # the positions at their latest committed version.

@@ -1,10 +1,12 @@
 """The pipeline lock: what serialises resets, new generations and the recorder's position moves.
 
-On PostgreSQL a transaction-scoped advisory lock per (pipeline, consumer group): resets and
-restarts take it exclusively, the recorder's general path shared (recorders of one pipeline do not
-wait for each other there, only for a reset or a restart in progress), its one-statement path
-exclusively (a plain UPDATE of the positions, in no fixed row order: ``fast_batch``), always before
-any row lock, in one order.
+On PostgreSQL a transaction-scoped advisory lock per (pipeline, consumer group): resets, restarts
+and a sink's commit take it exclusively; so does the recorder, on both paths, for a transaction that
+records batches (the one-statement path: a plain UPDATE of the positions, in no fixed row order,
+``fast_batch``; the general path: its gap check reads the batch before each one it writes, and a
+batch another writer of the query has inserted but not yet committed would be invisible to it, a
+false gap: ``position_rules.find_gaps``); its position moves then take it shared again (held already).
+Always before any row lock, in one order (sorted keys).
 SQLite has one writer at a time: a no-op write opens the write transaction at once (like
 ``BEGIN IMMEDIATE``), so whatever the caller reads afterwards cannot change before it commits.
 """
@@ -31,6 +33,14 @@ def lock_pipeline(conn: Connection, pipeline: str, consumer_group: str) -> None:
         # Any write takes SQLite's RESERVED lock for the rest of the transaction, even one that
         # changes no row; pysqlite begins the transaction right before it.
         conn.execute(text("UPDATE checkpoint_generations SET id = id WHERE 1 = 0"))
+
+
+def lock_pipelines(conn: Connection, keys: Iterable[tuple[str, str]]) -> None:
+    """Hold each (pipeline, consumer group) exclusively until the transaction ends, in one order."""
+    if conn.dialect.name != "postgresql":
+        return  # SQLite: the recorder's first INSERT takes the one write lock, before its gap check reads
+    for k in sorted({pipeline_lock_key(p, g) for p, g in keys}):
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": k})
 
 
 def share_pipelines(conn: Connection, keys: Iterable[tuple[str, str]]) -> None:

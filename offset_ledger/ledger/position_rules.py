@@ -54,18 +54,30 @@ class PositionRules:
         self.known = known
 
     def find_gaps(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> None:
+        """``gap`` findings of ``recs`` (inserted already, in this transaction) against the batch before each.
+
+        The batch before is the query's highest recorded one below it, read from the ledger: this
+        recorder's cache (``known.latest``) only says which batch it last wrote itself, and another
+        writer of the query (a sink, a second listener, a spool replay) may have recorded later ones
+        since. Only a cached batch ``batch_id - 1`` is the one before for sure (recorded batches
+        never change) and saves the read. Under the exclusive pipeline lock every batch another
+        writer inserted is committed, so visible here; this transaction's own are visible too.
+        """
         for rec in recs:
             b = rec.batch
-            latest = self._latest_of(conn, b.query_id, txn)
-            if latest is None or latest[0] < b.batch_id:
-                previous = latest
-            else:
-                # Out of order: this batch arrived after a later one of its query.
-                previous = self._batch_before(conn, b.query_id, b.batch_id)
+            previous = self._previous(conn, b.query_id, b.batch_id, txn)
             if previous is not None:
                 self._gap_findings(rec, txn, previous)
+            latest = txn.latest.get(b.query_id) or self.known.latest.get(b.query_id)
             if latest is None or latest[0] < b.batch_id:
                 txn.latest[b.query_id] = (b.batch_id, batch_ends(b))
+
+    def _previous(self, conn: Connection, query_id: str, batch_id: int, txn: Transaction) -> tuple[int, Ends] | None:
+        """The recorded batch of ``query_id`` right before ``batch_id``: its id and ends."""
+        for known in (txn.latest.get(query_id), self.known.latest.get(query_id)):
+            if known is not None and known[0] == batch_id - 1:
+                return known
+        return self._batch_before(conn, query_id, batch_id)
 
     def _gap_findings(self, rec: BatchRecord, txn: Transaction, previous: tuple[int, Ends]) -> None:
         """``gap`` findings of ``rec`` against the ends of the batch before it."""
@@ -251,16 +263,6 @@ class PositionRules:
             topic, partition, cur.next_offset, until_offset,
             {"position_query_id": cur.query_id, "position_batch_id": cur.batch_id,
              "position_reset_id": cur.reset_id, "run_id": b.run_id})
-
-    def _latest_of(self, conn: Connection, query_id: str, txn: Transaction) -> tuple[int, Ends] | None:
-        if query_id in txn.latest:
-            return txn.latest[query_id]
-        if query_id in self.known.latest:
-            return self.known.latest[query_id]
-        found = self._batch_before(conn, query_id, None)
-        if found is not None:
-            txn.latest[query_id] = found
-        return found
 
     @staticmethod
     def _batch_before(conn: Connection, query_id: str, batch_id: int | None) -> tuple[int, Ends] | None:

@@ -37,7 +37,7 @@ from offset_ledger.ledger.bulk_write import BulkWriter, compact_ranges
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.fast_batch import FastBatchPath
 from offset_ledger.ledger.finding_store import store_findings
-from offset_ledger.ledger.locks import share_pipelines
+from offset_ledger.ledger.locks import lock_pipelines
 from offset_ledger.ledger.position_rules import PositionRules
 from offset_ledger.ledger.records import (
     STATEFUL_COLUMNS,
@@ -199,6 +199,16 @@ class GeneralPath:
         self.positions = PositionRules(self.bulk, known)
 
     def record(self, conn: Connection, records: Sequence[Record], txn: Transaction) -> RecordOutcome:
+        recs = [r for r in records if isinstance(r, BatchRecord)]
+        if recs:
+            # The pipeline lock, exclusively, before any row (the run records' too): the
+            # one-statement path holds it while it inserts its batches and updates its run
+            # (fast_batch), so a transaction that inserted the same batch or touched the run first
+            # and only then waited for the lock would deadlock with it. Exclusive, not shared: the
+            # gap check (position_rules.find_gaps) reads the batch before each one written here,
+            # and must see every batch of the query another writer has inserted by then, i.e.
+            # committed ones only. (move_positions takes it shared again: held already.)
+            lock_pipelines(conn, {(r.pipeline, r.consumer_group) for r in recs})
         for rec in records:
             if isinstance(rec, RunStart):
                 self.run_book.run_start(conn, rec, txn)
@@ -215,13 +225,7 @@ class GeneralPath:
                 self.run_book.touch_run(conn, rec.pipeline, rec.consumer_group, rec.query_id, rec.run_id,
                                 rec.at, {"terminated_at": utc(rec.at), "exception": rec.exception})
                 self.run_book.end_query_runs(conn, rec.query_id, rec.run_id, rec.at)
-        recs = [r for r in records if isinstance(r, BatchRecord)]
         if recs:
-            # The pipeline lock before any row of these batches: the one-statement path holds it
-            # exclusively while it inserts its batches and updates its run (fast_batch), so a
-            # transaction that inserted the same batch first and only then waited for the lock
-            # would deadlock with it. (move_positions takes it again: the same lock, held already.)
-            share_pipelines(conn, {(r.pipeline, r.consumer_group) for r in recs})
             self.run_book.ensure_runs(conn, recs, txn)
             recs = self.run_book.with_first_starts(conn, recs, txn)
         new, duplicates = self._new_batches(conn, recs, txn)

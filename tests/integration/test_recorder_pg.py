@@ -100,7 +100,9 @@ def _replay_isolated_batches(engine: Engine) -> tuple[list, dict]:
     put(other, rec(batch(5, {("t", 0): (45, 46)}, run="r2")))  # a second writer records batch 5 first...
     put(mine, rec(batch(5, {("t", 0): (45, 46)}, run="r2")))  # ...so ours is a duplicate
     self_union = SourceProgress(1, "KafkaV2[Subscribe[t]]", (PartitionRange("t", 0, 46, 60),), 14)
-    put(mine, rec(batch(6, {("t", 0): (46, 55)}, run="r2", extra_sources=(self_union,))))  # gap on source 0
+    # Gap on source 0 against batch 5, which the other writer recorded (our own last is batch 4: it
+    # ended t-0 at 45, and batch 6 starting at 46 there was once taken for a gap).
+    put(mine, rec(batch(6, {("t", 0): (47, 55)}, run="r2", extra_sources=(self_union,))))
     self_union = SourceProgress(1, "KafkaV2[Subscribe[t]]", (PartitionRange("t", 0, 60, 61),), 1)
     put(mine, rec(batch(7, {("t", 0): (55, 70), ("t", 1): (39, 41), (odd, 0): (9, 45)}, run="r2",
                         extra_sources=(self_union,))))
@@ -152,6 +154,7 @@ def test_isolated_batches_take_one_statement_and_match_the_general_path(
         # Batch 7 (run r2 started after the reset, but not from it) moves t-1 and the odd topic past it.
         "reset_overtaken", "reset_overtaken"]
     assert pg_outcomes[-3] == (0, 1, [])
+    assert [f[7] for f in pg_tables["findings"] if f[0] == "gap"][-1] == "batch 6 of t-0 starts at 47 but batch 5 ended at 46"
     # A self-union's position is the lower end of its two sources (70 and 61): neither skips on restart.
     assert ("t", 0, 61, "q1", 7, None) in pg_tables["positions"]
     assert ("r2", 7) in pg_tables["runs"]  # last_batch_id, written by the one statement
