@@ -231,6 +231,12 @@ class GeneralPath:
         new, duplicates = self._new_batches(conn, recs, txn)
         if new:
             written = self._write_batches(conn, new, txn)
+            if len(written) < len(new):
+                # Another writer of the query recorded one of them, past what this recorder last
+                # saw of it (a sink, a second listener): judged like any recorded batch, never a
+                # silent duplicate. (The exclusive pipeline lock held: its row is committed, visible.)
+                kept = {id(r) for r in written}
+                self._against_recorded(conn, [r for r in new if id(r) not in kept], txn)
             duplicates += len(new) - len(written)
             new = written
         if duplicates:
@@ -302,15 +308,25 @@ class GeneralPath:
                 continue
             seen[key] = rec
             candidates.append(rec)
-        # Batches newer than the last one this recorder committed for their query cannot exist yet;
-        # only the rest (re-deliveries, other writers) need a look at the table.
+        # Batches newer than the last one this recorder committed for their query are not looked up
+        # before the write (the steady state: nobody else wrote them); if another writer of the query
+        # did, the write skips them and ``record`` judges them after it (``_against_recorded``).
         suspects = [r for r in candidates
                     if r.batch.query_id not in self.known.latest
                     or r.batch.batch_id <= self.known.latest[r.batch.query_id][0]]
         if not suspects:
             return candidates, duplicates
-        query_ids = sorted({r.batch.query_id for r in suspects})
-        batch_ids = sorted({r.batch.batch_id for r in suspects})
+        recorded = self._against_recorded(conn, suspects, txn)
+        fresh = [r for r in candidates if (r.batch.query_id, r.batch.batch_id) not in recorded]
+        return fresh, duplicates + len(candidates) - len(fresh)
+
+    def _against_recorded(self, conn: Connection, recs: list[BatchRecord],
+                          txn: Transaction) -> set[tuple[str, int]]:
+        """The (query, batch) keys of ``recs`` the ledger holds already, each judged against its row:
+        different offsets are an ``other`` finding, another run's row makes the batch one the
+        position rules still hear (``txn.other_runs``)."""
+        query_ids = sorted({r.batch.query_id for r in recs})
+        batch_ids = sorted({r.batch.batch_id for r in recs})
         existing: dict[tuple[str, int], list[tuple[int, str, int, int | None, int]]] = {}
         # The batches first, their ranges after: a batch another writer commits between the two
         # reads then shows its ranges too (they commit together), never a batch row without them
@@ -328,13 +344,12 @@ class GeneralPath:
         for r in rows:
             existing.setdefault((r.query_id, r.batch_id), []).append(
                 (r.source_index, r.topic, r.partition, r.from_offset, r.until_offset))
-        fresh: list[BatchRecord] = []
-        for rec in candidates:
+        recorded: set[tuple[str, int]] = set()
+        for rec in recs:
             key = (rec.batch.query_id, rec.batch.batch_id)
             if key not in existing:
-                fresh.append(rec)
                 continue
-            duplicates += 1
+            recorded.add(key)
             if sorted(existing[key]) != offset_rows(rec.batch):
                 self._conflict(rec, txn, "a recorded batch was reported again with different offsets")
             if recorded_by_run.get(key) not in (None, rec.batch.run_id):
@@ -342,7 +357,7 @@ class GeneralPath:
                 # query id), or a watcher beside the listener. History keeps the first row; the
                 # position rules still hear this run, or a copy would hold the real run's positions back.
                 txn.other_runs.append(rec)
-        return fresh, duplicates
+        return recorded
 
     def _conflict(self, rec: BatchRecord, txn: Transaction, message: str) -> None:
         txn.findings.append(finding_row(

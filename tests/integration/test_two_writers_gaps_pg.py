@@ -184,3 +184,26 @@ def test_two_writers_in_any_interleaving_find_what_one_uninterrupted_writer_find
     expected = _gaps(shared_engine, oracle_query)
     assert [f[0] for f in expected] == (["gap"] if hole is not None else [])
     assert _gaps(shared_engine, query) == expected
+
+
+def test_a_batch_another_writer_recorded_past_this_writers_last_is_judged_never_a_silent_duplicate(
+        pg_engine: Engine) -> None:
+    """The listener last wrote batch 0; the sink wrote batch 1. The listener's batch 1 is newer than
+    anything it wrote, so it is not looked up before the write: the write skips it, and it is then
+    judged against the sink's row like any recorded batch (different offsets: an ``other`` finding;
+    the same: a plain duplicate)."""
+    b = _batches(2)
+    listener, sink = Recorder(pg_engine), Recorder(pg_engine)
+    listener.record([start(), rec(b[0])])
+    sink.record([start(), rec(b[0]), rec(b[1])])
+    moved = {k: (f, u + 5) for (k, (f, u)) in
+             {(r.topic, r.partition): (r.from_offset, r.until_offset) for r in b[1].sources[0].ranges}.items()}
+    other = batch(1, moved)
+    out = listener.record([rec(other)])
+    assert (out.batches_written, out.duplicates) == (0, 1)
+    assert [(f.kind, f.message) for f in out.findings] == [
+        ("other", "a recorded batch was reported again with different offsets")]
+    third = Recorder(pg_engine)
+    third.record([rec(b[0])])
+    out = third.record([rec(b[1])])
+    assert (out.batches_written, out.duplicates, out.findings) == (0, 1, ())

@@ -311,3 +311,21 @@ def test_health_reports_share_the_recording_connection(tmp_path: Path) -> None:
         assert conn.execute(select(listener_health.c.written)).scalar_one() == 2
     recorder.close()
     engine.dispose()
+
+
+def test_a_batch_another_writer_recorded_past_this_writers_last_is_judged_never_a_silent_duplicate(
+        sqlite_engine: Engine) -> None:
+    """SQLite's side of tests/integration/test_two_writers_gaps_pg.py's case of the same name."""
+    b0 = batch(0, {("t", 0): (None, 10), ("t", 1): (None, 20)})
+    b1 = batch(1, {("t", 0): (10, 15), ("t", 1): (20, 26)})
+    listener, sink = Recorder(sqlite_engine), Recorder(sqlite_engine)
+    listener.record([start(), rec(b0)])
+    sink.record([start(), rec(b0), rec(b1)])
+    out = listener.record([rec(batch(1, {("t", 0): (10, 18), ("t", 1): (20, 26)}))])
+    assert (out.batches_written, out.duplicates) == (0, 1)
+    assert [(f.kind, f.message) for f in out.findings] == [
+        ("other", "a recorded batch was reported again with different offsets")]
+    third = Recorder(sqlite_engine)
+    third.record([rec(b0)])
+    out = third.record([rec(b1)])
+    assert (out.batches_written, out.duplicates, out.findings) == (0, 1, ())
