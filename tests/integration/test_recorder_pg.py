@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy.engine import Engine
@@ -14,32 +13,24 @@ from tests.unit.ledger.test_findings_sqlite import FINDING_SCENARIOS
 from tests.unit.ledger.test_recorder_sqlite import SCENARIOS, batch, position_map, rec, start
 
 
-@pytest.fixture
-def pg_engine(pg_dsn: str) -> Iterator[Engine]:
-    engine = make_engine(pg_dsn)
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
-
-
 @pytest.mark.parametrize("scenario", SCENARIOS + FINDING_SCENARIOS, ids=lambda f: f.__name__.removeprefix("check_"))
-def test_recorder_on_postgres(scenario, pg_engine: Engine) -> None:  # type: ignore[no-untyped-def]
-    scenario(pg_engine)
+def test_recorder_on_postgres(scenario, ledger: Engine) -> None:  # type: ignore[no-untyped-def]
+    scenario(ledger)
 
 
-def test_two_writers_of_the_same_batches_stay_idempotent(pg_engine: Engine) -> None:
+def test_two_writers_of_the_same_batches_stay_idempotent(ledger: Engine) -> None:
     """Two listeners on one query (registered twice by mistake) write each batch once."""
-    first, second = Recorder(pg_engine), Recorder(pg_engine)
+    first, second = Recorder(ledger), Recorder(ledger)
     b0 = batch(0, {("t", p): (None, 10) for p in range(50)})
     b1 = batch(1, {("t", p): (10, 20) for p in range(50)})
     first.record([start(), rec(b0)])
     second.record([start(), rec(b0), rec(b1)])
     out = first.record([rec(b1)])
     assert out.batches_written == 0 and out.duplicates == 1 and out.findings == ()
-    assert position_map(pg_engine) == {("t", p): 20 for p in range(50)}
+    assert position_map(ledger) == {("t", p): 20 for p in range(50)}
 
 
-def test_large_batches_take_the_copy_path_with_awkward_names(pg_engine: Engine) -> None:
+def test_large_batches_take_the_copy_path_with_awkward_names(ledger: Engine) -> None:
     """300 partitions go through COPY + INSERT ... SELECT ON CONFLICT; CSV quoting must hold."""
     from sqlalchemy import func, select
 
@@ -50,10 +41,10 @@ def test_large_batches_take_the_copy_path_with_awkward_names(pg_engine: Engine) 
     parts = range(300)
     b0 = batch(0, {("t,1", p): (None, 10 + p) for p in parts})
     b1 = batch(1, {("t,1", p): (10 + p, 20 + p) for p in parts})
-    Recorder(pg_engine).record([BatchRecord(pipeline, pipeline, b0), BatchRecord(pipeline, pipeline, b1)])
-    out = Recorder(pg_engine).record([BatchRecord(pipeline, pipeline, b1)])  # re-delivery
+    Recorder(ledger).record([BatchRecord(pipeline, pipeline, b0), BatchRecord(pipeline, pipeline, b1)])
+    out = Recorder(ledger).record([BatchRecord(pipeline, pipeline, b1)])  # re-delivery
     assert (out.batches_written, out.duplicates) == (0, 1)
-    with pg_engine.connect() as conn:
+    with ledger.connect() as conn:
         assert conn.execute(select(func.count()).select_from(batch_offsets)).scalar() == 600
         got = {(r.topic, r.partition): r.next_offset
                for r in conn.execute(select(positions).where(positions.c.pipeline == pipeline))}
@@ -121,7 +112,7 @@ def _replay_isolated_batches(engine: Engine) -> tuple[list, dict]:
 
 
 def test_isolated_batches_take_one_statement_and_match_the_general_path(
-        pg_engine: Engine, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        ledger: Engine, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """The Postgres one-statement path keeps every rule: same ledger as the general path on SQLite.
 
     Batches it must not decide alone (a regression, a pending reset, a batch another writer recorded)
@@ -136,7 +127,7 @@ def test_isolated_batches_take_one_statement_and_match_the_general_path(
         return out
 
     monkeypatch.setattr(FastBatchPath, "record", counting)
-    pg_outcomes, pg_tables = _replay_isolated_batches(pg_engine)
+    pg_outcomes, pg_tables = _replay_isolated_batches(ledger)
     # Batch 4 starts a fresh checkpoint (no start offsets: the general path fills them) and batch 7
     # moves a position a reset still holds (the legacy rule decides that on the general path).
     assert fast_calls == [("qz", 1, True), ("q1", 2, False), ("q1", 3, False), ("q1", 5, False),
@@ -160,11 +151,11 @@ def test_isolated_batches_take_one_statement_and_match_the_general_path(
     assert ("r2", 7) in pg_tables["runs"]  # last_batch_id, written by the one statement
 
 
-def test_a_vanished_prepared_statement_falls_back_to_the_general_path(pg_engine: Engine) -> None:
+def test_a_vanished_prepared_statement_falls_back_to_the_general_path(ledger: Engine) -> None:
     """Behind a transaction pooler the one-round-trip statement's PREPARE does not persist."""
     from sqlalchemy import text
 
-    recorder = Recorder(pg_engine)
+    recorder = Recorder(ledger)
     recorder.record([start(), rec(batch(0, {("t", 0): (None, 10)}))])
     recorder.record([rec(batch(1, {("t", 0): (10, 20)}))])  # prepares and uses the statement
     assert recorder._conn is not None
@@ -174,18 +165,18 @@ def test_a_vanished_prepared_statement_falls_back_to_the_general_path(pg_engine:
     assert out.batches_written == 1 and out.findings == ()
     assert recorder._fast is not None and recorder._fast.usable is False
     recorder.record([rec(batch(3, {("t", 0): (30, 40)}))])
-    assert position_map(pg_engine) == {("t", 0): 40}
+    assert position_map(ledger) == {("t", 0): 40}
     recorder.close()
 
 
-def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_the_one_statement_path_keeps_foreign_runs_off_every_position(ledger: Engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A foreign run's steady batches qualify for the fast path; it must refuse even a partition
     nobody has a position on yet (an insert, not an update), and the general path says why."""
     from offset_ledger.ledger import generations as gens
     from offset_ledger.ledger.records import RunStart
     from tests.unit.ledger.test_recorder_sqlite import T0, finding_rows
 
-    with pg_engine.begin() as conn:
+    with ledger.begin() as conn:
         gen, _ = gens.create_generation(conn, pipeline="orders", consumer_group="orders", checkpoint_root="/c",
                                         app_version="1", reason="test", starting_offsets={"t": {"0": 0}},
                                         resolved_offsets={"t": {"0": 0}})
@@ -198,7 +189,7 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine:
         return out
 
     monkeypatch.setattr(FastBatchPath, "record", counting)
-    mine, other = Recorder(pg_engine), Recorder(pg_engine)
+    mine, other = Recorder(ledger), Recorder(ledger)
     mine.record([RunStart("orders", "orders", "q1", "r1", "orders", T0, checkpoint_location="file:" + gen.location)])
     mine.record([rec(batch(0, {("t", 0): (None, 10)}))])
     mine.record([rec(batch(1, {("t", 0): (10, 20)}))])
@@ -208,5 +199,5 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(pg_engine:
     mine.close()
     other.close()
     assert fast_calls == [("q1", 1, True), ("qf", 1, False)]
-    assert position_map(pg_engine) == {("t", 0): 20}
-    assert [f.kind for f in finding_rows(pg_engine)] == ["foreign_run"]
+    assert position_map(ledger) == {("t", 0): 20}
+    assert [f.kind for f in finding_rows(ledger)] == ["foreign_run"]

@@ -31,14 +31,6 @@ from tests.unit.ledger.test_recorder_sqlite import T0, batch, rec, start
 PARTS = [("t", 0), ("t", 1)]
 
 
-@pytest.fixture
-def pg_engine(pg_dsn: str) -> Iterator[Engine]:
-    engine = make_engine(pg_dsn)
-    ensure_schema(engine)
-    yield engine
-    engine.dispose()
-
-
 def _batches(count: int, *, hole_at: int | None = None, query: str = "q1", run: str = "r1") -> list:
     """Batches 0..count-1 of one query, each starting where the one before ended, except batch
     ``hole_at``, which starts 3 records past it on t-1 (a real gap)."""
@@ -62,12 +54,12 @@ def _gaps(engine: Engine, query: str = "q1") -> list[tuple]:
 
 
 def test_a_writer_whose_last_batch_is_stale_finds_no_false_gap_and_the_real_one_against_its_predecessor(
-        pg_engine: Engine) -> None:
+        ledger: Engine) -> None:
     """No concurrency at all: the listener wrote batch 0, the sink batch 1 (the listener's copy of
     it a duplicate), the listener writes batch 2: batch 1, not its own batch 0, is the one before.
     Then the sink writes batch 3, past batch 2's end: one gap, against batch 2."""
     b = _batches(4, hole_at=3)
-    listener, sink = Recorder(pg_engine), Recorder(pg_engine)
+    listener, sink = Recorder(ledger), Recorder(ledger)
     listener.record([start(), rec(b[0])])
     sink.record([start(), rec(b[0])])
     sink.record([rec(b[1])])
@@ -78,7 +70,7 @@ def test_a_writer_whose_last_batch_is_stale_finds_no_false_gap_and_the_real_one_
     out = sink.record([rec(b[3])])
     assert [f.kind for f in out.findings] == ["gap"]
     end_2 = b[2].sources[0].ranges[1].until_offset
-    assert _gaps(pg_engine) == [("gap", 3, "t", 1, end_2, end_2 + 3, 2)]
+    assert _gaps(ledger) == [("gap", 3, "t", 1, end_2, end_2 + 3, 2)]
     listener.close(), sink.close()
 
 
@@ -95,24 +87,24 @@ def _waiting_on_a_lock(engine: Engine, thread: threading.Thread) -> None:
 
 @pytest.mark.parametrize("hole", [False, True], ids=["contiguous", "real_gap"])
 def test_a_batch_written_while_the_one_before_is_uncommitted_waits_and_judges_against_it(
-        pg_engine: Engine, hole: bool) -> None:
+        ledger: Engine, hole: bool) -> None:
     """A sink's transaction has written batch 2 and not committed yet; the listener (which wrote
     batch 1) records batch 3 meanwhile. Batch 3 must be judged against batch 2, which the
     listener cannot see until the sink commits: it waits for the pipeline lock, then reads it.
     No finding when batch 3 starts where batch 2 ended; one gap against batch 2 when it starts
     past it. The sink's own record of batch 2 and the listener's duplicate of it find nothing."""
     b = _batches(4, hole_at=3 if hole else None)
-    listener = Recorder(pg_engine)
+    listener = Recorder(ledger)
     listener.record([start(), rec(b[0])])
     listener.record([rec(b[1])])
-    sink_conn = pg_engine.connect()
+    sink_conn = ledger.connect()
     sink_txn = sink_conn.begin()
     out = record_in_transaction(sink_conn, [rec(b[2])], now=T0 + timedelta(minutes=5))
     assert (out.batches_written, out.findings) == (1, ())
     result: list = []
     thread = threading.Thread(target=lambda: result.append(listener.record([rec(b[3])])))
     thread.start()
-    _waiting_on_a_lock(pg_engine, thread)
+    _waiting_on_a_lock(ledger, thread)
     waited = thread.is_alive()  # the listener's batch 3 waits for the sink's commit
     sink_txn.commit()
     thread.join(30)
@@ -120,7 +112,7 @@ def test_a_batch_written_while_the_one_before_is_uncommitted_waits_and_judges_ag
     assert not thread.is_alive() and len(result) == 1
     assert listener.record([rec(b[2])]).duplicates == 1
     end_2 = b[2].sources[0].ranges[1].until_offset
-    assert _gaps(pg_engine) == ([("gap", 3, "t", 1, end_2, end_2 + 3, 2)] if hole else [])
+    assert _gaps(ledger) == ([("gap", 3, "t", 1, end_2, end_2 + 3, 2)] if hole else [])
     assert waited
     listener.close()
 
@@ -187,13 +179,13 @@ def test_two_writers_in_any_interleaving_find_what_one_uninterrupted_writer_find
 
 
 def test_a_batch_another_writer_recorded_past_this_writers_last_is_judged_never_a_silent_duplicate(
-        pg_engine: Engine) -> None:
+        ledger: Engine) -> None:
     """The listener last wrote batch 0; the sink wrote batch 1. The listener's batch 1 is newer than
     anything it wrote, so it is not looked up before the write: the write skips it, and it is then
     judged against the sink's row like any recorded batch (different offsets: an ``other`` finding;
     the same: a plain duplicate)."""
     b = _batches(2)
-    listener, sink = Recorder(pg_engine), Recorder(pg_engine)
+    listener, sink = Recorder(ledger), Recorder(ledger)
     listener.record([start(), rec(b[0])])
     sink.record([start(), rec(b[0]), rec(b[1])])
     moved = {k: (f, u + 5) for (k, (f, u)) in
@@ -203,7 +195,7 @@ def test_a_batch_another_writer_recorded_past_this_writers_last_is_judged_never_
     assert (out.batches_written, out.duplicates) == (0, 1)
     assert [(f.kind, f.message) for f in out.findings] == [
         ("other", "a recorded batch was reported again with different offsets")]
-    third = Recorder(pg_engine)
+    third = Recorder(ledger)
     third.record([rec(b[0])])
     out = third.record([rec(b[1])])
     assert (out.batches_written, out.duplicates, out.findings) == (0, 1, ())
