@@ -37,11 +37,9 @@ from offset_ledger.errors import InvalidDuration
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.partitions import ensure_ahead, partitioned, swap_out, swappable
 from offset_ledger.ledger.prune_record import record_pruned
-from offset_ledger.ledger.queries import live_query_id
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
-    checkpoint_generations,
     findings,
     offset_ranges,
     positions,
@@ -203,21 +201,6 @@ def live_stateful_queries(conn: Connection, pipeline: str | None = None) -> set[
     """
     where, params = ("WHERE pipeline = :pipeline", {"pipeline": pipeline}) if pipeline is not None else ("", {})
     return {q for (q,) in conn.execute(text(_LIVE_STATEFUL.format(where=where)), params) if q is not None}
-
-
-def live_stateful_queries_per_group(conn: Connection, pipeline: str | None = None) -> set[str]:
-    """The same set, asked group by group through ``queries.live_query_id`` (the tests' reference)."""
-    live: set[str] = set()
-    groups = conn.execute(select(batches.c.pipeline, batches.c.consumer_group).distinct()
-                          .where(*_pipeline_filter(batches, pipeline))).all()
-    for p, g in groups:
-        generation_id = conn.execute(select(func.max(checkpoint_generations.c.id)).where(
-            checkpoint_generations.c.pipeline == p, checkpoint_generations.c.consumer_group == g)).scalar()
-        query_id = live_query_id(conn, p, g, generation_id)
-        if query_id is not None and conn.execute(select(batches.c.id).where(
-                batches.c.query_id == query_id, batches.c.watermark.is_not(None)).limit(1)).first() is not None:
-            live.add(query_id)
-    return live
 
 
 def _protected_row_ids(conn: Connection, table: Table, keys: set[BatchKey], cutoff: datetime,

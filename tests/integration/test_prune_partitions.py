@@ -99,8 +99,8 @@ def test_the_latest_old_batches_read_per_row_are_those_read_per_partition_offset
 
 def test_the_live_windowed_queries_in_one_statement_are_those_asked_group_by_group(pg_dsn: str) -> None:
     """``live_stateful_queries`` (one statement) against ``queries.live_query_id`` per group, on PostgreSQL."""
-    from offset_ledger.ledger.prune import live_stateful_queries, live_stateful_queries_per_group
-    from tests.unit.ledger.test_prune_live_queries import random_ledger
+    from offset_ledger.ledger.prune import live_stateful_queries
+    from tests.unit.ledger.test_prune_live_queries import live_stateful_queries_per_group, random_ledger
 
     engine = make_engine(pg_dsn)
     try:

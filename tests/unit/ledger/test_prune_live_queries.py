@@ -10,14 +10,31 @@ import shutil
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
-from sqlalchemy import insert
-from sqlalchemy.engine import Engine
+from sqlalchemy import func, insert, select
+from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.ledger.engine import make_engine, upgrade
-from offset_ledger.ledger.prune import live_stateful_queries, live_stateful_queries_per_group
+from offset_ledger.ledger.prune import live_stateful_queries
+from offset_ledger.ledger.queries import live_query_id
 from offset_ledger.ledger.tables import batches, checkpoint_generations, runs
 
 T0 = datetime(2026, 11, 27, tzinfo=timezone.utc)
+
+
+def live_stateful_queries_per_group(conn: Connection, pipeline: str | None = None) -> set[str]:
+    """The reference: each group's live query asked through ``queries.live_query_id``, kept when it
+    has a batch with a watermark."""
+    live: set[str] = set()
+    groups = conn.execute(select(batches.c.pipeline, batches.c.consumer_group).distinct().where(
+        *([batches.c.pipeline == pipeline] if pipeline is not None else []))).all()
+    for p, g in groups:
+        generation_id = conn.execute(select(func.max(checkpoint_generations.c.id)).where(
+            checkpoint_generations.c.pipeline == p, checkpoint_generations.c.consumer_group == g)).scalar()
+        query_id = live_query_id(conn, p, g, generation_id)
+        if query_id is not None and conn.execute(select(batches.c.id).where(
+                batches.c.query_id == query_id, batches.c.watermark.is_not(None)).limit(1)).first() is not None:
+            live.add(query_id)
+    return live
 
 
 def random_ledger(engine: Engine, seed: int) -> None:
