@@ -12,7 +12,7 @@ no verbs. Database driver errors are translated into ``LedgerUnavailable`` / ``L
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -107,35 +107,33 @@ class Operations:
                                        request_timeout_ms=self._kafka_timeout_ms)
         return self._kafka
 
+    def _made_once(self, name: str, make: Callable[[], Any]) -> Any:
+        """The cache ``name``, made by ``make`` on first use (under a lock: requests share it)."""
+        with self._insights_lock:
+            if getattr(self, name) is None:
+                setattr(self, name, make())
+            return getattr(self, name)
+
     @property
     def lag_insight(self) -> LagInsight:
         """Time lag and drift per partition, cached between requests (``operate.lag_insight``)."""
-        with self._insights_lock:
-            if self._lag_insight is None:
-                from offset_ledger.operate.lag_insight import LagInsight
+        from offset_ledger.operate.lag_insight import LagInsight
 
-                self._lag_insight = LagInsight()
-            return self._lag_insight
+        return self._made_once("_lag_insight", LagInsight)
 
     @property
     def retention_insight(self) -> RetentionInsight:
         """Retention headroom per partition, cached between requests (``operate.retention_insight``)."""
-        with self._insights_lock:
-            if self._retention_insight is None:
-                from offset_ledger.operate.retention_insight import RetentionInsight
+        from offset_ledger.operate.retention_insight import RetentionInsight
 
-                self._retention_insight = RetentionInsight()
-            return self._retention_insight
+        return self._made_once("_retention_insight", RetentionInsight)
 
     @property
     def losses(self) -> LossBook:
         """Records lost per partition (issue 41), judged once per finding (``operate.loss_status``)."""
-        with self._insights_lock:
-            if self._losses is None:
-                from offset_ledger.operate.loss_status import LossBook
+        from offset_ledger.operate.loss_status import LossBook
 
-                self._losses = LossBook()
-            return self._losses
+        return self._made_once("_losses", LossBook)
 
     @property
     def has_kafka(self) -> bool:
