@@ -43,11 +43,16 @@ class Settings(BaseSettings):
     host: str = Field(default="127.0.0.1", description="`serve --host`: the address to bind")
     # Text, checked where it is used: a malformed variable must fail `serve` only, with its name.
     port: str = Field(default="9090", description="`serve --port`: the port to listen on")
-    run_silence_floor: str = Field(default="60s", description=(
-        "resets (409), `pipelines`, `/metrics`: the least silence after which a run the listener watches is "
-        "presumed crashed; its bound is max(this, 3 x its longest batch, 3 x the longest gap the listener "
-        "observed between its events) ([operations.md](operations.md#is-it-running); a "
+    heartbeat_interval: str = Field(default="10s", description=(
+        "the listener: how often the driver's heartbeat thread writes that its runs are alive; a run is "
+        "active while its last beat is younger than 3 x this, so a SIGKILLed driver reads ended within "
+        "3 periods whatever its trigger ([operations.md](operations.md#is-it-running); a "
         "[duration](cli.md#durations))"))
+    run_silence_floor: str = Field(default="60s", description=(
+        "resets (409), `pipelines`, `/metrics`: for a run without a driver heartbeat (an earlier release's "
+        "listener), the least silence after which it is presumed crashed; its bound is max(this, 3 x its "
+        "longest batch, 3 x the longest gap the listener observed between its events) "
+        "([operations.md](operations.md#is-it-running); a [duration](cli.md#durations))"))
     run_timeout: str = Field(default="10m", description=(
         "how long a run only a sink or `watch` records (no listener heartbeats) counts as running after its "
         "last batch (at least 3 x its longest batch); the state says `uncertain`. Also the bound of a "

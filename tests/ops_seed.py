@@ -29,7 +29,7 @@ def seed_pipeline(
         conn.execute(insert(runs).values(
             run_id=run_id, query_id=query_id, pipeline=pipeline, consumer_group=group, query_name=pipeline,
             started_at=t0, terminated_at=None if active else now, last_heartbeat_at=now,
-            last_batch_id=n_batches - 1,
+            last_batch_id=n_batches - 1, beat_at=now, beat_every_ms=10_000,  # this release's listener beats
         ))
         prev = {(t, p): 0 for t, parts in ends.items() for p in parts}
         for k in range(n_batches):

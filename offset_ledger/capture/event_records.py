@@ -85,7 +85,16 @@ class EventConverter:
 
     def __init__(self, on_query_seen: Callable[[str], str | None] | None,
                  pipeline_of: Callable[[str], str | None] | None,
-                 count_failure: Callable[[str], None]) -> None:
+                 count_failure: Callable[[str], None], *, beat_every_ms: int | None = None,
+                 live_since: float | None = None) -> None:
+        self._beat_every_ms = beat_every_ms
+        # Events received before this process's writer existed (an orphaned spool of a driver that died,
+        # replayed here) never make a run live: this process beats only for what it runs itself.
+        self._live_since = live_since if live_since is not None else 0.0
+        #: Runs seen started (or reporting) and not ended, run id -> query id: what the driver's heartbeat
+        #: thread beats for (``capture.heartbeat``). Changed on the writer thread; read there as a copy.
+        self.live_runs: dict[str, str] = {}
+        self._ended_runs: set[str] = set()
         self._on_query_seen = on_query_seen
         self._pipeline_of = pipeline_of
         self._count_failure = count_failure
@@ -104,8 +113,10 @@ class EventConverter:
             if target is None:
                 return [], mark
             pipeline, group, app_version = target
+            self._live(started.run_id, started.query_id, event)
             return [RunStart(pipeline, group, started.query_id, started.run_id, started.query_name,
-                             started.started_at, app_version=app_version, checkpoint_location=checkpoint)], mark
+                             started.started_at, app_version=app_version, checkpoint_location=checkpoint,
+                             beat_every_ms=self._beat_every_ms)], mark
         if event.kind == PROGRESS:
             batch = parse_progress(event.payload)
             self._first_sight(batch.query_id)
@@ -115,6 +126,7 @@ class EventConverter:
             if target is None:
                 return [], mark
             pipeline, group, _ = target
+            self._live(batch.run_id, batch.query_id, event)
             if is_no_data(batch):
                 return self._heartbeat(pipeline, group, batch.query_id, batch.run_id, batch.batch_time), mark
             grew = self._beat(batch.run_id, batch.batch_time, written=True)
@@ -128,17 +140,26 @@ class EventConverter:
             mark = (IDLE, idle.query_id, None)
             if target is None:
                 return [], mark
+            self._live(idle.run_id, idle.query_id, event)
             return self._heartbeat(target[0], target[1], idle.query_id, idle.run_id, idle.at), mark
         if event.kind == TERMINATED:
             ended = parse_terminated(event.payload)
             target = self._pipeline_for(event, ended.query_id, None)
             self._beats.pop(ended.run_id, None)
+            self.live_runs.pop(ended.run_id, None)
+            self._ended_runs.add(ended.run_id)
             mark = (TERMINATED, ended.query_id, None)
             if target is None:
                 return [], mark
             return [RunEnd(target[0], target[1], ended.query_id, ended.run_id, _utc(event.received_at),
                            ended.exception)], mark
         raise ProgressParseError(f"unknown event kind {event.kind!r}")
+
+    def _live(self, run_id: str, query_id: str, event: Event) -> None:
+        """A run of a recorded pipeline is running (a late event of an ended run does not revive it)."""
+        if self._beat_every_ms is not None and run_id not in self._ended_runs \
+                and event.received_at >= self._live_since:
+            self.live_runs[run_id] = query_id
 
     def _heartbeat(self, pipeline: str, group: str, query_id: str, run_id: str, at: datetime) -> list[Record]:
         """An idle event or an empty progress report: a heartbeat record, unless one was written just now."""

@@ -30,6 +30,7 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
         "or run it where your platform's PySpark is installed", name="pyspark") from None
 
 from offset_ledger.capture.event_records import IDLE, PROGRESS, STARTED, TERMINATED
+from offset_ledger.capture.heartbeat import Heartbeat
 from offset_ledger.capture.spool import Event, ledger_id
 from offset_ledger.capture.store import ListenerHealth, Store, open_recorder
 from offset_ledger.capture.writer import EventWriter
@@ -99,6 +100,7 @@ class OffsetLedgerListener(StreamingQueryListener):
         commit_to_kafka: bool = False,
         bootstrap_servers: str | None = None,
         kafka_options: Mapping[str, Any] | None = None,
+        heartbeat_every: float | None = None,
     ) -> None:
         super().__init__()
         from offset_ledger.config import settings
@@ -125,13 +127,21 @@ class OffsetLedgerListener(StreamingQueryListener):
 
             factories = _mirror_factories(dsn, bootstrap_servers, kafka_options)
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
+        every = _heartbeat_seconds(heartbeat_every, store_factory is not None)
         self._writer = EventWriter(
             store_factory or (lambda: open_recorder(dsn)),
             spool_dir=Path(spool_dir), ledger=ledger_id(settings().resolved_dsn(dsn)), queue_size=queue_size,
             max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
             on_recorded=self._mirror_moved if self._mirror is not None else None,
+            beat_every_ms=None if every is None else int(round(every * 1000)),
         )
+        self._heartbeat: Heartbeat | None = None
+        if every is not None:
+            self._heartbeat = Heartbeat(functools.partial(_open_beats, dsn), self._writer.live_runs, every=every,
+                                        still_running=self._still_running,
+                                        on_error=lambda m: self._writer.note_error(m))
+            self._heartbeat.start()
         ref = weakref.ref(self)
         atexit.register(lambda: (lambda me: me and me.close(timeout=10))(ref()))
 
@@ -202,6 +212,10 @@ class OffsetLedgerListener(StreamingQueryListener):
         """Counters (queued, written, retried, spilled, failed = dead-lettered, skipped, pending), the last
         error, the dead-letter file, and spool files of other ledgers left in the spool directory."""
         health = self._writer.health()
+        if self._heartbeat is not None:
+            hb = self._heartbeat
+            health = dataclasses.replace(health, heartbeat={
+                "everySeconds": hb.every, "beats": hb.beats, "skipped": hb.skipped, "lastError": hb.last_error})
         if self._mirror is not None:
             health = dataclasses.replace(health, mirror=self._mirror.stats.to_dict())
         took = sorted(self._callback_seconds)
@@ -246,6 +260,9 @@ class OffsetLedgerListener(StreamingQueryListener):
         """Flush, then stop the writer; events it could not write stay in the spool for next time."""
         deadline = time.monotonic() + timeout
         flushed = self.flush(timeout)
+        if self._heartbeat is not None:
+            # No beat after close: a run still going (its query not stopped) ends 3 periods later.
+            self._heartbeat.stop(max(0.5, deadline - time.monotonic()))
         closed = self._writer.close(max(0.5, deadline - time.monotonic()))
         if self._mirror is not None:
             self._mirror.close(max(0.5, deadline - time.monotonic()))
@@ -279,6 +296,19 @@ class OffsetLedgerListener(StreamingQueryListener):
             return str(handle._jsq.streamingQuery().resolvedCheckpointRoot()) if handle is not None else None
         except Exception:  # noqa: BLE001 - Spark Connect or another Spark: no checkpoint, nothing else lost
             return None
+
+    def _still_running(self, run_id: str, query_id: str) -> bool | None:
+        """Whether Spark says run ``run_id`` of ``query_id`` still runs in this session (None: cannot tell).
+
+        Asked by the heartbeat thread, so a run whose termination event the listener bus dropped is not
+        kept alive by beats while the driver lives on."""
+        handle = self._handle(query_id)
+        if handle is None:
+            return None  # not a query of this session's manager (or Spark cannot be asked)
+        if str(handle.runId) != run_id:
+            # The session runs the query under another run id, or runs no run of it: this run is over.
+            return False
+        return bool(handle.isActive)
 
     def _lookup(self, query_id: str) -> Any:
         try:
@@ -341,6 +371,30 @@ def _mirror_factories(dsn: str | None, bootstrap_servers: str | None,
         return make_engine(dsn, pool_size=1)
 
     return engine, lambda: KafkaAdapter(str(servers), options)
+
+def _heartbeat_seconds(given: float | None, custom_store: bool) -> float | None:
+    """The heartbeat period: ``heartbeat_every`` (0: none), else ``OFFSET_LEDGER_HEARTBEAT_INTERVAL``;
+    none with a custom ``store_factory`` (a test seam with no ledger of its own to beat in)."""
+    if given is not None:
+        if given < 0:
+            raise ValueError("heartbeat_every must be positive, or 0 for no heartbeat")
+        return float(given) or None
+    if custom_store:
+        return None
+    from offset_ledger.config import settings
+    from offset_ledger.rules.durations import parse_duration
+
+    return parse_duration(settings().heartbeat_interval, "OFFSET_LEDGER_HEARTBEAT_INTERVAL").total_seconds() or None
+
+
+def _open_beats(dsn: str | None) -> Any:
+    """The heartbeat's writer: ``ledger.heartbeats.beat_runs`` on a one-connection engine of its own."""
+    from offset_ledger.ledger.engine import make_engine
+    from offset_ledger.ledger.heartbeats import beat_runs
+
+    engine = make_engine(dsn, pool_size=1)
+    return functools.partial(beat_runs, engine)
+
 
 def _fast_bridge_wrapper() -> Any:
     """Spark's ``PythonStreamingQueryListenerWrapper`` class when the fast bridge can work, else None.

@@ -34,6 +34,7 @@ class ListenerHealth:
     last_written_at: datetime | None
     callback_p99_ms: float | None = None  # per callback, incl. the py4j fetch of the JSON (last 1024)
     mirror: dict[str, Any] | None = None  # the Kafka consumer-group mirror's counters (commit_to_kafka)
+    heartbeat: dict[str, Any] | None = None  # the driver heartbeat: period, beats written, skipped, last error
     ledger: str | None = None             # the ledger this writer records to (no user, no password)
     dead_letter_path: str | None = None   # where the failed events are, with their errors
     foreign_spool_files: int = 0          # orphans of other ledgers (or naming none) left alone, seen at start

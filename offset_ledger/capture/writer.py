@@ -51,6 +51,7 @@ class EventWriter:
         pipeline_of: Callable[[str], str | None] | None = None,
         autostart: bool = True,
         on_recorded: Callable[[RecordOutcome], None] | None = None,
+        beat_every_ms: int | None = None,
     ) -> None:
         self.listener_id = listener_id or uuid.uuid4().hex
         self._store_factory = store_factory
@@ -61,7 +62,8 @@ class EventWriter:
         self._max_backoff = max_backoff
         self._health_interval = health_interval
         self._health_pipeline = health_pipeline
-        self._converter = EventConverter(on_query_seen, pipeline_of, self.note_error)
+        self._converter = EventConverter(on_query_seen, pipeline_of, self.note_error, beat_every_ms=beat_every_ms,
+                                         live_since=time.time())
         self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
         self._host = socket.gethostname()
         # Spool: while ``_spooling`` every new event goes to the file, so replay keeps event order.
@@ -147,6 +149,10 @@ class EventWriter:
                                   last_written_at=self._last_written_at, ledger=self._spool.ledger.identity,
                                   dead_letter_path=self._dead_letter_path, foreign_spool_files=len(self._foreign),
                                   foreign_spool_paths=self._foreign, **counts)
+
+    def live_runs(self) -> dict[str, str]:
+        """Run id -> query id of the runs this process's events say are running (the heartbeat's list)."""
+        return self._converter.live_runs.copy()
 
     def seen_queries(self) -> set[str]:
         with self._lock:

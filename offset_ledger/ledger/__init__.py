@@ -3,7 +3,7 @@
 #: The front door: the modules of this layer that other layers may import (tests/unit/project/
 #: test_layers.py holds every import to it). The rest are this layer's own rooms.
 FRONT_DOOR = frozenset({
-    "activity", "batch_ranges", "console_queries", "engine", "generations", "locks", "loss_reads",
+    "activity", "batch_ranges", "console_queries", "engine", "generations", "heartbeats", "locks", "loss_reads",
     "partitions", "policy_store", "position_check", "prune", "queries", "recorder", "records",
     "reset_store", "row_security", "sink_store", "tables", "verify_reads", "verify_rows"
 })

@@ -64,22 +64,23 @@ class RunActivity:
     generation_id: int | None = None
     inferred: bool = False  # no listener heartbeats: the state is inferred from the last batch
     follows: str | None = None  # a sink's or watcher's run: the listener run whose state it takes
+    heartbeat: bool = False  # judged on the driver's own heartbeat (``rules.liveness``)
 
     def to_dict(self) -> dict[str, Any]:
         return {"runId": self.run_id, "queryId": self.query_id, "state": self.state,
                 "lastSeen": self.last_seen.isoformat(), "timeoutSeconds": int(self.timeout.total_seconds()),
-                "why": self.why, "inferred": self.inferred}
+                "why": self.why, "inferred": self.inferred, "heartbeat": self.heartbeat}
 
     @classmethod
     def of(cls, lv: Liveness, generation_id: int | None) -> RunActivity:
         return cls(lv.run_id, lv.query_id, lv.state, lv.last_seen, lv.bound, lv.why, generation_id, lv.inferred,
-                   lv.follows)
+                   lv.follows, lv.heartbeat)
 
 
 def facts(row: Any) -> RunFacts:
     """A ``runs`` row (with the columns of ``_open_runs_stmt``) as the rule's input."""
     return RunFacts(row.run_id, row.query_id, row.started_at, row.terminated_at, row.last_heartbeat_at,
-                    row.max_batch_ms, row.max_gap_ms)
+                    row.max_batch_ms, row.max_gap_ms, row.beat_at, row.beat_every_ms)
 
 
 def run_is_active(rows: Iterable[Any], run_id: str | None = None, *, now: datetime,
@@ -92,7 +93,7 @@ def run_is_active(rows: Iterable[Any], run_id: str | None = None, *, now: dateti
 def _columns() -> tuple[Any, ...]:
     return (runs.c.pipeline, runs.c.consumer_group, runs.c.run_id, runs.c.query_id, runs.c.started_at,
             runs.c.terminated_at, runs.c.last_heartbeat_at, runs.c.max_batch_ms, runs.c.max_gap_ms,
-            runs.c.generation_id)
+            runs.c.beat_at, runs.c.beat_every_ms, runs.c.generation_id)
 
 
 @cache
@@ -161,6 +162,6 @@ def last_ends(conn: Connection, pipeline: str | None = None,
 def verdict(acts: Iterable[RunActivity], last_end: tuple[str, datetime] | None, *,
             now: datetime | None = None) -> PipelineVerdict:
     """The pipeline's state and evidence from its open runs (``open_runs``) and last end (``last_ends``)."""
-    lives = [Liveness(a.run_id, a.query_id, a.state, a.last_seen, a.timeout, a.why, a.inferred, a.follows)
-             for a in acts]
+    lives = [Liveness(a.run_id, a.query_id, a.state, a.last_seen, a.timeout, a.why, a.inferred, a.follows,
+                      a.heartbeat) for a in acts]
     return pipeline_verdict(lives, now=now or datetime.now(timezone.utc), last_end=last_end)

@@ -182,7 +182,8 @@ class PositionRules:
     def _query_active(self, conn: Connection, query_id: str, now: datetime) -> bool:
         """Whether ``query_id`` has a run that counts as active (``ledger.activity``)."""
         rows = conn.execute(select(runs.c.run_id, runs.c.query_id, runs.c.started_at, runs.c.last_heartbeat_at,
-                                   runs.c.terminated_at, runs.c.max_batch_ms, runs.c.max_gap_ms)
+                                   runs.c.terminated_at, runs.c.max_batch_ms, runs.c.max_gap_ms, runs.c.beat_at,
+                                   runs.c.beat_every_ms)
                             .where(runs.c.query_id == query_id)).all()
         return run_is_active(rows, now=now)
 

@@ -29,6 +29,9 @@ class RunStart:
     started_at: datetime
     app_version: str | None = None
     checkpoint_location: str | None = None
+    #: The driver heartbeat's period (``capture.heartbeat``): the run is judged on its beat from its
+    #: start. None: the recording process keeps no heartbeat (a sink, the watcher, a test).
+    beat_every_ms: int | None = None
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,16 @@ class RunBook:
                "consumer_group": rec.consumer_group, "query_name": rec.query_name,
                "app_version": rec.app_version, "checkpoint_location": rec.checkpoint_location,
                "started_at": utc(rec.started_at), "generation_id": generation_id}
+        keys = ["query_name", "app_version", "checkpoint_location", "started_at", "generation_id"]
+        if rec.beat_every_ms is not None:
+            # Judged on the driver's beat from the start (its first beat counts from the start); the
+            # heartbeat thread keeps beat_at fresh from then on.
+            row.update(beat_every_ms=rec.beat_every_ms, beat_at=utc(rec.started_at))
+            keys.append("beat_every_ms")
         stmt = self._insert(runs)
         # The start event is authoritative; a row made earlier from a batch only guessed these.
         stmt = stmt.on_conflict_do_update(
-            index_elements=[runs.c.run_id],
-            set_={k: stmt.excluded[k] for k in ("query_name", "app_version", "checkpoint_location", "started_at",
-                                                 "generation_id")})
+            index_elements=[runs.c.run_id], set_={k: stmt.excluded[k] for k in keys})
         conn.execute(stmt, [row])
         txn.runs[rec.run_id] = RunFacts(utc(rec.started_at), generation_id)
 

@@ -74,6 +74,12 @@ runs = Table(
     # a longer idle or trigger interval than Spark's 10 s default widens its silence bound
     # (``rules.liveness``). NULL: not observed (a sink's or the watcher's run, an older listener) (0012).
     Column("max_gap_ms", BigInteger),
+    # The driver process's own heartbeat (0022): a daemon thread of the listener writes ``beat_at`` every
+    # ``beat_every_ms`` whatever the trigger, batch length or idleness, so a run is alive while its beat
+    # is fresh and ended (crashed) when the beat stops (``rules.liveness``). NULL: a run of a release
+    # without the heartbeat, a sink's or the watcher's run: its state is inferred (``uncertain``).
+    Column("beat_at", _tz()),
+    Column("beat_every_ms", BigInteger),
     Index(None, "pipeline", "consumer_group", "started_at"),
     Index(None, "query_id"),
 )

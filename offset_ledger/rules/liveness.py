@@ -1,23 +1,32 @@
 """Pure: whether a run is still going, and a pipeline's running state with the evidence for it.
 
-A live query is never silent for long: besides its batches, Spark posts a progress or an idle event
-at least every ``spark.sql.streaming.noDataProgressEventInterval`` (10 s by default), and the
-listener records them. So a run the listener watches is active until Spark reports its
-termination or it has been silent longer than its *silence bound*::
+**A run with a heartbeat** (this release's listener): a daemon thread of the driver process writes
+``beat_at`` every ``beat_every_ms`` (``capture.heartbeat``), whatever the trigger interval, the batch's
+length or idleness. Such a run is active until Spark reports its termination or its beat is older
+than ``BEAT_MISSES`` (3) periods: a 10-minute trigger or a 20-minute batch is alive, and a SIGKILLed
+(or hung) driver is seen ended within 3 periods of its last beat (30 s at the default 10 s period).
+
+**A run without a heartbeat** (a listener of an earlier release) keeps the earlier inference from the
+gaps between Spark's events: Spark posts a progress or an idle event at least every
+``spark.sql.streaming.noDataProgressEventInterval`` (10 s by default), so such a run is active until
+it has been silent longer than its *silence bound*::
 
     max(floor, 3 x its longest batch, 3 x the longest gap the listener observed between its events)
 
 The floor (``OFFSET_LEDGER_RUN_SILENCE_FLOOR``, 60 s) keeps a slow listener bus or a GC pause from
-opening a live query to resets; 3 x the longest batch covers a batch that takes minutes (no event
-arrives while it runs); 3 x the observed gap covers a longer idle interval or a trigger interval
-(events arrive only at triggers). A run heard from not once since its start (its first batch, maybe
-a large backlog, is still running) gets ``OFFSET_LEDGER_RUN_TIMEOUT`` (10 min) if that is longer.
+opening a live query to resets; a run heard from not once since its start gets
+``OFFSET_LEDGER_RUN_TIMEOUT`` (10 min) if that is longer. A slow trigger's first interval can outlast
+it, so the pipeline's state built on such a run is ``uncertain``, never ``running``.
 
 A sink (``sink:<query id>``) or the checkpoint watcher (``checkpoint:<query id>``) records runs too,
 but hears only batches. Such a run of a query the listener watched at the time of its last batch
 follows that listener run (the listener saw the same Spark run). Otherwise nothing tells whether it
 still runs: it is *inferred* active for ``OFFSET_LEDGER_RUN_TIMEOUT`` (10 min, at least 3 x its
 longest batch) after its last batch, and the pipeline's state says so (``uncertain``).
+
+The pipeline's state is its latest run's: a run presumed crashed (its beat stopped, or silent past its
+bound) is superseded by any recorded end after it was last seen, so a crash followed by a run that
+stopped normally reads ``stopped``, not "crashed" forever; the run itself stays in the history.
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ INFERRED_RUN_PREFIXES = ("sink:", "checkpoint:")
 
 DEFAULT_FLOOR = timedelta(seconds=60)
 DEFAULT_INFERRED = timedelta(minutes=10)
+#: A run with a heartbeat is presumed gone once this many periods passed without a beat.
+BEAT_MISSES = 3
 
 
 @dataclass(frozen=True)
@@ -58,6 +69,12 @@ class RunFacts:
     last_heartbeat_at: datetime | None = None
     max_batch_ms: int | None = None
     max_gap_ms: int | None = None  # the longest silence the listener observed between two events
+    beat_at: datetime | None = None  # the driver's last heartbeat (0022)
+    beat_every_ms: int | None = None  # its period; None: the run has no heartbeat
+
+    @property
+    def has_heartbeat(self) -> bool:
+        return self.beat_every_ms is not None and self.beat_every_ms > 0 and not self.inferred
 
     @property
     def inferred(self) -> bool:
@@ -66,7 +83,9 @@ class RunFacts:
 
     @property
     def last_seen(self) -> datetime:
-        return _utc(self.last_heartbeat_at) or _utc(self.started_at)  # type: ignore[return-value]
+        """The last sign of life: a Spark event, a batch or (with a heartbeat) the driver's beat."""
+        heard = [t for t in (_utc(self.last_heartbeat_at), _utc(self.beat_at)) if t is not None]
+        return max(heard) if heard else _utc(self.started_at)  # type: ignore[return-value]
 
     @property
     def ended(self) -> bool:
@@ -90,6 +109,7 @@ class Liveness:
     why: str
     inferred: bool = False      # no listener: the state is inferred from the last batch
     follows: str | None = None  # the listener run a sink/watcher run follows
+    heartbeat: bool = False     # judged on the driver's own heartbeat (else inferred from Spark's events)
 
 
 @dataclass(frozen=True)
@@ -108,22 +128,37 @@ def silence_bound(max_batch_ms: int | None, max_gap_ms: int | None, floor: timed
 
 
 def assess_listener_run(run: RunFacts, *, now: datetime, bounds: Bounds = Bounds()) -> Liveness:
-    """The state of a run the listener records (its own heartbeats)."""
+    """The state of a run the listener records: on its driver's heartbeat when it has one, else inferred
+    from the gaps between Spark's events."""
+    seen = run.last_seen
+    silent = _utc(now) - seen  # type: ignore[operator]
+    if run.has_heartbeat:
+        every = timedelta(milliseconds=run.beat_every_ms or 0)
+        bound = BEAT_MISSES * every
+        if run.ended:
+            return Liveness(run.run_id, run.query_id, "terminated", seen, bound, "Spark reported its termination",
+                            heartbeat=True)
+        if silent <= bound:
+            return Liveness(run.run_id, run.query_id, "active", seen, bound,
+                            f"driver heartbeat {human(silent)} ago (every {human(every)}, bound {human(bound)})",
+                            heartbeat=True)
+        return Liveness(run.run_id, run.query_id, "stale", seen, bound,
+                        f"driver heartbeat stopped {human(silent)} ago (every {human(every)}, bound {human(bound)}) "
+                        f"and no termination reported: presumed crashed", heartbeat=True)
     bound = silence_bound(run.max_batch_ms, run.max_gap_ms, bounds.floor)
     if run.last_heartbeat_at is None:
         # Nothing heard since the start: its first batch may be a backlog of any length, and no event
         # arrives while a batch runs. Until it reports one, it gets the longer bound.
         bound = max(bound, bounds.inferred)
-    seen = run.last_seen
     if run.ended:
         return Liveness(run.run_id, run.query_id, "terminated", seen, bound, "Spark reported its termination")
-    silent = _utc(now) - seen  # type: ignore[operator]
     basis = _basis(bound, run.max_batch_ms, run.max_gap_ms)
     if silent <= bound:
         return Liveness(run.run_id, run.query_id, "active", seen, bound,
-                        f"last event {human(silent)} ago ({basis})")
+                        f"no heartbeat: last event {human(silent)} ago ({basis})")
     return Liveness(run.run_id, run.query_id, "stale", seen, bound,
-                    f"no event for {human(silent)} and no termination reported ({basis}): presumed crashed")
+                    f"no heartbeat: no event for {human(silent)} and no termination reported ({basis}): "
+                    f"presumed crashed")
 
 
 def assess_runs(runs: Sequence[RunFacts], *, now: datetime, bounds: Bounds = Bounds()) -> list[Liveness]:
@@ -140,7 +175,8 @@ def assess_runs(runs: Sequence[RunFacts], *, now: datetime, bounds: Bounds = Bou
                                 "the query's end was seen", follows=cover.run_id if cover else None))
         elif cover is not None:
             out.append(Liveness(r.run_id, r.query_id, cover.state, r.last_seen, cover.bound,
-                                f"follows listener run {short(cover.run_id)}: {cover.why}", follows=cover.run_id))
+                                f"follows listener run {short(cover.run_id)}: {cover.why}", follows=cover.run_id,
+                                heartbeat=cover.heartbeat))
         else:
             bound = max(bounds.inferred, 3 * timedelta(milliseconds=r.max_batch_ms or 0))
             silent = _utc(now) - r.last_seen  # type: ignore[operator]
@@ -175,24 +211,34 @@ def pipeline_verdict(runs: Sequence[Liveness], *, now: datetime,
                      last_end: tuple[str, datetime] | None = None) -> PipelineVerdict:
     """The pipeline's state from its runs' (``assess_runs``), with the evidence.
 
-    ``last_end``: (run id, time) of its most recent recorded termination, the evidence of ``stopped``.
+    ``running`` rests on a driver's heartbeat; ``uncertain`` on an inference (a listener run without a
+    heartbeat, or a sink's or watcher's batches); ``stale`` on a run presumed crashed that no later
+    end superseded; ``stopped`` otherwise. ``last_end``: (run id, time) of the pipeline's most recent
+    recorded termination, the evidence of ``stopped``.
     """
     active = [r for r in runs if r.state == "active"]
-    heard = [r for r in active if not r.inferred]
-    if heard:
-        best = max(heard, key=lambda r: r.last_seen)
+    beating = [r for r in active if r.heartbeat]
+    if beating:
+        best = max(beating, key=lambda r: r.last_seen)
         run = best.follows or best.run_id
-        return PipelineVerdict("running", f"last event {_ago(best.last_seen, now)} ago from run {short(run)} "
-                                          f"(silence bound {human(best.bound)})", run, best.last_seen)
+        return PipelineVerdict("running", f"driver heartbeat {_ago(best.last_seen, now)} ago from run {short(run)} "
+                                          f"(bound {human(best.bound)})", run, best.last_seen)
     if active:
         best = max(active, key=lambda r: r.last_seen)
-        return PipelineVerdict("uncertain", f"no listener: running inferred from the last batch "
-                                            f"{_ago(best.last_seen, now)} ago from run {short(best.run_id)} "
-                                            f"(bound {human(best.bound)})", best.run_id, best.last_seen)
-    stale = [r for r in runs if r.state == "stale"]
+        if best.inferred:
+            why = f"no listener: running inferred from the last batch {_ago(best.last_seen, now)} ago"
+        else:
+            why = f"no heartbeat (an earlier release's listener): last event {_ago(best.last_seen, now)} ago"
+        run = best.follows or best.run_id
+        return PipelineVerdict("uncertain", f"{why} from run {short(run)} (bound {human(best.bound)})",
+                               run, best.last_seen)
+    end_at = _utc(last_end[1]) if last_end is not None else None
+    # A crash that a later end superseded is history: the pipeline's state is its latest run's.
+    stale = [r for r in runs if r.state == "stale" and (end_at is None or r.last_seen > end_at)]
     if stale:
         best = max(stale, key=lambda r: r.last_seen)
-        return PipelineVerdict("stale", f"no event for {_ago(best.last_seen, now)} from run {short(best.run_id)} "
+        gone = "driver heartbeat stopped" if best.heartbeat else "no event"
+        return PipelineVerdict("stale", f"{gone} {_ago(best.last_seen, now)} ago from run {short(best.run_id)} "
                                         f"(bound {human(best.bound)}) and no termination reported: presumed crashed",
                                best.run_id, best.last_seen)
     if last_end is not None:

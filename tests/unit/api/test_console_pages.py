@@ -95,7 +95,8 @@ def test_console_reads_state_findings_generation_and_runs(engine) -> None:  # ty
     with engine.begin() as conn:
         # A driver killed an hour ago: never terminated, silent since.
         conn.execute(update(runs).where(runs.c.run_id == crashed["run_id"]).values(
-            started_at=now - timedelta(hours=2), last_heartbeat_at=now - timedelta(hours=1)))
+            started_at=now - timedelta(hours=2), last_heartbeat_at=now - timedelta(hours=1),
+            beat_at=now - timedelta(hours=1)))
         conn.execute(update(runs).where(runs.c.run_id == ids["run_id"]).values(
             app_version="2.0", checkpoint_location="file:/ck/orders/gen-2-abc"))
         conn.execute(insert(checkpoint_generations), [
