@@ -28,6 +28,8 @@ COMPACT_RELEASE = "f245580"
 #: The last release (0019): its ``offset_ranges`` has a foreign key to ``batches`` (0020 drops it) and its
 #: ``positions`` has ``query_id`` between the columns a batch changes (0021).
 LAST_RELEASE = "1e8e3af"
+#: The release before the driver heartbeat (0021): its listener writes no ``runs.beat_at`` (0022 adds it).
+HEARTBEAT_PREDECESSOR = "86cbfe6"
 ROOT = Path(__file__).resolve().parent.parent
 
 
