@@ -20,12 +20,25 @@ from offset_ledger.capture.writer import EventWriter
 from offset_ledger.config import settings
 
 
+#: The ``beat`` method's heartbeat period (seconds): ``bench_fleet.py --beat-every``.
+BEAT_EVERY = [10.0]
+
+
 def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
-                     conn: multiprocessing.connection.Connection) -> dict:
-    """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it."""
+                     conn: multiprocessing.connection.Connection, *, beat: bool = False) -> dict:
+    """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it
+    (``beat``: and its driver heartbeat thread, as the listener starts it)."""
+    every = BEAT_EVERY[0] if beat else None
     writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
                          queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
-                         health_pipeline=pipeline)
+                         health_pipeline=pipeline, beat_every_ms=None if every is None else int(every * 1000))
+    heartbeat = None
+    if every is not None:
+        from offset_ledger.capture.heartbeat import Heartbeat
+        from offset_ledger.capture.listener import _open_beats
+
+        heartbeat = Heartbeat(lambda: _open_beats(dsn), writer.live_runs, every=every)
+        heartbeat.start()
     query_id = str(uuid.uuid4())
     events = [progress_json(query_id, b, partitions) for b in range(batches + 1)]
 
@@ -60,10 +73,14 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     watcher.join(drain)
     done.set()
     health = writer.health()
+    beats = (heartbeat.beats, heartbeat.skipped) if heartbeat is not None else (0, 0)
+    if heartbeat is not None:
+        heartbeat.stop()
     writer.close(5)
     return {"latencies": [settled_at[b] - handed[b] if b in settled_at else None for b in range(1, batches + 1)],
             "max_pending": max(max_pending, health.pending), "spilled": health.spilled, "retried": health.retried,
-            "failed": health.failed, "last_error": health.last_error, "end": time.time()}
+            "failed": health.failed, "last_error": health.last_error, "end": time.time(),
+            "beats": beats[0], "beats_skipped": beats[1]}
 
 
 def _naive_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
@@ -115,8 +132,10 @@ def _sleep_until(wall: float) -> None:
 def _child(method: str, dsn: str, pipeline: str, partitions: int, batches: int, spool: str,
            conn: multiprocessing.connection.Connection) -> None:
     try:
-        run = _writer_pipeline if method == "writer" else _naive_pipeline
-        result = run(dsn, pipeline, partitions, batches, spool, conn)
+        if method == "naive":
+            result = _naive_pipeline(dsn, pipeline, partitions, batches, spool, conn)
+        else:  # "writer", or "beat": the writer and the driver heartbeat
+            result = _writer_pipeline(dsn, pipeline, partitions, batches, spool, conn, beat=method == "beat")
         cpu = os.times()
         result["cpu"] = cpu.user + cpu.system - _CPU_AT_GO[0]
         conn.send(result)

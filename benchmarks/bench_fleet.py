@@ -196,6 +196,7 @@ def run_step(method: str, dsn: str, pipelines: int, partitions: int, interval: f
         "max_pending": max(r["max_pending"] for r in results),
         "spilled": sum(r["spilled"] for r in results), "retried": sum(r["retried"] for r in results),
         "failed": sum(r["failed"] for r in results),
+        "beats": sum(r.get("beats", 0) for r in results), "beats_skipped": sum(r.get("beats_skipped", 0) for r in results),
         "last_error": next((r["last_error"] for r in results if r["last_error"]), None),
         "waits": waits.most_common(6),
     }
@@ -273,12 +274,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ceiling", type=float, default=1.0, help="stop ramping a method when its p99 passes this (s)")
     parser.add_argument("--prefill", default="0", help="batch_offsets rows of history before the fleet, comma "
                                                        "separated: one fresh database per size")
+    parser.add_argument("--beat-every", type=float, default=10.0,
+                        help="the 'beat' method's driver heartbeat period in seconds (methods: writer, beat = the "
+                             "writer with the listener's heartbeat thread, naive)")
     parser.add_argument("--json", help="also write the steps to this file")
     args = parser.parse_args(argv)
     if not args.dsn:
         print("bench_fleet: give --dsn or set OFFSET_LEDGER_TEST_DSN (source .devstack/stack.env)", file=sys.stderr)
         return 2
     ramp = [int(p) for p in args.pipelines.split(",")]
+    import _fleet_sim
+
+    _fleet_sim.BEAT_EVERY[0] = args.beat_every
     methods = args.methods.split(",")
     print(f"bench_fleet: {os.cpu_count()} cores shared by Postgres and the simulated drivers (they compete for "
           f"CPU: 'sim cores' is what the drivers took from Postgres' share); K={args.partitions}, "
@@ -300,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
             stopped: dict[str, int] = {}
             with tempfile.TemporaryDirectory() as spool:
                 for p in ramp:
-                    if p + 5 > max_conn:
-                        print(f"P={p}: skipped, needs {p} + 5 connections and the server allows max_connections="
+                    per = 2 if "beat" in methods else 1  # the heartbeat's own connection
+                    if per * p + 5 > max_conn:
+                        print(f"P={p}: skipped, needs {per * p} + 5 connections and the server allows max_connections="
                               f"{max_conn} (one connection per driver; more drivers need a larger max_connections "
                               "or a pooler)", flush=True)
                         continue
@@ -332,6 +340,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{fill:>9} {p:>4} {fmt_ms(w['p99']) if w else '':>10} {fmt_ms(n['p99']) if n else '':>10} {ratio:>12}"
               f" {w['pg_cores'] if w else float('nan'):>15.2f} {n['pg_cores'] if n else float('nan'):>14.2f}"
               f" {w['wal_per_batch'] if w else float('nan'):>11.0f} {n['wal_per_batch'] if n else float('nan'):>11.0f}")
+    beaten = [(w, b) for (fill, p, m), b in by.items() if m == "beat"
+              for w in [by.get((fill, p, "writer"))] if w is not None]
+    if beaten:
+        print(f"\nthe driver heartbeat (every {args.beat_every:g} s) beside the writer alone, same P\n")
+        print(f"{'P':>4} {'writer p50/p99 ms':>18} {'+beat p50/p99 ms':>17} {'p99 ratio':>9} {'pg cores w/+b':>14}"
+              f" {'WAL/batch w/+b':>15} {'beats':>7} {'skipped':>7}")
+        for w, b in sorted(beaten, key=lambda x: x[0]["pipelines"]):
+            print(f"{w['pipelines']:>4} {fmt_ms(w['p50']) + '/' + fmt_ms(w['p99']):>18}"
+                  f" {fmt_ms(b['p50']) + '/' + fmt_ms(b['p99']):>17} {b['p99'] / w['p99']:>8.2f}x"
+                  f" {w['pg_cores']:>6.2f}/{b['pg_cores']:<7.2f} {w['wal_per_batch']:>7.0f}/{b['wal_per_batch']:<7.0f}"
+                  f" {b['beats']:>7} {b['beats_skipped']:>7}")
     print()
     for fill in sorted({s["prefill"] for s in steps}):
         for method in methods:
