@@ -402,3 +402,18 @@ def planned_reach(conn: Connection, generation_id: int, sink: str) -> dict[tuple
         for topic, partition, _start, end in (doc.get("skips") or {}).get(sink, ()):
             out[(str(topic), int(partition))] = int(end)
     return out
+
+
+def registered_sinks(conn: Connection, pipeline: str, consumer_group: str) -> list[str]:
+    """The sinks that ever wrote for the pipeline (a sink registers on its first batch, before it stages)."""
+    return list(conn.execute(select(sinks.c.sink).where(sinks.c.pipeline == pipeline,
+                                                       sinks.c.consumer_group == consumer_group)).scalars())
+
+
+def generation_start(conn: Connection, generation_id: int) -> dict[tuple[str, int], int]:
+    """Where generation ``generation_id`` started, per partition (its resolved starting offsets)."""
+    raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
+                       .where(checkpoint_generations.c.id == generation_id)).scalar() or {}
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}

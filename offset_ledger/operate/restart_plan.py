@@ -23,7 +23,7 @@ from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import current_positions, pipeline_footprint
-from offset_ledger.ledger.sink_store import sink_commits_in_window
+from offset_ledger.ledger.sink_store import generation_start, registered_sinks, sink_commits_in_window
 from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
 from offset_ledger.rules.model import (
     EARLIEST,
@@ -279,12 +279,19 @@ def sink_plan_of(engine: Engine, pipeline: str, ledger: LedgerView, sinks: Seque
     reset pending: a reset says where every sink reads)."""
     if ledger.pending_reset_ids or ledger.generation is None:
         return SinkPlan()
+    registered: list[str] = []
+    started: dict[tuple[str, int], int] = {}
     try:
         with engine.connect() as conn:
             ranges, unranged = sink_commits_in_window(conn, pipeline, ledger.consumer_group, sinks)
+            if sinks is not None:  # the job's sinks, named: one that holds nothing since is judged too
+                registered = registered_sinks(conn, pipeline, ledger.consumer_group)
+                started = generation_start(conn, ledger.generation.id)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the sinks' commits") from exc
-    return sink_plan(ranges, unranged=unranged, pipeline=pipeline, sinks=sinks)
+    return sink_plan(ranges, unranged=unranged, pipeline=pipeline, sinks=sinks, registered=registered,
+                     generation_start=started, positions={(p.topic, p.partition): p.next_offset
+                                                          for p in ledger.positions})
 
 
 def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:

@@ -10,6 +10,7 @@ skips, within a batch, the records it already holds. Oracle: the topic's records
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -24,6 +25,7 @@ from offset_ledger.errors import SinkFenced
 from offset_ledger.sinks import PostgresSink
 from tests.integration.conftest import fresh_database
 from tests.integration.sink_helper import create_target, target_values
+from tests.integration.test_adopt_replay import _cli
 from tests.integration.test_restart import _values
 from tests.integration.test_sink_remote_target import _Zombie
 
@@ -140,6 +142,11 @@ def test_a_driver_fenced_at_one_sink_after_the_other_committed_leaves_no_hole_in
         assert _run(spark, kafka, topic, p, _Both(a.bind(p.checkpoint_location), b.bind(p.checkpoint_location)))
     assert _once(pg_dsn, "out_a") == Counter(produced + more)
     assert _once(pg_dsn, "out_b") == Counter(produced + more)
+    # verify: generation 2 read 10-15 of each partition again on purpose (the sink_behind finding).
+    done = _cli("verify", "orders", "--dsn", pg_dsn, "-f", "json")
+    print("VERIFY", done.stdout[:2000], done.stderr[-2000:])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["summary"]["unexplained"] == 0
 
 
 def test_a_zombies_late_commit_at_one_sink_does_not_starve_the_other(
