@@ -417,3 +417,19 @@ def generation_start(conn: Connection, generation_id: int) -> dict[tuple[str, in
     if isinstance(raw, str):
         raw = json.loads(raw)
     return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+
+
+def sink_held_ranges(conn: Connection, pipeline: str, consumer_group: str, topic: str | None = None) -> Any:
+    """Every range the pipeline's sinks committed (sink, topic, partition, from, until), ordered by partition:
+    streamed (``rules.sink_ahead.sink_gaps`` takes one partition at a time). Ranges of an unknown start
+    are left out: nothing can be said of what they hold."""
+    sb, bo = sink_batches, batch_offsets
+    same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
+                      bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
+    query = (select(sb.c.sink, bo.c.topic, bo.c.partition, bo.c.from_offset, bo.c.until_offset)
+             .join(bo, same_batch)
+             .where(sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group, bo.c.from_offset.is_not(None))
+             .order_by(bo.c.topic, bo.c.partition, sb.c.sink, bo.c.from_offset))
+    if topic is not None:
+        query = query.where(bo.c.topic == topic)
+    return conn.execution_options(yield_per=2000).execute(query)

@@ -350,3 +350,54 @@ def late_commit(ranges: Sequence[SinkCommitRange], sink: str | None = None) -> s
             f"write again, so it is not written. Stop the older driver, then restart with "
             f"start_from_ledger(..., sinks=[sink]): the plan starts where that commit ended (a sink_ahead finding)")
 
+
+
+@dataclass(frozen=True)
+class SinkGap:
+    """Offsets of a partition that another sink holds and ``sink`` does not, inside its own output's span."""
+
+    sink: str
+    topic: str
+    partition: int
+    from_offset: int
+    until_offset: int
+    held_by: tuple[str, ...]
+
+    def message(self) -> str:
+        return (f"sink {self.sink!r} lacks {self.topic}[{self.partition}] {self.from_offset}-{self.until_offset} "
+                f"({self.until_offset - self.from_offset} records), which {', '.join(repr(s) for s in self.held_by)} "
+                f"committed: a plan started past records this sink never received")
+
+
+def _merged(spans: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def sink_gaps(topic: str, partition: int, held: Mapping[str, Sequence[tuple[int, int]]]) -> list[SinkGap]:
+    """Per sink, the stretches of one partition another sink holds and it lacks, inside its own span.
+
+    ``held``: per sink, the [from, until) ranges its commits read there. What lies before a sink's
+    first commit or after its last is not counted (a sink added later, or one the job no longer
+    writes): only a hole in the middle of what a sink wrote, which the other sinks' output fills,
+    says that a plan skipped records for it (issue 47, case 4).
+    """
+    merged = {sink: _merged(spans) for sink, spans in held.items()}
+    out: list[SinkGap] = []
+    for sink, mine in sorted(merged.items()):
+        others = _merged([r for other, theirs in merged.items() if other != sink for r in theirs])
+        for (_, start), (end, _) in zip(mine, mine[1:]):  # the holes inside the sink's own span
+            for a, b in others:
+                x, y = max(a, start), min(b, end)
+                if x < y:
+                    by = tuple(sorted(o for o, theirs in merged.items() if o != sink and
+                                      any(max(c, x) < min(d, y) for c, d in theirs)))
+                    out.append(SinkGap(sink, topic, partition, x, y, by))
+    return out

@@ -165,3 +165,37 @@ def test_a_batch_that_cannot_tell_held_records_apart_is_refused_naming_the_sink_
     whole = held_in_batch([("t", 0, 20, 25), ("t", 1, 20, 20)], {("t", 0): 25})
     assert whole.whole and refusal("p:a", whole, ["value"]) is None  # nothing to tell apart: all of it is held
     assert held_in_batch([("t", 0, 25, 30)], {("t", 0): 25}).held == ()  # nothing held past the reach
+
+
+def test_verify_is_not_ok_when_a_sink_lacks_records_another_sink_committed(ledger: Ledger) -> None:
+    """The state the old plan left (case 4): generation 2 started past the batch only p:a committed."""
+    from offset_ledger.operate.operations import Operations
+    from offset_ledger.operate.verifying import verify_pipeline
+
+    def verify() -> Any:
+        ops = Operations(ledger.engine)
+        try:
+            return verify_pipeline(ops, "p")
+        finally:
+            ops.close()
+
+    g1 = ledger.open("first", 0)
+    for sink in ("p:a", "p:b"):
+        ledger.commit(sink, g1, 0, (0, 10))
+    ledger.commit("p:a", g1, 1, (10, 20))
+    clean = verify()
+    assert clean.ok and clean.sink_gaps == []  # p:b stopped: nothing after its last commit is judged
+    g2 = ledger.open("app_version", 20)
+    for sink in ("p:a", "p:b"):
+        ledger.commit(sink, g2, 0, (20, 30))
+    report = verify()
+    assert not report.ok
+    (gap,) = report.sink_gaps
+    assert (gap.sink, gap.topic, gap.partition, gap.from_offset, gap.until_offset, gap.held_by) == (
+        "p:b", "t", 0, 10, 20, ("p:a",))
+    doc = report.to_dict()
+    assert doc["summary"]["sinkGaps"] == 1 and doc["summary"]["unexplained"] >= 1
+    assert doc["sinkGaps"][0]["message"] == (
+        "sink 'p:b' lacks t[0] 10-20 (10 records), which 'p:a' committed: a plan started past records this "
+        "sink never received")
+    assert [r["kind"] for r in report.table_rows()][-1] == "sink_gap"

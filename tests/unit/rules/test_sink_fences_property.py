@@ -206,3 +206,24 @@ def test_every_plan_starts_where_the_sink_furthest_behind_stopped_and_each_sink_
         assert all(n == 1 for n in counts.values()), (sink, sorted(k for k, n in counts.items() if n > 1))
         for p in world.partitions:
             assert world.held(sink, p) == set(range(driver.cursor[p])), (sink, p)
+
+
+@settings(max_examples=300, deadline=None)
+@given(held=st.dictionaries(st.sampled_from(["a", "b", "c"]),
+                            st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), max_size=5), max_size=3))
+def test_verify_names_exactly_the_offsets_a_sink_lacks_inside_its_span_that_another_sink_holds(held) -> None:  # type: ignore[no-untyped-def]
+    from offset_ledger.rules.sink_ahead import sink_gaps
+
+    spans = {s: [(a, a + n) for a, n in rs] for s, rs in held.items()}
+    sets = {s: {o for a, b in rs for o in range(a, b)} for s, rs in spans.items()}
+    found: dict[str, set[int]] = {}
+    for g in sink_gaps(T, 0, spans):
+        assert g.from_offset < g.until_offset
+        piece = set(range(g.from_offset, g.until_offset))
+        assert not piece & found.get(g.sink, set())  # each offset named once
+        found.setdefault(g.sink, set()).update(piece)
+        assert set(g.held_by) == {o for o, theirs in sets.items() if o != g.sink and theirs & piece}
+    for s, mine in sets.items():
+        others = set().union(*(v for o, v in sets.items() if o != s)) if len(sets) > 1 else set()
+        inside = {o for o in others if mine and min(mine) <= o < max(mine) + 1} - mine
+        assert found.get(s, set()) == inside, (s, spans)
