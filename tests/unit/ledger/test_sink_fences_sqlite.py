@@ -16,7 +16,7 @@ from sqlalchemy import insert, select, update
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.generations import create_generation, current_generation
 from offset_ledger.ledger.sink_store import planned_reach, sink_commits_in_window
-from offset_ledger.ledger.tables import batch_offsets, positions, sink_batches, sinks
+from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches, sinks
 from offset_ledger.operate.restart_plan import LedgerView, sink_plan_of
 from offset_ledger.rules.model import Position
 from offset_ledger.rules.restart_options import GroupRef
@@ -32,26 +32,29 @@ class Ledger:
         self.current = 0
         self.sequence: dict[str, int] = {}
 
-    def open(self, reason: str, start: int, findings: Any = ()) -> int:
+    def open(self, reason: str, start: int, findings: Any = (), root: str = "/ck") -> int:
         with self.engine.begin() as conn:
-            gen, _ = create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root="/ck", app_version=reason,
+            gen, _ = create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root=root, app_version=reason,
                                        reason=reason, starting_offsets={"t": {"0": start}},
                                        resolved_offsets={"t": {"0": start}}, restart_findings=list(findings), now=T0)
         self.current = gen.id
         return gen.id
 
-    def commit(self, sink: str, generation_id: int, batch_id: int, read: tuple[int, int]) -> None:
+    def commit(self, sink: str, generation_id: int, batch_id: int, read: tuple[int, int], kind: str = "postgres",
+               target: str | None = None) -> None:
         """``sink`` commits batch ``batch_id`` of the generation: its range, and the positions when current."""
         self.sequence[sink] = self.sequence.get(sink, 0) + 1
         query = f"q{generation_id}"
         with self.engine.begin() as conn:
             if conn.execute(select(sinks.c.sink).where(sinks.c.sink == sink)).first() is None:
-                conn.execute(insert(sinks).values(sink=sink, pipeline="p", consumer_group="p", kind="postgres",
-                                                  target=sink, last_sequence=0, updated_at=T0))
+                conn.execute(insert(sinks).values(sink=sink, pipeline="p", consumer_group="p", kind=kind,
+                                                  target=target or sink, last_sequence=0, updated_at=T0))
             conn.execute(insert(sink_batches).values(
                 sink=sink, pipeline="p", consumer_group="p", sequence=self.sequence[sink], generation_id=generation_id,
                 query_id=query, batch_id=batch_id, target=sink, row_count=read[1] - read[0], committed_at=T0,
                 recorded_at=T0))
+            conn.execute(update(sinks).where(sinks.c.sink == sink).values(
+                last_sequence=self.sequence[sink], generation_id=generation_id, batch_id=batch_id))
             if conn.execute(select(batch_offsets.c.batch_id).where(
                     batch_offsets.c.query_id == query, batch_offsets.c.batch_id == batch_id)).first() is None:
                 conn.execute(insert(batch_offsets).values(
@@ -199,3 +202,77 @@ def test_verify_is_not_ok_when_a_sink_lacks_records_another_sink_committed(ledge
         "sink 'p:b' lacks t[0] 10-20 (10 records), which 'p:a' committed: a plan started past records this "
         "sink never received")
     assert [r["kind"] for r in report.table_rows()][-1] == "sink_gap"
+
+
+def test_a_zombie_that_committed_different_ranges_at_two_sinks_moves_the_plan_to_the_lower_end(
+        ledger: Ledger) -> None:
+    """Generation 1's zombie: batch 2 (20-25) landed at both remote sinks, batch 3 (25-30) at p:a only."""
+    g1 = ledger.open("first", 0)
+    for batch, read in enumerate([(0, 10), (10, 20)]):
+        for sink in ("p:a", "p:b"):
+            ledger.commit(sink, g1, batch, read)
+    g2 = ledger.open("app_version", 20)
+    for sink in ("p:a", "p:b"):
+        ledger.commit(sink, g1, 2, (20, 25))
+    ledger.commit("p:a", g1, 3, (25, 30))
+    plan = sink_plan_of(ledger.engine, "p", ledger.view())
+    assert plan.starts == {("t", 0): 25} and plan.skips() == {"p:a": [("t", 0, 25, 30)]}
+    assert [f.kind for f in plan.findings] == ["sink_ahead", "sink_behind"]
+    assert "t[0] 20->25" in plan.findings[0].message
+    g3 = ledger.open("sink_ahead", 25, plan.findings)
+    with ledger.engine.connect() as conn:
+        assert planned_reach(conn, g3, "p:a") == {("t", 0): 30} and planned_reach(conn, g3, "p:b") == {}
+    for sink in ("p:a", "p:b"):
+        ledger.commit(sink, g3, 0, (25, 28))
+    # The second restart: p:a still holds 28-30; the plan stays at the positions and only p:a skips.
+    again = sink_plan_of(ledger.engine, "p", ledger.view())
+    assert again.starts == {} and again.skips() == {"p:a": [("t", 0, 28, 30)]}
+    assert [f.kind for f in again.findings] == ["sink_behind"] and g2 < g3
+
+
+class _Frame:
+    """A batch's DataFrame as far as a held batch needs one: its columns; writing it fails the test."""
+
+    def __init__(self, columns: list[str]) -> None:
+        self.columns = columns
+
+    @property
+    def write(self) -> Any:
+        raise AssertionError("a batch the sink holds whole is not written")
+
+
+def test_a_delta_sink_records_a_batch_it_holds_whole_and_refuses_one_it_cannot_split(
+        ledger: Ledger, tmp_path: Path) -> None:
+    from offset_ledger.errors import SinkFenced
+    from offset_ledger.sinks.delta import DeltaSink
+
+    table = str(tmp_path / "lake")
+    g1 = ledger.open("first", 0)
+    ledger.commit("p:b", g1, 0, (0, 20))
+    ledger.commit("p:d", g1, 0, (0, 20), kind="delta", target=table)
+    ledger.commit("p:d", g1, 1, (20, 30), kind="delta", target=table)  # then the driver is fenced at p:b
+    plan = sink_plan_of(ledger.engine, "p", ledger.view())
+    assert plan.starts == {("t", 0): 20} and plan.skips() == {"p:d": [("t", 0, 20, 30)]}
+    g2 = ledger.open("sink_ahead", 20, plan.findings, root=str(tmp_path / "ck"))
+    with ledger.engine.connect() as conn:
+        location = conn.execute(select(checkpoint_generations.c.location)
+                                .where(checkpoint_generations.c.id == g2)).scalar_one()
+    ck = Path(location)
+    (ck / "offsets").mkdir(parents=True)
+    (ck / "metadata").write_text('{"id":"q-2"}')
+    meta = '{"batchWatermarkMs":0,"batchTimestampMs":1700000000000,"conf":{}}'
+    for n, end in enumerate([20, 25, 35]):
+        (ck / "offsets" / str(n)).write_text(f'v1\n{meta}\n{{"t":{{"0":{end}}}}}\n')
+    sink = DeltaSink(path=table, pipeline="p", dsn=str(ledger.engine.url), name="p:d").bind(location)
+    done = sink.write(_Frame(["value"]), 1)  # 20-25: all held, no columns needed
+    assert done.verdict == "commit"
+    with ledger.engine.connect() as conn:
+        row = conn.execute(select(sink_batches.c.row_count, sink_batches.c.table_version)
+                           .where(sink_batches.c.sink == "p:d", sink_batches.c.generation_id == g2)).one()
+        assert tuple(row) == (0, None)
+        assert conn.execute(select(positions.c.next_offset)).scalar_one() == 25
+    with pytest.raises(SinkFenced, match=r"sink 'p:d' already holds t\[0\] 25-30 of this batch .* no topic, "
+                                         r"partition, offset column"):
+        sink.write(_Frame(["value"]), 2)  # 25-35: 25-30 held, 30-35 not
+    with ledger.engine.connect() as conn:
+        assert conn.execute(select(positions.c.next_offset)).scalar_one() == 25  # nothing recorded
