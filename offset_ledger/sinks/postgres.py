@@ -4,7 +4,9 @@ Commit order for batch ``n`` of checkpoint generation ``g`` (``docs/sinks.md`` d
 
     Spark: offsets/n written -> foreachBatch(df, n):
       1. read offsets/n (and n-1) from the checkpoint: the batch's Kafka ranges
-      2. already committed (g, n)? -> skip (a re-run after a crash); g not current -> SinkFenced
+      2. already committed (g, n)? -> skip (a re-run after a crash); g not current -> SinkFenced;
+         records this sink already holds (``sinks.held``: the restart that opened g planned it to
+         skip them) are dropped from the batch, all of it when it holds all of it
       3. executors write the rows into this attempt's staging table (COPY or Spark's JDBC writer)
       4. one driver transaction: lock pipeline + sink row, decide again, INSERT INTO target
          SELECT the staged rows, delete them, record sink_batches (g, n -> sequence) and the
