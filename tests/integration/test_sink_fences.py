@@ -56,10 +56,10 @@ class _Both:
             raise
 
 
-def _run(spark, kafka, topic: str, plan, fn) -> bool:  # type: ignore[no-untyped-def]
+def _run(spark, kafka, topic: str, plan, fn, per_trigger: int = 10) -> bool:  # type: ignore[no-untyped-def]
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", kafka.bootstrap_servers)
           .option("subscribe", topic).option("startingOffsets", plan.starting_offsets_json)
-          .option("maxOffsetsPerTrigger", "10").load()
+          .option("maxOffsetsPerTrigger", str(per_trigger)).load()
           .selectExpr("CAST(value AS STRING) AS value", "topic", "partition", "offset"))
     query = (df.writeStream.foreachBatch(fn).option("checkpointLocation", plan.checkpoint_location)
              .trigger(availableNow=True).start())
@@ -129,7 +129,10 @@ def test_a_driver_fenced_at_one_sink_after_the_other_committed_leaves_no_hole_in
     assert behind and "orders:out_b" in behind[0].message and "orders:out_a" in behind[0].message
     print("SINK_BEHIND", behind[0].message)  # docs/sinks.md
     second = _Both(a.bind(p2.checkpoint_location), b.bind(p2.checkpoint_location))
-    assert _run(spark, kafka, topic, p2, second), second.raised
+    # Batches of 20 (10 a partition): A holds the first half of batch 0 and drops those rows only.
+    assert _run(spark, kafka, topic, p2, second, per_trigger=20), second.raised
+    rows = {(r[0], r[3]) for r in _outputs(pg_dsn) if r[2] == 2}
+    assert ("orders:out_a", 10) in rows and ("orders:out_b", 20) in rows, rows
     assert _once(pg_dsn, "out_a") == Counter(produced)
     assert _once(pg_dsn, "out_b") == Counter(produced)
 
