@@ -16,7 +16,8 @@ Explanations, by source (``docs/operations.md`` has the table):
   offsets are never compared with the old ones; the old one ends where that finding says it stood);
 - a ``state_rewind`` finding re-reads from its rewound offsets up to where the history stood before
   its generation; a ``sink_behind`` one from where the sink furthest behind stopped up to the
-  position its restart moved back from (the sinks that held it skipped it); a ``checkpoint_adopted`` import moves each partition from there to the imported
+  position its restart moved back from (the sinks that held it skipped it); a
+  ``checkpoint_adopted`` import moves each partition from there to the imported
   offsets;
 - ``foreign_run``, ``regression``, ``pending_reset``, ``shared_position`` and ``reset_overtaken``
   findings account for the extra reads of the run they name (every partition for ``foreign_run``,

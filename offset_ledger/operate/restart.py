@@ -192,7 +192,9 @@ def start_from_ledger(
                     from offset_ledger.operate.adopt import adopt_if_unknown
 
                     adopt_if_unknown(ops, ref, restart)
-                done = restart_with(ops, ref, restart, given, sinks=[s.spec.sink for s in targets] if targets else None)
+                # The job's sinks, by name: each is judged on its own commits (rules.sink_ahead.sink_plan).
+                named = [s.spec.sink for s in targets] if targets else None
+                done = restart_with(ops, ref, restart, given, sinks=named)
             if sink_findings:
                 done = replace(done, findings=(*sink_findings, *done.findings))
             log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)

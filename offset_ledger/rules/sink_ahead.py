@@ -252,7 +252,8 @@ def sink_plan(ranges: Sequence[SinkCommitRange], *, unranged: Sequence[str] = ()
     plan = SinkPlan(starts, reaches, positions)
     findings: list[Finding] = []
     moved = [{"topic": t, "partition": p, "position": positions[(t, p)], "starts_at": s}
-             for (t, p), s in sorted(starts.items()) if positions[(t, p)] is not None and s > positions[(t, p)]]  # type: ignore[operator]
+             for (t, p), s in sorted(starts.items())
+             if positions[(t, p)] is not None and s > positions[(t, p)]]  # type: ignore[operator]
     if moved:
         for m in moved:
             names.update(past_names.get((str(m["topic"]), int(m["partition"])), {}))  # type: ignore[call-overload]

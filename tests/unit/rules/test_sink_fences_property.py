@@ -211,7 +211,8 @@ def test_every_plan_starts_where_the_sink_furthest_behind_stopped_and_each_sink_
 @settings(max_examples=300, deadline=None)
 @given(held=st.dictionaries(st.sampled_from(["a", "b", "c"]),
                             st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), max_size=5), max_size=3))
-def test_verify_names_exactly_the_offsets_a_sink_lacks_inside_its_span_that_another_sink_holds(held) -> None:  # type: ignore[no-untyped-def]
+def test_verify_names_exactly_the_offsets_a_sink_lacks_inside_its_span_that_another_sink_holds(  # type: ignore[no-untyped-def]
+        held) -> None:
     from offset_ledger.rules.sink_ahead import sink_gaps
 
     spans = {s: [(a, a + n) for a, n in rs] for s, rs in held.items()}
