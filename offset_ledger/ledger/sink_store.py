@@ -392,10 +392,8 @@ def planned_reach(conn: Connection, generation_id: int, sink: str) -> dict[tuple
     """Where ``sink`` holds output past the start of generation ``generation_id``, per partition: what the
     restart that opened it planned the sink to skip (its ``sink_behind`` finding; empty: nothing)."""
     out: dict[tuple[str, int], int] = {}
-    reason = conn.execute(select(checkpoint_generations.c.reason)
-                          .where(checkpoint_generations.c.id == generation_id)).scalar()
-    if reason != "sink_ahead":  # the only reason a plan with sinks standing apart opens a generation for
-        return out
+    # Not by the generation's reason: a plan whose sinks stand apart may open it for a weightier one
+    # (a clamp after data loss, a lost checkpoint), and its sinks still hold what they hold.
     for details in conn.execute(select(findings.c.details).where(
             findings.c.generation_id == generation_id, findings.c.kind == "sink_behind")).scalars():
         doc = details if isinstance(details, dict) else json.loads(details or "{}")

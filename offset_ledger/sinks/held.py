@@ -11,6 +11,7 @@ never written whole.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -30,9 +31,21 @@ def batch_ranges(records: list[Any]) -> list[tuple[str, int, int | None, int]]:
             for s in records[-1].batch.sources for r in s.ranges]
 
 
+#: (ledger, generation id, sink) -> its planned reach: written with the generation, in the transaction that
+#: opened it, and never changed, so read once per driver process (not on every batch).
+_REACH: dict[tuple[str, int, str], dict[tuple[str, int], int]] = {}
+_REACH_LOCK = threading.Lock()
+
+
 def holding(conn: Connection, sink: str, generation_id: int, records: list[Any]) -> BatchHolding:
     """What ``sink`` already holds of the batch ``records`` describe, in generation ``generation_id``."""
-    reach = sink_store.planned_reach(conn, generation_id, sink)
+    key = (conn.engine.url.render_as_string(hide_password=True), generation_id, sink)
+    with _REACH_LOCK:
+        reach = _REACH.get(key)
+    if reach is None:
+        reach = sink_store.planned_reach(conn, generation_id, sink)
+        with _REACH_LOCK:
+            _REACH[key] = reach
     if not reach:
         return BatchHolding()
     return held_in_batch(batch_ranges(records), reach)

@@ -61,19 +61,19 @@ class Ledger:
                     pipeline="p", consumer_group="p", query_id=query, batch_id=batch_id, source_index=0, topic="t",
                     partition=0, from_offset=read[0], until_offset=read[1], batch_time=T0))
             if generation_id == self.current:
-                conn.execute(update(positions).where(positions.c.topic == "t", positions.c.next_offset < read[1])
+                conn.execute(update(positions).where(positions.c.pipeline == "p", positions.c.next_offset < read[1])
                              .values(next_offset=read[1]))
 
     def view(self, pending: tuple[int, ...] = ()) -> LedgerView:
         with self.engine.connect() as conn:
-            pos = conn.execute(select(positions.c.next_offset)).scalar_one()
+            pos = conn.execute(select(positions.c.next_offset).where(positions.c.pipeline == "p")).scalar_one()
             gen = current_generation(conn, "p", "p", offsets=False)
         return LedgerView(GroupRef("p", "p", True), (Position("t", 0, pos),), pending, gen)
 
     def raw(self) -> list[SinkCommitRange]:
         """Every commit range of every sink, unaggregated: the rule's definition."""
         with self.engine.connect() as conn:
-            pos = conn.execute(select(positions.c.next_offset)).scalar_one()
+            pos = conn.execute(select(positions.c.next_offset).where(positions.c.pipeline == "p")).scalar_one()
             rows = conn.execute(select(sink_batches.c.sink, sink_batches.c.sequence, sink_batches.c.batch_id,
                                        batch_offsets.c.from_offset, batch_offsets.c.until_offset)
                                 .join(batch_offsets, (batch_offsets.c.query_id == sink_batches.c.query_id)
@@ -116,6 +116,12 @@ def test_a_driver_fenced_between_two_sinks_plans_from_the_sink_behind_and_the_ot
     with ledger.engine.connect() as conn:
         assert planned_reach(conn, g2, "p:a") == {("t", 0): 30}
         assert planned_reach(conn, g2, "p:b") == {} and planned_reach(conn, g1, "p:a") == {}
+    # A weightier reason may open the generation (a clamp, a lost checkpoint): the sinks hold what they hold.
+    with ledger.engine.begin() as conn:
+        other, _ = create_generation(conn, pipeline="p2", consumer_group="p2", checkpoint_root="/ck",
+                                     app_version="x", reason="data_loss", starting_offsets={"t": {"0": 20}},
+                                     resolved_offsets={"t": {"0": 20}}, restart_findings=list(plan.findings), now=T0)
+        assert planned_reach(conn, other.id, "p:a") == {("t", 0): 30}
     ledger.commit("p:a", g2, 0, (20, 25))  # skipped whole (no rows), recorded
     ledger.commit("p:b", g2, 0, (20, 25))
     # Dies here. The next restart: p:a still holds 25-30, so it skips them again, and nothing else.

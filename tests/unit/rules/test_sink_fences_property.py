@@ -211,8 +211,8 @@ def test_every_plan_starts_where_the_sink_furthest_behind_stopped_and_each_sink_
 @settings(max_examples=300, deadline=None)
 @given(held=st.dictionaries(st.sampled_from(["a", "b", "c"]),
                             st.lists(st.tuples(st.integers(0, 30), st.integers(1, 6)), max_size=5), max_size=3))
-def test_verify_names_exactly_the_offsets_a_sink_lacks_inside_its_span_that_another_sink_holds(  # type: ignore[no-untyped-def]
-        held) -> None:
+def test_verify_names_exactly_the_offsets_a_sink_lacks_inside_its_span_that_another_sink_holds(
+        held: dict[str, list[tuple[int, int]]]) -> None:
     from offset_ledger.rules.sink_ahead import sink_gaps
 
     spans = {s: [(a, a + n) for a, n in rs] for s, rs in held.items()}
@@ -228,3 +228,32 @@ def test_verify_names_exactly_the_offsets_a_sink_lacks_inside_its_span_that_anot
         others = set().union(*(v for o, v in sets.items() if o != s)) if len(sets) > 1 else set()
         inside = {o for o in others if mine and min(mine) <= o < max(mine) + 1} - mine
         assert found.get(s, set()) == inside, (s, spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(position=st.integers(0, 20), past=st.lists(st.tuples(st.integers(0, 30), st.integers(0, 8),
+                                                             st.booleans()), max_size=4))
+def test_one_sink_is_planned_exactly_as_sink_ahead_planned_it(position: int,
+                                                               past: list[tuple[int, int, bool]]) -> None:
+    """One sink that kept up with the positions (its last commit of the current generation ends there), and
+    older generations' commits the ledger learned since, some past the position: the plan, its findings
+    and its refusals are ``sink_ahead``'s."""
+    import pytest
+
+    from offset_ledger.errors import SinkFenced
+    from offset_ledger.rules.sink_ahead import sink_ahead
+
+    kept = [SinkCommitRange("s", 1, 2, 0, None, T, 0, max(position - 3, 0), position, position)]
+    older = [SinkCommitRange("s", 2 + i, 1, 5 + i, 7, T, 0, None if unknown else start, start + n, position)
+             for i, (start, n, unknown) in enumerate(past)]
+    try:
+        before = sink_ahead([r for r in older if r.until_offset > position], pipeline="p")
+    except SinkFenced as refused:
+        with pytest.raises(SinkFenced) as again:
+            sink_plan([*kept, *older], pipeline="p", sinks=["s"], registered=["s"],
+                      generation_start={(T, 0): 0}, positions={(T, 0): position})
+        assert str(again.value) == str(refused)
+        return
+    plan = sink_plan([*kept, *older], pipeline="p", sinks=["s"], registered=["s"],
+                     generation_start={(T, 0): 0}, positions={(T, 0): position})
+    assert dict(plan.starts) == dict(before.ends) and plan.findings == before.findings and plan.skips() == {}
