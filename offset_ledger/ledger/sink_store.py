@@ -22,7 +22,14 @@ from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.records import Record, RecordOutcome, utc
-from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches, sinks
+from offset_ledger.ledger.tables import (
+    batch_offsets,
+    checkpoint_generations,
+    findings,
+    positions,
+    sink_batches,
+    sinks,
+)
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.sink_ahead import SinkCommitRange, window_start
 from offset_ledger.rules.sink_identity import SinkState, SinkTarget, describe_target, target_change
@@ -309,3 +316,118 @@ def older_commits_ahead(conn: Connection, pipeline: str, consumer_group: str
                                    func.coalesce(sb.c.row_count, 1) > 0, ~exists().where(same_batch))).all()
     return ranges, [SinkCommitRange(r.sink, int(r.sequence), number_of[r.generation_id], int(r.batch_id),
                                     r.table_version, "", 0, None, 0, None).named() for r in unranged]
+
+
+def _window_with_current(conn: Connection, pipeline: str, consumer_group: str) -> tuple[Any, dict[int, int]]:
+    """(the current generation's row, {id: number} of the generations from the last deliberate start up to
+    and including the current one): whose commits a sink's reach is judged on (``rules.sink_ahead.sink_plan``)."""
+    g = checkpoint_generations
+    rows = conn.execute(select(g.c.id, g.c.generation, g.c.reason, g.c.stateful, g.c.created_at,
+                               g.c.sink_batch_floor).where(
+        g.c.pipeline == pipeline, g.c.consumer_group == consumer_group)).all()
+    if not rows:
+        return None, {}
+    current = max(rows, key=lambda r: r.generation)
+    start = window_start([(r.generation, r.reason, bool(r.stateful) and "inherited_from_generation" not in r.stateful)
+                          for r in rows], current.generation)
+    return current, {r.id: r.generation for r in rows if start <= r.generation <= current.generation}
+
+
+def sink_commits_in_window(conn: Connection, pipeline: str, consumer_group: str,
+                           sinks: Sequence[str] | None = None) -> tuple[list[SinkCommitRange], list[str]]:
+    """What ``rules.sink_ahead.sink_plan`` judges each sink on: its commits since the last deliberate start.
+
+    Per sink and partition, the ranges that end past the ledger's position (or where it has none),
+    whole, and one range standing for the rest, ending where the sink's last commit not past the
+    position ends (sequence 0, start unknown: only its end counts), so that a long history is
+    aggregated in the database. ``sinks``: only these (None: every sink of the pipeline). The
+    second list: commits of older generations the ledger learned after the current generation opened
+    and holds no ranges of (named; ``sink_ahead`` refuses them).
+    """
+    current, number_of = _window_with_current(conn, pipeline, consumer_group)
+    if current is None:
+        return [], []
+    sb, bo, p = sink_batches, batch_offsets, positions
+    mine = [sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group,
+            sb.c.generation_id.in_(sorted(number_of))]
+    if sinks is not None:
+        mine.append(sb.c.sink.in_(sorted(set(sinks))))
+    same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
+                      bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
+    at_position = and_(p.c.pipeline == sb.c.pipeline, p.c.consumer_group == sb.c.consumer_group,
+                       p.c.topic == bo.c.topic, p.c.partition == bo.c.partition)
+    older = sorted(i for i, n in number_of.items() if n < current.generation)
+    if current.sink_batch_floor is not None:
+        learned_after = sb.c.id > current.sink_batch_floor
+    else:  # opened by a release before 0019: the clock, with the slack it had
+        learned_after = sb.c.recorded_at >= current.created_at - CLOCK_SLACK
+    # A partition without a position (dropped with its topic) weighs only where sink_ahead weighed it: an
+    # older generation's commit learned after the current one opened (refused: nothing to continue from).
+    unplaced = and_(p.c.next_offset.is_(None), sb.c.generation_id.in_(older), learned_after)
+    past = conn.execute(
+        select(sb.c.sink, sb.c.sequence, sb.c.generation_id, sb.c.batch_id, sb.c.table_version, bo.c.topic,
+               bo.c.partition, bo.c.from_offset, bo.c.until_offset, p.c.next_offset)
+        .join(bo, same_batch).outerjoin(p, at_position)
+        .where(*mine, or_(unplaced, bo.c.until_offset > p.c.next_offset))).all()
+    ranges = [SinkCommitRange(r.sink, int(r.sequence), number_of[r.generation_id], int(r.batch_id), r.table_version,
+                              r.topic, int(r.partition), r.from_offset, int(r.until_offset), r.next_offset)
+              for r in past]
+    behind = conn.execute(
+        select(sb.c.sink, bo.c.topic, bo.c.partition, func.max(bo.c.until_offset).label("until"), p.c.next_offset)
+        .join(bo, same_batch).join(p, at_position)
+        .where(*mine, bo.c.until_offset <= p.c.next_offset)
+        .group_by(sb.c.sink, bo.c.topic, bo.c.partition, p.c.next_offset)).all()
+    ranges += [SinkCommitRange(r.sink, 0, 0, -1, None, r.topic, int(r.partition), None, int(r.until), r.next_offset)
+               for r in behind]
+    if not older:
+        return ranges, []
+    unranged = conn.execute(select(sb.c.sink, sb.c.sequence, sb.c.generation_id, sb.c.batch_id, sb.c.table_version)
+                            .where(*mine, sb.c.generation_id.in_(sorted(older)), learned_after,
+                                   func.coalesce(sb.c.row_count, 1) > 0, ~exists().where(same_batch))).all()
+    return ranges, [SinkCommitRange(r.sink, int(r.sequence), number_of[r.generation_id], int(r.batch_id),
+                                    r.table_version, "", 0, None, 0, None).named() for r in unranged]
+
+
+def planned_reach(conn: Connection, generation_id: int, sink: str) -> dict[tuple[str, int], int]:
+    """Where ``sink`` holds output past the start of generation ``generation_id``, per partition: what the
+    restart that opened it planned the sink to skip (its ``sink_behind`` finding; empty: nothing)."""
+    out: dict[tuple[str, int], int] = {}
+    # Not by the generation's reason: a plan whose sinks stand apart may open it for a weightier one
+    # (a clamp after data loss, a lost checkpoint), and its sinks still hold what they hold.
+    for details in conn.execute(select(findings.c.details).where(
+            findings.c.generation_id == generation_id, findings.c.kind == "sink_behind")).scalars():
+        doc = details if isinstance(details, dict) else json.loads(details or "{}")
+        for topic, partition, _start, end in (doc.get("skips") or {}).get(sink, ()):
+            out[(str(topic), int(partition))] = int(end)
+    return out
+
+
+def registered_sinks(conn: Connection, pipeline: str, consumer_group: str) -> list[str]:
+    """The sinks that ever wrote for the pipeline (a sink registers on its first batch, before it stages)."""
+    return list(conn.execute(select(sinks.c.sink).where(sinks.c.pipeline == pipeline,
+                                                       sinks.c.consumer_group == consumer_group)).scalars())
+
+
+def generation_start(conn: Connection, generation_id: int) -> dict[tuple[str, int], int]:
+    """Where generation ``generation_id`` started, per partition (its resolved starting offsets)."""
+    raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
+                       .where(checkpoint_generations.c.id == generation_id)).scalar() or {}
+    if isinstance(raw, str):
+        raw = json.loads(raw)
+    return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+
+
+def sink_held_ranges(conn: Connection, pipeline: str, consumer_group: str, topic: str | None = None) -> Any:
+    """Every range the pipeline's sinks committed (sink, topic, partition, from, until), ordered by partition:
+    streamed (``rules.sink_ahead.sink_gaps`` takes one partition at a time). Ranges of an unknown start
+    are left out: nothing can be said of what they hold."""
+    sb, bo = sink_batches, batch_offsets
+    same_batch = and_(bo.c.query_id == sb.c.query_id, bo.c.batch_id == sb.c.batch_id,
+                      bo.c.pipeline == sb.c.pipeline, bo.c.consumer_group == sb.c.consumer_group)
+    query = (select(sb.c.sink, bo.c.topic, bo.c.partition, bo.c.from_offset, bo.c.until_offset)
+             .join(bo, same_batch)
+             .where(sb.c.pipeline == pipeline, sb.c.consumer_group == consumer_group, bo.c.from_offset.is_not(None))
+             .order_by(bo.c.topic, bo.c.partition, sb.c.sink, bo.c.from_offset))
+    if topic is not None:
+        query = query.where(bo.c.topic == topic)
+    return conn.execution_options(yield_per=2000).execute(query)

@@ -15,7 +15,9 @@ Explanations, by source (``docs/operations.md`` has the table):
   id that changed between two generations, start a new incarnation of the topic's partitions (its
   offsets are never compared with the old ones; the old one ends where that finding says it stood);
 - a ``state_rewind`` finding re-reads from its rewound offsets up to where the history stood before
-  its generation; a ``checkpoint_adopted`` import moves each partition from there to the imported
+  its generation; a ``sink_behind`` one from where the sink furthest behind stopped up to the
+  position its restart moved back from (the sinks that held it skipped it); a
+  ``checkpoint_adopted`` import moves each partition from there to the imported
   offsets;
 - ``foreign_run``, ``regression``, ``pending_reset``, ``shared_position`` and ``reset_overtaken``
   findings account for the extra reads of the run they name (every partition for ``foreign_run``,
@@ -211,6 +213,15 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
                     out.explanations.append(e)
         elif r.kind == "state_rewind" and gen is not None:
             rewinds.append((r, gen))
+        elif r.kind == "sink_behind" and gen is not None:
+            # The restart started where the sink furthest behind stopped: the other sinks skipped what
+            # they held (``rules.sink_ahead.sink_plan``), so that stretch is read again on purpose.
+            why = Reason("sink_behind", r.id, _short(r.message))
+            for m in details.get("moved") or ():
+                e = move_explanation(str(m["topic"]), int(m["partition"]), m.get("position"), int(m["starts_at"]),
+                                     why, out.incarnation(str(m["topic"]), int(m["partition"]), gen))
+                if e is not None:
+                    out.explanations.append(e)
         elif r.kind in RUN_FINDINGS and r.run_id and not (r.kind == "regression" and r.run_id in by_hand):
             flagged_runs.setdefault(r.run_id, []).append(
                 (None if r.kind == "foreign_run" else r.topic, None if r.kind == "foreign_run" else r.partition,

@@ -192,7 +192,9 @@ def start_from_ledger(
                     from offset_ledger.operate.adopt import adopt_if_unknown
 
                     adopt_if_unknown(ops, ref, restart)
-                done = restart_with(ops, ref, restart, given)
+                # The job's sinks, by name: each is judged on its own commits (rules.sink_ahead.sink_plan).
+                named = [s.spec.sink for s in targets] if targets else None
+                done = restart_with(ops, ref, restart, given, sinks=named)
             if sink_findings:
                 done = replace(done, findings=(*sink_findings, *done.findings))
             log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
@@ -205,6 +207,7 @@ def start_from_ledger(
 
 def restart_with(
     ops: Operations, ref: PipelineRef, options: RestartOptions, given: Policies = Policies(),
+    sinks: Sequence[str] | None = None,
 ) -> RestartPlan:
     """The verb of ``start_from_ledger`` over the context's ledger and Kafka cluster: reconcile, plan,
     decide under the lock.
@@ -213,7 +216,9 @@ def restart_with(
     policies (``offset_ledger.rules.policies``) where not given, then the defaults; one given where
     a stored policy differs is used for this call and reported (``policy_override``). A stored
     window applies when a fresh generation is opened anyway (an upgrade); ``window=`` given in the
-    call asks for one, as before.
+    call asks for one, as before. ``sinks``: the names of the sinks the job writes with (None: every sink
+    that committed since the last deliberate start); each is judged on its own commits
+    (``rules.sink_ahead.sink_plan``).
     """
     if options.checkpoint_root is None:
         raise ConfigError("checkpoint_root is required")
@@ -232,12 +237,12 @@ def restart_with(
         if attempt > 1 and not group.named:
             group = resolve_ref(engine, ref)  # what moved may be the pipeline's groups
         rewind = asked
-        plan, ledger, cluster = plan_restart(ops, group, options, use, window if rewind else None)
+        plan, ledger, cluster = plan_restart(ops, group, options, use, window if rewind else None, sinks)
         if window is not None and not asked and not ledger.pending_reset_ids and _generation_reason(
                 plan, ledger, options, truth) not in (None, "first"):
             # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
             rewind = True
-            plan, ledger, cluster = plan_restart(ops, group, options, use, window)
+            plan, ledger, cluster = plan_restart(ops, group, options, use, window, sinks)
         done = _decide_under_lock(engine, plan, ledger, cluster, options, truth, rewind=rewind)
         if isinstance(done, RestartPlan):
             # What starting away from the ledger's positions costs; Spark ignores startingOffsets
@@ -292,7 +297,7 @@ def _generation_reason(plan: RestartPlan, ledger: LedgerView, options: RestartOp
         checkpoint_root=str(options.checkpoint_root), pending_resets=bool(ledger.pending_reset_ids),
         requested=options.new_checkpoint or new_checkpoint,
         data_loss=any(f.kind == "data_loss" for f in plan.findings),
-        sink_ahead=any(f.kind == "sink_ahead" for f in plan.findings))
+        sink_ahead=any(f.kind in ("sink_ahead", "sink_behind") for f in plan.findings))
 
 
 #: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).

@@ -23,7 +23,7 @@ from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import current_positions, pipeline_footprint
-from offset_ledger.ledger.sink_store import older_commits_ahead
+from offset_ledger.ledger.sink_store import generation_start, registered_sinks, sink_commits_in_window
 from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
 from offset_ledger.rules.model import (
     EARLIEST,
@@ -44,7 +44,7 @@ from offset_ledger.rules.restart_options import (
     RestartOptions,
     parse_on_data_loss,
 )
-from offset_ledger.rules.sink_ahead import SinkAhead, sink_ahead
+from offset_ledger.rules.sink_ahead import SinkPlan, sink_plan
 from offset_ledger.rules.stateful import WindowSpec
 
 if TYPE_CHECKING:
@@ -205,6 +205,7 @@ def recreated_topics(
 
 def plan_restart(
     ops: Operations, group: GroupRef, options: RestartOptions, policies: Policies, window: WindowSpec | None = None,
+    sinks: Sequence[str] | None = None,
 ) -> tuple[RestartPlan, LedgerView, ClusterView]:
     """The verb: a read-only plan (``checkpoint_location=None``) over the context's ledger and Kafka
     cluster, and the ledger and cluster views it was built from.
@@ -212,7 +213,9 @@ def plan_restart(
     ``policies`` are the ones in effect (``Policies.over``). Refuses (FirstRunRefused) to treat a
     pipeline the ledger knows as a first run, unless ``first_run`` is given and ``allow_first_run``
     is True. With ``window`` the positions are rewound for a windowed pipeline
-    (``offset_ledger.rules.stateful``) and the plan carries the event-time floor.
+    (``offset_ledger.rules.stateful``) and the plan carries the event-time floor. ``sinks``: the names
+    of the sinks the job writes with (None: every sink that committed since the last deliberate start);
+    the plan starts each partition where the sink furthest behind stopped (``rules.sink_ahead.sink_plan``).
     """
     engine, adapter = ops.engine, ops.kafka
     pipeline = group.pipeline
@@ -230,9 +233,9 @@ def plan_restart(
         requested = select_topics(adapter, options, sorted({p.topic for p in ledger.positions}))
     wanted = set(requested)
     positions = [p for p in ledger.positions if p.topic in wanted]
-    ahead = sink_ahead_of(engine, pipeline, ledger)
-    if ahead.ends:  # a sink's target already holds what an older generation read past them
-        positions = [replace(p, next_offset=max(p.next_offset, ahead.ends.get((p.topic, p.partition), 0)))
+    ahead = sink_plan_of(engine, pipeline, ledger, sinks)
+    if ahead.starts:  # each sink judged on its own commits: the plan starts where the one furthest behind stopped
+        positions = [replace(p, next_offset=ahead.starts.get((p.topic, p.partition), p.next_offset))
                      for p in positions]
     first = is_first_run(positions, requested)
     if first and ledger.footprint and not options.allow_first_run:
@@ -271,16 +274,24 @@ def plan_restart(
     return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
 
 
-def sink_ahead_of(engine: Engine, pipeline: str, ledger: LedgerView) -> SinkAhead:
-    """``rules.sink_ahead`` over the ledger's sink commits of older generations (nothing with a reset pending)."""
+def sink_plan_of(engine: Engine, pipeline: str, ledger: LedgerView, sinks: Sequence[str] | None = None) -> SinkPlan:
+    """``rules.sink_ahead.sink_plan`` over the sinks' commits since the last deliberate start (nothing with a
+    reset pending: a reset says where every sink reads)."""
     if ledger.pending_reset_ids or ledger.generation is None:
-        return SinkAhead({})
+        return SinkPlan()
+    registered: list[str] = []
+    started: dict[tuple[str, int], int] = {}
     try:
         with engine.connect() as conn:
-            ranges, unranged = older_commits_ahead(conn, pipeline, ledger.consumer_group)
+            ranges, unranged = sink_commits_in_window(conn, pipeline, ledger.consumer_group, sinks)
+            if sinks is not None:  # the job's sinks, named: one that holds nothing since is judged too
+                registered = registered_sinks(conn, pipeline, ledger.consumer_group)
+                started = generation_start(conn, ledger.generation.id)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the sinks' commits") from exc
-    return sink_ahead(ranges, unranged=unranged, pipeline=pipeline)
+    return sink_plan(ranges, unranged=unranged, pipeline=pipeline, sinks=sinks, registered=registered,
+                     generation_start=started, positions={(p.topic, p.partition): p.next_offset
+                                                          for p in ledger.positions})
 
 
 def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[str, int]]:

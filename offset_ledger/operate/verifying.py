@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.sink_store import sink_held_ranges
 from offset_ledger.ledger.verify_reads import VerifyInputs, read_inputs
 from offset_ledger.ledger.verify_rows import merged, pruned_rows, stream_rows, tagged, unknown_start_rows
 from offset_ledger.operate.inputs import check_topic
 from offset_ledger.operate.known import require_topics
 from offset_ledger.operate.operations import resolve_group
 from offset_ledger.operate.verify_loss import attach, loss_stretches
+from offset_ledger.rules.sink_ahead import SinkGap, sink_gaps
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Stretch, sort_key, summarize, verify_ranges
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ class VerifyReport:
     topic: str | None = None
     #: loss stretches: (topic, partition, from) -> what ``operate.verify_loss`` found
     loss_notes: dict[tuple[str, int, int], str] = field(default_factory=dict)
+    #: per sink: offsets another sink committed and it lacks (``rules.sink_ahead.sink_gaps``)
+    sink_gaps: list[SinkGap] = field(default_factory=list)
 
     @property
     def stretches(self) -> list[Stretch]:
@@ -47,7 +51,7 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
-        return all(s.explained for s in self.stretches)
+        return all(s.explained for s in self.stretches) and not self.sink_gaps
 
     def _batch(self, ref: BatchRef | None) -> dict[str, Any] | None:
         if ref is None:
@@ -90,10 +94,21 @@ class VerifyReport:
             "notes": self._notes(s),
         }
 
+    def summary(self) -> dict[str, Any]:
+        counts: dict[str, Any] = {**summarize(self.results), "seconds": round(self.seconds, 3)}
+        if self.sink_gaps:  # each an unexplained stretch of its own sink's output
+            counts["unexplained"] += len(self.sink_gaps)
+            counts["sinkGaps"] = len(self.sink_gaps)
+        return counts
+
     def to_dict(self) -> dict[str, Any]:
+        gaps = {"sinkGaps": [{"sink": g.sink, "topic": g.topic, "partition": g.partition, "fromOffset": g.from_offset,
+                              "untilOffset": g.until_offset, "records": g.until_offset - g.from_offset,
+                              "heldBy": list(g.held_by), "message": g.message()} for g in self.sink_gaps]} \
+            if self.sink_gaps else {}
         return {
             "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "topic": self.topic, "ok": self.ok,
-            "summary": {**summarize(self.results), "seconds": round(self.seconds, 3)},
+            "summary": self.summary(), **gaps,
             "stretches": [self.stretch_dict(s) for s in self.stretches],
             "partitions": [{
                 "topic": r.topic, "partition": r.partition, "incarnation": r.incarnation,
@@ -124,6 +139,13 @@ class VerifyReport:
                 "untilOffset": s.until_offset, "records": s.records, "kind": s.kind, "times": s.times,
                 "explanation": "; ".join(r.label() for r in s.reasons) or None, "borders": borders,
                 "notes": "; ".join(self._notes(s)) or None,
+            })
+        for g in self.sink_gaps:
+            out.append({
+                "status": "UNEXPLAINED", "topic": g.topic, "partition": g.partition, "incarnation": 0,
+                "fromOffset": g.from_offset, "untilOffset": g.until_offset, "records": g.until_offset - g.from_offset,
+                "kind": "sink_gap", "times": 0, "explanation": None,
+                "borders": f"sink {g.sink} lacks it; held by {', '.join(g.held_by)}", "notes": g.message(),
             })
         return out
 
@@ -158,6 +180,7 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
                               key=lambda r: (*sort_key(r), r.from_offset is not None))
                 rows = tagged(merged(stream_rows(conn, pipeline, group, topic), side), inputs)
                 results = list(verify_ranges(rows, inputs.explanations, inputs.positions))
+                gaps = _sink_gaps(conn, pipeline, group, topic)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "verifying the history") from exc
     loss_notes: dict[tuple[str, int, int], str] = {}
@@ -166,4 +189,20 @@ def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None =
         check = loss_stretches(inputs.shortfalls, ops.kafka if ops.has_kafka else None)
         attach(results, [s for _, s in check.stretches])
         loss_notes = check.notes
-    return VerifyReport(pipeline, group, results, inputs, time.perf_counter() - started, topic, loss_notes)
+    return VerifyReport(pipeline, group, results, inputs, time.perf_counter() - started, topic, loss_notes, gaps)
+
+
+def _sink_gaps(conn: Any, pipeline: str, group: str, topic: str | None) -> list[SinkGap]:
+    """Each sink's output judged on its own: what another sink committed and it lacks, one partition at a time."""
+    out: list[SinkGap] = []
+    key: tuple[str, int] | None = None
+    held: dict[str, list[tuple[int, int]]] = {}
+    for r in sink_held_ranges(conn, pipeline, group, topic):
+        if (r.topic, r.partition) != key:
+            if key is not None:
+                out += sink_gaps(key[0], key[1], held)
+            key, held = (r.topic, r.partition), {}
+        held.setdefault(r.sink, []).append((int(r.from_offset), int(r.until_offset)))
+    if key is not None:
+        out += sink_gaps(key[0], key[1], held)
+    return out

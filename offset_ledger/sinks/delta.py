@@ -34,6 +34,7 @@ from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_com
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc
 from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, foreign_commit, identity_of
+from offset_ledger.sinks import held as held_records
 from offset_ledger.sinks.postgres import check_target
 from offset_ledger.sinks.table_batch import TableCommit, prepare_batch, record_found_commit, record_table_commit
 
@@ -80,10 +81,13 @@ class DeltaSink:
         ledger, decision, records = prepared.ledger, prepared.decision, prepared.records
         generation_id, query_id = prepared.generation_id, prepared.query_id
         self.last = decision
-        prepared.refuse_if_fenced(self.spec, batch_id)
+        prepared.refuse_if_fenced(self.spec, batch_id, list(df.columns))
         if decision.verdict == "skip":
             return decision
         assert decision.sequence is not None
+        if prepared.held.whole:  # a restart planned this sink to skip what it holds: all of this batch
+            return prepared.record_held(self.spec)
+        df = held_records.without_held(df, prepared.held)
         identity = BatchIdentity(self.name, generation_id, batch_id, query_id)
         doc = {**identity.as_doc(), "sequence": decision.sequence,
                "batch": batch_doc(records[-1].batch, self.checkpoint_location) if records else None}

@@ -45,6 +45,7 @@ from offset_ledger.rules.iceberg_snapshots import (
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc
 from offset_ledger.rules.sink_identity import BatchIdentity, SinkDecision, identity_of
+from offset_ledger.sinks import held as held_records
 from offset_ledger.sinks.postgres import check_target
 from offset_ledger.sinks.table_batch import TableCommit, prepare_batch, record_found_commit, record_table_commit
 
@@ -109,10 +110,13 @@ class IcebergSink:
         ledger, decision, records = prepared.ledger, prepared.decision, prepared.records
         generation_id, query_id = prepared.generation_id, prepared.query_id
         self.last = decision
-        prepared.refuse_if_fenced(self.spec, batch_id)
+        prepared.refuse_if_fenced(self.spec, batch_id, list(df.columns))
         if decision.verdict == "skip":
             return decision
         assert decision.sequence is not None
+        if prepared.held.whole:  # a restart planned this sink to skip what it holds: all of this batch
+            return prepared.record_held(self.spec)
+        df = held_records.without_held(df, prepared.held)
         identity = BatchIdentity(self.name, generation_id, batch_id, query_id)
         snap = self._own(identity, decision.sequence)  # an earlier attempt of this batch committed
         if snap is None:

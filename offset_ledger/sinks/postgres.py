@@ -4,7 +4,9 @@ Commit order for batch ``n`` of checkpoint generation ``g`` (``docs/sinks.md`` d
 
     Spark: offsets/n written -> foreachBatch(df, n):
       1. read offsets/n (and n-1) from the checkpoint: the batch's Kafka ranges
-      2. already committed (g, n)? -> skip (a re-run after a crash); g not current -> SinkFenced
+      2. already committed (g, n)? -> skip (a re-run after a crash); g not current -> SinkFenced;
+         records this sink already holds (``sinks.held``: the restart that opened g planned it to
+         skip them) are dropped from the batch, all of it when it holds all of it
       3. executors write the rows into this attempt's staging table (COPY or Spark's JDBC writer)
       4. one driver transaction: lock pipeline + sink row, decide again, INSERT INTO target
          SELECT the staged rows, delete them, record sink_batches (g, n -> sequence) and the
@@ -38,9 +40,10 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.model import Finding
-from offset_ledger.rules.sink_ahead import SinkCommitRange, late_commit
+from offset_ledger.rules.sink_ahead import BatchHolding, SinkCommitRange, late_commit
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
+from offset_ledger.sinks import held as held_records
 from offset_ledger.sinks import target_log
 from offset_ledger.sinks.staging import StageMode, Staging
 
@@ -159,18 +162,25 @@ class PostgresSink:
         target = ledger if self.target_dsn is None else sink_engine(self.target_dsn, ledger=False)
         files = checkpoint_files(self.checkpoint_location, self.storage_options)
         query_id, batch = running_batch(self.checkpoint_location, files, batch_id)
+        columns = list(df.columns)
         try:
             generation_id, current, committed = self._read_ledger(ledger, batch_id, query_id)
+            held = self._held(ledger, generation_id, query_id, batch)
             with target.connect() as conn:
                 if self.target_dsn is not None:
                     target_log.ensure_tables(conn)
                     committed = committed or target_log.committed_sequence(conn, self.name, generation_id, batch_id)
                 early = decide(sink_store.SinkState(), generation_id=generation_id, batch_id=batch_id,
                                current_generation_id=current, committed_sequence=committed)
-                staging = Staging(self.table, self.name)
-                stage_table = staging.name(generation_id, batch_id, uuid.uuid4().hex[:8])
                 if early.verdict == "commit":
-                    staging.create(conn, stage_table, list(df.columns))
+                    why = held_records.refusal(self.name, held, columns)
+                    if why is not None:  # before anything is staged
+                        early = SinkDecision("fenced", None, why)
+                staging = Staging(self.table, self.name)
+                # None: the sink holds the whole batch (a restart planned it to skip it): nothing to stage
+                stage_table = None if held.whole else staging.name(generation_id, batch_id, uuid.uuid4().hex[:8])
+                if early.verdict == "commit" and stage_table is not None:
+                    staging.create(conn, stage_table, columns)
                 conn.commit()
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, "preparing the sink") from exc
@@ -178,9 +188,10 @@ class PostgresSink:
             if early.verdict == "skip" and self.target_dsn is not None:
                 self._tell_ledger(ledger, early, generation_id, query_id, batch, None)
             return self._done(early, batch_id, generation_id)
-        columns = list(df.columns)
         prepared = time.perf_counter()
-        staging.write(df, stage_table, columns, self.stage, self.target_dsn or self.dsn)
+        if stage_table is not None:
+            staging.write(held_records.without_held(df, held), stage_table, columns, self.stage,
+                          self.target_dsn or self.dsn)
         staged = time.perf_counter()
         if self.target_dsn is None:
             decision = self._commit_here(ledger, staging, stage_table, columns, generation_id, query_id, batch)
@@ -197,6 +208,12 @@ class PostgresSink:
         log.debug("sink %s batch %d: %s", self.name, batch_id, self.last_timings)
         return self._done(decision, batch_id, generation_id)
 
+    def _held(self, ledger: Engine, generation_id: int, query_id: str, batch: Any) -> BatchHolding:
+        """What this sink already holds of the batch (``sinks.held``: a restart planned it to skip them)."""
+        with ledger.connect() as conn:
+            records = self._records(None, query_id, batch, datetime.now(timezone.utc))
+            return held_records.holding(conn, self.name, generation_id, records)
+
     def _read_ledger(self, ledger: Engine, batch_id: int, query_id: str) -> tuple[int, int | None, int | None]:
         """(the checkpoint's generation id, the pipeline's current one, the sequence if committed)."""
         with ledger.begin() as conn:  # begin: a checkpoint re-created in place records its incarnation
@@ -204,7 +221,7 @@ class PostgresSink:
             return (generation_id, sink_store.current_generation_id(conn, self.pipeline, self.consumer_group),
                     sink_store.committed_sequence(conn, self.name, generation_id, batch_id))
 
-    def _commit_here(self, engine: Engine, staging: Staging, stage_table: str, columns: list[str],
+    def _commit_here(self, engine: Engine, staging: Staging, stage_table: str | None, columns: list[str],
                      generation_id: int, query_id: str, batch: Any) -> SinkDecision:
         """Target and ledger in one database: rows, sink row, batch and positions in one transaction."""
         now = datetime.now(timezone.utc)
@@ -218,7 +235,7 @@ class PostgresSink:
                                       conn, self.name, generation_id, batch.batch_id))
                 if decision.verdict == "commit":
                     assert decision.sequence is not None
-                    rows = self._move(conn, staging, stage_table, columns)
+                    rows = 0 if stage_table is None else self._move(conn, staging, stage_table, columns)
                     sink_store.record_commit(
                         conn, self.spec, sequence=decision.sequence, generation_id=generation_id,
                         query_id=query_id, batch_id=batch.batch_id, row_count=rows, table_version=None,
@@ -229,7 +246,7 @@ class PostgresSink:
             raise translate_db_error(exc, f"committing batch {batch.batch_id} to {self.table}") from exc
         return decision
 
-    def _commit_remote(self, ledger: Engine, target: Engine, staging: Staging, stage_table: str,
+    def _commit_remote(self, ledger: Engine, target: Engine, staging: Staging, stage_table: str | None,
                        columns: list[str], generation_id: int, query_id: str,
                        batch: Any) -> tuple[SinkDecision, int | None]:
         """Target elsewhere: rows, sequence and the batch's record in one target transaction."""
@@ -248,14 +265,15 @@ class PostgresSink:
                     # A zombie's commit that landed after this generation opened, known to the ledger or
                     # only to the target's log (it died before telling the ledger): rules.sink_ahead.
                     why = late_commit([*ahead, *self._unrecorded_ahead(
-                        ledger, target_log.commits_after(conn, self.name, known))])
+                        ledger, target_log.commits_after(conn, self.name, known))], self.name)
                     if why is not None:
                         decision = SinkDecision("fenced", None, why)
-                        staging.drop(conn, stage_table)  # this batch's own staged rows: nothing is left
+                        if stage_table is not None:
+                            staging.drop(conn, stage_table)  # this batch's own staged rows: nothing is left
                 rows = None
                 if decision.verdict == "commit":
                     assert decision.sequence is not None
-                    rows = self._move(conn, staging, stage_table, columns)
+                    rows = 0 if stage_table is None else self._move(conn, staging, stage_table, columns)
                     records = self._records(None, query_id, batch, now)
                     doc = batch_doc(records[-1].batch, self.checkpoint_location or "") if records else {
                         "query_id": query_id, "batch_id": batch.batch_id, "sources": []}

@@ -24,9 +24,10 @@ from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs
-from offset_ledger.rules.sink_ahead import late_commit
+from offset_ledger.rules.sink_ahead import BatchHolding, late_commit
 from offset_ledger.rules.sink_batch import batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
+from offset_ledger.sinks import held as held_records
 from offset_ledger.sinks.postgres import SINK_SOURCE, batch_ledger_records, sink_engine, sink_run_id
 
 
@@ -40,11 +41,23 @@ class PreparedBatch:
     query_id: str
     batch: Any  # the running batch read from the checkpoint
     records: list[Any]  # what the ledger records with the commit
+    held: BatchHolding = BatchHolding()  # what the sink already holds of the batch (``sinks.held``)
 
-    def refuse_if_fenced(self, spec: sink_store.SinkSpec, batch_id: int) -> None:
-        if self.decision.verdict == "fenced":
-            raise SinkFenced(f"sink {spec.sink!r}: {self.decision.reason}", sink=spec.sink, batch_id=batch_id,
+    def refuse_if_fenced(self, spec: sink_store.SinkSpec, batch_id: int, columns: list[str] | None = None) -> None:
+        """SinkFenced for a fenced batch, and for one whose held records its ``columns`` cannot tell apart."""
+        why = self.decision.reason if self.decision.verdict == "fenced" else None
+        if why is None and self.decision.verdict == "commit" and columns is not None:
+            why = held_records.refusal(spec.sink, self.held, columns)
+        if why is not None:
+            raise SinkFenced(f"sink {spec.sink!r}: {why}", sink=spec.sink, batch_id=batch_id,
                              generation_id=self.generation_id)
+
+    def record_held(self, spec: sink_store.SinkSpec) -> SinkDecision:
+        """The batch the sink holds whole: recorded under its sequence with no rows, the table not written."""
+        assert self.decision.sequence is not None
+        record_table_commit(self.ledger, spec, TableCommit(self.decision.sequence, self.generation_id, self.query_id,
+                                                           self.batch.batch_id, 0, None), self.records)
+        return self.decision
 
 
 def prepare_batch(spec: sink_store.SinkSpec, dsn: str, checkpoint_location: str | None,
@@ -73,15 +86,17 @@ def prepare_batch(spec: sink_store.SinkSpec, dsn: str, checkpoint_location: str 
                               committed_sequence=sink_store.committed_sequence(
                                   conn, spec.sink, generation_id, batch_id))
             if decision.verdict == "commit":
-                # A zombie's commit that landed after this generation opened (rules.sink_ahead).
-                why = late_commit(sink_store.older_commits_ahead(conn, spec.pipeline, spec.consumer_group)[0])
+                # A zombie's commit of this sink that landed after this generation opened (rules.sink_ahead).
+                why = late_commit(sink_store.older_commits_ahead(conn, spec.pipeline, spec.consumer_group)[0],
+                                  spec.sink)
                 if why is not None:
                     decision = SinkDecision("fenced", None, why)
             records = batch_ledger_records(conn, spec.pipeline, spec.consumer_group, query_id, batch, now,
                                            checkpoint_location)
+            held = held_records.holding(conn, spec.sink, generation_id, records)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, f"preparing batch {batch_id} of {spec.sink}") from exc
-    return PreparedBatch(ledger, decision, generation_id, query_id, batch, records)
+    return PreparedBatch(ledger, decision, generation_id, query_id, batch, records, held)
 
 
 @dataclass(frozen=True)
