@@ -241,7 +241,7 @@ def test_active_run_blocks_executed_resets_until_its_heartbeat_is_stale(engine) 
     # A driver killed without QueryTerminated: no heartbeat for longer than the window.
     old = datetime.now(timezone.utc) - RUN_STALENESS - timedelta(minutes=1)
     with engine.begin() as conn:
-        conn.execute(update(runs).where(runs.c.run_id == ids["run_id"]).values(last_heartbeat_at=old))
+        conn.execute(update(runs).where(runs.c.run_id == ids["run_id"]).values(last_heartbeat_at=old, beat_at=old))
         assert active_run_ids(conn, "live") == []
         assert active_run_ids(conn, "live", stale_after=None) == [ids["run_id"]]
     r = client.post("/api/v1/pipelines/live/resets", json=body)
@@ -249,7 +249,7 @@ def test_active_run_blocks_executed_resets_until_its_heartbeat_is_stale(engine) 
     listed = client.get("/api/v1/pipelines").json()["pipelines"][0]
     # Unterminated but silent: stale, not running, and the list says why.
     assert listed["state"] == "stale" and listed["activeRunIds"] == []
-    assert listed["runs"][0]["state"] == "stale" and "no event for" in listed["runs"][0]["why"]
+    assert listed["runs"][0]["state"] == "stale" and "driver heartbeat stopped" in listed["runs"][0]["why"]
 
 
 def test_metrics_report_listener_health(engine, client: TestClient) -> None:  # type: ignore[no-untyped-def]
