@@ -56,8 +56,9 @@ class VerifyReport:
 
     def _notes(self, s: Stretch) -> list[str]:
         notes = []
-        if s.kind == "loss":
-            note = self.loss_notes.get((s.topic, s.partition, s.from_offset))
+        if s.kind == "loss" or (s.kind == "unknown" and s.before is None
+                                and (s.topic, s.partition, s.from_offset) in self.loss_notes):
+            note = self.loss_notes.get((s.topic, s.partition, s.from_offset))  # a row count unknown: issue 47
             return [note] if note else []
         if s.kind == "unknown":
             return ["the batch reported no start and its checkpoint's sources/<n>/0 was not read: whether it "
