@@ -102,6 +102,10 @@ def check_a_late_batch_that_tiles_is_neither_a_gap_nor_a_regression(engine: Engi
     Recorder(engine).record([rec(b[4])])
     assert kinds(engine) == []
     assert position_map(engine) == ends_of(b[4])
+    listener.record([rec(b[1])])  # a duplicate of it later changes nothing either
+    assert kinds(engine) == []
+    with engine.connect() as conn:  # the run's last batch never goes back to a late one
+        assert conn.execute(select(runs.c.last_batch_id).where(runs.c.run_id == "r1")).scalar() == 4
     listener.close()
 
 
