@@ -269,12 +269,12 @@ class PositionRules:
                               max(prev[1], utc(b.batch_time)) if prev else utc(b.batch_time), longest)
         sqlite = conn.dialect.name == "sqlite"
         for run_id, (batch_id, at, longest) in last.items():
-            # Never back: a late batch (a spool replay of the run's older batches) is no newer news.
+            # The last batch id never goes back: a late batch (a spool replay of the run's older
+            # batches) is not the run's newest. (The one-statement path never writes a late one.)
             values: dict[str, Any] = {
                 "last_batch_id": func.coalesce(func.max(runs.c.last_batch_id, batch_id) if sqlite
                                                else func.greatest(runs.c.last_batch_id, batch_id), batch_id),
-                "last_heartbeat_at": func.coalesce(func.max(runs.c.last_heartbeat_at, at) if sqlite
-                                                   else func.greatest(runs.c.last_heartbeat_at, at), at)}
+                "last_heartbeat_at": at}
             if longest is not None:
                 values["max_batch_ms"] = func.coalesce(
                     func.max(runs.c.max_batch_ms, longest) if conn.dialect.name == "sqlite"
