@@ -110,7 +110,9 @@ class VerifyReport:
         """One row per stretch, for the table and CSV formats."""
         out = []
         for s in self.stretches:
-            if s.kind == "unknown":
+            if s.kind == "unknown" and s.before is None and (s.topic, s.partition, s.from_offset) in self.loss_notes:
+                borders = "read by " + ", ".join(_label(self._batch(b)) for b in s.batches)  # a row count unknown
+            elif s.kind == "unknown":
                 borders = (f"after {_label(self._batch(s.before))}; " if s.before else "") + \
                     "start unknown: " + ", ".join(_label(self._batch(b)) for b in s.batches)
             elif s.kind == "gap":

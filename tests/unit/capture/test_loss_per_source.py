@@ -168,3 +168,5 @@ def test_an_unknown_count_is_a_finding_and_an_unknown_stretch_in_verify(tmp_path
     doc = report.to_dict()
     assert doc["summary"]["unknown"] == 1 and doc["summary"]["recordsLost"] == 0
     assert "no row count" in doc["stretches"][0]["notes"][0]
+    (row,) = report.table_rows()
+    assert (row["status"], row["kind"], row["borders"]) == ("UNEXPLAINED", "unknown", "read by batch 1 of q1")
