@@ -74,10 +74,11 @@ _MOVE_RULE = """\
 # batch ends past it; Python made sure the ends only grow from batch to batch, so the first is the
 # lowest and the UPDATE requires the position at or behind it. Anything a rule or idempotency would
 # have to explain (a batch another writer already recorded, a position not moved: regression,
-# pending_reset, foreign_run, shared_position, a partition without a position yet) makes the final
+# pending_reset, foreign_run, shared_position, a partition without a position yet, a position a later
+# batch of the query moved already: these batches are late, issue 47) makes the final
 # SELECT fail on purpose, so the statement and its transaction leave nothing behind and the general
 # path records the batches with their findings. Statement-level atomicity does the rest.
-_BATCHES = "offset_ledger_record_batches_v2"
+_BATCHES = "offset_ledger_record_batches_v3"
 _BATCHES_SQL = f"""
 PREPARE {_BATCHES} (text, text, text, text, timestamptz,
                     bigint[], timestamptz[], bigint[], timestamptz[], timestamptz[], timestamptz[],
@@ -110,6 +111,8 @@ WITH new_batches AS (
                               reset_id = NULL
     FROM unnest($21, $22, $23, $24, $25) AS e (topic, partition, first_end, until_offset, batch_id)
 {_MOVE_RULE}      AND p.next_offset <= e.first_end  -- forward only from the first batch's end (the lowest)
+      -- a later batch of the query moved it already: these are late (the general path's business)
+      AND (p.batch_id IS NULL OR p.query_id IS NULL OR p.batch_id < $6[1])
     RETURNING 1
 ), run AS (
     UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = (SELECT max(t) FROM unnest($7) t),
@@ -129,7 +132,7 @@ _BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
 # A listener that keeps up sends one batch a call: the same statement for one batch, with its
 # per-batch values as scalars and nothing to check between batches, measured 5-10% cheaper per call
 # (bench_record's `1by1`) than the one above given a single batch, so that case keeps its own.
-_ONE_BATCH = "offset_ledger_record_batch_v2"
+_ONE_BATCH = "offset_ledger_record_batch_v3"
 _ONE_BATCH_SQL = f"""
 PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
                        int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint,
@@ -155,6 +158,7 @@ WITH new_batch AS (
                               reset_id = NULL
     FROM unnest($14, $15, $16) AS e (topic, partition, until_offset)
 {_MOVE_RULE}      AND p.next_offset <= e.until_offset  -- forward only
+      AND (p.batch_id IS NULL OR p.query_id IS NULL OR p.batch_id < $5)  -- not late (see above)
     RETURNING 1
 ), run AS (
     UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,

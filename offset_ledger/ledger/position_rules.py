@@ -25,6 +25,7 @@ from offset_ledger.ledger.records import (
     finding_row,
     gaps,
     HeldPosition,
+    offset_rows,
     position_ends,
     position_starts,
     RunFacts,
@@ -41,6 +42,7 @@ from offset_ledger.ledger.tables import (
     runs,
 )
 from offset_ledger.rules.authority import PositionState, decide
+from offset_ledger.rules.model import BatchOffsets
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
 
@@ -54,30 +56,58 @@ class PositionRules:
         self.known = known
 
     def find_gaps(self, conn: Connection, recs: list[BatchRecord], txn: Transaction) -> None:
-        """``gap`` findings of ``recs`` (inserted already, in this transaction) against the batch before each.
+        """``gap`` findings of ``recs`` (inserted already, in this transaction) against their neighbours.
 
-        The batch before is the query's highest recorded one below it, read from the ledger: this
-        recorder's cache (``known.latest``) only says which batch it last wrote itself, and another
-        writer of the query (a sink, a second listener, a spool replay) may have recorded later ones
-        since. Only a cached batch ``batch_id - 1`` is the one before for sure (recorded batches
-        never change) and saves the read. Under the exclusive pipeline lock every batch another
-        writer inserted is committed, so visible here; this transaction's own are visible too.
+        Only batch ids next to each other are compared: ``batch_id - 1`` before, and ``batch_id + 1``
+        after when it is recorded already (the batch is *late*: another writer, or a spool replay,
+        recorded the batches after it first). Where the neighbour is not recorded (yet) there is
+        nothing to compare: batches of one query arrive in any order from its writers, and the one
+        missing is judged against both sides when it lands. Nor is the recorder's cache
+        (``known.latest``) the batch before unless it is ``batch_id - 1``: another writer of the query
+        may have recorded later ones since; recorded batches never change, so a cached ``batch_id - 1``
+        saves the read. Under the exclusive pipeline lock every batch another writer inserted is
+        committed, so visible here; this transaction's own are visible too.
         """
+        written = {(r.batch.query_id, r.batch.batch_id) for r in recs}
         for rec in recs:
             b = rec.batch
             previous = self._previous(conn, b.query_id, b.batch_id, txn)
             if previous is not None:
                 self._gap_findings(rec, txn, previous)
+            if (b.query_id, b.batch_id + 1) not in written:  # else that one's own check covers the pair
+                self._next_gap_findings(conn, rec, txn)
             latest = txn.latest.get(b.query_id) or self.known.latest.get(b.query_id)
             if latest is None or latest[0] < b.batch_id:
                 txn.latest[b.query_id] = (b.batch_id, batch_ends(b))
 
     def _previous(self, conn: Connection, query_id: str, batch_id: int, txn: Transaction) -> tuple[int, Ends] | None:
-        """The recorded batch of ``query_id`` right before ``batch_id``: its id and ends."""
+        """The recorded batch ``batch_id - 1`` of ``query_id``: its id and ends (None: not recorded)."""
         for known in (txn.latest.get(query_id), self.known.latest.get(query_id)):
             if known is not None and known[0] == batch_id - 1:
                 return known
         return self._batch_before(conn, query_id, batch_id)
+
+    def _next_gap_findings(self, conn: Connection, rec: BatchRecord, txn: Transaction) -> None:
+        """A late batch against the recorded ``batch_id + 1``: a ``gap`` where that one does not start
+        where this one ends (the finding is about this batch, which came last; ``next_batch_id`` names it)."""
+        b = rec.batch
+        rows = conn.execute(select(batch_offsets.c.source_index, batch_offsets.c.topic, batch_offsets.c.partition,
+                                   batch_offsets.c.from_offset)
+                            .where(batch_offsets.c.query_id == b.query_id,
+                                   batch_offsets.c.batch_id == b.batch_id + 1)).all()
+        ends = batch_ends(b)
+        for r in sorted(rows, key=lambda x: (x.source_index, x.topic, x.partition)):
+            expected = ends.get((r.source_index, r.topic, r.partition))
+            if r.from_offset is None or expected is None or expected == r.from_offset:
+                continue
+            lost = r.from_offset - expected
+            txn.findings.append(finding_row(
+                rec, txn, "gap",
+                f"batch {b.batch_id + 1} of {r.topic}-{r.partition} starts at {r.from_offset} "
+                f"but batch {b.batch_id} (recorded after it) ended at {expected}",
+                r.topic, r.partition, expected, r.from_offset,
+                {"next_batch_id": b.batch_id + 1, "source_index": r.source_index,
+                 "skipped_records" if lost > 0 else "reread_records": abs(lost)}))
 
     def _gap_findings(self, rec: BatchRecord, txn: Transaction, previous: tuple[int, Ends]) -> None:
         """``gap`` findings of ``rec`` against the ends of the batch before it."""
@@ -133,12 +163,21 @@ class PositionRules:
             run = self.known.run(b.run_id, txn)
             current_generation = generation[group_key]
             starts = position_starts(b)
+            late: bool | None = None  # asked once per batch, and only of one behind its query's position
             for topic, partition, until_offset in position_ends(b):
                 key = (topic, partition)
                 cur = pos.get(key)
-                if (b.recorded_by is not None and cur is not None and cur.query_id == b.query_id
-                        and cur.batch_id is not None and cur.batch_id > b.batch_id):
-                    continue  # a hole in history filled from the checkpoint: its successors moved already
+                if (cur is not None and cur.query_id == b.query_id and cur.batch_id is not None
+                        and cur.batch_id > b.batch_id):
+                    # A later batch of the same query moved the position already: this one is late (a
+                    # writer's copy landing after another writer's next batch, a spool replay, a hole
+                    # filled from the checkpoint), not a regression, as long as it is the history the
+                    # ledger holds (its gaps with its neighbours are find_gaps' business). One whose
+                    # recorded row differs (an ``other`` finding) is judged as before.
+                    if late is None:
+                        late = b.recorded_by is not None or self._recorded_as(conn, b)
+                    if late:
+                        continue
                 other = cur.query_id if cur is not None and cur.query_id not in (None, b.query_id) else None
                 if other is not None and current_generation is None and other not in active:
                     active[other] = self._query_active(conn, other, txn.now)
@@ -178,6 +217,14 @@ class PositionRules:
                        update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
             txn.moved.extend(MovedPosition(r["pipeline"], r["consumer_group"], r["topic"], r["partition"],
                                            r["next_offset"]) for r in rows)
+
+    @staticmethod
+    def _recorded_as(conn: Connection, b: BatchOffsets) -> bool:
+        """Whether the ledger's row of (query, batch) has exactly ``b``'s ranges."""
+        rows = conn.execute(select(batch_offsets.c.source_index, batch_offsets.c.topic, batch_offsets.c.partition,
+                                   batch_offsets.c.from_offset, batch_offsets.c.until_offset)
+                            .where(batch_offsets.c.query_id == b.query_id, batch_offsets.c.batch_id == b.batch_id))
+        return sorted(tuple(r) for r in rows) == offset_rows(b)
 
     def _query_active(self, conn: Connection, query_id: str, now: datetime) -> bool:
         """Whether ``query_id`` has a run that counts as active (``ledger.activity``)."""
@@ -221,8 +268,14 @@ class PositionRules:
             longest = b.duration_ms if prev is None or prev[2] is None else max(prev[2], b.duration_ms or 0)
             last[b.run_id] = (max(prev[0], b.batch_id) if prev else b.batch_id,
                               max(prev[1], utc(b.batch_time)) if prev else utc(b.batch_time), longest)
+        sqlite = conn.dialect.name == "sqlite"
         for run_id, (batch_id, at, longest) in last.items():
-            values: dict[str, Any] = {"last_batch_id": batch_id, "last_heartbeat_at": at}
+            # The last batch id never goes back: a late batch (a spool replay of the run's older
+            # batches) is not the run's newest. (The one-statement path never writes a late one.)
+            values: dict[str, Any] = {
+                "last_batch_id": func.coalesce(func.max(runs.c.last_batch_id, batch_id) if sqlite
+                                               else func.greatest(runs.c.last_batch_id, batch_id), batch_id),
+                "last_heartbeat_at": at}
             if longest is not None:
                 values["max_batch_ms"] = func.coalesce(
                     func.max(runs.c.max_batch_ms, longest) if conn.dialect.name == "sqlite"
@@ -266,15 +319,13 @@ class PositionRules:
              "position_reset_id": cur.reset_id, "run_id": b.run_id})
 
     @staticmethod
-    def _batch_before(conn: Connection, query_id: str, batch_id: int | None) -> tuple[int, Ends] | None:
-        """The committed batch of ``query_id`` with the highest id (below ``batch_id``, if given)."""
-        stmt = select(batches.c.batch_id).where(batches.c.query_id == query_id)
-        if batch_id is not None:
-            stmt = stmt.where(batches.c.batch_id < batch_id)
-        prev = conn.execute(stmt.order_by(batches.c.batch_id.desc()).limit(1)).scalar()
-        if prev is None:
+    def _batch_before(conn: Connection, query_id: str, batch_id: int) -> tuple[int, Ends] | None:
+        """The recorded batch ``batch_id - 1`` of ``query_id`` with its ends, None when not recorded."""
+        prev = batch_id - 1
+        if conn.execute(select(batches.c.id).where(batches.c.query_id == query_id,
+                                                   batches.c.batch_id == prev)).first() is None:
             return None
         rows = conn.execute(select(batch_offsets.c.source_index, batch_offsets.c.topic,
                                    batch_offsets.c.partition, batch_offsets.c.until_offset)
                             .where(batch_offsets.c.query_id == query_id, batch_offsets.c.batch_id == prev))
-        return int(prev), {(r.source_index, r.topic, r.partition): r.until_offset for r in rows}
+        return prev, {(r.source_index, r.topic, r.partition): r.until_offset for r in rows}

@@ -257,13 +257,15 @@ class GeneralPath:
         replay after a sink recorded it) has its finding, and gets no second one. A run's first batch
         that read nothing at all did not read its DataFrame: Spark re-ran the batch a crash left
         uncommitted and the job skipped it as done (the transactional sinks do, as does any
-        idempotent ``foreachBatch``); no finding."""
+        idempotent ``foreachBatch``); no finding. Nothing at all: the batch total, not the Kafka
+        source's count, is 0 (a ``rate`` source's rows read beside it say the DataFrame was read).
+        A source whose rows nobody counted is a ``rows_unknown`` finding (``rules.read_shortfall``)."""
         firsts: dict[str, int] = {}
         for rec in [*new, *others]:
             b = rec.batch
             firsts[b.run_id] = min(firsts.get(b.run_id, b.batch_id), b.batch_id)
         shorts = [(rec, s) for rec in [*new, *others] for s in read_shortfalls(rec.batch)
-                  if not (s.rows == 0 and rec.batch.run_id not in self.known.runs_batched
+                  if not (rec.batch.input_rows == 0 and rec.batch.run_id not in self.known.runs_batched
                           and firsts[rec.batch.run_id] == rec.batch.batch_id)]
         if not shorts:
             return

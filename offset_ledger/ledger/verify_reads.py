@@ -48,7 +48,7 @@ from offset_ledger.ledger.tables import (
     sink_batches,
     sinks,
 )
-from offset_ledger.rules.read_shortfall import READ_SHORTFALL
+from offset_ledger.rules.read_shortfall import READ_SHORTFALL, ROWS_UNKNOWN
 from offset_ledger.rules.verify import (
     NEW_INCARNATION,
     RUN_FINDINGS,
@@ -85,7 +85,8 @@ class VerifyInputs:
     #: first batch time of every query (only read when incarnations need it)
     query_started: dict[str, datetime] = field(default_factory=dict)
     generation_times: list[tuple[datetime, int]] = field(default_factory=list)
-    #: ``data_loss`` findings of batches that read fewer rows than they spanned (``rules.read_shortfall``):
+    #: ``data_loss`` findings of batches that read fewer rows than they spanned, or whose rows nobody
+    #: counted (``rules.read_shortfall``: details.kind ``read_shortfall`` / ``rows_unknown``):
     #: (finding id, query id, batch id, details); ``operate.verify_loss`` decides what explains them
     shortfalls: list[tuple[int, str, int, dict[str, Any]]] = field(default_factory=list)
 
@@ -194,7 +195,7 @@ def read_inputs(conn: Connection, pipeline: str, group: str, topic: str | None =
     for r in found:
         details = r.details or {}
         gen = number_of.get(r.generation_id) if r.generation_id is not None else None
-        if r.kind == "data_loss" and details.get("kind") == READ_SHORTFALL:
+        if r.kind == "data_loss" and details.get("kind") in (READ_SHORTFALL, ROWS_UNKNOWN):
             if topic is None or any(x[0] == topic for x in details.get("ranges") or ()):
                 out.shortfalls.append((r.id, r.query_id, r.batch_id, details))
             continue

@@ -13,6 +13,10 @@ What explains it, read from Kafka now:
 
 The rest is UNEXPLAINED: records the job never saw. Without Kafka (none configured, or it did not
 answer) nothing can be explained and the stretch says so.
+
+A Kafka source whose rows nobody counted (``details.kind`` ``rows_unknown``: Spark reported no count
+for it and a non-Kafka source's rows share the batch total, issue 47) is neither loss nor fine: each
+range it spans is an ``unknown`` stretch, never explained, and Kafka is not asked about it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from offset_ledger.errors import KafkaError
+from offset_ledger.rules.read_shortfall import ROWS_UNKNOWN
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Reason, Stretch
 
 if TYPE_CHECKING:
@@ -50,7 +55,7 @@ class LossCheck:
 def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
                    kafka: KafkaAdapter | None) -> LossCheck:
     """One ``loss`` stretch per shortfall finding, a note per stretch key (topic, partition, from)."""
-    wanted = sorted({r for _, _, _, d in shortfalls for r in _spanning(d)})
+    wanted = sorted({r for _, _, _, d in shortfalls if d.get("kind") != ROWS_UNKNOWN for r in _spanning(d)})
     policies: dict[str, str] = {}
     readings: dict[_Range, Any] = {}
     unanswered = "Kafka not configured: compaction and transaction markers not checked"
@@ -69,6 +74,15 @@ def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
     for finding_id, query_id, batch_id, details in shortfalls:
         spans = _spanning(details)
         if not spans:
+            continue
+        if details.get("kind") == ROWS_UNKNOWN:
+            for topic, partition, since, until in spans:
+                out.stretches.append((finding_id, Stretch(topic, partition, 0, since, until, "unknown", 1, False, (),
+                                                          batches=(BatchRef(query_id, batch_id),))))
+                out.notes[(topic, partition, since)] = (
+                    f"Spark reported no row count for the source, and the batch total holds another source's "
+                    f"rows: whether these {until - since:,} offsets were all read is unknown "
+                    f"(data_loss finding {finding_id})")
             continue
         missing = int(details.get("missing") or 0)
         explainable = 0

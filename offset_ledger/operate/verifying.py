@@ -60,8 +60,9 @@ class VerifyReport:
 
     def _notes(self, s: Stretch) -> list[str]:
         notes = []
-        if s.kind == "loss":
-            note = self.loss_notes.get((s.topic, s.partition, s.from_offset))
+        if s.kind == "loss" or (s.kind == "unknown" and s.before is None
+                                and (s.topic, s.partition, s.from_offset) in self.loss_notes):
+            note = self.loss_notes.get((s.topic, s.partition, s.from_offset))  # a row count unknown: issue 47
             return [note] if note else []
         if s.kind == "unknown":
             return ["the batch reported no start and its checkpoint's sources/<n>/0 was not read: whether it "
@@ -124,7 +125,9 @@ class VerifyReport:
         """One row per stretch, for the table and CSV formats."""
         out = []
         for s in self.stretches:
-            if s.kind == "unknown":
+            if s.kind == "unknown" and s.before is None and (s.topic, s.partition, s.from_offset) in self.loss_notes:
+                borders = "read by " + ", ".join(_label(self._batch(b)) for b in s.batches)  # a row count unknown
+            elif s.kind == "unknown":
                 borders = (f"after {_label(self._batch(s.before))}; " if s.before else "") + \
                     "start unknown: " + ", ".join(_label(self._batch(b)) for b in s.batches)
             elif s.kind == "gap":

@@ -68,6 +68,9 @@ class SourceProgress:
     description: str
     ranges: tuple[PartitionRange, ...]
     input_rows: int
+    #: False when Spark's report carried no ``numInputRows`` for the source (then ``input_rows`` is 0 and
+    #: means nothing): an unknown count, never a count of 0 (``rules.read_shortfall``).
+    rows_reported: bool = True
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,9 @@ class BatchOffsets:
     #: Who recorded the batch: None for the listener, ``"checkpoint"`` when it was read back from
     #: Spark's commit log (reconciliation on restart, ``offset-ledger watch``).
     recorded_by: str | None = None
+    #: How many of the progress report's sources are not Kafka sources (``rate``, a file source, ...):
+    #: their rows are in ``input_rows`` too, so that total is no Kafka source's count while any is.
+    non_kafka_sources: int = 0
 
 
 @dataclass(frozen=True)

@@ -119,12 +119,24 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
+def _is_count(value: Any) -> bool:
+    """Whether ``value`` is a row count Spark reported (an int, or its text), not absent or null."""
+    if value is None or isinstance(value, bool):
+        return False
+    try:
+        int(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
     """A StreamingQueryProgress JSON -> the batch with the ranges of each of its Kafka sources.
 
     Non-Kafka sources are left out (``source_index`` keeps their position in ``sources`` so two
-    Kafka sources of one query stay distinct). A Kafka source without an ``endOffset`` (nothing
-    planned yet) contributes no ranges.
+    Kafka sources of one query stay distinct); ``non_kafka_sources`` counts them, since their rows
+    are in the batch's ``numInputRows``. A Kafka source without an ``endOffset`` (nothing planned
+    yet) contributes no ranges; one without ``numInputRows`` has ``rows_reported`` False.
     """
     doc = _loads(text)
     try:
@@ -139,11 +151,13 @@ def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
     if not isinstance(raw_sources, (list, tuple)):
         raise ProgressParseError("progress JSON 'sources' is not a list")
     sources: list[SourceProgress] = []
+    others = 0
     for index, source in enumerate(raw_sources):
         if not isinstance(source, Mapping):
             raise ProgressParseError(f"source {index} is not an object")
         description = str(source.get("description", ""))
         if not is_kafka_source(description):
+            others += 1  # its rows are in the batch total, never in a Kafka source's count
             continue
         start = _offsets(source.get("startOffset"), "startOffset")
         end = _offsets(source.get("endOffset"), "endOffset")
@@ -153,7 +167,9 @@ def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
                 PartitionRange(topic, partition, (start or {}).get((topic, partition)), until_offset)
                 for (topic, partition), until_offset in sorted(end.items())
             )
-        sources.append(SourceProgress(index, description, ranges, _int(source.get("numInputRows"))))
+        rows = source.get("numInputRows")
+        # Absent is not 0: a count nobody reported says nothing about what the source read.
+        sources.append(SourceProgress(index, description, ranges, _int(rows), rows_reported=_is_count(rows)))
     return BatchOffsets(
         query_id=query_id,
         run_id=run_id,
@@ -162,6 +178,7 @@ def parse_progress(text: str | bytes | Mapping[str, Any]) -> BatchOffsets:
         batch_time=batch_time,
         input_rows=_int(doc.get("numInputRows")),
         sources=tuple(sources),
+        non_kafka_sources=others,
         duration_ms=_duration_ms(doc.get("durationMs")),
         **_event_time(doc.get("eventTime")),  # type: ignore[arg-type]
         **_state_rows(doc.get("stateOperators")),  # type: ignore[arg-type]

@@ -144,7 +144,8 @@ def _record(prefix: str, step: Step) -> RunStart | BatchRecord:
     at = T0 + timedelta(minutes=30 + batch_id, seconds=seconds)
     return BatchRecord(pipeline, pipeline, BatchOffsets(
         f"{prefix}-{query}", f"{prefix}-{run}", "orders", batch_id, at,
-        sum(u - (f or 0) for f, u in ranges.values()), (SourceProgress(0, "KafkaV2[Subscribe[t]]", parts, 0),),
+        sum(u - (f or 0) for f, u in ranges.values()),
+        (SourceProgress(0, "KafkaV2[Subscribe[t]]", parts, sum(u - (f or 0) for f, u in ranges.values())),),
         duration_ms=duration_ms,
         watermark=None if watermark is None else at - timedelta(minutes=watermark),
         event_time_min=None if watermark is None else at - timedelta(minutes=watermark + 5),

@@ -271,6 +271,7 @@ def test_any_delivery_order_keeps_the_ledger_consistent(tmp_path_factory: pytest
     metadata.create_all(engine)
     recorder = Recorder(engine)
     model_position: dict[int, int] = {}
+    moved_by: dict[int, tuple[str, int]] = {}  # partition -> (query, batch) that moved it last
     expected_regressions = 0
     seen: set[tuple[str, int]] = set()
     for chunk in chunks:
@@ -281,10 +282,13 @@ def test_any_delivery_order_keeps_the_ledger_consistent(tmp_path_factory: pytest
                 continue
             seen.add((q, b))
             for p, (_, until) in histories[q][b].items():
+                if p in moved_by and moved_by[p][0] == q and moved_by[p][1] > b:
+                    continue  # a later batch of its own query moved it: late, not a regression (issue 47)
                 if p in model_position and until < model_position[p]:
                     expected_regressions += 1
                 else:
                     model_position[p] = until
+                    moved_by[p] = (q, b)
     assert position_map(engine) == {("t", p): o for p, o in model_position.items()}
     got = offsets_of(engine, "q1") + offsets_of(engine, "q2")
     assert len(got) == 3 * len(seen)  # each delivered batch exactly once, duplicates ignored

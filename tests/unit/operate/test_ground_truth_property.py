@@ -116,7 +116,8 @@ class Job:
         ranges = tuple(PartitionRange(TOPIC, p, since[p], self.ends[p]) for p in PARTS)
         return BatchRecord("orders", "orders", BatchOffsets(
             self.query_id, self.run_id, "orders", n, at, sum(r.until_offset - r.from_offset for r in ranges),
-            (SourceProgress(0, f"KafkaV2[Subscribe[{TOPIC}]]", ranges, 0),)))
+            (SourceProgress(0, f"KafkaV2[Subscribe[{TOPIC}]]", ranges,
+                            sum(r.until_offset - r.from_offset for r in ranges)),)))
 
 
 World = tuple[Any, Cluster, Recorder]
