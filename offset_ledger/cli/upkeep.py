@@ -14,8 +14,7 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
     """Create or upgrade the ledger schema (Alembic migrations)."""
     from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
     from offset_ledger.ledger.partitions import ensure_ahead
-
-    from offset_ledger.ledger.row_security import reapply
+    from offset_ledger.ledger.row_security import walls_kept
 
     engine = make_engine(dsn)
     upgrade(engine, revision)
@@ -23,7 +22,7 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
     made = ensure_ahead(engine) if engine.dialect.name == "postgresql" else []
     if made:
         typer.echo(f"offset_ranges partitions made ahead: {', '.join(made)}")
-    if revision == "head" and reapply(engine):  # a table or view a migration made is guarded too
+    if walls_kept(engine):  # re-applied in the migration's transaction (migrations/env.py), on every path
         typer.echo("row-level security re-applied for the team roles (offset-ledger db grant)")
 
 

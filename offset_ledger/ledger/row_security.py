@@ -29,10 +29,12 @@ SQLite is a single-user file: it has no roles, and this module is PostgreSQL onl
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from sqlalchemy import select
-from sqlalchemy.engine import Engine
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import InvalidInput
 from offset_ledger.rules.scope import PipelineScope
@@ -186,6 +188,38 @@ def _after_check_sql(g: Guarded) -> list[str]:
     ]
 
 
+def privileges_sql(role: str, schema: str, guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
+    """A scoped role's privileges, exactly: on every guarded table what ``GUARDED`` gives it (everything
+    else revoked), USAGE on their id sequences, SELECT on the views, and nothing on a partition (a
+    partition made under a granted table, 0018's first one, keeps that table's grants: reached directly,
+    the parent's row checks would not run). Idempotent; every path that brings a ledger to a revision
+    runs it for every scoped role (``keep_walls``)."""
+    r = _ident(role)
+    out = [
+        f"GRANT USAGE ON SCHEMA {_ident(schema)} TO {r}",
+        f"GRANT SELECT ON alembic_version TO {r}",
+    ]
+    for g in guarded:
+        out.append(f"REVOKE ALL ON {g.table} FROM {r}")
+        out.append(f"GRANT {', '.join(('SELECT', *g.writes))} ON {g.table} TO {r}")
+    tables = ", ".join(_literal(g.table) for g in guarded)
+    out.append(
+        "DO $$ DECLARE s text; v record; BEGIN\n"
+        f"  FOR s IN SELECT pg_get_serial_sequence(quote_ident(c.table_name), 'id') FROM information_schema.columns c\n"
+        f"           WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND c.table_name IN ({tables}) LOOP\n"
+        f"    IF s IS NOT NULL THEN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO %I', s, {_literal(role)}); END IF;\n"
+        "  END LOOP;\n"
+        f"  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema() AND {VIEW_FILTER.format(names=tables)} LOOP\n"
+        f"    EXECUTE format('GRANT SELECT ON %I TO %I', v.viewname, {_literal(role)});\n"
+        "  END LOOP;\n"
+        "  FOR v IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid\n"
+        "           JOIN pg_class t ON t.oid = i.inhparent JOIN pg_namespace n ON n.oid = t.relnamespace\n"
+        f"           WHERE n.nspname = current_schema() AND t.relname IN ({tables}) LOOP\n"
+        f"    EXECUTE format('REVOKE ALL ON %I FROM %I', v.relname, {_literal(role)});\n"
+        "  END LOOP; END $$")
+    return out
+
+
 def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
     """Every statement of ``db grant``, in order; run them in one transaction as the ledger's owner."""
     check_role(role)
@@ -195,23 +229,8 @@ def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guard
         f"  CREATE ROLE {r} LOGIN; END IF; END $$",
         *functions_sql(schema),
         *policies_sql(guarded),
-        f"GRANT USAGE ON SCHEMA {_ident(schema)} TO {r}",
-        f"GRANT SELECT ON alembic_version TO {r}",
+        *privileges_sql(role, schema, guarded),
     ]
-    for g in guarded:
-        out.append(f"REVOKE ALL ON {g.table} FROM {r}")
-        out.append(f"GRANT {', '.join(('SELECT', *g.writes))} ON {g.table} TO {r}")
-    tables = ", ".join(_literal(g.table) for g in guarded)
-    names = ", ".join(_literal(g.table) for g in guarded)
-    out.append(
-        "DO $$ DECLARE s text; v record; BEGIN\n"
-        f"  FOR s IN SELECT pg_get_serial_sequence(quote_ident(c.table_name), 'id') FROM information_schema.columns c\n"
-        f"           WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND c.table_name IN ({tables}) LOOP\n"
-        f"    IF s IS NOT NULL THEN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO %I', s, {_literal(role)}); END IF;\n"
-        "  END LOOP;\n"
-        f"  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema() AND {VIEW_FILTER.format(names=names)} LOOP\n"
-        f"    EXECUTE format('GRANT SELECT ON %I TO %I', v.viewname, {_literal(role)});\n"
-        "  END LOOP; END $$")
     out.append(f"DELETE FROM {SCOPES_TABLE} WHERE role_name = {_literal(role)}")
     rows = [(p, False) for p in sorted(scope.exact)] + [(p, True) for p in scope.prefixes]
     if scope.unrestricted:
@@ -224,8 +243,6 @@ def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guard
 
 def ledger_schema(engine: Engine) -> str:
     """The schema the ledger's tables are in (the DSN's search path)."""
-    from sqlalchemy import text
-
     with engine.connect() as conn:
         return str(conn.execute(text("SELECT current_schema()")).scalar_one())
 
@@ -258,17 +275,72 @@ def execute(engine: Engine, statements: list[str]) -> None:
         raise translate_db_error(exc, "applying row-level security") from exc
 
 
-def reapply(engine: Engine) -> bool:
-    """After ``db upgrade``: the policies again (a table or view a migration made is guarded too), when any
-    role is scoped; False when none is (row security was never turned on: nothing to do)."""
-    from sqlalchemy import inspect
-
-    from offset_ledger.ledger.tables import role_scopes
-
-    if engine.dialect.name != "postgresql" or not inspect(engine).has_table(SCOPES_TABLE):
+def walled(conn: Connection) -> bool:
+    """Whether this ledger has walls to keep: PostgreSQL from 0017, with a role scoped now or the
+    policies made once (``db grant`` turned row security on; a scope deleted since changes nothing)."""
+    if conn.dialect.name != "postgresql":
         return False
-    with engine.connect() as conn:
-        if conn.execute(select(role_scopes.c.role_name).limit(1)).first() is None:
-            return False
-    execute(engine, [*functions_sql(ledger_schema(engine)), *policies_sql()])
+    on = conn.execute(text("SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass(:t)"),
+                      {"t": SCOPES_TABLE}).first()
+    if on is None:
+        return False
+    return bool(on[0]) or bool(conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {SCOPES_TABLE})")).scalar())
+
+
+def scoped_roles(conn: Connection) -> list[str]:
+    """The roles with a scope that exist (a role dropped since keeps its rows but gets no grant)."""
+    return list(conn.execute(text(
+        f"SELECT DISTINCT s.role_name FROM {SCOPES_TABLE} s JOIN pg_roles r ON r.rolname = s.role_name "
+        "ORDER BY 1")).scalars())
+
+
+def walls_sql(conn: Connection) -> list[str]:
+    """The functions, policies, view options and every scoped role's privileges, for the schema as it
+    stands now (a guarded table a downgrade removed is left out)."""
+    schema = str(conn.execute(text("SELECT current_schema()")).scalar_one())
+    guarded = tuple(g for g in GUARDED
+                    if conn.execute(text("SELECT to_regclass(:t)"), {"t": g.table}).scalar() is not None)
+    return [*functions_sql(schema), *policies_sql(guarded),
+            *(stmt for role in scoped_roles(conn) for stmt in privileges_sql(role, schema, guarded))]
+
+
+def keep_walls(conn: Connection) -> bool:
+    """Re-apply the walls on ``conn``, in its transaction; False when this ledger has none (nothing done)."""
+    if not walled(conn):
+        return False
+    cursor = conn.connection.cursor()  # raw: ``%`` in format() is not a parameter
+    try:
+        for stmt in walls_sql(conn):
+            cursor.execute(stmt)
+    finally:
+        cursor.close()
     return True
+
+
+@contextmanager
+def migrating(conn: Connection) -> Iterator[None]:
+    """Around the migrations of one upgrade or downgrade, in their transaction (``migrations/env.py``):
+    whatever path runs them (``db upgrade``, a writer's automatic upgrade at start, a downgrade), the
+    walls stand again before it commits. A migration re-creates a view (``CREATE OR REPLACE VIEW``
+    resets ``security_invoker``), a table or a partition (which keeps the old table's grants), so the
+    whole set is applied again, not patched. A role that cannot apply it (not the tables' owner) cannot
+    migrate either: the transaction fails and nothing changes.
+
+    A downgrade below 0017 drops the scopes and the policies while the team roles keep their table
+    grants, which would let every team read every pipeline: refused while a role is scoped."""
+    scoped = walled(conn) and bool(scoped_roles(conn))
+    yield
+    if conn.dialect.name != "postgresql":
+        return
+    if scoped and conn.execute(text("SELECT to_regclass(:t)"), {"t": SCOPES_TABLE}).scalar() is None:
+        raise InvalidInput("a downgrade below 0017 would drop the team roles' scopes and row security while "
+                           "they keep their grants (every team would read every pipeline): revoke the team "
+                           f"roles and delete their rows from {SCOPES_TABLE} first (docs/security.md)",
+                           option="--revision")
+    keep_walls(conn)
+
+
+def walls_kept(engine: Engine) -> bool:
+    """Whether this ledger keeps walls (``db upgrade`` says so)."""
+    with engine.connect() as conn:
+        return walled(conn)
