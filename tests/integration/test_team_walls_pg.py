@@ -263,3 +263,97 @@ def test_a_writers_automatic_upgrade_keeps_the_walls(pg_dsn: str, roles: dict[st
     seed_both(admin)
     admin.dispose()
     assert_walls(pg_dsn, roles)
+
+
+RELEASES = {"compact": COMPACT_RELEASE, "last": LAST_RELEASE, "older": PREVIOUS_RELEASE}
+
+
+def _cli_upgrade(dsn: str) -> None:
+    from offset_ledger.cli.main import app
+
+    result = CliRunner().invoke(app, ["db", "upgrade", "--dsn", dsn])
+    assert result.exit_code == 0 and "row-level security re-applied" in result.output, result.output
+
+
+def _auto_upgrade(dsn: str) -> None:
+    writer = make_engine(dsn)  # the path every writer takes at start
+    ensure_schema(writer)
+    writer.dispose()
+
+
+@pytest.mark.parametrize(("made_by", "start", "path"), [
+    ("tree", "0017", "cli"),
+    ("tree", "0017", "down-up"),
+    ("tree", "0018", "auto"),
+    ("tree", "0019", "auto"),
+    ("tree", "0020", "cli"),
+    ("compact", "0017", "auto"),   # granted by f245580's own db grant, with its own rows
+    ("last", "0019", "auto"),      # 1e8e3af: its positions laid out before 0021 (v_current_positions re-made)
+    ("last", "0019", "down-up"),
+    ("older", "0014", "auto"),     # 4cc5ce0, before grants existed: upgraded, then granted
+])
+def test_the_walls_hold_on_every_upgrade_path(pg_dsn: str, roles: dict[str, str], tmp_path: Path,
+                                             made_by: str, start: str, path: str) -> None:
+    release = extract(tmp_path / made_by, RELEASES[made_by]) if made_by != "tree" else None
+    admin = make_engine(pg_dsn)
+    try:
+        if release is None:
+            upgrade(admin, start)
+        else:
+            upgrade_by_release(release, pg_dsn, start)
+            for pipeline in (A, B):  # rows the release itself wrote, in its own layout
+                record_with_previous_release(release, pg_dsn, pipeline, str(uuid.uuid4()))
+        if start >= "0017":
+            grant(pg_dsn, roles, release)
+        if path == "cli":
+            _cli_upgrade(pg_dsn)
+        else:
+            _auto_upgrade(pg_dsn)
+        if path == "down-up":
+            downgrade(admin, start)
+            assert schema_problems(admin, roles) == []  # the downgrade's transaction re-applied them too
+            _auto_upgrade(pg_dsn)
+        if start < "0017":
+            grant(pg_dsn, roles)
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
+        seed_both(admin)
+    finally:
+        admin.dispose()
+    assert_walls(pg_dsn, roles)
+
+
+def test_a_downgrade_below_0017_is_refused_while_a_team_is_scoped(pg_dsn: str, roles: dict[str, str]) -> None:
+    """Below 0017 the scopes and policies are gone but the team roles keep their table grants: refused."""
+    from offset_ledger.errors import InvalidInput
+
+    admin = make_engine(pg_dsn)
+    try:
+        upgrade(admin)
+        grant(pg_dsn, roles)
+        with pytest.raises(InvalidInput, match="downgrade below 0017"):
+            downgrade(admin, "0016")
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == head_revision()
+        assert schema_problems(admin, roles) == []
+        with admin.begin() as conn:  # the documented way down: the scopes first
+            conn.execute(text("DELETE FROM ledger_role_scopes"))
+        downgrade(admin, "0016")
+    finally:
+        admin.dispose()
+
+
+def test_a_table_without_a_policy_fails_the_schema_check(pg_dsn: str, roles: dict[str, str]) -> None:
+    """The check reads the catalog: a table or view a future migration adds unguarded is caught."""
+    admin = make_engine(pg_dsn)
+    try:
+        upgrade(admin)
+        grant(pg_dsn, roles)
+        with admin.begin() as conn:
+            conn.execute(text("CREATE TABLE team_notes (pipeline text)"))
+            conn.execute(text("CREATE VIEW v_notes AS SELECT pipeline FROM positions"))
+        problems = schema_problems(admin, roles)
+        assert "table team_notes is not under row security (add it to row_security.GUARDED)" in problems
+        assert any(p.startswith("view v_notes: no security_invoker") for p in problems), problems
+    finally:
+        admin.dispose()
