@@ -3,9 +3,10 @@
 ``offset-ledger db grant --role team_a --pipelines 'team-a-*'`` makes (or updates) a login role
 that can read, insert and update only the rows of the pipelines its scope names
 (``offset_ledger.rules.scope``: exact names and prefixes ending in ``*``), on every table the
-listener, the checkpoint watcher, the restart helper and the sinks write. The reset, finding,
-policy and sink-batch history is append-only for it: no DELETE, and UPDATE only of the columns the
-recording itself moves (a repeated finding's counter, a reset's consumption), never its content.
+listener, the checkpoint watcher, the restart helper and the sinks write, and may prune its pipelines'
+batch history (``prune --pipeline``). The reset, finding, policy and sink-batch history is
+append-only for it: no DELETE, and UPDATE only of the columns the recording itself moves (a repeated
+finding's counter, a reset's consumption), never its content.
 
 Why a table (``ledger_role_scopes``, 0017) and one set of policies, rather than policies per role:
 
@@ -80,11 +81,13 @@ def through(parent: str, key: str, parent_key: str = "id") -> str:
 
 #: Every table a writer role reaches, in one place. ``batch_offsets`` (0016) is the previous
 #: release's write target: its trigger folds each row into ``offset_ranges`` and keeps nothing.
+#: A team prunes its own pipelines' history (``prune --pipeline``): DELETE of ``batches`` and their
+#: ``offset_ranges`` (the rows visible to it, its pipelines'), INSERT of the ``pruned_ranges`` islands.
 GUARDED: tuple[Guarded, ...] = (
     Guarded("runs", OWN, ("INSERT", "UPDATE")),
-    Guarded("batches", OWN, ("INSERT", "UPDATE")),
+    Guarded("batches", OWN, ("INSERT", "UPDATE", "DELETE")),
     Guarded("batch_offsets", OWN, ("INSERT", "UPDATE")),
-    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE"), checked_after=True),
+    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE", "DELETE"), checked_after=True),
     Guarded("positions", OWN, ("INSERT", "UPDATE", "DELETE")),  # a restart drops removed partitions
     Guarded("checkpoint_generations", OWN, ("INSERT", "UPDATE")),
     Guarded("listener_health", OWN, ("INSERT", "UPDATE")),
@@ -95,7 +98,7 @@ GUARDED: tuple[Guarded, ...] = (
     Guarded("reset_partitions", through("resets", "reset_id"), ("INSERT",)),
     Guarded("pipeline_policies", OWN, ("INSERT",)),
     Guarded("sink_batches", OWN, ("INSERT",)),
-    Guarded("pruned_ranges", OWN),  # written by prune, an owner's task; verify reads it
+    Guarded("pruned_ranges", OWN, ("INSERT",)),  # written by prune before it deletes; verify reads it
 )
 
 #: The ledger's views: every ``v_*`` view of the schema, and a guarded name that is a view.
@@ -338,6 +341,16 @@ def migrating(conn: Connection) -> Iterator[None]:
                            f"roles and delete their rows from {SCOPES_TABLE} first (docs/security.md)",
                            option="--revision")
     keep_walls(conn)
+
+
+def scoped_self(conn: Connection) -> str | None:
+    """The connection's role when a grant scopes it to its team's pipelines, else None (the owner, an
+    unscoped role, SQLite, a ledger before 0017). A role reads its own scope rows (their policy)."""
+    if conn.dialect.name != "postgresql" or conn.execute(
+            text("SELECT to_regclass(:t)"), {"t": SCOPES_TABLE}).scalar() is None:
+        return None
+    return conn.execute(text(f"SELECT current_user WHERE EXISTS (SELECT 1 FROM {SCOPES_TABLE} "
+                             "WHERE role_name = current_user)")).scalar()
 
 
 def walls_kept(engine: Engine) -> bool:

@@ -357,3 +357,62 @@ def test_a_table_without_a_policy_fails_the_schema_check(pg_dsn: str, roles: dic
         assert any(p.startswith("view v_notes: no security_invoker") for p in problems), problems
     finally:
         admin.dispose()
+
+
+def _prune(capsys: Any, dsn: str, *argv: str) -> tuple[int, str]:
+    """The command line's exit code and output (stdout and stderr), as a shell would see them."""
+    from offset_ledger.cli.main import main
+
+    capsys.readouterr()
+    try:
+        main(["prune", "--older-than", "1d", "--dsn", dsn, *argv])
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def _history(admin: Engine) -> dict[str, Any]:
+    with admin.connect() as conn:
+        return {p: (conn.execute(text("SELECT count(*) FROM batches WHERE pipeline = :p"), {"p": p}).scalar(),
+                    conn.execute(text("SELECT count(*) FROM v_batch_offsets WHERE pipeline = :p"), {"p": p}).scalar(),
+                    conn.execute(text("SELECT count(*) FROM pruned_ranges WHERE pipeline = :p"), {"p": p}).scalar())
+                for p in (A, B)}
+
+
+def test_a_team_prunes_its_own_pipeline_and_nothing_else(pg_dsn: str, roles: dict[str, str], capsys: Any) -> None:
+    """Issue 48, case 2: ``prune --pipeline`` as a team role works within its scope (row security limits
+    its deletes to its pipelines); another team's pipeline is an unknown name; a whole-ledger prune is
+    refused with the reason; and a missing right is reported as itself, not as an aborted transaction."""
+    admin = make_engine(pg_dsn)
+    try:
+        upgrade(admin)
+        grant(pg_dsn, roles)
+        seed_both(admin)
+        team = make_url(pg_dsn).set(username=roles["a"], password="pw").render_as_string(hide_password=False)
+        before = _history(admin)
+        assert before[A][0] == 3 and before[B][0] == 3
+        code, output = _prune(capsys, team, "--pipeline", A, "--execute")
+        assert code == 0, output
+        after = _history(admin)
+        assert after[B] == before[B]  # untouched
+        assert after[A][0] == 1 and after[A][1] == 2 and after[A][2] > before[A][2], after  # the latest batch stays
+        other = _prune(capsys, team, "--pipeline", B, "--execute")
+        unknown = _prune(capsys, team, "--pipeline", "team-b-nothing", "--execute")
+        assert other[0] == unknown[0] == 2, (other, unknown)
+        assert other[1].replace(B, "team-b-nothing") == unknown[1], (other, unknown)  # nothing of B disclosed
+        assert "team-b" not in unknown[1].replace("team-b-nothing", ""), unknown
+        code, output = _prune(capsys, team, "--execute")
+        assert code == 2 and f"ledger role {roles['a']!r} reaches only its team's pipelines" in output, output
+        assert _history(admin) == after
+        with admin.begin() as conn:  # a right the role lacks: the error names it
+            conn.execute(text(f'REVOKE INSERT ON pruned_ranges FROM "{roles["a"]}"'))
+        seed_pipeline(admin, A, {"orders-a2": {0: 90}}, start=datetime.now(timezone.utc) - timedelta(days=2))
+        code, output = _prune(capsys, team, "--pipeline", A, "--execute")
+        assert code != 0
+        assert f"may not prune pipeline {A!r}: permission denied for table pruned_ranges" in output, output
+        assert "current transaction is aborted" not in output, output
+        assert _history(admin)[B] == before[B]
+    finally:
+        admin.dispose()
