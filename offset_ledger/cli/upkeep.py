@@ -60,6 +60,35 @@ def db_grant(
                "reset, finding and policy history append-only")
 
 
+def access_table() -> str:
+    """docs/security.md's access table (markdown): per database role and API token kind what it may read
+    and write, generated from the grants ``db grant`` makes (``row_security.GUARDED``) and the token roles."""
+    from offset_ledger.api.tokens import ROLES, ApiToken
+    from offset_ledger.ledger.row_security import team_access
+
+    lines = ["| Who | May read | May write |", "|---|---|---|",
+             "| ledger owner (ran `db upgrade`) | every table and view | every table; migrations, `db grant`, "
+             "a whole-ledger `prune` |",
+             "| team role (`db grant --role R --pipelines P`) | its pipelines' rows only (below) | "
+             "its pipelines' rows only (below); `prune --pipeline` of its pipelines |",
+             "| a role without a grant | what its own GRANTs give, every pipeline | what its own GRANTs give |"]
+    for role in ROLES:
+        token = ApiToken("t", role)
+        lines.append(f"| `{role}` token | every pipeline: positions, history, lag, topics, audit, metrics | "
+                     + ("resets, policies and every other request that changes state |" if token.may_operate
+                        else "nothing (403 on every request that changes state) |"))
+    lines.append("| scoped token (`name:role[P]:secret`) | as its role, pipelines in P only "
+                 "(another is an unknown name, 404) | as its role, pipelines in P only |")
+    lines += ["", "| Table or view | A team role may |", "|---|---|"]
+    lines += [f"| {table} | {may} |" for table, may in team_access()]
+    return "\n".join(lines)
+
+
+def db_access() -> None:
+    """Print what each database role and API token kind may read and write (docs/security.md's table)."""
+    typer.echo(access_table())
+
+
 def prune_cmd(
     older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m, P30D (docs/cli.md, durations)."),
     execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
@@ -111,10 +140,11 @@ def prune_cmd(
 
 
 def register(app: typer.Typer, context: dict[str, Any]) -> None:
-    """Add ``db upgrade``, ``db grant`` and ``prune`` to the command line."""
+    """Add ``db upgrade``, ``db grant``, ``db access`` and ``prune`` to the command line."""
     db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
                          context_settings=context)
     db_app.command("upgrade")(db_upgrade)
     db_app.command("grant")(db_grant)
+    db_app.command("access")(db_access)
     app.add_typer(db_app, name="db")
     app.command("prune")(prune_cmd)

@@ -357,3 +357,31 @@ def walls_kept(engine: Engine) -> bool:
     """Whether this ledger keeps walls (``db upgrade`` says so)."""
     with engine.connect() as conn:
         return walled(conn)
+
+
+def _verbs(g: Guarded) -> str:
+    """What a team role may do to ``g``'s rows, in words (from the same privileges the grant gives)."""
+    verbs = ["read"]
+    for w in g.writes:
+        if w.startswith("UPDATE ("):
+            verbs.append("update of " + ", ".join(f"`{c.strip()}`" for c in w[len("UPDATE ("):-1].split(",")))
+        else:
+            verbs.append(w.lower())
+    return ", ".join(verbs)
+
+
+def team_access() -> list[tuple[str, str]]:
+    """(table, what a team role may do there) for every guarded table, then the views and the rest:
+    the per-table half of docs/security.md's access table, generated from ``GUARDED``."""
+    rows = []
+    for g in GUARDED:
+        whose = "its pipelines' rows"
+        if g.rows != OWN:
+            parent = g.rows.split(" FROM ", 1)[1].split(" ", 1)[0]
+            whose = f"the rows of its pipelines' {parent}"
+        rows.append((f"`{g.table}`", f"{_verbs(g)}: {whose}"))
+    rows.append(("the views (`v_*`)", "read: its pipelines' rows (`security_invoker`)"))
+    rows.append(("`alembic_version`", "read"))
+    rows.append((f"`{SCOPES_TABLE}`", "read: its own scope"))
+    rows.append(("a partition of `offset_ranges`", "nothing (reached through `offset_ranges`)"))
+    return rows
