@@ -40,7 +40,7 @@ def db_grant(
     policy history is append-only. SQLite is single-user and has no roles.
     """
     from offset_ledger.ledger.engine import check_connection, make_engine, require_schema
-    from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, require_postgres
+    from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, present, require_postgres
     from offset_ledger.ledger.row_security import execute as run_sql
     from offset_ledger.rules.scope import parse_scope
 
@@ -50,7 +50,9 @@ def db_grant(
     check_connection(engine)
     require_schema(engine)  # the ledger must exist and hold the schema (0017's ledger_role_scopes)
     require_postgres(engine.url.render_as_string())
-    statements = grant_sql(role, scope, ledger_schema(engine))
+    with engine.connect() as conn:
+        guarded = present(conn)  # the tables and columns of this ledger's revision
+    statements = grant_sql(role, scope, ledger_schema(engine), guarded)
     if not execute:
         typer.echo(";\n".join(statements) + ";")
         typer.echo(f"-- dry run: role {role!r} would reach pipelines {str(scope)!r}; add --execute to apply", err=True)

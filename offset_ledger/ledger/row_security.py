@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
@@ -60,6 +60,9 @@ class Guarded:
     #: ranges together (its CTEs cannot see each other's rows), so ``through("batches", ...)`` would
     #: refuse a team's own new batch. An AFTER row trigger sees the whole statement's rows.
     checked_after: bool = False
+    #: A column ``rows`` reads that an earlier revision lacks: there (a downgrade, a grant on an older
+    #: ledger) the table's rows are told by ``OWN`` instead.
+    needs: str | None = None
 
     @property
     def updates(self) -> bool:
@@ -90,7 +93,9 @@ GUARDED: tuple[Guarded, ...] = (
     Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE", "DELETE"), checked_after=True),
     Guarded("positions", OWN, ("INSERT", "UPDATE", "DELETE")),  # a restart drops removed partitions
     Guarded("checkpoint_generations", OWN, ("INSERT", "UPDATE")),
-    Guarded("listener_health", OWN, ("INSERT", "UPDATE")),
+    # A listener of several pipelines reports without one: its row is the role's that wrote it (0023).
+    Guarded("listener_health", f"CASE WHEN pipeline IS NULL THEN ledger_role = current_user ELSE {OWN} END",
+            ("INSERT", "UPDATE"), needs="ledger_role"),
     Guarded("sinks", OWN, ("INSERT", "UPDATE")),
     # The audit history: appended; only what recording itself moves may change.
     Guarded("findings", OWN, ("INSERT", "UPDATE (occurrences, last_seen_at)")),
@@ -297,12 +302,26 @@ def scoped_roles(conn: Connection) -> list[str]:
         "ORDER BY 1")).scalars())
 
 
+def present(conn: Connection) -> tuple[Guarded, ...]:
+    """``GUARDED`` as the schema stands at its revision: a table a downgrade removed is left out, and
+    one without the column its rows need is told by its pipeline alone."""
+    out = []
+    for g in GUARDED:
+        if conn.execute(text("SELECT to_regclass(:t)"), {"t": g.table}).scalar() is None:
+            continue
+        if g.needs is not None and not conn.execute(text(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(:t) AND attname = :c AND NOT attisdropped"),
+                {"t": g.table, "c": g.needs}).first():
+            g = replace(g, rows=OWN, needs=None)
+        out.append(g)
+    return tuple(out)
+
+
 def walls_sql(conn: Connection) -> list[str]:
     """The functions, policies, view options and every scoped role's privileges, for the schema as it
-    stands now (a guarded table a downgrade removed is left out)."""
+    stands now (``present``)."""
     schema = str(conn.execute(text("SELECT current_schema()")).scalar_one())
-    guarded = tuple(g for g in GUARDED
-                    if conn.execute(text("SELECT to_regclass(:t)"), {"t": g.table}).scalar() is not None)
+    guarded = present(conn)
     return [*functions_sql(schema), *policies_sql(guarded),
             *(stmt for role in scoped_roles(conn) for stmt in privileges_sql(role, schema, guarded))]
 
@@ -376,7 +395,9 @@ def team_access() -> list[tuple[str, str]]:
     rows = []
     for g in GUARDED:
         whose = "its pipelines' rows"
-        if g.rows != OWN:
+        if g.needs is not None:
+            whose += f", and those without a pipeline it wrote (`{g.needs}`)"
+        elif g.rows != OWN:
             parent = g.rows.split(" FROM ", 1)[1].split(" ", 1)[0]
             whose = f"the rows of its pipelines' {parent}"
         rows.append((f"`{g.table}`", f"{_verbs(g)}: {whose}"))

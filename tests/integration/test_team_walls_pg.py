@@ -416,3 +416,79 @@ def test_a_team_prunes_its_own_pipeline_and_nothing_else(pg_dsn: str, roles: dic
         assert _history(admin)[B] == before[B]
     finally:
         admin.dispose()
+
+
+def test_a_team_listener_of_several_pipelines_reports_its_own_health(pg_dsn: str, roles: dict[str, str]) -> None:
+    """A listener recording several pipelines reports health without a pipeline: a team role's row is
+    written (0023: the role that wrote it), read back by that team only, and cannot claim another."""
+    from offset_ledger.ledger.engine import permission_denied
+    from offset_ledger.ledger.recorder import Recorder
+
+    admin = make_engine(pg_dsn)
+    upgrade(admin)
+    grant(pg_dsn, roles)
+    teams = {key: team_engine(pg_dsn, role) for key, role in roles.items()}
+    try:
+        for key, engine in teams.items():
+            recorder = Recorder(engine)
+            recorder.report_health(f"l-{key}", None, f"host-{key}", {"written": 3}, f"error of team {key}")
+            recorder.close()
+        for key, engine in teams.items():
+            with engine.connect() as conn:
+                assert set(conn.execute(text("SELECT listener_id FROM listener_health")).scalars()) == {f"l-{key}"}
+        with pytest.raises(Exception) as refused:  # a row in another role's name
+            with teams["a"].begin() as conn:
+                conn.execute(insert(listener_health).values(listener_id="l-x", reported_at=func.now(),
+                                                            ledger_role=roles["b"]))
+        assert permission_denied(refused.value), refused.value
+        with admin.connect() as conn:
+            assert dict(conn.execute(text("SELECT listener_id, ledger_role FROM listener_health")).all()) == {
+                "l-a": roles["a"], "l-b": roles["b"]}
+    finally:
+        for engine in teams.values():
+            engine.dispose()
+        admin.dispose()
+
+
+_RELEASE_HEALTH = ("from offset_ledger.ledger.engine import make_engine; from offset_ledger.ledger.recorder import "
+                   "Recorder; r = Recorder(make_engine(sys.argv[1])); "
+                   "r.report_health(sys.argv[2], None, 'old-host', {'written': 1}, None); r.close()")
+
+
+def test_0023_from_the_last_release_down_and_up_with_its_listener_recording(
+        pg_dsn: str, roles: dict[str, str], tmp_path: Path) -> None:
+    """0023 on a ledger the last release (1e8e3af, 0019) made and wrote: its rows stay, its recorder keeps
+    recording and reporting health (as the owner and as a team role) on it, down to 0021 and up again."""
+    release = extract(tmp_path / "last", LAST_RELEASE)
+    upgrade_by_release(release, pg_dsn, "0019")
+    record_with_previous_release(release, pg_dsn, A, str(uuid.uuid4()))
+    _run_release(release, _RELEASE_HEALTH, pg_dsn, "old-before")
+    admin = make_engine(pg_dsn)
+    team_dsn = make_url(pg_dsn).set(username=roles["a"], password="pw").render_as_string(hide_password=False)
+    try:
+        with admin.connect() as conn:
+            before = conn.execute(text("SELECT count(*) FROM v_batch_offsets")).scalar()
+        upgrade(admin)
+        grant(pg_dsn, roles)
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT ledger_role FROM listener_health WHERE listener_id = 'old-before'")
+                                ).scalar() is None  # written before: no team's
+        for step in ("head", "0021", "head"):
+            if step == "0021":
+                downgrade(admin, "0021")
+            else:
+                _auto_upgrade(pg_dsn)
+            assert schema_problems(admin, roles) == []
+            record_with_previous_release(release, pg_dsn, A, str(uuid.uuid4()))  # the owner's listener
+            _run_release(release, _RELEASE_HEALTH, pg_dsn, f"old-owner-{step}")
+        _run_release(release, _RELEASE_HEALTH, team_dsn, "old-team")  # the last release as team A, at head
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT count(*) FROM v_batch_offsets")).scalar() == before * 4
+            roles_seen = dict(conn.execute(text("SELECT listener_id, ledger_role FROM listener_health")).all())
+        assert roles_seen["old-team"] == roles["a"] and roles_seen["old-owner-0021"] is None
+        team = team_engine(pg_dsn, roles["a"])
+        with team.connect() as conn:
+            assert set(conn.execute(text("SELECT listener_id FROM listener_health")).scalars()) == {"old-team"}
+        team.dispose()
+    finally:
+        admin.dispose()
