@@ -492,3 +492,24 @@ def test_0023_from_the_last_release_down_and_up_with_its_listener_recording(
         team.dispose()
     finally:
         admin.dispose()
+
+
+def test_a_team_role_cannot_upgrade_the_ledger_and_is_told_why(pg_dsn: str, roles: dict[str, str]) -> None:
+    """A team's process on a new release meets a ledger the owner has not upgraded: its automatic upgrade
+    is refused with the revisions and what to run, and nothing changes (the walls included)."""
+    admin = make_engine(pg_dsn)
+    try:
+        upgrade(admin, "0021")
+        grant(pg_dsn, roles)
+        team = team_engine(pg_dsn, roles["a"])
+        with pytest.raises(Exception) as refused:
+            ensure_schema(team)
+        team.dispose()
+        message = str(refused.value)
+        assert f"at revision 0021 and this release needs {head_revision()}; role {roles['a']!r} may not migrate it" \
+            in message and "run 'offset-ledger db upgrade' as the ledger's owner" in message, message
+        with admin.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0021"
+        assert schema_problems(admin, roles) == []
+    finally:
+        admin.dispose()
