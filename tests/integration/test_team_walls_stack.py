@@ -165,9 +165,16 @@ def test_team_a_runs_every_face_and_team_b_stays_out_of_reach(spark, kafka, team
         assert permission_denied(refused.value), refused.value  # the database's refusal, as itself
         said[name] = (type(refused.value).__name__, str(refused.value).replace(B, NOBODY))
     assert said[B] == said[NOBODY], said
-    with pytest.raises(Exception) as refused:
-        PostgresSink(table="orders_out", checkpoint_location=checkpoint, pipeline=B, dsn=dsn_a).write(
-            spark.createDataFrame([("x", topic, 0, 0)], "value string, topic string, partition int, offset long"), 0)
+    rows = spark.createDataFrame([("x", topic, 0, 0)], "value string, topic string, partition int, offset long")
+    sunk = {}
+    for name in (B, NOBODY):  # a sink of B's pipeline in team A's job: refused by the database
+        with pytest.raises(Exception) as refused:
+            PostgresSink(table="orders_out", checkpoint_location=checkpoint, pipeline=name, dsn=dsn_a).write(rows, 0)
+        assert permission_denied(refused.value), refused.value
+        sunk[name] = (type(refused.value).__name__, str(refused.value).replace(B, NOBODY))
+    assert sunk[B] == sunk[NOBODY], sunk
+    with make_engine(dsn_a).connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM orders_out WHERE value = 'x'")).scalar() == 0
     assert _b_state(team["dsn"]) == b_before
     with owner.connect() as conn:
         assert not conn.execute(select(sinks).where(sinks.c.pipeline == B)).first()
