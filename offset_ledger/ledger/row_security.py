@@ -24,6 +24,13 @@ The functions pin their ``search_path`` and name the table with its schema: a ro
 (``security_invoker``, PostgreSQL 15), so the audit views show a team role only its rows; an
 auditor role that reads every team is a grant with ``--pipelines '*'``.
 
+The walls are part of the schema, not of a command: every upgrade or downgrade, by ``db upgrade`` or
+by the automatic upgrade a writer runs at start, applies them again in the migration's own
+transaction (``migrating``, called by ``migrations/env.py``), for the tables and columns of the
+revision it reaches (``present``), with every scoped role's exact privileges (``privileges_sql``).
+``tests/integration/test_team_walls_pg.py`` reads the whole schema from ``pg_catalog`` after every
+upgrade path and compares it with ``GUARDED``: a table or view added without a policy fails there.
+
 SQLite is a single-user file: it has no roles, and this module is PostgreSQL only.
 """
 
@@ -217,7 +224,8 @@ def privileges_sql(role: str, schema: str, guarded: tuple[Guarded, ...] = GUARDE
         f"           WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND c.table_name IN ({tables}) LOOP\n"
         f"    IF s IS NOT NULL THEN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO %I', s, {_literal(role)}); END IF;\n"
         "  END LOOP;\n"
-        f"  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema() AND {VIEW_FILTER.format(names=tables)} LOOP\n"
+        "  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema()\n"
+        f"           AND {VIEW_FILTER.format(names=tables)} LOOP\n"
         f"    EXECUTE format('GRANT SELECT ON %I TO %I', v.viewname, {_literal(role)});\n"
         "  END LOOP;\n"
         "  FOR v IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid\n"

@@ -138,7 +138,8 @@ def test_team_a_runs_every_face_and_team_b_stays_out_of_reach(spark, kafka, team
     checkpoint = resumed.checkpoint_location
     for args in (("watch", A, checkpoint, "--once"), ("verify", A), ("replay", A, "--batch", "0", "--format", "json"),
                  ("resolve", A, "--topic", topic, "--bootstrap-server", kafka.bootstrap_servers),
-                 ("prune", "--pipeline", A, "--older-than", "1s", "--execute"), ("verify", A)):  # pruned: the same answer
+                 ("prune", "--pipeline", A, "--older-than", "1s", "--execute"),
+                 ("verify", A)):  # after the prune: the same answer
         done = _cli(*args, "--dsn", dsn_a)
         assert done.returncode == 0, (args, done.stdout, done.stderr)
     with owner.connect() as conn:
@@ -146,7 +147,8 @@ def test_team_a_runs_every_face_and_team_b_stays_out_of_reach(spark, kafka, team
         assert conn.execute(text("SELECT count(*) FROM pruned_ranges WHERE pipeline = :p"), {"p": A}).scalar() > 0
 
     # Team B's pipeline, named by team A: refused, nothing of B changes, nothing of B is told.
-    for args in (("verify", "{p}"), ("replay", "{p}", "--batch", "0"), ("resolve", "{p}", "--topic", topic, "--bootstrap-server", kafka.bootstrap_servers),
+    for args in (("verify", "{p}"), ("replay", "{p}", "--batch", "0"),
+                 ("resolve", "{p}", "--topic", topic, "--bootstrap-server", kafka.bootstrap_servers),
                  ("prune", "--pipeline", "{p}", "--older-than", "1s", "--execute"),
                  ("watch", "{p}", checkpoint, "--once"), ("history", "{p}"), ("offsets", "{p}")):
         other = _cli(*(a.format(p=B) for a in args), "--dsn", dsn_a)

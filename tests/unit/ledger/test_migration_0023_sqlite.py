@@ -28,8 +28,9 @@ def test_0023_adds_the_role_column_on_sqlite_both_ways(tmp_path: Path) -> None:
     try:
         upgrade(engine, "0021")
         with engine.begin() as conn:  # a column list 0021 knows: 0001 builds today's metadata
-            conn.execute(text("INSERT INTO listener_health (listener_id, pipeline, host, reported_at, queued, written, "
-                              "retried, spilled, failed) VALUES ('l1', NULL, 'h', '2026-11-28 12:00:00', 0, 4, 0, 0, 0)"))
+            conn.execute(text("INSERT INTO listener_health (listener_id, pipeline, host, reported_at, queued, "
+                              "written, retried, spilled, failed) "
+                              "VALUES ('l1', NULL, 'h', '2026-11-28 12:00:00', 0, 4, 0, 0, 0)"))
         before = _rows(engine)
         upgrade(engine, "0023")
         assert "ledger_role" in _columns(engine) and _rows(engine) == before
