@@ -14,8 +14,7 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
     """Create or upgrade the ledger schema (Alembic migrations)."""
     from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
     from offset_ledger.ledger.partitions import ensure_ahead
-
-    from offset_ledger.ledger.row_security import reapply
+    from offset_ledger.ledger.row_security import walls_kept
 
     engine = make_engine(dsn)
     upgrade(engine, revision)
@@ -23,7 +22,7 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
     made = ensure_ahead(engine) if engine.dialect.name == "postgresql" else []
     if made:
         typer.echo(f"offset_ranges partitions made ahead: {', '.join(made)}")
-    if revision == "head" and reapply(engine):  # a table or view a migration made is guarded too
+    if walls_kept(engine):  # re-applied in the migration's transaction (migrations/env.py), on every path
         typer.echo("row-level security re-applied for the team roles (offset-ledger db grant)")
 
 
@@ -41,7 +40,7 @@ def db_grant(
     policy history is append-only. SQLite is single-user and has no roles.
     """
     from offset_ledger.ledger.engine import check_connection, make_engine, require_schema
-    from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, require_postgres
+    from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, present, require_postgres
     from offset_ledger.ledger.row_security import execute as run_sql
     from offset_ledger.rules.scope import parse_scope
 
@@ -51,7 +50,9 @@ def db_grant(
     check_connection(engine)
     require_schema(engine)  # the ledger must exist and hold the schema (0017's ledger_role_scopes)
     require_postgres(engine.url.render_as_string())
-    statements = grant_sql(role, scope, ledger_schema(engine))
+    with engine.connect() as conn:
+        guarded = present(conn)  # the tables and columns of this ledger's revision
+    statements = grant_sql(role, scope, ledger_schema(engine), guarded)
     if not execute:
         typer.echo(";\n".join(statements) + ";")
         typer.echo(f"-- dry run: role {role!r} would reach pipelines {str(scope)!r}; add --execute to apply", err=True)
@@ -59,6 +60,35 @@ def db_grant(
     run_sql(engine, statements)
     typer.echo(f"role {role!r} reaches pipelines {str(scope)!r}: read, insert and update of their rows; "
                "reset, finding and policy history append-only")
+
+
+def access_table() -> str:
+    """docs/security.md's access table (markdown): per database role and API token kind what it may read
+    and write, generated from the grants ``db grant`` makes (``row_security.GUARDED``) and the token roles."""
+    from offset_ledger.api.tokens import ROLES, ApiToken
+    from offset_ledger.ledger.row_security import team_access
+
+    lines = ["| Who | May read | May write |", "|---|---|---|",
+             "| ledger owner (ran `db upgrade`) | every table and view | every table; migrations, `db grant`, "
+             "a whole-ledger `prune` |",
+             "| team role (`db grant --role R --pipelines P`) | its pipelines' rows only (below) | "
+             "its pipelines' rows only (below); `prune --pipeline` of its pipelines |",
+             "| a role without a grant | what its own GRANTs give, every pipeline | what its own GRANTs give |"]
+    for role in ROLES:
+        token = ApiToken("t", role)
+        lines.append(f"| `{role}` token | every pipeline: positions, history, lag, topics, audit, metrics | "
+                     + ("resets, policies and every other request that changes state |" if token.may_operate
+                        else "nothing (403 on every request that changes state) |"))
+    lines.append("| scoped token (`name:role[P]:secret`) | as its role, pipelines in P only "
+                 "(another is an unknown name, 404) | as its role, pipelines in P only |")
+    lines += ["", "| Table or view | A team role may |", "|---|---|"]
+    lines += [f"| {table} | {may} |" for table, may in team_access()]
+    return "\n".join(lines)
+
+
+def db_access() -> None:
+    """Print what each database role and API token kind may read and write (docs/security.md's table)."""
+    typer.echo(access_table())
 
 
 def prune_cmd(
@@ -112,10 +142,11 @@ def prune_cmd(
 
 
 def register(app: typer.Typer, context: dict[str, Any]) -> None:
-    """Add ``db upgrade``, ``db grant`` and ``prune`` to the command line."""
+    """Add ``db upgrade``, ``db grant``, ``db access`` and ``prune`` to the command line."""
     db_app = typer.Typer(help="Ledger database schema.", no_args_is_help=True, rich_markup_mode=None,
                          context_settings=context)
     db_app.command("upgrade")(db_upgrade)
     db_app.command("grant")(db_grant)
+    db_app.command("access")(db_access)
     app.add_typer(db_app, name="db")
     app.command("prune")(prune_cmd)

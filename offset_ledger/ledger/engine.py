@@ -240,10 +240,26 @@ def _migrate(engine: Engine, direction: str, revision: str) -> None:
             cfg.attributes["connection"] = conn
             getattr(command, direction)(cfg, revision)
     except SQLAlchemyError as exc:
+        if permission_denied(exc):
+            # A role that is not the ledger's owner (a team's, ``db grant``) cannot migrate it, nor re-apply
+            # the team walls a migration must leave standing (``row_security.migrating``): nothing changed.
+            detail = " ".join(str(getattr(exc, "orig", None) or exc).split()).split(" [SQL:")[0]
+            raise LedgerError(f"schema {direction} refused: the ledger's schema is at revision "
+                              f"{_revision_or_none(engine)} and this release needs "
+                              f"{head_revision() if revision == 'head' else revision}; role "
+                              f"{engine.url.username!r} may not migrate it ({detail}): run 'offset-ledger db "
+                              "upgrade' as the ledger's owner", sqlstate=PERMISSION_DENIED) from exc
         # Classified like every other database error: a listener that upgrades its schema while the
         # ledger fails over (read-only, shutting down) retries instead of dead-lettering its events.
         error = translate_db_error(exc, f"the schema {direction}")
         raise type(error)(f"schema {direction} failed: {exc}", **error.details) from exc
+
+
+def _revision_or_none(engine: Engine) -> str | None:
+    try:
+        return current_revision(engine)
+    except SQLAlchemyError:
+        return None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:

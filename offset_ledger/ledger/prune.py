@@ -18,6 +18,11 @@ batch; from 0020 no foreign key probes ``offset_ranges`` for each, and ranges ar
 prune itself, never by a cascade). What is left older than the cutoff (the newest partitions, the
 DEFAULT one, a partition whose lock stayed busy, SQLite, a ``--pipeline`` prune) is deleted batch by
 batch in chunks. Either way the same rows go and the same stay.
+
+A team's database role (``db grant``) prunes its own pipelines, one ``--pipeline`` at a time: row
+security limits what it reads and deletes to them, and its grant includes the DELETE of batches and
+ranges and the INSERT of islands this needs. A whole-ledger prune (partition swaps: DDL) is the
+owner's, and refused for a scoped role with that reason.
 """
 
 from __future__ import annotations
@@ -33,8 +38,8 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.sql.elements import ColumnElement
 
-from offset_ledger.errors import InvalidDuration
-from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.errors import InvalidDuration, InvalidInput, LedgerError
+from offset_ledger.ledger.engine import PERMISSION_DENIED, permission_denied, translate_db_error
 from offset_ledger.ledger.partitions import ensure_ahead, partitioned, swap_out, swappable
 from offset_ledger.ledger.prune_record import record_pruned
 from offset_ledger.ledger.tables import (
@@ -329,6 +334,17 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
     return done_bo, done_b, swaps
 
 
+def _scoped_role(engine: Engine) -> str | None:
+    """The role when a grant scopes it to its team's pipelines (``row_security``), else None."""
+    from offset_ledger.ledger.row_security import scoped_self
+
+    try:
+        with engine.connect() as conn:
+            return scoped_self(conn)
+    except SQLAlchemyError as exc:
+        raise translate_db_error(exc, "pruning") from exc
+
+
 def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
           execute: bool = False, chunk_size: int = DEFAULT_CHUNK_SIZE, now: datetime | None = None,
           progress: ProgressCallback | None = None) -> PruneReport:
@@ -342,6 +358,11 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         raise InvalidDuration(str(older_than), "older_than", "must be longer than zero")
     started = time.perf_counter()
     cutoff = (now or datetime.now(timezone.utc)) - older_than
+    role = _scoped_role(engine)
+    if role is not None and pipeline is None:
+        raise InvalidInput(f"ledger role {role!r} reaches only its team's pipelines: prune them one at a time "
+                           "with --pipeline (a whole-ledger prune swaps partitions: the owner's task)",
+                           option="--pipeline")
     try:
         with engine.connect() as conn:
             _tune(conn)
@@ -376,6 +397,10 @@ def prune(engine: Engine, older_than: timedelta, *, pipeline: str | None = None,
         else:
             swap_seconds = 0.0
     except SQLAlchemyError as exc:
+        if role is not None and permission_denied(exc):  # the right it lacks, named (not a later symptom)
+            detail = " ".join(str(getattr(exc, "orig", None) or exc).split())
+            raise LedgerError(f"ledger role {role!r} may not prune pipeline {pipeline!r}: {detail}",
+                              sqlstate=PERMISSION_DENIED) from exc
         raise translate_db_error(exc, "pruning") from exc
     report = PruneReport(
         cutoff=cutoff, pipeline=pipeline, executed=execute,

@@ -170,6 +170,12 @@ def record_pruned(conn: Connection, cutoff: datetime, pipeline: str | None, keep
             bindparam("pruned_at", pruned_at, type_=DateTime(timezone=True)),
             bindparam("counts_reads", True, type_=Boolean()))
         params = {"pipeline": pipeline} if pipeline is not None else {}
-        return conn.execute(stmt, params).rowcount or 0
-    finally:
-        conn.execute(text(f"DROP TABLE {_KEEP}"))
+        islands = conn.execute(stmt, params).rowcount or 0
+    except BaseException:
+        # PostgreSQL: the failed statement aborted the transaction, whose rollback removes the table;
+        # a DROP now would fail too ("current transaction is aborted") and hide the real error.
+        if conn.dialect.name != "postgresql":
+            conn.execute(text(f"DROP TABLE {_KEEP}"))
+        raise
+    conn.execute(text(f"DROP TABLE {_KEEP}"))
+    return islands

@@ -3,9 +3,10 @@
 ``offset-ledger db grant --role team_a --pipelines 'team-a-*'`` makes (or updates) a login role
 that can read, insert and update only the rows of the pipelines its scope names
 (``offset_ledger.rules.scope``: exact names and prefixes ending in ``*``), on every table the
-listener, the checkpoint watcher, the restart helper and the sinks write. The reset, finding,
-policy and sink-batch history is append-only for it: no DELETE, and UPDATE only of the columns the
-recording itself moves (a repeated finding's counter, a reset's consumption), never its content.
+listener, the checkpoint watcher, the restart helper and the sinks write, and may prune its pipelines'
+batch history (``prune --pipeline``). The reset, finding, policy and sink-batch history is
+append-only for it: no DELETE, and UPDATE only of the columns the recording itself moves (a repeated
+finding's counter, a reset's consumption), never its content.
 
 Why a table (``ledger_role_scopes``, 0017) and one set of policies, rather than policies per role:
 
@@ -23,16 +24,25 @@ The functions pin their ``search_path`` and name the table with its schema: a ro
 (``security_invoker``, PostgreSQL 15), so the audit views show a team role only its rows; an
 auditor role that reads every team is a grant with ``--pipelines '*'``.
 
+The walls are part of the schema, not of a command: every upgrade or downgrade, by ``db upgrade`` or
+by the automatic upgrade a writer runs at start, applies them again in the migration's own
+transaction (``migrating``, called by ``migrations/env.py``), for the tables and columns of the
+revision it reaches (``present``), with every scoped role's exact privileges (``privileges_sql``).
+``tests/integration/test_team_walls_pg.py`` reads the whole schema from ``pg_catalog`` after every
+upgrade path and compares it with ``GUARDED``: a table or view added without a policy fails there.
+
 SQLite is a single-user file: it has no roles, and this module is PostgreSQL only.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
-from sqlalchemy import select
-from sqlalchemy.engine import Engine
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import InvalidInput
 from offset_ledger.rules.scope import PipelineScope
@@ -57,6 +67,9 @@ class Guarded:
     #: ranges together (its CTEs cannot see each other's rows), so ``through("batches", ...)`` would
     #: refuse a team's own new batch. An AFTER row trigger sees the whole statement's rows.
     checked_after: bool = False
+    #: A column ``rows`` reads that an earlier revision lacks: there (a downgrade, a grant on an older
+    #: ledger) the table's rows are told by ``OWN`` instead.
+    needs: str | None = None
 
     @property
     def updates(self) -> bool:
@@ -78,14 +91,18 @@ def through(parent: str, key: str, parent_key: str = "id") -> str:
 
 #: Every table a writer role reaches, in one place. ``batch_offsets`` (0016) is the previous
 #: release's write target: its trigger folds each row into ``offset_ranges`` and keeps nothing.
+#: A team prunes its own pipelines' history (``prune --pipeline``): DELETE of ``batches`` and their
+#: ``offset_ranges`` (the rows visible to it, its pipelines'), INSERT of the ``pruned_ranges`` islands.
 GUARDED: tuple[Guarded, ...] = (
     Guarded("runs", OWN, ("INSERT", "UPDATE")),
-    Guarded("batches", OWN, ("INSERT", "UPDATE")),
+    Guarded("batches", OWN, ("INSERT", "UPDATE", "DELETE")),
     Guarded("batch_offsets", OWN, ("INSERT", "UPDATE")),
-    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE"), checked_after=True),
+    Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE", "DELETE"), checked_after=True),
     Guarded("positions", OWN, ("INSERT", "UPDATE", "DELETE")),  # a restart drops removed partitions
     Guarded("checkpoint_generations", OWN, ("INSERT", "UPDATE")),
-    Guarded("listener_health", OWN, ("INSERT", "UPDATE")),
+    # A listener of several pipelines reports without one: its row is the role's that wrote it (0023).
+    Guarded("listener_health", f"CASE WHEN pipeline IS NULL THEN ledger_role = current_user ELSE {OWN} END",
+            ("INSERT", "UPDATE"), needs="ledger_role"),
     Guarded("sinks", OWN, ("INSERT", "UPDATE")),
     # The audit history: appended; only what recording itself moves may change.
     Guarded("findings", OWN, ("INSERT", "UPDATE (occurrences, last_seen_at)")),
@@ -93,7 +110,7 @@ GUARDED: tuple[Guarded, ...] = (
     Guarded("reset_partitions", through("resets", "reset_id"), ("INSERT",)),
     Guarded("pipeline_policies", OWN, ("INSERT",)),
     Guarded("sink_batches", OWN, ("INSERT",)),
-    Guarded("pruned_ranges", OWN),  # written by prune, an owner's task; verify reads it
+    Guarded("pruned_ranges", OWN, ("INSERT",)),  # written by prune before it deletes; verify reads it
 )
 
 #: The ledger's views: every ``v_*`` view of the schema, and a guarded name that is a view.
@@ -186,6 +203,39 @@ def _after_check_sql(g: Guarded) -> list[str]:
     ]
 
 
+def privileges_sql(role: str, schema: str, guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
+    """A scoped role's privileges, exactly: on every guarded table what ``GUARDED`` gives it (everything
+    else revoked), USAGE on their id sequences, SELECT on the views, and nothing on a partition (a
+    partition made under a granted table, 0018's first one, keeps that table's grants: reached directly,
+    the parent's row checks would not run). Idempotent; every path that brings a ledger to a revision
+    runs it for every scoped role (``keep_walls``)."""
+    r = _ident(role)
+    out = [
+        f"GRANT USAGE ON SCHEMA {_ident(schema)} TO {r}",
+        f"GRANT SELECT ON alembic_version TO {r}",
+    ]
+    for g in guarded:
+        out.append(f"REVOKE ALL ON {g.table} FROM {r}")
+        out.append(f"GRANT {', '.join(('SELECT', *g.writes))} ON {g.table} TO {r}")
+    tables = ", ".join(_literal(g.table) for g in guarded)
+    out.append(
+        "DO $$ DECLARE s text; v record; BEGIN\n"
+        f"  FOR s IN SELECT pg_get_serial_sequence(quote_ident(c.table_name), 'id') FROM information_schema.columns c\n"
+        f"           WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND c.table_name IN ({tables}) LOOP\n"
+        f"    IF s IS NOT NULL THEN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO %I', s, {_literal(role)}); END IF;\n"
+        "  END LOOP;\n"
+        "  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema()\n"
+        f"           AND {VIEW_FILTER.format(names=tables)} LOOP\n"
+        f"    EXECUTE format('GRANT SELECT ON %I TO %I', v.viewname, {_literal(role)});\n"
+        "  END LOOP;\n"
+        "  FOR v IN SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid\n"
+        "           JOIN pg_class t ON t.oid = i.inhparent JOIN pg_namespace n ON n.oid = t.relnamespace\n"
+        f"           WHERE n.nspname = current_schema() AND t.relname IN ({tables}) LOOP\n"
+        f"    EXECUTE format('REVOKE ALL ON %I FROM %I', v.relname, {_literal(role)});\n"
+        "  END LOOP; END $$")
+    return out
+
+
 def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guarded, ...] = GUARDED) -> list[str]:
     """Every statement of ``db grant``, in order; run them in one transaction as the ledger's owner."""
     check_role(role)
@@ -195,23 +245,8 @@ def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guard
         f"  CREATE ROLE {r} LOGIN; END IF; END $$",
         *functions_sql(schema),
         *policies_sql(guarded),
-        f"GRANT USAGE ON SCHEMA {_ident(schema)} TO {r}",
-        f"GRANT SELECT ON alembic_version TO {r}",
+        *privileges_sql(role, schema, guarded),
     ]
-    for g in guarded:
-        out.append(f"REVOKE ALL ON {g.table} FROM {r}")
-        out.append(f"GRANT {', '.join(('SELECT', *g.writes))} ON {g.table} TO {r}")
-    tables = ", ".join(_literal(g.table) for g in guarded)
-    names = ", ".join(_literal(g.table) for g in guarded)
-    out.append(
-        "DO $$ DECLARE s text; v record; BEGIN\n"
-        f"  FOR s IN SELECT pg_get_serial_sequence(quote_ident(c.table_name), 'id') FROM information_schema.columns c\n"
-        f"           WHERE c.table_schema = current_schema() AND c.column_name = 'id' AND c.table_name IN ({tables}) LOOP\n"
-        f"    IF s IS NOT NULL THEN EXECUTE format('GRANT USAGE ON SEQUENCE %s TO %I', s, {_literal(role)}); END IF;\n"
-        "  END LOOP;\n"
-        f"  FOR v IN SELECT viewname FROM pg_views WHERE schemaname = current_schema() AND {VIEW_FILTER.format(names=names)} LOOP\n"
-        f"    EXECUTE format('GRANT SELECT ON %I TO %I', v.viewname, {_literal(role)});\n"
-        "  END LOOP; END $$")
     out.append(f"DELETE FROM {SCOPES_TABLE} WHERE role_name = {_literal(role)}")
     rows = [(p, False) for p in sorted(scope.exact)] + [(p, True) for p in scope.prefixes]
     if scope.unrestricted:
@@ -224,8 +259,6 @@ def grant_sql(role: str, scope: PipelineScope, schema: str, guarded: tuple[Guard
 
 def ledger_schema(engine: Engine) -> str:
     """The schema the ledger's tables are in (the DSN's search path)."""
-    from sqlalchemy import text
-
     with engine.connect() as conn:
         return str(conn.execute(text("SELECT current_schema()")).scalar_one())
 
@@ -258,17 +291,126 @@ def execute(engine: Engine, statements: list[str]) -> None:
         raise translate_db_error(exc, "applying row-level security") from exc
 
 
-def reapply(engine: Engine) -> bool:
-    """After ``db upgrade``: the policies again (a table or view a migration made is guarded too), when any
-    role is scoped; False when none is (row security was never turned on: nothing to do)."""
-    from sqlalchemy import inspect
-
-    from offset_ledger.ledger.tables import role_scopes
-
-    if engine.dialect.name != "postgresql" or not inspect(engine).has_table(SCOPES_TABLE):
+def walled(conn: Connection) -> bool:
+    """Whether this ledger has walls to keep: PostgreSQL from 0017, with a role scoped now or the
+    policies made once (``db grant`` turned row security on; a scope deleted since changes nothing)."""
+    if conn.dialect.name != "postgresql":
         return False
-    with engine.connect() as conn:
-        if conn.execute(select(role_scopes.c.role_name).limit(1)).first() is None:
-            return False
-    execute(engine, [*functions_sql(ledger_schema(engine)), *policies_sql()])
+    on = conn.execute(text("SELECT relrowsecurity FROM pg_class WHERE oid = to_regclass(:t)"),
+                      {"t": SCOPES_TABLE}).first()
+    if on is None:
+        return False
+    return bool(on[0]) or bool(conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {SCOPES_TABLE})")).scalar())
+
+
+def scoped_roles(conn: Connection) -> list[str]:
+    """The roles with a scope that exist (a role dropped since keeps its rows but gets no grant)."""
+    return list(conn.execute(text(
+        f"SELECT DISTINCT s.role_name FROM {SCOPES_TABLE} s JOIN pg_roles r ON r.rolname = s.role_name "
+        "ORDER BY 1")).scalars())
+
+
+def present(conn: Connection) -> tuple[Guarded, ...]:
+    """``GUARDED`` as the schema stands at its revision: a table a downgrade removed is left out, and
+    one without the column its rows need is told by its pipeline alone."""
+    out = []
+    for g in GUARDED:
+        if conn.execute(text("SELECT to_regclass(:t)"), {"t": g.table}).scalar() is None:
+            continue
+        if g.needs is not None and not conn.execute(text(
+                "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(:t) AND attname = :c AND NOT attisdropped"),
+                {"t": g.table, "c": g.needs}).first():
+            g = replace(g, rows=OWN, needs=None)
+        out.append(g)
+    return tuple(out)
+
+
+def walls_sql(conn: Connection) -> list[str]:
+    """The functions, policies, view options and every scoped role's privileges, for the schema as it
+    stands now (``present``)."""
+    schema = str(conn.execute(text("SELECT current_schema()")).scalar_one())
+    guarded = present(conn)
+    return [*functions_sql(schema), *policies_sql(guarded),
+            *(stmt for role in scoped_roles(conn) for stmt in privileges_sql(role, schema, guarded))]
+
+
+def keep_walls(conn: Connection) -> bool:
+    """Re-apply the walls on ``conn``, in its transaction; False when this ledger has none (nothing done)."""
+    if not walled(conn):
+        return False
+    cursor = conn.connection.cursor()  # raw: ``%`` in format() is not a parameter
+    try:
+        for stmt in walls_sql(conn):
+            cursor.execute(stmt)
+    finally:
+        cursor.close()
     return True
+
+
+@contextmanager
+def migrating(conn: Connection) -> Iterator[None]:
+    """Around the migrations of one upgrade or downgrade, in their transaction (``migrations/env.py``):
+    whatever path runs them (``db upgrade``, a writer's automatic upgrade at start, a downgrade), the
+    walls stand again before it commits. A migration re-creates a view (``CREATE OR REPLACE VIEW``
+    resets ``security_invoker``), a table or a partition (which keeps the old table's grants), so the
+    whole set is applied again, not patched. A role that cannot apply it (not the tables' owner) cannot
+    migrate either: the transaction fails and nothing changes.
+
+    A downgrade below 0017 drops the scopes and the policies while the team roles keep their table
+    grants, which would let every team read every pipeline: refused while a role is scoped."""
+    scoped = walled(conn) and bool(scoped_roles(conn))
+    yield
+    if conn.dialect.name != "postgresql":
+        return
+    if scoped and conn.execute(text("SELECT to_regclass(:t)"), {"t": SCOPES_TABLE}).scalar() is None:
+        raise InvalidInput("a downgrade below 0017 would drop the team roles' scopes and row security while "
+                           "they keep their grants (every team would read every pipeline): revoke the team "
+                           f"roles and delete their rows from {SCOPES_TABLE} first (docs/security.md)",
+                           option="--revision")
+    keep_walls(conn)
+
+
+def scoped_self(conn: Connection) -> str | None:
+    """The connection's role when a grant scopes it to its team's pipelines, else None (the owner, an
+    unscoped role, SQLite, a ledger before 0017). A role reads its own scope rows (their policy)."""
+    if conn.dialect.name != "postgresql" or conn.execute(
+            text("SELECT to_regclass(:t)"), {"t": SCOPES_TABLE}).scalar() is None:
+        return None
+    return conn.execute(text(f"SELECT current_user WHERE EXISTS (SELECT 1 FROM {SCOPES_TABLE} "
+                             "WHERE role_name = current_user)")).scalar()
+
+
+def walls_kept(engine: Engine) -> bool:
+    """Whether this ledger keeps walls (``db upgrade`` says so)."""
+    with engine.connect() as conn:
+        return walled(conn)
+
+
+def _verbs(g: Guarded) -> str:
+    """What a team role may do to ``g``'s rows, in words (from the same privileges the grant gives)."""
+    verbs = ["read"]
+    for w in g.writes:
+        if w.startswith("UPDATE ("):
+            verbs.append("update of " + ", ".join(f"`{c.strip()}`" for c in w[len("UPDATE ("):-1].split(",")))
+        else:
+            verbs.append(w.lower())
+    return ", ".join(verbs)
+
+
+def team_access() -> list[tuple[str, str]]:
+    """(table, what a team role may do there) for every guarded table, then the views and the rest:
+    the per-table half of docs/security.md's access table, generated from ``GUARDED``."""
+    rows = []
+    for g in GUARDED:
+        whose = "its pipelines' rows"
+        if g.needs is not None:
+            whose += f", and those without a pipeline it wrote (`{g.needs}`)"
+        elif g.rows != OWN:
+            parent = g.rows.split(" FROM ", 1)[1].split(" ", 1)[0]
+            whose = f"the rows of its pipelines' {parent}"
+        rows.append((f"`{g.table}`", f"{_verbs(g)}: {whose}"))
+    rows.append(("the views (`v_*`)", "read: its pipelines' rows (`security_invoker`)"))
+    rows.append(("`alembic_version`", "read"))
+    rows.append((f"`{SCOPES_TABLE}`", "read: its own scope"))
+    rows.append(("a partition of `offset_ranges`", "nothing (reached through `offset_ranges`)"))
+    return rows

@@ -329,6 +329,9 @@ listener_health = Table(
     Column("spilled", BigInteger, nullable=False, default=0),
     Column("failed", BigInteger, nullable=False, default=0),
     Column("last_error", Text),
+    # 0023: the database role that wrote the row (PostgreSQL's default: current_user). A pipeline-less
+    # row (a listener of several pipelines) belongs to that role under row security.
+    Column("ledger_role", String(_NAME)),
 )
 
 

@@ -197,7 +197,9 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
         "update own finding": update(findings).where(findings.c.pipeline == A).values(message="rewritten"),
         "update own reset reason": update(resets).values(reason="rewritten"),
         "delete own finding": findings.delete().where(findings.c.pipeline == A),
-        "delete own batch": batches.delete().where(batches.c.pipeline == A),
+        "delete own reset": resets.delete().where(resets.c.pipeline == A),
+        "delete own position's generation": checkpoint_generations.delete().where(
+            checkpoint_generations.c.pipeline == A),
         "move a row to B": update(positions).where(positions.c.pipeline == A).values(pipeline=B),
     }
     refused = {name: _refused(eng_a, stmt) for name, stmt in wrong.items()}
@@ -205,6 +207,8 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
     # B's rows are invisible to A: an update or delete of them finds nothing to change.
     with eng_a.begin() as conn:
         assert conn.execute(update(positions).where(positions.c.pipeline == B).values(next_offset=0)).rowcount == 0
+        # its prune may delete batches (issue 48): its own only, B's are not there for it
+        assert conn.execute(batches.delete().where(batches.c.pipeline == B)).rowcount == 0
         assert conn.execute(select(func.count()).select_from(batches).where(batches.c.pipeline == B)).scalar() == 0
         for view in ("v_current_positions", "v_batch_history"):
             names = {r[0] for r in conn.execute(text(f"SELECT DISTINCT pipeline FROM {view}"))}

@@ -51,6 +51,7 @@ BASE: dict[str, list[str]] = {
     "watch": ["watch", "orders", "CKPT", "--once"],
     "db upgrade": ["db", "upgrade"],
     "db grant": ["db", "grant", "--role", "team_a", "--pipelines", "orders"],
+    "db access": ["db", "access"],
     "policy show": ["policy", "show", "orders"],
     "policy set": ["policy", "set", "orders", "--on-data-loss", "earliest", "--reason", "r"],
     "policy history": ["policy", "history", "orders"],
