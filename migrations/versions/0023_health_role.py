@@ -1,7 +1,7 @@
 """``listener_health.ledger_role``: the database role that wrote a health row (team walls, issue 48).
 
 Revision ID: 0023
-Revises: 0021 (re-chained after 0022 at merge)
+Revises: 0022
 Create Date: 2026-11-28
 
 A listener that records several pipelines (a mapping or a callable for ``pipeline``) reports its
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0023"
-down_revision = "0021"
+down_revision = "0022"
 branch_labels = None
 depends_on = None
 

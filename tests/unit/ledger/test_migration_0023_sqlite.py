@@ -26,8 +26,8 @@ def _columns(engine) -> list[str]:  # type: ignore[no-untyped-def]
 def test_0023_adds_the_role_column_on_sqlite_both_ways(tmp_path: Path) -> None:
     engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
     try:
-        upgrade(engine, "0021")
-        with engine.begin() as conn:  # a column list 0021 knows: 0001 builds today's metadata
+        upgrade(engine, "0022")
+        with engine.begin() as conn:  # a column list 0022 knows: 0001 builds today's metadata
             conn.execute(text("INSERT INTO listener_health (listener_id, pipeline, host, reported_at, queued, "
                               "written, retried, spilled, failed) "
                               "VALUES ('l1', NULL, 'h', '2026-11-28 12:00:00', 0, 4, 0, 0, 0)"))
@@ -37,7 +37,7 @@ def test_0023_adds_the_role_column_on_sqlite_both_ways(tmp_path: Path) -> None:
         Recorder(engine).report_health("l2", None, "h2", {"written": 1}, None)
         after = _rows(engine)
         assert len(after) == 2
-        downgrade(engine, "0021")
+        downgrade(engine, "0022")
         assert "ledger_role" not in _columns(engine) and _rows(engine) == after
         upgrade(engine)
         assert current_revision(engine) == head_revision() and _rows(engine) == after
