@@ -1,5 +1,5 @@
 """0023 (``listener_health.ledger_role``) on SQLite, which has no roles: the column (NULL there) comes and
-goes with the rows kept, and a report works at head. A ledger made at 0021 by this tree already has the
+goes with the rows kept, and a report works at head. A ledger made at 0022 by this tree already has the
 column (0001 builds today's metadata); the downgrade drops it and the upgrade adds it back."""
 
 from __future__ import annotations
