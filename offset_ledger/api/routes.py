@@ -163,7 +163,9 @@ def pipeline_history(
 ) -> Any:
     page = reads.history(
         _ops(request),        pipeline, consumerGroup, topic=topic,
-        since=parse_timestamp(since) if since else None, until=parse_timestamp(until) if until else None,
+        # "is not None": ?since= (empty) is refused by name, never read as "no bound".
+        since=parse_timestamp(since) if since is not None else None,
+        until=parse_timestamp(until) if until is not None else None,
         limit=limit, cursor=cursor,
     )
     return {"pipeline": pipeline, "batches": list(page.items), "nextCursor": page.next_cursor}

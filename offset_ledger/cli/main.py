@@ -201,8 +201,9 @@ def history_cmd(
     try:
         while True:
             page = reads.history(ops, pipeline, consumer_group, topic=topic,
-                               since=parse_timestamp(since) if since else None,
-                               until=parse_timestamp(until) if until else None,
+                               # "is not None": an empty --since is a mistake to name, not "no bound".
+                               since=parse_timestamp(since) if since is not None else None,
+                               until=parse_timestamp(until) if until is not None else None,
                                limit=1000 if every else limit, cursor=cursor)
             items.extend(page.items)
             cursor = page.next_cursor
