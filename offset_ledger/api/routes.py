@@ -16,7 +16,7 @@ from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.gc_pause import gc_paused
-from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
+from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operate import operations_metrics, reads, reset_operations
 from offset_ledger.operate.inputs import parse_timestamp, request_from_legacy_body
 from offset_ledger.operate.operations import Operations
@@ -157,7 +157,7 @@ def pipeline_history(
     topic: Optional[str] = Query(None, pattern=TOPIC_PATTERN),
     since: Optional[str] = Query(None, description="inclusive; ISO 8601 or epoch ms"),
     until: Optional[str] = Query(None, description="exclusive; ISO 8601 or epoch ms"),
-    limit: int = Query(100, ge=1, le=1000),
+    limit: int = Query(100, ge=1, le=MAX_LIMIT),
     cursor: Optional[str] = Query(None, max_length=512, description="nextCursor of the previous page"),
     consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
 ) -> Any:
@@ -195,7 +195,7 @@ def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
 
 
 @resource.get("/pipelines/{pipeline:name}/resets", summary="The audit list of resets, dry runs included")
-def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=1000),
+def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=MAX_LIMIT),
                 consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
     group, rows = reset_operations.resets(_ops(request), pipeline, consumerGroup, limit=limit)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}

@@ -74,17 +74,15 @@ def resets_cmd(
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
     from offset_ledger.operate.audit import MAX_PAGE
-    from offset_ledger.operate.reset_operations import resets
+    from offset_ledger.operate.reset_operations import resets_page
 
     fmt = check_format(fmt)
     check_limit(limit)
     ops = operations(dsn)
     try:
-        group, found = resets(ops, pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
+        group, found, more = resets_page(ops, pipeline, consumer_group, limit=limit)
     finally:
         ops.close()
-    more = len(found) > limit
-    found = found[:limit]
     rows = [{**r, "partitions": len(r["partitions"]),
              "changes": "; ".join(f"{p['topic']}:{p['partition']} {p['beforeNextOffset']}->{p['afterNextOffset']}"
                                   for p in r["partitions"][:4]) + (" ..." if len(r["partitions"]) > 4 else "")}
@@ -92,7 +90,8 @@ def resets_cmd(
     emit(rows, ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
                 "changes"], fmt, {"consumerGroup": group, "resets": found}, truncate=not no_truncate)
     if more:
-        more_signal(f"--limit {min(limit * 2, MAX_PAGE)} (older resets not shown)")
+        more_signal(f"--limit {min(limit * 2, MAX_PAGE)} (older resets not shown)" if limit < MAX_PAGE
+                    else f"older resets not shown (the newest {MAX_PAGE} are)")
 
 
 def register(app: typer.Typer) -> None:

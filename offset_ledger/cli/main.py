@@ -190,6 +190,7 @@ def history_cmd(
     from offset_ledger.operate.inputs import parse_timestamp
 
     from offset_ledger.cli.support import check_limit
+    from offset_ledger.operate.inputs import MAX_LIMIT
 
     fmt = _check_format(fmt)
     if not every:
@@ -204,7 +205,7 @@ def history_cmd(
                                # "is not None": an empty --since is a mistake to name, not "no bound".
                                since=parse_timestamp(since) if since is not None else None,
                                until=parse_timestamp(until) if until is not None else None,
-                               limit=1000 if every else limit, cursor=cursor)
+                               limit=MAX_LIMIT if every else limit, cursor=cursor)
             items.extend(page.items)
             cursor = page.next_cursor
             if not every or not cursor:

@@ -96,16 +96,12 @@ def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
     return fmt
 
 
-MAX_LIMIT = 1000  # every --limit, as the API's limit (operate.audit.MAX_PAGE)
-
-
 def check_limit(limit: int) -> int:
-    """``--limit`` in 1-1000, refused under the option's own name before anything is read."""
-    from offset_ledger.errors import InvalidInput
+    """``--limit`` in 1..MAX_LIMIT (``operate.inputs``, the API's bound too), refused under the option's
+    own name before anything is read."""
+    from offset_ledger.operate.inputs import check_limit as check
 
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(f"--limit must be between 1 and {MAX_LIMIT}, not {limit}", limit=limit)
-    return limit
+    return check(limit, "--limit")
 
 
 def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, document: object = None, *,

@@ -15,17 +15,17 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.errors import InvalidInput
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.inputs import MAX_LIMIT, check_limit
 from offset_ledger.operate.operations import resolve_group
 from offset_ledger.operate.visibility import current_scope
 
 if TYPE_CHECKING:
     from offset_ledger.operate.operations import Operations
 
-MAX_PAGE = 1000
+MAX_PAGE = MAX_LIMIT  # the one page-size bound (operate.inputs)
 
 
 @contextmanager
@@ -51,8 +51,7 @@ def list_findings(
     since: datetime | None = None, limit: int = 50, before_id: int | None = None,
 ) -> tuple[str, list[dict[str, Any]], int | None]:
     """(consumer group, findings newest first, the ``before_id`` of the next page or None)."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}, not {limit}", limit=limit)
+    check_limit(limit)
     with _read(ops) as conn:
         group = resolve_group(conn, pipeline, consumer_group)
         stmt = select(findings).where(findings.c.pipeline == pipeline, findings.c.consumer_group == group)
