@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -48,7 +49,48 @@ def plain_help() -> None:
 
 FORMATS = ("table", "json", "csv")
 
-DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL",
+# What people write for a database URL and what SQLAlchemy wants instead (the scheme, before "://").
+_SCHEME_HINTS = {
+    "postgres": "postgresql+psycopg2", "postgresql": "postgresql+psycopg2", "pg": "postgresql+psycopg2",
+    "psql": "postgresql+psycopg2", "postgresql+psycopg": "postgresql+psycopg2", "sqlite3": "sqlite",
+}
+
+
+def check_dsn(dsn: Optional[str]) -> Optional[str]:
+    """``--dsn`` / ``OFFSET_LEDGER_DSN`` checked for the common mistakes before anything connects: a
+    ``postgres://`` scheme SQLAlchemy cannot load, and ``sqlite:///tmp/x`` (three slashes: the
+    relative path ``tmp/x``) where an absolute path was meant. ConfigError (exit 2) with what to write."""
+    from offset_ledger.errors import ConfigError
+
+    if not dsn or "://" not in dsn:
+        return dsn
+    scheme, rest = dsn.split("://", 1)
+    wanted = _SCHEME_HINTS.get(scheme.lower())
+    if wanted is not None and not (scheme == "postgresql" and _has_module("psycopg2")):
+        raise ConfigError(f"database URL scheme {scheme + '://'!r} is not one SQLAlchemy loads here: write "
+                          f"{wanted}://{_redacted(rest)}", dsn=_redacted(dsn))
+    if scheme.lower() == "sqlite" and rest.startswith("/") and not rest.startswith("//"):
+        relative = rest[1:].split("?", 1)[0]  # sqlite:///a/b names a/b, relative to the current directory
+        parts = Path(relative).parts
+        if relative and relative != ":memory:" and len(parts) > 1 and not Path(parts[0]).is_dir() \
+                and Path("/", parts[0]).is_dir():
+            raise ConfigError(f"{dsn!r} names the relative path {relative} (no directory {parts[0]!r} here); an "
+                              f"absolute path needs four slashes: sqlite:////{relative}", dsn=dsn)
+    return dsn
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _redacted(text: str) -> str:
+    """``user:secret@host`` -> ``user:***@host``: an error line must not print a password."""
+    return re.sub(r"(?<=:)[^:@/]*(?=@)", "***", text)
+
+
+DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL", callback=check_dsn,
                          help="Ledger database URL (default: the embedded SQLite file).")
 BootstrapOption = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
                                envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS", metavar="HOST:PORT[,...]",
