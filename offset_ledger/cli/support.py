@@ -105,9 +105,9 @@ TimeoutOption = typer.Option(None, "--timeout", metavar="MS", min=1,
 GroupOption = typer.Option(None, "--consumer-group", metavar="GROUP",
                            help="Default: the pipeline's only group (an error when it has several).")
 FormatOption = typer.Option("table", "--format", "-f", metavar="table|json|csv", help="Output format.")
-NoTruncateOption = typer.Option(False, "--no-truncate",
-                                help="Never shorten a table cell (by default only long text, such as a message, "
-                                     "is cut at a word to fit the terminal).")
+NoTruncateOption = typer.Option(False, "--wide", "--no-truncate",
+                                help="One line per row, nothing wrapped or cut (by default a table fits the "
+                                     "terminal: long text wraps at words onto more lines).")
 
 # C0 controls, DEL and C1 controls: an ESC sequence in a recorded name could retitle the terminal
 # or move the cursor, and a newline would forge a row in a table or CSV.
