@@ -144,7 +144,9 @@
     const data = await api(base + "/resets" + q({ limit: 50 }));
     fill(document.querySelector("#audit tbody"), data.resets.map((r) => el("tr", { "data-reset": r.resetId, "data-dry-run": r.dryRun },
       el("td", { class: "num" }, r.resetId), el("td", {}, time(r.createdAt)), el("td", {}, r.mode),
-      el("td", {}, r.dryRun ? "dry run" : `executed (${r.status})`, r.forced ? " forced" : ""),
+      // A dry run applied nothing: a grey badge and a muted row, so executed resets stand out.
+      el("td", {}, r.dryRun ? el("span", { class: "badge dry-run", title: "audited; nothing was applied" }, "dry run")
+        : `executed (${r.status})`, r.forced ? " forced" : ""),
       el("td", {}, r.actor), el("td", {}, r.reason || "—"),
       el("td", { class: "mono small" }, r.partitions.map((p) => el("div", {},
         `${p.topic}/${p.partition}: ${num(p.beforeNextOffset)} → ${num(p.afterNextOffset)}`))),
