@@ -110,7 +110,7 @@ def preview_restart(ops: Operations, ref: PipelineRef, options: RestartOptions,
     done = RestartPlan(plan.pipeline, plan.starting_offsets, location, findings, fresh_checkpoint=True,
                        generation=number, consumer_group=plan.consumer_group, event_time_floor=plan.event_time_floor,
                        policies=use.as_dict(), cost=cost)
-    why = "fresh generation {}: ".format(number) + REASONS.get(reason, reason).format(
+    why = REASONS.get(reason, reason).format(
         current=current.app_version if current is not None else None, new=options.app_version,
         current_root=current.checkpoint_root if current is not None else None, new_root=options.checkpoint_root)
     return RestartPreview(done, reason, why, positions, ledger.pending_reset_ids, cost)
