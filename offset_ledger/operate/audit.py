@@ -37,10 +37,18 @@ def _read(ops: Operations) -> Iterator[Connection]:
         raise translate_db_error(exc, "reading the audit trail") from exc
 
 
-def findings_counts(ops: Operations) -> dict[tuple[str, str], int]:
-    """Findings recorded per (pipeline, consumer group); a repeated finding counts once."""
+#: Findings that say something went as designed (a pipeline's first start, a partition added and
+#: read from earliest): counted, but nothing for an operator to look into.
+INFORMATIONAL_FINDINGS = frozenset({"first_run", "new_partition"})
+
+
+def findings_counts(ops: Operations, *, informational: bool = True) -> dict[tuple[str, str], int]:
+    """Findings recorded per (pipeline, consumer group); a repeated finding counts once.
+    ``informational=False``: only those that need a look (not ``INFORMATIONAL_FINDINGS``)."""
     stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count()).group_by(
         findings.c.pipeline, findings.c.consumer_group)
+    if not informational:
+        stmt = stmt.where(findings.c.kind.not_in(sorted(INFORMATIONAL_FINDINGS)))
     scope = current_scope()
     with _read(ops) as conn:
         return {(p, g): int(n) for p, g, n in conn.execute(stmt) if scope.allows(p)}

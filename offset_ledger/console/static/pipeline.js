@@ -180,6 +180,10 @@
 
   // -- chart and history
 
+  function fromZero(_u, _min, max) {
+    return [0, max > 0 ? max * 1.1 : 1];
+  }
+
   function drawChart(batches) {
     const holder = document.getElementById("chart");
     document.getElementById("chart-empty").hidden = batches.length > 0;
@@ -201,7 +205,8 @@
     const width = Math.max(280, holder.clientWidth || 600);
     chart = new window.uPlot({
       width, height: 260,
-      scales: { x: { time: true }, rec: {}, behind: {} },
+      // Counts start at 0: an axis from 300 makes 310 records look like three times 303.
+      scales: { x: { time: true }, rec: { range: fromZero }, behind: { range: fromZero } },
       series: [
         { label: "Batch time" },
         { label: "Records read", scale: "rec", stroke: "#1d4ed8", width: 2, points: { show: true, size: 5 } },
