@@ -199,8 +199,8 @@ def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
 
 @resource.get("/pipelines/{pipeline:name}/resets",
               summary="The audit list of resets, dry runs included (each marked dryRun: true, status dry_run)")
-def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=MAX_LIMIT),
-                consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
+def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
+                limit: int = Query(50, ge=1, le=MAX_LIMIT), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
                 dryRuns: bool = Query(True, description="false: executed resets only")) -> Any:
     group, rows = reset_operations.resets(_ops(request), pipeline, consumerGroup, limit=limit, dry_runs=dryRuns)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}

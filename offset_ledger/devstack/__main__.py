@@ -19,8 +19,8 @@ def main(argv: list[str] | None = None) -> int:
                              "topic NAME: create a topic on the running stack's broker (and produce records)")
     parser.add_argument("name", nargs="?", help="topic: the topic's name")
     parser.add_argument("--user", action="store_true",
-                        help="up/env: print the settings a user's job and the CLI read (OFFSET_LEDGER_BOOTSTRAP_SERVERS, "
-                             "OFFSET_LEDGER_DSN), not the tests' variables")
+                        help="up/env: print the settings a user's job and the CLI read "
+                             "(OFFSET_LEDGER_BOOTSTRAP_SERVERS, OFFSET_LEDGER_DSN), not the tests' variables")
     parser.add_argument("--partitions", type=int, default=None, help="topic: partitions of a new topic (default 2)")
     parser.add_argument("--produce", type=int, default=0, metavar="N", help="topic: produce N records")
     args = parser.parse_args(argv)

@@ -56,7 +56,8 @@ def _compare(preview: dict[str, Any], done: RestartPlan) -> None:
     assert preview["cost"] == expected
 
 
-def test_plan_previews_the_upgrade_start_from_ledger_makes(pg_dsn: str, kafka, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_plan_previews_the_upgrade_start_from_ledger_makes(  # type: ignore[no-untyped-def]
+        pg_dsn: str, kafka, tmp_path: Path) -> None:
     topic = kafka.create_topic(partitions=2)
     kafka.produce(topic, [f"v{i}" for i in range(60)])  # 30 per partition
     engine = make_engine(pg_dsn)

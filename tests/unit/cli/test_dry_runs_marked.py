@@ -58,8 +58,9 @@ def test_the_api_marks_them_and_can_leave_them_out(dsn: str) -> None:
     from offset_ledger.api import create_app
 
     engine = make_engine(dsn)
-    client = TestClient(create_app(operations=Operations(engine, kafka=StandInKafka()), api_token=""),  # type: ignore[arg-type]
-                        raise_server_exceptions=False, base_url="http://localhost")
+    ops = Operations(engine, kafka=StandInKafka())  # type: ignore[arg-type]
+    client = TestClient(create_app(operations=ops, api_token=""), raise_server_exceptions=False,
+                        base_url="http://localhost")
     try:
         every = client.get("/api/v1/pipelines/orders-etl/resets").json()["resets"]
         assert [(r["dryRun"], r["status"]) for r in every] == [(True, "dry_run"), (False, "pending"), (True, "dry_run")]

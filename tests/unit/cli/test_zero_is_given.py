@@ -107,8 +107,9 @@ def test_the_api_reads_an_empty_time_as_given(dsn: str) -> None:
     from offset_ledger.api import create_app
 
     engine = make_engine(dsn)
-    client = TestClient(create_app(operations=Operations(engine, kafka=StandInKafka()), api_token=""),  # type: ignore[arg-type]
-                        raise_server_exceptions=False, base_url="http://localhost")
+    ops = Operations(engine, kafka=StandInKafka())  # type: ignore[arg-type]
+    client = TestClient(create_app(operations=ops, api_token=""), raise_server_exceptions=False,
+                        base_url="http://localhost")
     try:
         for param in ("since", "until"):
             r = client.get(f"/api/v1/pipelines/orders-etl/history?{param}=")
