@@ -13,6 +13,7 @@ __all__ = [
     "__version__",
     "failover",
     "replay_range",
+    "spark_packages",
     "start_from_ledger",
 ]
 
@@ -33,6 +34,26 @@ _LAZY = {
     "replay_range": "offset_ledger.operate.replay",
     "start_from_ledger": "offset_ledger.operate.restart",
 }
+
+
+def spark_packages() -> str:
+    """The ``spark.jars.packages`` value for the installed PySpark: Spark's Kafka connector
+    (``org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0`` for PySpark 4.2.0), which Spark fetches from
+    Maven Central on first use. Reads PySpark's version without importing it.
+
+    ``SparkSession.builder.config("spark.jars.packages", offset_ledger.spark_packages())``.
+    """
+    import importlib.metadata
+
+    from offset_ledger.errors import ConfigError, install_hint
+
+    try:
+        version = importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError(f"PySpark is not installed; {install_hint('spark')}") from None
+    from offset_ledger.rules.spark_connector import package_coordinate  # the one version rule (devstack's too)
+
+    return package_coordinate(version)
 
 
 def __getattr__(name: str) -> Any:

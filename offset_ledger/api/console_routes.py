@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query, Request
 
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.console.reads import ConsoleReads
-from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN
+from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN
 from offset_ledger.operate.operations import Operations
 
 router = APIRouter(prefix="/api/v1", tags=["console"])
@@ -32,7 +32,7 @@ def pipeline_runs(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), 
 
 @router.get("/pipelines/{pipeline:name}/findings", summary="Findings (gaps, stale batches, data loss, ...), newest first")
 def pipeline_findings(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
-                      limit: int = Query(100, ge=1, le=1000),
+                      limit: int = Query(100, ge=1, le=MAX_LIMIT),
                       kind: Optional[str] = Query(None, pattern=NAME_PATTERN, description="only this kind (gap, data_loss, ...)"),
                       since: Optional[str] = Query(None, max_length=64, description="seen at or after (ISO 8601 or epoch ms)"),
                       before: Optional[int] = Query(None, ge=1, le=MAX_BIGINT, description="page: findings older than this id")) -> Any:

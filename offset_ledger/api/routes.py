@@ -16,7 +16,7 @@ from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.answers import iso_utc
 from offset_ledger.operate.gc_pause import gc_paused
-from offset_ledger.operate.inputs import MAX_BIGINT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
+from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operate import operations_metrics, reads, reset_operations
 from offset_ledger.operate.inputs import parse_timestamp, request_from_legacy_body
 from offset_ledger.operate.operations import Operations
@@ -131,8 +131,11 @@ def list_pipelines(request: Request, lag: bool = Query(True, description="ask Ka
     ops = _ops(request)
     rows = [p.to_dict() for p in reads.list_pipelines(ops, with_lag=lag)]
     counts = findings_counts(ops)  # the CLI's FINDINGS column: findings recorded, a repeated one once
+    # The console colours the count only for findings that need a look (not first_run / new_partition).
+    attention = findings_counts(ops, informational=False)
     for row in rows:
         row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
+        row["findingsAttention"] = attention.get((row["pipeline"], row["consumerGroup"]), 0)
     # Already JSON-ready: returned as a response, FastAPI skips jsonable_encoder (17x json.dumps here).
     return JSONResponse({"pipelines": rows})
 
@@ -157,13 +160,15 @@ def pipeline_history(
     topic: Optional[str] = Query(None, pattern=TOPIC_PATTERN),
     since: Optional[str] = Query(None, description="inclusive; ISO 8601 or epoch ms"),
     until: Optional[str] = Query(None, description="exclusive; ISO 8601 or epoch ms"),
-    limit: int = Query(100, ge=1, le=1000),
+    limit: int = Query(100, ge=1, le=MAX_LIMIT),
     cursor: Optional[str] = Query(None, max_length=512, description="nextCursor of the previous page"),
     consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
 ) -> Any:
     page = reads.history(
         _ops(request),        pipeline, consumerGroup, topic=topic,
-        since=parse_timestamp(since) if since else None, until=parse_timestamp(until) if until else None,
+        # "is not None": ?since= (empty) is refused by name, never read as "no bound".
+        since=parse_timestamp(since) if since is not None else None,
+        until=parse_timestamp(until) if until is not None else None,
         limit=limit, cursor=cursor,
     )
     return {"pipeline": pipeline, "batches": list(page.items), "nextCursor": page.next_cursor}
@@ -192,10 +197,12 @@ def create_reset(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
     return outcome.to_dict()
 
 
-@resource.get("/pipelines/{pipeline:name}/resets", summary="The audit list of resets, dry runs included")
-def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), limit: int = Query(50, ge=1, le=1000),
-                consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    group, rows = reset_operations.resets(_ops(request), pipeline, consumerGroup, limit=limit)
+@resource.get("/pipelines/{pipeline:name}/resets",
+              summary="The audit list of resets, dry runs included (each marked dryRun: true, status dry_run)")
+def list_resets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN),
+                limit: int = Query(50, ge=1, le=MAX_LIMIT), consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN),
+                dryRuns: bool = Query(True, description="false: executed resets only")) -> Any:
+    group, rows = reset_operations.resets(_ops(request), pipeline, consumerGroup, limit=limit, dry_runs=dryRuns)
     return {"pipeline": pipeline, "consumerGroup": group, "resets": rows}
 
 

@@ -69,30 +69,40 @@ def findings_cmd(
 def resets_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     limit: int = typer.Option(50, "--limit", metavar="N", help="Newest N resets (1-1000, as every --limit)."),
+    dry_runs: bool = typer.Option(True, "--dry-runs/--no-dry-runs",
+                                  help="Show dry runs too, marked DRY RUN (the default), or executed resets only."),
     consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
     no_truncate: bool = NoTruncateOption,
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
     from offset_ledger.operate.audit import MAX_PAGE
-    from offset_ledger.operate.reset_operations import resets
+    from offset_ledger.operate.reset_operations import resets_page
 
     fmt = check_format(fmt)
     check_limit(limit)
     ops = operations(dsn)
     try:
-        group, found = resets(ops, pipeline, consumer_group, limit=limit + 1)  # one more tells "there is more"
+        group, found, more = resets_page(ops, pipeline, consumer_group, limit=limit, dry_runs=dry_runs)
     finally:
         ops.close()
-    more = len(found) > limit
-    found = found[:limit]
-    rows = [{**r, "partitions": len(r["partitions"]),
+    # A dry run applied nothing: its row says so where the eye starts (the KIND column), not only in
+    # a true/false column at the end.
+    rows = [{**r, "kind": "DRY RUN" if r["dryRun"] else "reset", "partitions": len(r["partitions"]),
              "changes": "; ".join(f"{p['topic']}:{p['partition']} {p['beforeNextOffset']}->{p['afterNextOffset']}"
                                   for p in r["partitions"][:4]) + (" ..." if len(r["partitions"]) > 4 else "")}
             for r in found]
-    emit(rows, ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
-                "changes"], fmt, {"consumerGroup": group, "resets": found}, truncate=not no_truncate)
+    columns = ["resetId", "kind", "createdAt", "actor", "mode", "status", "forced", "partitions", "reason", "changes"]
+    if fmt == "csv":  # the machine formats keep the API's dryRun field
+        columns = ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
+                   "changes"]
+    emit(rows, columns, fmt, {"consumerGroup": group, "resets": found}, truncate=not no_truncate)
+    dry = sum(1 for r in found if r["dryRun"])
+    if dry and fmt == "table":
+        typer.echo(f"{dry} of {len(found)} shown are dry runs: audited, nothing applied (--no-dry-runs hides them)",
+                   err=True)
     if more:
-        more_signal(f"--limit {min(limit * 2, MAX_PAGE)} (older resets not shown)")
+        more_signal(f"--limit {min(limit * 2, MAX_PAGE)} (older resets not shown)" if limit < MAX_PAGE
+                    else f"older resets not shown (the newest {MAX_PAGE} are)")
 
 
 def register(app: typer.Typer) -> None:

@@ -24,6 +24,8 @@ from rich.table import Table
 
 from offset_ledger.cli.demo_stack import (
     ALL_PARTITIONS,
+    DEMO_DIR,
+    STATE_FILE,
     FIRST_PARTITIONS,
     PIPELINE,
     TOPIC,
@@ -31,6 +33,7 @@ from offset_ledger.cli.demo_stack import (
     Options,
     Producer,
     Signals,
+    down,
 )
 
 log = logging.getLogger(__name__)
@@ -268,15 +271,26 @@ def parse_args(argv: list[str] | None) -> Options:
                         help="start PostgreSQL for the ledger instead of the embedded SQLite file")
     parser.add_argument("--rate", type=int, default=200, help="records per second while version 1 runs")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long version 1 runs")
-    parser.add_argument("--workdir", type=Path, default=None, help="keep state here (default: a temp dir, removed)")
+    parser.add_argument("--workdir", type=Path, default=None,
+                        help="keep state here (default: ./.demo, or with --clean a temp dir, removed)")
+    parser.add_argument("--clean", action="store_true",
+                        help="stop everything and delete the work dir at the end (default: leave the ledger, "
+                             "Kafka and the API up to explore; make demo-down stops them)")
+    parser.add_argument("--down", action="store_true", help="stop a demo left up and delete its work dir")
     args = parser.parse_args(argv)
     return Options(keep_serving=args.keep_serving, postgres=args.postgres, rate=args.rate,
-                   v1_seconds=args.seconds, workdir=args.workdir)
+                   v1_seconds=args.seconds, workdir=args.workdir,
+                   leave_up=not (args.clean or args.keep_serving), down=args.down)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     console = Console()
+    if options.down:
+        console.print(down(options.workdir))
+        return 0
+    if options.leave_up and (options.workdir or DEMO_DIR).resolve().joinpath(STATE_FILE).is_file():
+        console.print(down(options.workdir))  # the previous demo left up: this run replaces it
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("kafka").setLevel(logging.ERROR)  # kafka-python's event-loop timing chatter
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # everything here is on loopback
@@ -285,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.pop(var, None)
     signals = Signals()
     demo = Demo(options, console, signals)
-    if options.workdir is None:
-        demo.on_exit(f"work dir {demo.root}", lambda: shutil.rmtree(demo.root, ignore_errors=True))
+    if options.workdir is None or options.leave_up:
+        demo.on_exit(f"work dir {demo.root}", lambda: shutil.rmtree(demo.root, ignore_errors=True), left_up=True)
     started = time.monotonic()
     console.rule("[bold]offset-ledger demo")
     ok = False
@@ -303,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
                 console.print_exception()
             demo.close()
             return 1
-        demo.close()
+        demo.close(leave_up=options.leave_up)  # Spark, the producer, the listeners; not what is left up
+        if options.leave_up:
+            demo.leave(ok)
     console.rule(f"[bold]{'done' if ok else 'FAILED'} in {time.monotonic() - started:.0f}s")
     return 0 if ok else 1
 

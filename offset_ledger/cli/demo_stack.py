@@ -40,6 +40,16 @@ class Options:
     more_records: int = 2000  # produced after the partitions were added
     serve_seconds: float = 3.0
     workdir: Path | None = None
+    #: Leave the ledger, Kafka and the API running at the end (``make demo-down`` stops them), in
+    #: ``workdir`` or ``./.demo``; False: stop everything and delete the work dir (``--clean``).
+    leave_up: bool = True
+    down: bool = False  # stop a demo left up instead of running one
+
+
+#: Where a demo left up keeps its state (relative to the checkout: scripts/demo runs from there).
+DEMO_DIR = Path(".demo")
+#: What a demo left up wrote for ``demo --down`` (and for people): the ledger, the API, the pids.
+STATE_FILE = "demo.json"
 
 
 @dataclass
@@ -180,7 +190,11 @@ class DemoStack:
         self.signals = signals or Signals()
         self.console = console
         self.cleanup: list[tuple[str, Callable[[], None]]] = []
-        self.root = Path(options.workdir or tempfile.mkdtemp(prefix="offset-ledger-demo-"))
+        #: cleanups skipped when the demo ends well with ``leave_up``: what the operator explores
+        self.left_up: set[str] = set()
+        if options.leave_up and options.workdir is None:
+            options.workdir = DEMO_DIR.resolve()
+        self.root = Path(options.workdir or tempfile.mkdtemp(prefix="offset-ledger-demo-")).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.dsn = ""
         self.bootstrap = ""
@@ -192,12 +206,17 @@ class DemoStack:
     def step(self, title: str) -> None:
         self.console.rule(f"[bold cyan]{title}")
 
-    def on_exit(self, what: str, fn: Callable[[], None]) -> None:
+    def on_exit(self, what: str, fn: Callable[[], None], *, left_up: bool = False) -> None:
+        """Undo ``what`` on exit; ``left_up``: not when the demo ends well and leaves things up."""
         self.cleanup.append((what, fn))
+        if left_up and self.o.leave_up:
+            self.left_up.add(what)
 
-    def close(self) -> None:
+    def close(self, *, leave_up: bool = False) -> None:
         self.signals.hold()
         for what, fn in reversed(self.cleanup):
+            if leave_up and what in self.left_up:
+                continue
             try:
                 self.console.print(f"[dim]cleanup: {what}")
                 fn()
@@ -210,7 +229,7 @@ class DemoStack:
 
         self.step("1. Local stack")
         stack_root = self.root / "stack"
-        self.on_exit(f"local stack in {stack_root}", lambda: devstack.down(stack_root))
+        self.on_exit(f"local stack in {stack_root}", lambda: devstack.down(stack_root), left_up=True)
         with self.signals.deferred(), self.console.status("starting Apache Kafka (KRaft)"
                                  + (" and PostgreSQL" if self.o.postgres else "") + " ..."):
             info = devstack.up(stack_root, with_postgres=self.o.postgres)
@@ -299,11 +318,16 @@ class DemoStack:
         env.pop("OFFSET_LEDGER_API_TOKEN", None)  # loopback only, no token: easy to try
         cmd = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()",
                "serve", "--port", str(port), "--log-level", "warning"]
+        log = open(self.root / "serve.log", "ab")  # noqa: SIM115 - the server's, for as long as it runs
         with self.signals.deferred():
-            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL)
-            self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc))
+            # Its own session: left up, it outlives the demo (and a Ctrl-C in this terminal).
+            proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                    start_new_session=self.o.leave_up)
+            self.on_exit(f"API server (pid {proc.pid})", lambda: _stop_process(proc), left_up=True)
+        log.close()
         base = f"http://127.0.0.1:{port}"
         _wait_http(f"{base}/healthz", proc)
+        self.server = {"pid": proc.pid, "cmdline": cmd, "url": base}
         self.say(f"offset-ledger serve: {base} (pid {proc.pid})")
         self.say(f"[bold]web console: {base}/")
         self.say("try:")
@@ -322,6 +346,8 @@ class DemoStack:
         with urllib.request.urlopen(url, timeout=10) as response:
             body = response.read().decode()
         self.say(f"GET {url}\n  -> {response.status} {body}")
+        if self.o.leave_up:
+            return
         if self.o.keep_serving:
             self.say("[bold]serving until Ctrl-C ...")
             try:
@@ -331,3 +357,63 @@ class DemoStack:
                 self.say("stopping the API")
         else:
             time.sleep(self.o.serve_seconds)
+
+    def leave(self, ok: bool) -> None:
+        """What a demo left up tells the operator: where it is, three commands to explore it, how to stop it."""
+        import json
+
+        cli = Path(sys.executable).with_name("offset-ledger")
+        state = {"dsn": self.dsn, "bootstrapServers": self.bootstrap, "console": self.server["url"] + "/",
+                 "serverPid": self.server["pid"], "serverCmdline": self.server["cmdline"],
+                 "stack": str(self.root / "stack"), "workdir": str(self.root), "ok": ok}
+        (self.root / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+        self.step("7. Left up for you to explore")
+        self.say(f"the ledger ({self.dsn}), Kafka ({self.bootstrap}) and the API ({self.server['url']}, no token "
+                 "needed: it listens on loopback only) are still running. Try:")
+        for line in explore_commands(str(cli) if cli.exists() else "offset-ledger", self.dsn, self.bootstrap,
+                                     self.server["url"]):
+            self.console.print(f"  [green]{line}", soft_wrap=True, highlight=False)
+        self.say("stop everything and delete the work dir: [bold]make demo-down[/] "
+                 f"(or {sys.executable} -m offset_ledger.cli.demo --down)")
+
+
+def explore_commands(cli: str, dsn: str, bootstrap: str, url: str) -> list[str]:
+    """The three commands a demo left up prints: the pipelines, the upgrade's history, the console."""
+    return [
+        f"{cli} pipelines --dsn {dsn} --bootstrap-server {bootstrap}",
+        f"{cli} verify {PIPELINE} --dsn {dsn} --bootstrap-server {bootstrap}",
+        f"open {url}/pipelines/{PIPELINE}    # the web console (curl {url}/api/v1/pipelines)",
+    ]
+
+
+def down(workdir: Path | None = None) -> str:
+    """Stop a demo left up (its API server, by the pid and command line it recorded, and its stack)
+    and delete its work dir; what was done, for people."""
+    import json
+    import shutil
+
+    from offset_ledger import devstack
+
+    root = (workdir or DEMO_DIR).resolve()
+    state_file = root / STATE_FILE
+    if not state_file.is_file():
+        return f"no demo left up in {root}"
+    state = json.loads(state_file.read_text())
+    pid = int(state["serverPid"])
+    if _cmdline(pid) == state["serverCmdline"]:  # never a pid reused by someone else's process
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _cmdline(pid) == state["serverCmdline"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    devstack.down(Path(state["stack"]))
+    shutil.rmtree(root, ignore_errors=True)
+    return f"stopped the demo's API (pid {pid}) and stack, deleted {root}"
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    """The command line of process ``pid`` (Linux /proc), None when it is gone or a zombie."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [part.decode() for part in raw.split(b"\0")[:-1]] or None

@@ -190,6 +190,7 @@ def history_cmd(
     from offset_ledger.operate.inputs import parse_timestamp
 
     from offset_ledger.cli.support import check_limit
+    from offset_ledger.operate.inputs import MAX_LIMIT
 
     fmt = _check_format(fmt)
     if not every:
@@ -201,9 +202,10 @@ def history_cmd(
     try:
         while True:
             page = reads.history(ops, pipeline, consumer_group, topic=topic,
-                               since=parse_timestamp(since) if since else None,
-                               until=parse_timestamp(until) if until else None,
-                               limit=1000 if every else limit, cursor=cursor)
+                               # "is not None": an empty --since is a mistake to name, not "no bound".
+                               since=parse_timestamp(since) if since is not None else None,
+                               until=parse_timestamp(until) if until is not None else None,
+                               limit=MAX_LIMIT if every else limit, cursor=cursor)
             items.extend(page.items)
             cursor = page.next_cursor
             if not every or not cursor:
@@ -353,13 +355,52 @@ def serve_cmd(
             probe.dispose()
     # The bound address is a name clients use; a wildcard bind names no host.
     hosts = [] if host in ("0.0.0.0", "::", "") else [host]
+    # A busy port is one line and exit 2 before anything starts, never uvicorn's "[Errno 98]" after
+    # "Application startup complete" (and exit 3).
+    _check_port_free(host, port)
+    app_ = create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
+                      kafka_timeout_ms=kafka.timeout_ms, tokens=tokens, hosts=hosts)
     stop_watchers = start_watchers(specs, dsn)
     try:
-        uvicorn.run(create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
-                               kafka_timeout_ms=kafka.timeout_ms, tokens=tokens, hosts=hosts),
-                    host=host, port=port, log_level=log_level)
+        typer.echo(serve_banner(host, port, tokens), err=True)
+        uvicorn.run(app_, host=host, port=port, log_level=log_level)
     finally:
         stop_watchers()
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """ConfigError (exit 2) when ``host:port`` cannot be bound: in use, or an address not on this machine."""
+    import errno
+    import socket
+
+    from offset_ledger.errors import ConfigError
+
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise ConfigError(f"cannot bind --host {host!r}: {exc.strerror}") from None
+    family, kind, proto, _name, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        # As uvicorn binds: SO_REUSEADDR, so a port in TIME_WAIT is free and only a listener is "in use".
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise ConfigError(f"port {port} on {host} is already in use (another offset-ledger serve?); "
+                                  "stop that process or pass --port") from None
+            raise ConfigError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
+
+
+def serve_banner(host: str, port: int, tokens: object) -> str:
+    """Where ``serve`` listens (the console's URL) and whether requests need a token."""
+    shown = f"[{host}]" if ":" in host else host
+    if host in ("0.0.0.0", "::", ""):
+        shown = "127.0.0.1" if host != "::" else "[::1]"  # a wildcard bind answers on loopback too
+    auth = ("tokens required (Authorization: Bearer ...; /healthz and /livez are open)" if tokens
+            else "no token required (no OFFSET_LEDGER_API_TOKEN set)")
+    return (f"offset-ledger serve: console http://{shown}:{port}/  API http://{shown}:{port}/api/v1  "
+            f"docs http://{shown}:{port}/docs; {auth}; Ctrl-C stops it")
 
 
 _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})

@@ -69,7 +69,8 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
     from offset_ledger.rules.durations import parse_duration
     from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
 
-    chosen = [name for name, value in modes.items() if value not in (None, False)]
+    # "is", not "in (None, False)": 0 == False, and offset 0 or a shift by 0 is a choice (KCG takes both).
+    chosen = [name for name, value in modes.items() if value is not None and value is not False]
     if len(chosen) != 1:
         raise InvalidInput("choose exactly one of " + ", ".join(modes)
                            + (f" (got {', '.join(chosen)})" if chosen else ""))

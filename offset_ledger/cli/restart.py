@@ -10,7 +10,10 @@ from offset_ledger.cli.support import (
     BootstrapOption,
     CommandConfigOption,
     DsnOption,
+    FormatOption,
+    GroupOption,
     KafkaOptionOption,
+    NoTruncateOption,
     TimeoutOption,
     kafka_client,
     safe_text,
@@ -46,6 +49,9 @@ def resolve_cmd(
 ) -> None:
     """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing.
 
+    A pipeline the ledger does not know is refused (did you mean ...?) unless --first-run says
+    where it starts. offset-ledger plan previews the whole restart (checkpoint, why, cost).
+
     Examples:
 
       offset-ledger resolve orders --topic orders --bootstrap-server broker:9093 --command-config client.properties
@@ -75,6 +81,11 @@ def resolve_cmd(
     ops = Operations(make_engine(dsn, create=False), bootstrap_servers=kafka.bootstrap_servers,
                      kafka_options=kafka.options, kafka_timeout_ms=kafka.timeout_ms)
     try:
+        if first_run is None:
+            # A typo must not answer exit 0 with a replay-everything plan: a first run is asked for.
+            from offset_ledger.cli.support import require_named
+
+            require_named(ops.engine, pipeline)
         from offset_ledger.operate.restart import policies_in_effect
         from offset_ledger.rules.policies import Policies
         from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
@@ -107,6 +118,100 @@ def resolve_cmd(
                    "fresh checkpoint", err=True)
 
 
+
+
+def plan_cmd(
+    pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
+    app_version: Optional[str] = typer.Option(None, "--app-version", metavar="V",
+                                              help="The version about to start (as start_from_ledger's app_version)."),
+    checkpoint_root: str = typer.Option(..., "--checkpoint-root", metavar="ROOT",
+                                        help="Where its checkpoint generations live (as start_from_ledger's)."),
+    topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic it subscribes to (repeatable)."),
+    pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern."),
+    first_run: Optional[str] = typer.Option(
+        None, "--first-run", help="A pipeline the ledger does not know yet starts here: earliest | latest | "
+                                  "timestamp | JSON offsets (without it an unknown name is refused)."),
+    allow_first_run: bool = typer.Option(False, "--allow-first-run",
+                                         help="Start a known pipeline over with --first-run."),
+    on_data_loss: Optional[str] = typer.Option(None, "--on-data-loss", metavar="fail|earliest",
+                                               help="Offsets outside the log (default: the stored policy, else fail)."),
+    new_checkpoint: bool = typer.Option(False, "--new-checkpoint", help="As start_from_ledger(new_checkpoint=True)."),
+    consumer_group: Optional[str] = GroupOption,
+    bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
+    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    dsn: Optional[str] = DsnOption, fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
+) -> None:
+    """Preview the restart start_from_ledger would make now (a dry run: nothing is written).
+
+    Fresh or resumed checkpoint and why, where, the startingOffsets, what each partition re-reads or
+    skips, and the findings the restart would record.
+
+    Example: offset-ledger plan orders --app-version 2.0 --checkpoint-root /checkpoints/orders --topic orders
+    """
+    import os
+
+    from offset_ledger.cli.support import check_format, operations, require_named
+    from offset_ledger.operate.restart_preview import preview_restart
+    from offset_ledger.rules.policies import Policies
+    from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
+
+    fmt = check_format(fmt)
+    root = checkpoint_root
+    if "://" not in root and not root.startswith(("/", "file:")):
+        root = os.path.abspath(root)  # as start_from_ledger makes a relative local root absolute
+    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    kafka.require()
+    ops = operations(dsn, kafka)
+    try:
+        if first_run is None:  # a typo is refused (with what exists), never previewed as a first run
+            require_named(ops.engine, pipeline)
+        options = RestartOptions(topics=tuple(topic) if topic else None, topic_pattern=pattern, checkpoint_root=root,
+                                 app_version=app_version, new_checkpoint=new_checkpoint,
+                                 allow_first_run=allow_first_run)
+        given = Policies(first_run=first_run, on_data_loss=on_data_loss)  # type: ignore[arg-type]
+        preview = preview_restart(ops, PipelineRef(pipeline, consumer_group), options, given)
+    finally:
+        ops.close()
+    _print_preview(preview, fmt, truncate=not no_truncate)
+
+
+def _print_preview(preview, fmt: str, *, truncate: bool) -> None:  # type: ignore[no-untyped-def]
+    from offset_ledger.cli.reset import cost_line
+    from offset_ledger.cli.support import emit
+
+    doc = preview.to_dict()
+    plan = preview.plan
+    costs = {(c.tp.topic, c.tp.partition): c for c in (preview.cost.partitions if preview.cost else ())}
+    rows = []
+    for t, parts in sorted(plan.starting_offsets.items()):
+        for p, start in sorted(parts.items(), key=lambda kv: int(kv[0])):
+            c = costs.get((t, int(p)))
+            rows.append({"topic": t, "partition": int(p), "ledgerPosition": preview.positions.get((t, int(p))),
+                         "startingOffset": start,
+                         "reread": c.records if c is not None and c.direction == "reread" else 0,
+                         "skip": c.records if c is not None and c.direction == "skip" else 0})
+    if fmt != "table":
+        emit(rows, ["topic", "partition", "ledgerPosition", "startingOffset", "reread", "skip"], fmt, doc)
+        return
+    where = "FRESH" if plan.fresh_checkpoint else "RESUMED"
+    typer.echo(safe_text(f"pipeline {plan.pipeline} (consumer group {plan.consumer_group}): {where} checkpoint "
+                         f"generation {plan.generation} at {plan.checkpoint_location}"))
+    typer.echo(safe_text(f"why: {preview.why}"))
+    typer.echo(f"startingOffsets: {plan.starting_offsets_json}" + ("" if plan.fresh_checkpoint else
+                                                                  " (Spark ignores them on a resumed checkpoint)"))
+    emit(rows, ["topic", "partition", "ledgerPosition", "startingOffset", "reread", "skip"], fmt, truncate=truncate)
+    if preview.cost is not None and (preview.cost.records_reread or preview.cost.records_skipped):
+        typer.echo(cost_line(preview.cost))
+    if plan.event_time_floor is not None:
+        typer.echo(f"event-time floor: {plan.event_time_floor.isoformat()} (drop records before it)")
+    for finding in plan.findings:
+        where_ = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
+        typer.echo(safe_text(f"finding {finding.kind}{where_}: {finding.message}"))
+    typer.echo("nothing written: start_from_ledger (or Pipeline.start) with these arguments makes this restart; "
+               "it first records batches the old checkpoint committed that the ledger lacks", err=True)
+
+
 def register(app: typer.Typer) -> None:
-    """Add ``resolve`` to the command line."""
+    """Add ``resolve`` and ``plan`` to the command line."""
     app.command("resolve")(resolve_cmd)
+    app.command("plan")(plan_cmd)

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
@@ -48,7 +49,48 @@ def plain_help() -> None:
 
 FORMATS = ("table", "json", "csv")
 
-DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL",
+# What people write for a database URL and what SQLAlchemy wants instead (the scheme, before "://").
+_SCHEME_HINTS = {
+    "postgres": "postgresql+psycopg2", "postgresql": "postgresql+psycopg2", "pg": "postgresql+psycopg2",
+    "psql": "postgresql+psycopg2", "postgresql+psycopg": "postgresql+psycopg2", "sqlite3": "sqlite",
+}
+
+
+def check_dsn(dsn: Optional[str]) -> Optional[str]:
+    """``--dsn`` / ``OFFSET_LEDGER_DSN`` checked for the common mistakes before anything connects: a
+    ``postgres://`` scheme SQLAlchemy cannot load, and ``sqlite:///tmp/x`` (three slashes: the
+    relative path ``tmp/x``) where an absolute path was meant. ConfigError (exit 2) with what to write."""
+    from offset_ledger.errors import ConfigError
+
+    if not dsn or "://" not in dsn:
+        return dsn
+    scheme, rest = dsn.split("://", 1)
+    wanted = _SCHEME_HINTS.get(scheme.lower())
+    if wanted is not None and not (scheme == "postgresql" and _has_module("psycopg2")):
+        raise ConfigError(f"database URL scheme {scheme + '://'!r} is not one SQLAlchemy loads here: write "
+                          f"{wanted}://{_redacted(rest)}", dsn=_redacted(dsn))
+    if scheme.lower() == "sqlite" and rest.startswith("/") and not rest.startswith("//"):
+        relative = rest[1:].split("?", 1)[0]  # sqlite:///a/b names a/b, relative to the current directory
+        parts = Path(relative).parts
+        if relative and relative != ":memory:" and len(parts) > 1 and not Path(parts[0]).is_dir() \
+                and Path("/", parts[0]).is_dir():
+            raise ConfigError(f"{dsn!r} names the relative path {relative} (no directory {parts[0]!r} here); an "
+                              f"absolute path needs four slashes: sqlite:////{relative}", dsn=dsn)
+    return dsn
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
+def _redacted(text: str) -> str:
+    """``user:secret@host`` -> ``user:***@host``: an error line must not print a password."""
+    return re.sub(r"(?<=:)[^:@/]*(?=@)", "***", text)
+
+
+DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL", callback=check_dsn,
                          help="Ledger database URL (default: the embedded SQLite file).")
 BootstrapOption = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
                                envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS", metavar="HOST:PORT[,...]",
@@ -63,9 +105,9 @@ TimeoutOption = typer.Option(None, "--timeout", metavar="MS", min=1,
 GroupOption = typer.Option(None, "--consumer-group", metavar="GROUP",
                            help="Default: the pipeline's only group (an error when it has several).")
 FormatOption = typer.Option("table", "--format", "-f", metavar="table|json|csv", help="Output format.")
-NoTruncateOption = typer.Option(False, "--no-truncate",
-                                help="Never shorten a table cell (by default only long text, such as a message, "
-                                     "is cut at a word to fit the terminal).")
+NoTruncateOption = typer.Option(False, "--wide", "--no-truncate",
+                                help="One line per row, nothing wrapped or cut (by default a table fits the "
+                                     "terminal: long text wraps at words onto more lines).")
 
 # C0 controls, DEL and C1 controls: an ESC sequence in a recorded name could retitle the terminal
 # or move the cursor, and a newline would forge a row in a table or CSV.
@@ -96,16 +138,12 @@ def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
     return fmt
 
 
-MAX_LIMIT = 1000  # every --limit, as the API's limit (operate.audit.MAX_PAGE)
-
-
 def check_limit(limit: int) -> int:
-    """``--limit`` in 1-1000, refused under the option's own name before anything is read."""
-    from offset_ledger.errors import InvalidInput
+    """``--limit`` in 1..MAX_LIMIT (``operate.inputs``, the API's bound too), refused under the option's
+    own name before anything is read."""
+    from offset_ledger.operate.inputs import check_limit as check
 
-    if not 1 <= limit <= MAX_LIMIT:
-        raise InvalidInput(f"--limit must be between 1 and {MAX_LIMIT}, not {limit}", limit=limit)
-    return limit
+    return check(limit, "--limit")
 
 
 def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, document: object = None, *,

@@ -13,6 +13,7 @@ from offset_ledger.ledger import console_queries as cq
 from offset_ledger.ledger.activity import open_runs
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.audit import INFORMATIONAL_FINDINGS
 from offset_ledger.operate.operations import Operations, resolve_group
 from offset_ledger.operate.reads import list_pipelines
 
@@ -37,6 +38,7 @@ class ConsoleReads:
         summaries = list_pipelines(self.ops, with_lag=True)
         with self._db() as conn:
             counts = cq.finding_counts(conn)
+            attention = cq.finding_counts(conn, except_kinds=INFORMATIONAL_FINDINGS)
             last_runs = cq.latest_runs(conn)
         groups_per_pipeline: dict[str, int] = {}
         for s in summaries:
@@ -47,6 +49,7 @@ class ConsoleReads:
             row = s.to_dict()
             row["staleRunIds"] = [r.run_id for r in s.runs if r.state == "stale"]
             row["findings"] = counts.get(key, 0)
+            row["findingsAttention"] = attention.get(key, 0)  # what the count is coloured by
             gen = s.generation
             run = last_runs.get(key)
             row["generation"] = gen["generation"] if gen else None

@@ -99,19 +99,15 @@ def _pyspark_version_and_jars() -> tuple[str, Path]:
 
 
 def connector_coordinates(pyspark_version: str) -> tuple[str, str]:
-    """(artifactId, version) of Spark's Kafka connector for a PySpark version.
+    """(artifactId, version) of Spark's Kafka connector for a PySpark version (``rules.spark_connector``,
+    the rule ``offset_ledger.spark_packages()`` uses too); StackError when there is none."""
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.rules.spark_connector import connector_coordinates as coordinates
 
-    PySpark 3.5 is built for Scala 2.12 and 4.x for 2.13 only; the connector must equal PySpark's
-    own version (a ``.devN``/``rcN`` suffix is not on Maven Central).
-    """
-    parts = pyspark_version.split(".")
-    if len(parts) != 3 or not all(x.isdigit() for x in parts):
-        raise StackError(f"no released connector for PySpark {pyspark_version!r} (need a release such as 4.2.0)")
-    major, minor = int(parts[0]), int(parts[1])
-    if (major, minor) < (3, 5) or major >= 5:
-        raise StackError(f"PySpark {pyspark_version} is outside the supported range (3.5 to 4.x)")
-    scala = "2.12" if major == 3 else "2.13"
-    return f"spark-sql-kafka-0-10_{scala}", pyspark_version
+    try:
+        return coordinates(pyspark_version)
+    except ConfigError as exc:
+        raise StackError(exc.message) from None
 
 
 def _artifact_name(jar: str) -> str:

@@ -6,6 +6,7 @@ Nothing here writes.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from sqlalchemy import func, select
@@ -14,13 +15,15 @@ from sqlalchemy.engine import Connection
 from offset_ledger.ledger.tables import checkpoint_generations, findings, runs
 
 
-def finding_counts(conn: Connection) -> dict[tuple[str, str], int]:
-    """Findings per (pipeline, consumer group).
+def finding_counts(conn: Connection, *, except_kinds: Collection[str] = ()) -> dict[tuple[str, str], int]:
+    """Findings per (pipeline, consumer group), leaving out the kinds in ``except_kinds``.
 
     The ledger has no "resolved" flag on findings, so every recorded finding counts.
     """
     stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count().label("n")).group_by(
         findings.c.pipeline, findings.c.consumer_group)
+    if except_kinds:
+        stmt = stmt.where(findings.c.kind.not_in(sorted(except_kinds)))
     return {(r.pipeline, r.consumer_group): int(r.n) for r in conn.execute(stmt)}
 
 

@@ -242,11 +242,13 @@ def batch_history(
 
 
 def reset_history(
-    conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 50,
+    conn: Connection, pipeline: str, consumer_group: str, *, limit: int = 50, dry_runs: bool = True,
 ) -> list[dict[str, Any]]:
-    """The pipeline's resets (dry runs included), newest first, each with its partitions."""
+    """The pipeline's resets (dry runs included unless ``dry_runs=False``), newest first, each with its
+    partitions."""
     stmt = select(resets).where(
         resets.c.pipeline == pipeline, resets.c.consumer_group == consumer_group,
+        *(() if dry_runs else (resets.c.dry_run.is_(False),)),
     ).order_by(resets.c.created_at.desc(), resets.c.id.desc()).limit(limit)
     rows = [dict(r._mapping) for r in conn.execute(stmt)]
     if not rows:

@@ -5,5 +5,5 @@
 FRONT_DOOR = frozenset({
     "adopt", "answers", "audit", "failover", "gc_pause", "inputs", "kcg", "known", "move_cost",
     "operations", "operations_metrics", "pipeline", "policy_view", "reads", "replay",
-    "reset_operations", "restart", "restart_plan", "verifying", "visibility"
+    "reset_operations", "restart", "restart_plan", "restart_preview", "verifying", "visibility"
 })

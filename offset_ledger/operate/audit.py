@@ -15,17 +15,17 @@ from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.errors import InvalidInput
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.inputs import MAX_LIMIT, check_limit
 from offset_ledger.operate.operations import resolve_group
 from offset_ledger.operate.visibility import current_scope
 
 if TYPE_CHECKING:
     from offset_ledger.operate.operations import Operations
 
-MAX_PAGE = 1000
+MAX_PAGE = MAX_LIMIT  # the one page-size bound (operate.inputs)
 
 
 @contextmanager
@@ -37,10 +37,18 @@ def _read(ops: Operations) -> Iterator[Connection]:
         raise translate_db_error(exc, "reading the audit trail") from exc
 
 
-def findings_counts(ops: Operations) -> dict[tuple[str, str], int]:
-    """Findings recorded per (pipeline, consumer group); a repeated finding counts once."""
+#: Findings that say something went as designed (a pipeline's first start, a partition added and
+#: read from earliest): counted, but nothing for an operator to look into.
+INFORMATIONAL_FINDINGS = frozenset({"first_run", "new_partition"})
+
+
+def findings_counts(ops: Operations, *, informational: bool = True) -> dict[tuple[str, str], int]:
+    """Findings recorded per (pipeline, consumer group); a repeated finding counts once.
+    ``informational=False``: only those that need a look (not ``INFORMATIONAL_FINDINGS``)."""
     stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count()).group_by(
         findings.c.pipeline, findings.c.consumer_group)
+    if not informational:
+        stmt = stmt.where(findings.c.kind.not_in(sorted(INFORMATIONAL_FINDINGS)))
     scope = current_scope()
     with _read(ops) as conn:
         return {(p, g): int(n) for p, g, n in conn.execute(stmt) if scope.allows(p)}
@@ -51,8 +59,7 @@ def list_findings(
     since: datetime | None = None, limit: int = 50, before_id: int | None = None,
 ) -> tuple[str, list[dict[str, Any]], int | None]:
     """(consumer group, findings newest first, the ``before_id`` of the next page or None)."""
-    if not 1 <= limit <= MAX_PAGE:
-        raise InvalidInput(f"limit must be between 1 and {MAX_PAGE}, not {limit}", limit=limit)
+    check_limit(limit)
     with _read(ops) as conn:
         group = resolve_group(conn, pipeline, consumer_group)
         stmt = select(findings).where(findings.c.pipeline == pipeline, findings.c.consumer_group == group)

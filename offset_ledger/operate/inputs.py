@@ -21,6 +21,16 @@ from offset_ledger.rules.resets import ResetRequest
 MAX_NAME = 255
 #: The largest value a BIGINT column holds: numbers from input are checked against it before SQL.
 MAX_BIGINT = 2**63 - 1
+# Every page size, everywhere: the CLI's --limit (history, findings, resets), the API's limit, the
+# console's pages. One constant, so no command refuses what another (or the docs) accepts.
+MAX_LIMIT = 1000
+
+
+def check_limit(limit: int, name: str = "limit") -> int:
+    """``limit`` in 1..MAX_LIMIT, refused under ``name`` (the CLI says ``--limit``)."""
+    if isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidInput(f"{name} must be between 1 and {MAX_LIMIT}, not {limit}", limit=limit)
+    return limit
 # Kafka's own rule for topic names (kafka.common.internals.Topic): legal characters, at most 249,
 # and not "." or ".." (spelled without a lookahead: it is also the API's JSON-schema pattern).
 _TOPIC_NAME = re.compile(r"^([a-zA-Z0-9_-]|[a-zA-Z0-9._-][a-zA-Z0-9_-]|[a-zA-Z0-9_-]\.|[a-zA-Z0-9._-]{3,249})$")

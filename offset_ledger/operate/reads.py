@@ -22,7 +22,7 @@ from offset_ledger.ledger import queries
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.loss_reads import shortfall_findings
 from offset_ledger.operate.answers import HistoryPage, PartitionLag, PipelineSummary, iso_utc
-from offset_ledger.operate.inputs import check_topic, decode_cursor, encode_cursor
+from offset_ledger.operate.inputs import check_limit, check_topic, decode_cursor, encode_cursor
 from offset_ledger.operate.loss_status import per_pipeline
 from offset_ledger.operate.operations import Operations, resolve_group
 from offset_ledger.operate.visibility import current_scope, unscoped
@@ -194,8 +194,7 @@ def history(
     cursor: str | None = None,
 ) -> HistoryPage:
     """Committed batches newest first, filtered by topic and [since, until), paged by cursor."""
-    if not 1 <= limit <= 1000:
-        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+    check_limit(limit)
     if topic is not None:
         check_topic(topic)
     after = decode_cursor(cursor) if cursor else None

@@ -20,6 +20,7 @@ from offset_ledger.operate.answers import (
     iso_utc,
 )
 from offset_ledger.operate.inputs import (
+    check_limit,
     check_name,
     check_reason,
     check_topic,
@@ -31,13 +32,22 @@ from offset_ledger.rules.resets import ResetPlan, ResetRequest
 from offset_ledger.rules.resets import plan_reset as plan_partitions
 
 
-def resets(ops: Operations, pipeline: str, consumer_group: str | None = None, *, limit: int = 50) -> tuple[str, list[dict[str, Any]]]:
-    """(consumer group, the audit list of resets, newest first)."""
-    if not 1 <= limit <= 1000:
-        raise InvalidInput(f"limit must be between 1 and 1000, not {limit}", limit=limit)
+def resets(ops: Operations, pipeline: str, consumer_group: str | None = None, *, limit: int = 50,
+           dry_runs: bool = True) -> tuple[str, list[dict[str, Any]]]:
+    """(consumer group, the audit list of resets, newest first; ``dry_runs=False``: executed ones only)."""
+    group, rows, _more = resets_page(ops, pipeline, consumer_group, limit=limit, dry_runs=dry_runs)
+    return group, rows
+
+
+def resets_page(ops: Operations, pipeline: str, consumer_group: str | None = None, *,
+                limit: int = 50, dry_runs: bool = True) -> tuple[str, list[dict[str, Any]], bool]:
+    """(consumer group, the newest ``limit`` resets, whether older ones exist): ``limit`` is any page
+    size (1..MAX_LIMIT), the one row more that tells "there is more" is read here."""
+    check_limit(limit)
     with ops.reading() as conn:
         group = resolve_group(conn, pipeline, consumer_group)
-        rows = queries.reset_history(conn, pipeline, group, limit=limit)
+        rows = queries.reset_history(conn, pipeline, group, limit=limit + 1, dry_runs=dry_runs)
+    more = len(rows) > limit
     return group, [{
         "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
         "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
@@ -48,7 +58,7 @@ def resets(ops: Operations, pipeline: str, consumer_group: str | None = None, *,
             "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
             "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
         } for p in r["partitions"]],
-    } for r in rows]
+    } for r in rows[:limit]], more
 
 
 def plan_reset(

@@ -419,3 +419,8 @@ def _mirrored(plan: RestartPlan, engine: Any, servers: str, options: Mapping[str
         extra = Finding("mirror_pending", f"consumer group {group!r} not synced: {exc.message}",
                         details={"consumer_group": group})
     return replace(plan, findings=tuple(plan.findings) + (extra,))
+
+
+#: The fresh-or-resume decision, public for ``operate.restart_preview`` (``offset-ledger plan``), which
+#: previews it without writing: one decision, never a second copy of it.
+generation_reason = _generation_reason

@@ -138,3 +138,26 @@ def test_exit_codes_refused_data_loss_unreachable(pg_dsn: str, kafka) -> None:  
     r = run(dict(env, OFFSET_LEDGER_DSN="postgresql+psycopg2://nobody@127.0.0.1:1/none"), "offsets", "old")
     assert r.returncode == 5 and "ledger database" in r.stderr
     assert positions(pg_dsn, "live") == {(topic, 0): 5} and positions(pg_dsn, "old") == {(topic, 0): 3}
+
+
+def test_offset_zero_and_a_shift_by_zero_as_kcg_takes_them(pg_dsn: str, kafka) -> None:  # type: ignore[no-untyped-def]
+    """``--to-offset 0`` and ``--shift-by 0`` are choices (issue 50): exit 0 dry runs whose targets are
+    KCG's own for the same request, never "choose exactly one of ..."."""
+    a = kafka.create_topic(partitions=2)
+    kafka.produce(a, [f"v{i}" for i in range(40)])
+    engine = make_engine(pg_dsn)
+    upgrade(engine)
+    seed_pipeline(engine, "zero", {a: {0: 12, 1: 17}})
+    engine.dispose()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OFFSET_LEDGER_")}
+    env.update(OFFSET_LEDGER_DSN=pg_dsn, OFFSET_LEDGER_BOOTSTRAP_SERVERS=kafka.bootstrap_servers)
+    assert run(env, "mirror", "zero").returncode == 0  # KCG's --shift-by starts from the group's offsets
+    before = positions(pg_dsn, "zero")
+    for mode in (["--to-offset", "0"], ["--shift-by", "0"]):
+        kcg = devstack.consumer_groups_command(kafka.bootstrap_servers, "--group", "zero", "--reset-offsets",
+                                               *mode, "--topic", a, "--export", "--dry-run")
+        r = run(env, "reset", "zero", *mode, "--topic", a, "--export")
+        assert r.returncode == 0, (mode, r.stderr)
+        assert csv_lines(r.stdout) == csv_lines(kcg), mode
+    assert csv_lines(r.stdout) == [f"{a},0,12", f"{a},1,17"]  # a shift by 0 stays put
+    assert positions(pg_dsn, "zero") == before

@@ -144,7 +144,9 @@
     const data = await api(base + "/resets" + q({ limit: 50 }));
     fill(document.querySelector("#audit tbody"), data.resets.map((r) => el("tr", { "data-reset": r.resetId, "data-dry-run": r.dryRun },
       el("td", { class: "num" }, r.resetId), el("td", {}, time(r.createdAt)), el("td", {}, r.mode),
-      el("td", {}, r.dryRun ? "dry run" : `executed (${r.status})`, r.forced ? " forced" : ""),
+      // A dry run applied nothing: a grey badge and a muted row, so executed resets stand out.
+      el("td", {}, r.dryRun ? el("span", { class: "badge dry-run", title: "audited; nothing was applied" }, "dry run")
+        : `executed (${r.status})`, r.forced ? " forced" : ""),
       el("td", {}, r.actor), el("td", {}, r.reason || "—"),
       el("td", { class: "mono small" }, r.partitions.map((p) => el("div", {},
         `${p.topic}/${p.partition}: ${num(p.beforeNextOffset)} → ${num(p.afterNextOffset)}`))),
@@ -178,6 +180,10 @@
 
   // -- chart and history
 
+  function fromZero(_u, _min, max) {
+    return [0, max > 0 ? max * 1.1 : 1];
+  }
+
   function drawChart(batches) {
     const holder = document.getElementById("chart");
     document.getElementById("chart-empty").hidden = batches.length > 0;
@@ -199,7 +205,8 @@
     const width = Math.max(280, holder.clientWidth || 600);
     chart = new window.uPlot({
       width, height: 260,
-      scales: { x: { time: true }, rec: {}, behind: {} },
+      // Counts start at 0: an axis from 300 makes 310 records look like three times 303.
+      scales: { x: { time: true }, rec: { range: fromZero }, behind: { range: fromZero } },
       series: [
         { label: "Batch time" },
         { label: "Records read", scale: "rec", stroke: "#1d4ed8", width: 2, points: { show: true, size: 5 } },

@@ -35,7 +35,10 @@
       el("td", { class: "num", "data-col": "lag", title: p.lag === null ? "Kafka not reachable or no positions" : null }, num(p.lag)),
       el("td", { class: "num", "data-col": "headroomSeconds" }, headroomBadge(p)),
       el("td", { "data-col": "lastBatchTime" }, time(p.lastBatchTime, true)),
-      el("td", { class: p.findings ? "num attention" : "num", "data-col": "findings" }, num(p.findings)),
+      // Orange only for findings that need a look: a first run or a new partition is informational.
+      el("td", { class: p.findingsAttention ? "num attention" : "num", "data-col": "findings",
+        title: p.findings ? `${p.findingsAttention || 0} need a look (first_run and new_partition are informational)` : null },
+      num(p.findings)),
       el("td", { "data-col": "appVersion" }, p.appVersion || "—"),
       el("td", { class: "num", "data-col": "generation" }, num(p.generation)),
     )), "No pipelines.", 9);

@@ -152,3 +152,37 @@ def _glob_match(path: str, pattern: str) -> bool:
     """setuptools' glob semantics: ``*`` never crosses a ``/``."""
     parts, pats = path.split("/"), pattern.split("/")
     return len(parts) == len(pats) and all(fnmatch.fnmatchcase(a, b) for a, b in zip(parts, pats))
+
+
+def test_findings_that_need_a_look_are_counted_apart(engine) -> None:  # type: ignore[no-untyped-def]
+    """The console colours the findings count only for findings that need a look (issue 50, item 7):
+    a first run and a new partition read from earliest are informational."""
+    seed_pipeline(engine, "orders", {"orders": {0: 500}})
+    seed_pipeline(engine, "calm", {"orders": {0: 5}})
+    now = datetime.now(timezone.utc)
+    with engine.begin() as conn:
+        conn.execute(insert(findings), [
+            {"pipeline": p, "consumer_group": p, "kind": kind, "topic": "orders", "partition": 0, "message": kind,
+             "created_at": now}
+            for p, kind in (("calm", "first_run"), ("calm", "new_partition"), ("orders", "first_run"),
+                            ("orders", "gap"))])
+    c = _client(engine)
+    rows = {p["pipeline"]: p for p in c.get("/api/v1/console/pipelines").json()["pipelines"]}
+    assert (rows["calm"]["findings"], rows["calm"]["findingsAttention"]) == (2, 0)
+    assert (rows["orders"]["findings"], rows["orders"]["findingsAttention"]) == (2, 1)
+    api = {p["pipeline"]: p for p in c.get("/api/v1/pipelines?lag=false").json()["pipelines"]}
+    assert (api["calm"]["findingsAttention"], api["orders"]["findingsAttention"]) == (0, 1)
+    script = (Path(__file__).resolve().parents[3] / "offset_ledger/console/static/pipelines.js").read_text()
+    assert 'class: p.findingsAttention ? "num attention" : "num"' in script
+
+
+def test_the_favicon_needs_no_token(engine) -> None:  # type: ignore[no-untyped-def]
+    c = _client(engine, TOKEN)
+    r = c.get("/favicon.ico")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg+xml") and b"<svg" in r.content
+    assert c.get("/api/v1/pipelines").status_code == 401  # the data still needs one
+
+
+def test_the_chart_counts_from_zero() -> None:
+    script = (Path(__file__).resolve().parents[3] / "offset_ledger/console/static/pipeline.js").read_text()
+    assert "rec: { range: fromZero }" in script and "return [0, max > 0 ? max * 1.1 : 1];" in script

@@ -47,6 +47,7 @@ BASE: dict[str, list[str]] = {
                  "-o", "request.timeout.ms=1000"],
     "reset": ["reset", "orders", "--to-earliest", *KAFKA],
     "resolve": ["resolve", "orders", "--topic", "orders", *KAFKA],
+    "plan": ["plan", "orders", "--checkpoint-root", "/tmp/offset-ledger-walk-ck", "--topic", "orders", *KAFKA],
     "verify": ["verify", "orders"],
     "watch": ["watch", "orders", "CKPT", "--once"],
     "db upgrade": ["db", "upgrade"],
@@ -61,12 +62,12 @@ BASE: dict[str, list[str]] = {
 MODES = {"reset": "--to-earliest"}
 
 # Names a command may take that the ledger does not know yet, on purpose (docs/cli.md):
-# the recorders (watch, import-checkpoint) start a pipeline; resolve plans its first run and reads
+# the recorders (watch, import-checkpoint) start a pipeline; resolve and plan read
 # the topics it is given from Kafka; db upgrade creates the ledger its --dsn names.
 NEW_ON_PURPOSE = {
     ("watch", "pipeline"), ("watch", "group"), ("watch", "dsn_missing"),
     ("import-checkpoint", "group"), ("import-checkpoint", "dsn_missing"),
-    ("resolve", "pipeline"), ("resolve", "topic"),
+    ("resolve", "topic"), ("plan", "topic"),
     ("db upgrade", "dsn_missing"), ("db upgrade", "dsn_no_schema"),
     # the recorders create the schema of the ledger they record into, as the listener does
     ("watch", "dsn_no_schema"), ("import-checkpoint", "dsn_no_schema"),
@@ -77,7 +78,7 @@ NEW_ON_PURPOSE = {
 
 # A mistake whose documented answer is not 2: resolve of a known pipeline under a group it never
 # ran under is a refused first run (3, FirstRunRefused).
-EXPECTED_CODE = {("resolve", "group"): 3}
+EXPECTED_CODE = {("resolve", "group"): 3, ("plan", "group"): 3}
 
 DURATION_OPTIONS = {"--older-than", "--by-duration", "--window", "--slide", "--watermark-delay"}
 FILE_OPTIONS = {"--from-file", "--to-offsets", "--command-config"}

@@ -13,6 +13,7 @@ def test_all_is_pinned() -> None:
         "__version__",
         "failover",
         "replay_range",
+        "spark_packages",
         "start_from_ledger",
     ]
 
@@ -47,3 +48,15 @@ def test_the_sinks_are_pinned() -> None:
     assert offset_ledger.sinks.__all__ == ["DeltaSink", "IcebergSink", "PostgresSink", "Sink"]
     for name in offset_ledger.sinks.__all__:
         assert getattr(offset_ledger.sinks, name).__name__ == name
+
+
+def test_spark_packages_names_the_connector_of_the_installed_pyspark() -> None:
+    """The quick start's Spark setting (issue 50, item 2): the connector devstack fetches for the tests."""
+    import importlib.metadata
+
+    from offset_ledger.devstack import connector_coordinates
+
+    version = importlib.metadata.version("pyspark")
+    artifact, connector = connector_coordinates(version)
+    assert offset_ledger.spark_packages() == f"org.apache.spark:{artifact}:{connector}"
+    assert offset_ledger.spark_packages().endswith(":" + version)
