@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, or_, select, text, union
+from sqlalchemy import Select, and_, case, exists, func, or_, select, text, union
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.activity import open_runs
@@ -15,6 +15,7 @@ from offset_ledger.ledger.batch_ranges import expand
 from offset_ledger.ledger.tables import (
     batches,
     checkpoint_generations,
+    findings,
     listener_health,
     offset_ranges,
     positions,
@@ -258,6 +259,22 @@ def reset_history(
     for row in rows:
         row["partitions"] = parts.get(row["id"], [])
     return rows
+
+
+def reset_facts(conn: Connection) -> list[tuple[str, str, int, datetime | None]]:
+    """(pipeline, group, executed resets still pending, when the newest executed reset was made) per
+    pipeline that ever executed one (dry runs are audit only: they move nothing). For /metrics."""
+    stmt = select(resets.c.pipeline, resets.c.consumer_group,
+                  func.sum(case((resets.c.status == "pending", 1), else_=0)), func.max(resets.c.created_at)).where(
+        resets.c.dry_run.is_(False)).group_by(resets.c.pipeline, resets.c.consumer_group)
+    return [(p, g, int(n or 0), at) for p, g, n, at in conn.execute(stmt)]
+
+
+def finding_kinds(conn: Connection) -> list[tuple[str, str, str, int]]:
+    """(pipeline, group, kind, findings recorded) — a repeated finding counts once, as the pipelines list counts."""
+    stmt = select(findings.c.pipeline, findings.c.consumer_group, findings.c.kind, func.count()).group_by(
+        findings.c.pipeline, findings.c.consumer_group, findings.c.kind)
+    return [(p, g, k, int(n)) for p, g, k, n in conn.execute(stmt)]
 
 
 def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:
