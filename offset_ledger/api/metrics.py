@@ -98,6 +98,10 @@ def render_metrics(snap: MetricsSnapshot) -> str:
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),
              round((snap.now - _aware(s.last_batch_time)).total_seconds(), 3))
             for s in snap.pipelines if s.last_batch_time is not None])
+    family("offset_ledger_last_batch_id", "gauge",
+           "Id of the pipeline's newest committed batch (changes() counts batches; a new checkpoint starts again).",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), s.last_batch_id)
+            for s in snap.pipelines if s.last_batch_id is not None])
     family("offset_ledger_pipeline_running", "gauge", "1 when the pipeline has an active run, else 0.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), 1 if s.active_run_ids else 0)
             for s in snap.pipelines])

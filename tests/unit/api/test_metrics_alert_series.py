@@ -94,5 +94,6 @@ def test_every_pipeline_series_carries_pipeline_and_consumer_group(engine) -> No
         if line.startswith("offset_ledger_") and not line.startswith("offset_ledger_kafka_up"):
             names.add(line.split("{")[0])
             assert 'pipeline="' in line and 'consumer_group="' in line, line
+    assert _samples(text, "offset_ledger_last_batch_id") == {'{pipeline="orders-etl",consumer_group="orders-etl"}': 2}
     assert {"offset_ledger_pipeline_state", "offset_ledger_resets_pending", "offset_ledger_findings",
             "offset_ledger_listener_healthy", "offset_ledger_lag_records"} <= names
