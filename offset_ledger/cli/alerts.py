@@ -1,4 +1,4 @@
-"""``offset-ledger alerts``: print the Prometheus alert and recording rules (``api.alert_rules``) for the
+"""``offset-ledger alerts``: print the Prometheus alert and recording rules (``operate.alert_rules``) for the
 thresholds a team chooses, or the Grafana dashboard the package ships (docs/alerting.md)."""
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ def alerts_cmd(
 ) -> None:
     """Print alert and recording rules for Prometheus (or the Grafana dashboard), for your thresholds.
 
-    The package ships the defaults as offset_ledger/api/prometheus-rules.yml and the dashboard as
-    offset_ledger/api/grafana-dashboard.json; docs/alerting.md says what each alert means and answers.
+    The package ships the defaults as offset_ledger/operate/prometheus-rules.yml and the dashboard as
+    offset_ledger/operate/grafana-dashboard.json; docs/alerting.md says what each alert means and answers.
     """
-    from offset_ledger.api.alert_rules import parse_thresholds, render_yaml, rules_document
+    from offset_ledger.operate.alert_rules import parse_thresholds, render_yaml, rules_document
     from offset_ledger.errors import InvalidInput
 
     if fmt not in ("prometheus", "grafana"):
@@ -49,11 +49,11 @@ def alerts_cmd(
         lag_seconds=lag_seconds, lag_for=lag_for, crash_for=crash_for, lost_window=lost_window,
         ledger_for=ledger_for, reset_window=reset_window, runbook_base=runbook_base)
     if fmt == "grafana":
-        from offset_ledger.api.alert_rules import Thresholds
+        from offset_ledger.operate.alert_rules import Thresholds
 
         if thresholds != Thresholds():
             raise InvalidInput("the thresholds shape the prometheus rules only; --format grafana takes none")
-        from offset_ledger.api.alert_rules import SHIPPED
+        from offset_ledger.operate.alert_rules import SHIPPED
 
         typer.echo(SHIPPED.with_name("grafana-dashboard.json").read_text(encoding="utf-8"), nl=False)
         return

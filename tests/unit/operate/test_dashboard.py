@@ -1,4 +1,4 @@
-"""The Grafana dashboard (issue 52): generated from code (``offset_ledger.api.dashboard``) with
+"""The Grafana dashboard (issue 52): generated from code (``offset_ledger.operate.alert_dashboard``) with
 grafana-foundation-sdk, checked in, and valid in the library's own model."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import offset_ledger.api.metrics as metrics_module
-from offset_ledger.api.alert_rules import SHIPPED, rules_document
+from offset_ledger.operate.alert_rules import SHIPPED, rules_document
 
-DASHBOARD = Path(metrics_module.__file__).with_name("grafana-dashboard.json")
+DASHBOARD = SHIPPED.with_name("grafana-dashboard.json")
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +32,11 @@ def _exprs(board: dict) -> list[str]:  # type: ignore[type-arg]
 
 
 def test_the_checked_in_dashboard_is_what_the_code_generates(sdk: None) -> None:
-    from offset_ledger.api.dashboard import render
+    from offset_ledger.operate.alert_dashboard import render
 
     assert DASHBOARD.read_text(encoding="utf-8") == render(), \
-        "regenerate: python -m offset_ledger.api.dashboard > offset_ledger/api/grafana-dashboard.json"
+        "regenerate: python -m offset_ledger.operate.alert_dashboard > " \
+        "offset_ledger/operate/grafana-dashboard.json"
 
 
 def test_the_dashboard_is_valid_in_the_librarys_model(sdk: None) -> None:

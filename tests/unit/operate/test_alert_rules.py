@@ -1,4 +1,4 @@
-"""The alert rules (``offset_ledger.api.alert_rules``) checked and unit-tested by Prometheus' own ``promtool``
+"""The alert rules (``offset_ledger.operate.alert_rules``) checked and unit-tested by Prometheus' own ``promtool``
 (Debian's ``prometheus`` package): every alert fires on its case and stays silent on its look-alike, among
 them a slow trigger (running throughout, no batch for 5 minutes: no crash alert) and a normal batch's lag
 spike (no lag alert). The ``promtool test rules`` file is generated here from the cases below, so each
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from offset_ledger.api.alert_rules import SHIPPED, Thresholds, parse_thresholds, render_yaml, rules_document
+from offset_ledger.operate.alert_rules import SHIPPED, Thresholds, parse_thresholds, render_yaml, rules_document
 from offset_ledger.errors import OffsetLedgerError
 
 
@@ -212,7 +212,7 @@ def test_the_tests_can_fail(tmp_path: Path) -> None:
 
 def test_the_shipped_file_is_the_defaults_and_promtool_accepts_it() -> None:
     assert SHIPPED.read_text(encoding="utf-8") == render_yaml(rules_document(Thresholds())), \
-        "regenerate: offset-ledger alerts --format prometheus > offset_ledger/api/prometheus-rules.yml"
+        "regenerate: offset-ledger alerts --format prometheus > offset_ledger/operate/prometheus-rules.yml"
     check = subprocess.run([promtool(), "check", "rules", str(SHIPPED)], capture_output=True, text=True, timeout=60)
     assert check.returncode == 0 and "SUCCESS: 13 rules found" in check.stdout, check.stdout + check.stderr
 
@@ -224,7 +224,8 @@ def test_thresholds_shape_the_rules(tmp_path: Path) -> None:
     doc = rules_document(t)
     assert _alert(doc, "OffsetLedgerRetentionHeadroomCritical")["expr"] == \
         "offset_ledger_retention_headroom_seconds < 7200"
-    assert _alert(doc, "OffsetLedgerLagHigh")["expr"].startswith("min_over_time(offset_ledger:lag_seconds:max[15m]) > 300")
+    assert _alert(doc, "OffsetLedgerLagHigh")["expr"].startswith(
+        "min_over_time(offset_ledger:lag_seconds:max[15m]) > 300")
     assert _alert(doc, "OffsetLedgerPipelinePresumedCrashed")["for"] == "30s"
     assert _alert(doc, "OffsetLedgerRecordsLost")["annotations"]["runbook_url"] == \
         "https://docs.example/alerting#records-lost"
@@ -237,7 +238,8 @@ def test_thresholds_shape_the_rules(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("given, says", [
-    ({"headroom_warn": "1h", "headroom_critical": "6h"}, "--headroom-critical (6h) must be shorter than --headroom-warn (1h)"),
+    ({"headroom_warn": "1h", "headroom_critical": "6h"},
+     "--headroom-critical (6h) must be shorter than --headroom-warn (1h)"),
     ({"lag_seconds": "-5"}, "--lag-seconds must be a number of seconds above zero"),
     ({"lag_seconds": "soon"}, "--lag-seconds"),
     ({"lag_for": "10"}, "--lag-for"),
@@ -248,6 +250,18 @@ def test_bad_thresholds_are_refused_in_one_line(given: dict[str, str], says: str
     with pytest.raises(OffsetLedgerError) as err:
         parse_thresholds(**given)
     assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_command_works_without_the_server_extra(tmp_path: Path) -> None:
+    # A Prometheus host has the CLI, not necessarily the web stack: alerts must not import it.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import sys\nfor m in ('uvicorn', 'fastapi', 'starlette', 'jinja2'):\n    sys.modules[m] = None\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), OFFSET_LEDGER_HOME=str(tmp_path / "home"))
+    for fmt, says in (("prometheus", "OffsetLedgerPipelinePresumedCrashed"), ("grafana", '"uid": "offset-ledger"')):
+        out = subprocess.run([sys.executable, "-c", f"from offset_ledger.cli.main import main; "
+                              f"main(['alerts', '--format', '{fmt}'])"], capture_output=True, text=True, env=env,
+                             timeout=120)
+        assert out.returncode == 0 and says in out.stdout, out.stderr
 
 
 def test_the_command_prints_the_rules_and_refuses_bad_thresholds_with_exit_2() -> None:

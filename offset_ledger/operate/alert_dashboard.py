@@ -1,5 +1,5 @@
 """The Grafana dashboard over ``/metrics``, generated with grafana-foundation-sdk (the ``[dashboards]`` extra),
-never edited by hand: ``python -m offset_ledger.api.dashboard > offset_ledger/api/grafana-dashboard.json``
+never edited by hand: ``python -m offset_ledger.operate.alert_dashboard > offset_ledger/operate/grafana-dashboard.json``
 regenerates the file the package ships (``offset-ledger alerts --format grafana`` prints it).
 
 Per pipeline (the ``pipeline`` variable, several or all): lag in records and seconds, retention headroom,
