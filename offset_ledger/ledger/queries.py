@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, and_, case, exists, func, or_, select, text, union
+from sqlalchemy import Select, String, and_, case, exists, func, literal, or_, select, text, union, union_all
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.activity import open_runs
@@ -261,20 +261,26 @@ def reset_history(
     return rows
 
 
-def reset_facts(conn: Connection) -> list[tuple[str, str, int, datetime | None]]:
-    """(pipeline, group, executed resets still pending, when the newest executed reset was made) per
-    pipeline that ever executed one (dry runs are audit only: they move nothing). For /metrics."""
-    stmt = select(resets.c.pipeline, resets.c.consumer_group,
-                  func.sum(case((resets.c.status == "pending", 1), else_=0)), func.max(resets.c.created_at)).where(
+def resets_and_findings(conn: Connection) -> tuple[list[tuple[str, str, int, datetime | None]],
+                                                     list[tuple[str, str, str, int]]]:
+    """For /metrics, in one round trip: (pipeline, group, executed resets still pending, when the newest executed
+    reset was made) per pipeline that ever executed one (dry runs are audit only: they move nothing), and
+    (pipeline, group, kind, findings recorded) — a repeated finding counts once, as the pipelines list counts."""
+    executed = select(resets.c.pipeline, resets.c.consumer_group, literal(None, String).label("kind"),
+                      func.sum(case((resets.c.status == "pending", 1), else_=0)).label("n"),
+                      func.max(resets.c.created_at).label("at")).where(
         resets.c.dry_run.is_(False)).group_by(resets.c.pipeline, resets.c.consumer_group)
-    return [(p, g, int(n or 0), at) for p, g, n, at in conn.execute(stmt)]
-
-
-def finding_kinds(conn: Connection) -> list[tuple[str, str, str, int]]:
-    """(pipeline, group, kind, findings recorded) — a repeated finding counts once, as the pipelines list counts."""
-    stmt = select(findings.c.pipeline, findings.c.consumer_group, findings.c.kind, func.count()).group_by(
+    kinds = select(findings.c.pipeline, findings.c.consumer_group, findings.c.kind, func.count(),
+                   literal(None, resets.c.created_at.type)).group_by(
         findings.c.pipeline, findings.c.consumer_group, findings.c.kind)
-    return [(p, g, k, int(n)) for p, g, k, n in conn.execute(stmt)]
+    pending: list[tuple[str, str, int, datetime | None]] = []
+    found: list[tuple[str, str, str, int]] = []
+    for p, g, kind, n, at in conn.execute(union_all(executed, kinds)):
+        if kind is None:
+            pending.append((p, g, int(n or 0), at))
+        else:
+            found.append((p, g, kind, int(n)))
+    return pending, found
 
 
 def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:

@@ -65,9 +65,8 @@ def _metrics(ops: Operations) -> MetricsSnapshot:
         pos, facts = positions_and_window_now(conn)  # the status needs the facts read with the positions
         listeners = queries.listener_health_rows(conn)
         open_by_group = open_runs(conn)
-        # Small grouped reads (resets are few; findings one row per kind) in the same connection.
-        resets = queries.reset_facts(conn)
-        kinds = queries.finding_kinds(conn)
+        # Small grouped reads (resets are few; findings one row per kind), one round trip.
+        resets, kinds = queries.resets_and_findings(conn)
     kafka_up: bool | None = None
     marks: dict[TopicPartition, Watermarks] = {}
     if ops.has_kafka:
