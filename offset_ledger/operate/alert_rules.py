@@ -24,6 +24,8 @@ from offset_ledger.rules.durations import parse_duration
 
 #: The rules file the package ships (the defaults of ``Thresholds``).
 SHIPPED = Path(__file__).with_name("prometheus-rules.yml")
+#: Finding kinds that are stretches verify reports as unexplained (``ledger.recorder``'s findings).
+STRETCH_KINDS = "gap|regression"
 #: Where each rule's runbook section lives unless ``runbook_base`` says otherwise.
 DEFAULT_RUNBOOK = "docs/alerting.md"
 
@@ -38,7 +40,7 @@ class Thresholds:
     lag_seconds: float = 900.0                         # lag in seconds above this ...
     lag_for: timedelta = timedelta(minutes=10)         # ... for this whole window (min_over_time)
     crash_for: timedelta = timedelta(minutes=1)        # state stale this long before paging
-    lost_window: timedelta = timedelta(minutes=15)     # records lost within this window
+    lost_window: timedelta = timedelta(minutes=15)     # records lost (or a gap, a regression) within this
     ledger_for: timedelta = timedelta(minutes=5)       # listener failing / spilling this long
     reset_window: timedelta = timedelta(hours=1)       # a reset executed within this: info
     runbook_base: str = DEFAULT_RUNBOOK
@@ -147,6 +149,16 @@ def rules_document(t: Thresholds = Thresholds()) -> dict[str, Any]:
               "The pipeline's batches never read some offsets (deleted before they were fetched, "
               "failOnDataLoss=false).",
               "records-lost", f"offset-ledger verify {_GROUP}"),
+        # A gap (a batch started past where the one before ended) or a regression (before it, no reset to
+        # explain it) is a stretch verify reports as unexplained; the same new-series half as above.
+        alert("OffsetLedgerUnexplainedStretch",
+              f'increase(offset_ledger_findings{{kind=~"{STRETCH_KINDS}"}}[{_prom(t.lost_window)}]) > 0 '
+              f'or (offset_ledger_findings{{kind=~"{STRETCH_KINDS}"}} > 0 unless offset_ledger_findings'
+              f'{{kind=~"{STRETCH_KINDS}"}} offset {_prom(t.lost_window)})', None, "warning",
+              "{{ $labels.pipeline }}: a recorded batch left a {{ $labels.kind }} in its offsets",
+              "A batch started past (gap) or before (regression) where the previous one ended, with no reset "
+              "to explain it: records skipped or read twice.",
+              "unexplained-stretch", f"offset-ledger verify {_GROUP}"),
         alert("OffsetLedgerPipelinePresumedCrashed",
               'offset_ledger_pipeline_state{state="stale"} == 1', t.crash_for, "critical",
               "{{ $labels.pipeline }}: driver heartbeat stopped, no termination reported (presumed crashed)",

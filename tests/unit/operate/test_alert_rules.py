@@ -104,6 +104,12 @@ SERIES: list[tuple[str, str]] = [
     ("offset_ledger_listener_healthy" + _labels(**L2), "1x23"),
     ("offset_ledger_listener_spilled_total" + _labels(**L2), "7x23"),
     ("offset_ledger_listener_written_total" + _labels(**L2), "0+10x23"),
+    # Findings: A records a gap at 20 m (a new series) and a regression grows at 25 m; B's old gap is steady,
+    # and B's foreign-run findings (not a stretch) grow.
+    ("offset_ledger_findings" + _labels(**A, kind="gap"), "_x19 1x30"),
+    ("offset_ledger_findings" + _labels(**A, kind="regression"), "1x24 2x25"),
+    ("offset_ledger_findings" + _labels(**B, kind="gap"), "4x50"),
+    ("offset_ledger_findings" + _labels(**B, kind="foreign_run"), "0+1x50"),
     # Resets: A has one pending; B none. A's newest executed reset at t=120 s (Unix time in the test clock).
     ("offset_ledger_resets_pending" + _labels(**A), "1x200"),
     ("offset_ledger_resets_pending" + _labels(**B), "0x200"),
@@ -124,6 +130,12 @@ EXPECT: dict[str, list[tuple[str, list[tuple[dict[str, str], float | None]]]]] =
         ("21m", [({**A, **TP0}, 3)]),
         ("26m", [({**A, **TP0}, 3), ({**A, **TP1}, 3)]),
         ("45m", []),  # no loss within the window
+    ],
+    "OffsetLedgerUnexplainedStretch": [
+        ("18m", []),  # B's gap was seen long before; foreign runs are no stretch
+        ("21m", [({**A, "kind": "gap"}, 1)]),
+        ("26m", [({**A, "kind": "gap"}, 1), ({**A, "kind": "regression"}, 1)]),
+        ("45m", []),
     ],
     "OffsetLedgerPipelinePresumedCrashed": [
         ("2m", []),  # stale, but for less than crash_for
@@ -214,7 +226,7 @@ def test_the_shipped_file_is_the_defaults_and_promtool_accepts_it() -> None:
     assert SHIPPED.read_text(encoding="utf-8") == render_yaml(rules_document(Thresholds())), \
         "regenerate: offset-ledger alerts --format prometheus > offset_ledger/operate/prometheus-rules.yml"
     check = subprocess.run([promtool(), "check", "rules", str(SHIPPED)], capture_output=True, text=True, timeout=60)
-    assert check.returncode == 0 and "SUCCESS: 13 rules found" in check.stdout, check.stdout + check.stderr
+    assert check.returncode == 0 and "SUCCESS: 14 rules found" in check.stdout, check.stdout + check.stderr
 
 
 def test_thresholds_shape_the_rules(tmp_path: Path) -> None:
