@@ -6,9 +6,14 @@ import math
 from collections.abc import Callable
 from datetime import datetime, timezone
 from operator import attrgetter
+from typing import get_args
 
-from offset_ledger.operate.answers import MetricsSnapshot, PartitionLag
+from offset_ledger.operate.answers import MetricsSnapshot, PartitionLag, PipelineSummary
+from offset_ledger.rules.liveness import PipelineState
 from offset_ledger.rules.status import STATES
+
+#: The running states every face shows (offset_ledger.rules.liveness), in its order.
+PIPELINE_STATES: tuple[str, ...] = get_args(PipelineState)
 
 
 def _label(value: object) -> str:
@@ -31,7 +36,8 @@ def render_metrics(snap: MetricsSnapshot) -> str:
         out.append(f"# HELP {name} {help_text}")
         out.append(f"# TYPE {name} {kind}")
         for labels, value in samples:
-            out.append(f"{name}{labels} {value:g}" if isinstance(value, float) else f"{name}{labels} {value}")
+            # repr, not :g (six digits): a Unix time or a day's seconds must keep every digit.
+            out.append(f"{name}{labels} {value!r}" if isinstance(value, float) else f"{name}{labels} {value}")
 
     # The four labels of a partition series, built once per row for the five per-partition families,
     # and each sample written straight into the output (building the labels per sample, and a
@@ -92,6 +98,10 @@ def render_metrics(snap: MetricsSnapshot) -> str:
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),
              round((snap.now - _aware(s.last_batch_time)).total_seconds(), 3))
             for s in snap.pipelines if s.last_batch_time is not None])
+    family("offset_ledger_last_batch_id", "gauge",
+           "Id of the pipeline's newest committed batch (changes() counts batches; a new checkpoint starts again).",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), s.last_batch_id)
+            for s in snap.pipelines if s.last_batch_id is not None])
     family("offset_ledger_pipeline_running", "gauge", "1 when the pipeline has an active run, else 0.",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), 1 if s.active_run_ids else 0)
             for s in snap.pipelines])
@@ -99,18 +109,58 @@ def render_metrics(snap: MetricsSnapshot) -> str:
            "Active runs of the pipeline not on its current checkpoint generation (their batches move no position).",
            [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group), len(s.foreign_run_ids))
             for s in snap.pipelines])
+    # A listener serves one pipeline; its consumer_group is that pipeline's group when it records one
+    # (empty when it records several), so Alertmanager routes a listener's alerts with its pipeline's.
+    groups: dict[str, set[str]] = {}
+    for summary in snap.pipelines:
+        groups.setdefault(summary.pipeline, set()).add(summary.consumer_group)
+
+    def listener_labels(r: dict) -> str:  # type: ignore[type-arg]
+        gs = groups.get(r["pipeline"] or "", set())
+        return _labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "",
+                       consumer_group=next(iter(gs)) if len(gs) == 1 else "", host=r["host"] or "")
+
+    listener_rows = [(listener_labels(r), r) for r in snap.listeners]
     for counter in ("queued", "written", "retried", "spilled", "failed"):
         family(f"offset_ledger_listener_{counter}_total", "counter",
                f"Events {counter} by the listener (cumulative, as last reported).",
-               [(_labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "", host=r["host"] or ""),
-                 int(r[counter] or 0)) for r in snap.listeners])
+               [(labels, int(r[counter] or 0)) for labels, r in listener_rows])
     family("offset_ledger_listener_seconds_since_report", "gauge", "Seconds since the listener last reported health.",
-           [(_labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "", host=r["host"] or ""),
-             round((snap.now - _aware(r["reported_at"])).total_seconds(), 3)) for r in snap.listeners])
+           [(labels, round((snap.now - _aware(r["reported_at"])).total_seconds(), 3)) for labels, r in listener_rows])
     family("offset_ledger_listener_healthy", "gauge", "1 when the listener's last report has no error, else 0.",
-           [(_labels(listener_id=r["listener_id"], pipeline=r["pipeline"] or "", host=r["host"] or ""),
-             0 if r["last_error"] else 1) for r in snap.listeners])
+           [(labels, 0 if r["last_error"] else 1) for labels, r in listener_rows])
+    family("offset_ledger_pipeline_state", "gauge",
+           "1 for the pipeline's running state (running, uncertain, stale, stopped; see offset_ledger.rules.liveness "
+           "and docs/operations.md#is-it-running), 0 for the others. stale: its driver's heartbeat stopped with no "
+           "termination reported (presumed crashed).",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group, state=state), 1 if s.state == state else 0)
+            for s in snap.pipelines for state in PIPELINE_STATES])
+    family("offset_ledger_driver_heartbeat_age_seconds", "gauge",
+           "Seconds since the driver heartbeat of the run the pipeline's state rests on (running or stale runs "
+           "with a heartbeat only; the run is presumed crashed past 3 heartbeat periods).",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),
+             round(max(0.0, (snap.now - _aware(s.last_event_at)).total_seconds()), 3))
+            for s in snap.pipelines if _beats(s)])
+    resets = {(p, g): (n, at) for p, g, n, at in snap.resets}
+    family("offset_ledger_resets_pending", "gauge",
+           "Executed resets not yet applied by a restart (the next restart starts from their positions).",
+           [(_labels(pipeline=s.pipeline, consumer_group=s.consumer_group),
+             resets.get((s.pipeline, s.consumer_group), (0, None))[0]) for s in snap.pipelines])
+    family("offset_ledger_last_reset_timestamp_seconds", "gauge",
+           "Unix time of the pipeline's newest executed reset (dry runs excluded); absent when none was executed.",
+           [(_labels(pipeline=p, consumer_group=g), round(_aware(at).timestamp(), 3))
+            for p, g, _, at in snap.resets if at is not None])
+    family("offset_ledger_findings", "gauge",
+           "Findings recorded per kind (a repeated finding counts once; pruning removes old ones).",
+           [(_labels(pipeline=p, consumer_group=g, kind=k), n) for p, g, k, n in snap.findings])
     if snap.kafka_up is not None:
         family("offset_ledger_kafka_up", "gauge", "1 when the Kafka cluster answered this scrape.",
                [("", 1 if snap.kafka_up else 0)])
     return "\n".join(out) + "\n"
+
+
+def _beats(s: PipelineSummary) -> bool:
+    """Whether the run the pipeline's state rests on is judged on its driver's heartbeat."""
+    if s.state not in ("running", "stale") or s.last_event_at is None or s.state_run_id is None:
+        return False
+    return any(r.heartbeat and s.state_run_id in (r.run_id, r.follows) for r in s.runs)

@@ -408,6 +408,7 @@ _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 def _register_commands() -> None:
     # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
+    from offset_ledger.cli import alerts as cli_alerts
     from offset_ledger.cli import audit as cli_audit
     from offset_ledger.cli import checkpoint as cli_checkpoint
     from offset_ledger.cli import failover as cli_failover
@@ -420,6 +421,7 @@ def _register_commands() -> None:
 
     cli_upkeep.register(app, CONTEXT)
     cli_audit.register(app)
+    cli_alerts.register(app)
     cli_checkpoint.register(app)
     cli_failover.register(app)
     cli_policy.register(app)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Select, and_, exists, func, or_, select, text, union
+from sqlalchemy import Select, String, and_, case, exists, func, literal, or_, select, text, union, union_all
 from sqlalchemy.engine import Connection
 
 from offset_ledger.ledger.activity import open_runs
@@ -15,6 +15,7 @@ from offset_ledger.ledger.batch_ranges import expand
 from offset_ledger.ledger.tables import (
     batches,
     checkpoint_generations,
+    findings,
     listener_health,
     offset_ranges,
     positions,
@@ -260,6 +261,28 @@ def reset_history(
     for row in rows:
         row["partitions"] = parts.get(row["id"], [])
     return rows
+
+
+def resets_and_findings(conn: Connection) -> tuple[list[tuple[str, str, int, datetime | None]],
+                                                     list[tuple[str, str, str, int]]]:
+    """For /metrics, in one round trip: (pipeline, group, executed resets still pending, when the newest executed
+    reset was made) per pipeline that ever executed one (dry runs are audit only: they move nothing), and
+    (pipeline, group, kind, findings recorded) — a repeated finding counts once, as the pipelines list counts."""
+    executed = select(resets.c.pipeline, resets.c.consumer_group, literal(None, String).label("kind"),
+                      func.sum(case((resets.c.status == "pending", 1), else_=0)).label("n"),
+                      func.max(resets.c.created_at).label("at")).where(
+        resets.c.dry_run.is_(False)).group_by(resets.c.pipeline, resets.c.consumer_group)
+    kinds = select(findings.c.pipeline, findings.c.consumer_group, findings.c.kind, func.count(),
+                   literal(None, resets.c.created_at.type)).group_by(
+        findings.c.pipeline, findings.c.consumer_group, findings.c.kind)
+    pending: list[tuple[str, str, int, datetime | None]] = []
+    found: list[tuple[str, str, str, int]] = []
+    for p, g, kind, n, at in conn.execute(union_all(executed, kinds)):
+        if kind is None:
+            pending.append((p, g, int(n or 0), at))
+        else:
+            found.append((p, g, kind, int(n)))
+    return pending, found
 
 
 def listener_health_rows(conn: Connection) -> list[dict[str, Any]]:

@@ -158,3 +158,7 @@ class MetricsSnapshot:
     now: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     #: records lost per (pipeline, consumer group, topic, partition), unexplained (issue 41)
     records_lost: tuple[tuple[str, str, str, int, int], ...] = ()
+    #: executed resets per (pipeline, consumer group): (pipeline, group, still pending, newest one's time)
+    resets: tuple[tuple[str, str, int, datetime | None], ...] = ()
+    #: findings recorded per (pipeline, consumer group, kind)
+    findings: tuple[tuple[str, str, str, int], ...] = ()

@@ -38,7 +38,9 @@ def visible_metrics(snap: MetricsSnapshot, scope: PipelineScope) -> MetricsSnaps
         snap, pipelines=tuple(s for s in snap.pipelines if scope.allows(s.pipeline)),
         partitions=tuple(x for x in snap.partitions if scope.allows(x[0])),
         listeners=tuple(r for r in snap.listeners if scope.allows(r["pipeline"])),
-        records_lost=tuple(x for x in snap.records_lost if scope.allows(x[0])))
+        records_lost=tuple(x for x in snap.records_lost if scope.allows(x[0])),
+        resets=tuple(x for x in snap.resets if scope.allows(x[0])),
+        findings=tuple(x for x in snap.findings if scope.allows(x[0])))
 
 
 def metrics(ops: Operations) -> MetricsSnapshot:
@@ -63,6 +65,8 @@ def _metrics(ops: Operations) -> MetricsSnapshot:
         pos, facts = positions_and_window_now(conn)  # the status needs the facts read with the positions
         listeners = queries.listener_health_rows(conn)
         open_by_group = open_runs(conn)
+        # Small grouped reads (resets are few; findings one row per kind), one round trip.
+        resets, kinds = queries.resets_and_findings(conn)
     kafka_up: bool | None = None
     marks: dict[TopicPartition, Watermarks] = {}
     if ops.has_kafka:
@@ -93,4 +97,5 @@ def _metrics(ops: Operations) -> MetricsSnapshot:
                      for s in summaries]
     lost = records_lost(ops)  # judged by list_pipelines above
     return MetricsSnapshot(tuple(summaries), tuple(parts), tuple(listeners), kafka_up,
-                           records_lost=tuple((*k, n) for k, n in sorted(lost.items())))
+                           records_lost=tuple((*k, n) for k, n in sorted(lost.items())),
+                           resets=tuple(sorted(resets, key=lambda x: x[:2])), findings=tuple(sorted(kinds)))

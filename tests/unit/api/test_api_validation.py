@@ -264,8 +264,8 @@ def test_metrics_report_listener_health(engine, client: TestClient) -> None:  # 
             listener_id="l-1", pipeline="orders-etl", host="h", reported_at=datetime.now(timezone.utc),
             queued=3, written=120, retried=2, spilled=0, failed=1, last_error="db down"))
     text = client.get("/metrics").text
-    assert 'offset_ledger_listener_written_total{listener_id="l-1",pipeline="orders-etl",host="h"} 120' in text
-    assert 'offset_ledger_listener_healthy{listener_id="l-1",pipeline="orders-etl",host="h"} 0' in text
+    assert 'offset_ledger_listener_written_total{listener_id="l-1",pipeline="orders-etl",consumer_group="orders-etl",host="h"} 120' in text
+    assert 'offset_ledger_listener_healthy{listener_id="l-1",pipeline="orders-etl",consumer_group="orders-etl",host="h"} 0' in text
 
 
 

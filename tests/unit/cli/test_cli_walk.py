@@ -56,6 +56,7 @@ BASE: dict[str, list[str]] = {
     "policy show": ["policy", "show", "orders"],
     "policy set": ["policy", "set", "orders", "--on-data-loss", "earliest", "--reason", "r"],
     "policy history": ["policy", "history", "orders"],
+    "alerts": ["alerts", "--format", "prometheus"],
 }
 
 # Options that choose a command's mode: varying one replaces the base's mode option.
