@@ -115,6 +115,17 @@ print(json.dumps({"ranges": out, "outcomes": outcomes, "general_path_calls": gen
 """
 
 
+def upgrade_with_release(release: Path, dsn: str, revision: str) -> None:
+    """``db upgrade`` to ``revision`` by the release at ``release`` (its own 0001 builds its own tables)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(release)
+    script = "import sys; from offset_ledger.ledger.engine import make_engine, upgrade; " \
+             "upgrade(make_engine(sys.argv[1]), sys.argv[2])"
+    done = subprocess.run([sys.executable, "-c", script, dsn, revision], env=env, cwd=release,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
 def record_with_previous_release(release: Path, dsn: str, pipeline: str, query: str) -> dict[str, Any]:
     """Record seven batches of ``query`` through the previous release's Recorder; what it recorded."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

@@ -4,9 +4,6 @@ a granted view keeps its grant; and this tree's position updates are WAL-logged 
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -19,21 +16,16 @@ from offset_ledger.ledger.engine import current_revision, downgrade, head_revisi
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
-from tests.previous_release import LAST_RELEASE, extract, record_with_previous_release, run_documented
+from tests.previous_release import (
+    LAST_RELEASE,
+    extract,
+    record_with_previous_release,
+    run_documented,
+    upgrade_with_release,
+)
 
 _COLUMNS = ('pipeline, consumer_group, topic, "partition", next_offset, updated_at, query_id, batch_id, reset_id, '
             'generation_id')
-
-
-def _upgrade_with(release: Path, dsn: str, revision: str) -> None:
-    """``db upgrade`` to ``revision`` by the release at ``release`` (its own 0001 builds its own tables)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(release)
-    script = "import sys; from offset_ledger.ledger.engine import make_engine, upgrade; " \
-             "upgrade(make_engine(sys.argv[1]), sys.argv[2])"
-    done = subprocess.run([sys.executable, "-c", script, dsn, revision], env=env, cwd=release,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
 
 
 def _columns(engine: Engine) -> list[str]:
@@ -100,7 +92,7 @@ def _position_records(engine: Engine, start: str, end: str) -> dict[str, tuple[i
 def test_0021_moves_query_id_last_keeping_every_position_and_the_last_release_keeps_recording(
         pg_dsn: str, tmp_path: Path) -> None:
     last = extract(tmp_path / "last", LAST_RELEASE)
-    _upgrade_with(last, pg_dsn, "0019")  # the last release's ledger: its own positions column order
+    upgrade_with_release(last, pg_dsn, "0019")  # the last release's ledger: its own positions column order
     engine = make_engine(pg_dsn)
     role = f"w35_reader_{uuid.uuid4().hex[:8]}"
     try:

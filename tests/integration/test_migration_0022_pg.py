@@ -5,9 +5,6 @@ keeps recording on the migrated ledger during a rolling upgrade (its runs have n
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import uuid
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -20,17 +17,13 @@ from offset_ledger.ledger.engine import current_revision, downgrade, head_revisi
 from offset_ledger.ledger.heartbeats import beat_runs
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import RunStart
-from tests.previous_release import HEARTBEAT_PREDECESSOR, extract, record_with_previous_release, run_documented
-
-
-def _upgrade_with(release: Path, dsn: str, revision: str) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(release)
-    script = "import sys; from offset_ledger.ledger.engine import make_engine, upgrade; " \
-             "upgrade(make_engine(sys.argv[1]), sys.argv[2])"
-    done = subprocess.run([sys.executable, "-c", script, dsn, revision], env=env, cwd=release,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr[-4000:]
+from tests.previous_release import (
+    HEARTBEAT_PREDECESSOR,
+    extract,
+    record_with_previous_release,
+    run_documented,
+    upgrade_with_release,
+)
 
 
 def _run_columns(engine: Engine) -> list[str]:
@@ -55,7 +48,7 @@ def _state(engine: Engine, pipeline: str, now: datetime) -> str:
 
 def test_0022_adds_the_heartbeat_and_the_previous_release_keeps_recording(pg_dsn: str, tmp_path: Path) -> None:
     previous = extract(tmp_path / "previous", HEARTBEAT_PREDECESSOR)
-    _upgrade_with(previous, pg_dsn, "0021")  # the previous release's own ledger, its own runs columns
+    upgrade_with_release(previous, pg_dsn, "0021")  # the previous release's own ledger, its own runs columns
     engine = make_engine(pg_dsn)
     role = f"hb_reader_{uuid.uuid4().hex[:8]}"
     try:
