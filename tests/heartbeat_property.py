@@ -107,7 +107,9 @@ def _closed(w: World, d: Driver) -> bool:
     """A later run of the same query (the same checkpoint) started after ``d`` was last heard and ended:
     only one run writes a checkpoint at a time, so ``d`` was over by then (Spark's end says so)."""
     later = w.drivers[w.drivers.index(d) + 1:]
-    return any(o.query_id == d.query_id and o.started >= d.last_seen() and o.stopped is not None for o in later)
+    # Started strictly later: runs started in the same instant cannot be told apart by their start.
+    return any(o.query_id == d.query_id and o.started > d.started and o.started >= d.last_seen()
+               and o.stopped is not None for o in later)
 
 
 def _expected(w: World) -> str:
