@@ -190,6 +190,10 @@ class Paused:
             raise RuntimeError("no go-ahead for the zombie's write")
         return self.df.write
 
+    def __getattr__(self, name: str) -> Any:
+        # Anything else the sink reads of its batch (its columns, for the records it holds) is the batch's.
+        return getattr(self.df, name)
+
 
 class Zombie(Seen):
     """Generation 1's driver, still running: its first batch passes its fence, then waits before writing."""
