@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from offset_ledger.cli.main import main
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.reset_operations import reset
 from offset_ledger.rules.resets import ResetRequest
 from tests.ops_seed import seed_pipeline
 from tests.unit.api.test_api_validation import StandInKafka
+from tests.unit.cli.cli_run import run_cli
 
 
 @pytest.fixture
@@ -33,23 +33,13 @@ def dsn(tmp_path: Path) -> str:
     return url
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 def test_the_cli_table_marks_dry_runs_first_thing(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(capsys, "resets", "orders-etl", "--wide", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "resets", "orders-etl", "--wide", "--dsn", dsn)
     head, *rows = out.splitlines()
     assert code == 0 and head.split()[:2] == ["RESET_ID", "KIND"]
     assert [r.split()[1] for r in rows] == ["DRY", "reset", "DRY"] and all(r.split()[2] == "RUN" for r in rows[::2])
     assert err == "2 of 3 shown are dry runs: audited, nothing applied (--no-dry-runs hides them)\n"
-    code, out, err = _run(capsys, "resets", "orders-etl", "--no-dry-runs", "-f", "csv", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "resets", "orders-etl", "--no-dry-runs", "-f", "csv", "--dsn", dsn)
     rows = list(csv.DictReader(io.StringIO(out)))
     assert code == 0 and [(r["mode"], r["dryRun"]) for r in rows] == [("latest", "False")] and err == ""
 

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from offset_ledger.cli.main import main
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.operate.inputs import MAX_LIMIT
 from offset_ledger.operate.operations import Operations
@@ -16,6 +15,7 @@ from offset_ledger.operate.reset_operations import reset
 from offset_ledger.rules.resets import ResetRequest
 from tests.ops_seed import seed_pipeline
 from tests.unit.api.test_api_validation import StandInKafka
+from tests.unit.cli.cli_run import run_cli
 
 
 @pytest.fixture
@@ -31,29 +31,19 @@ def dsn(tmp_path: Path) -> str:
     return url
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("command", ["history", "findings", "resets"])
 def test_every_cli_limit_takes_the_same_range(dsn: str, command: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _out, err = _run(capsys, command, "orders-etl", "--limit", str(MAX_LIMIT), "--dsn", dsn)
+    code, _out, err = run_cli(capsys, command, "orders-etl", "--limit", str(MAX_LIMIT), "--dsn", dsn)
     assert code == 0, err
     for bad in (0, MAX_LIMIT + 1):
-        code, _out, err = _run(capsys, command, "orders-etl", "--limit", str(bad), "--dsn", dsn)
+        code, _out, err = run_cli(capsys, command, "orders-etl", "--limit", str(bad), "--dsn", dsn)
         assert code == 2 and f"--limit must be between 1 and {MAX_LIMIT}, not {bad}" in err, err
 
 
 def test_resets_says_when_there_is_more(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(capsys, "resets", "orders-etl", "--limit", "2", "-f", "csv", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "resets", "orders-etl", "--limit", "2", "-f", "csv", "--dsn", dsn)
     assert code == 0 and len(out.splitlines()) == 3 and err.startswith("more: --limit 4"), (out, err)
-    code, out, err = _run(capsys, "resets", "orders-etl", "--limit", "3", "-f", "csv", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "resets", "orders-etl", "--limit", "3", "-f", "csv", "--dsn", dsn)
     assert code == 0 and len(out.splitlines()) == 4 and err == "", err
 
 

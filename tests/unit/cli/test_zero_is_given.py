@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from offset_ledger.cli.main import main
 from offset_ledger.cli.reset import build_request
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.operate.operations import Operations
@@ -23,6 +22,7 @@ from offset_ledger.operate.reset_operations import reset
 from offset_ledger.rules.model import TopicPartition
 from tests.ops_seed import seed_pipeline
 from tests.unit.api.test_api_validation import StandInKafka
+from tests.unit.cli.cli_run import run_cli
 
 MODES = ("--to-earliest", "--to-latest", "--to-current", "--to-offset", "--to-offsets", "--from-file",
          "--to-datetime", "--by-duration", "--shift-by")
@@ -80,26 +80,16 @@ def test_zero_counts_as_a_chosen_mode_when_two_are_given(ops: Operations, given:
     assert all("--" + k.replace("_", "-") in named for k in given), info.value.message
 
 
-def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize("option", ["--since", "--until"])
 def test_an_empty_time_is_refused_not_ignored(dsn: str, option: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, _out, err = _run(capsys, "history", "orders-etl", option, "", "--dsn", dsn)
+    code, _out, err = run_cli(capsys, "history", "orders-etl", option, "", "--dsn", dsn)
     assert code == 2 and err.startswith("offset-ledger: error: invalid timestamp ''"), err
-    code, _out, err = _run(capsys, "findings", "orders-etl", "--since", "", "--dsn", dsn)
+    code, _out, err = run_cli(capsys, "findings", "orders-etl", "--since", "", "--dsn", dsn)
     assert code == 2 and "invalid timestamp ''" in err, err
 
 
 def test_epoch_zero_is_a_time(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _run(capsys, "history", "orders-etl", "--until", "0", "-f", "json", "--dsn", dsn)
+    code, out, err = run_cli(capsys, "history", "orders-etl", "--until", "0", "-f", "json", "--dsn", dsn)
     assert code == 0 and '"batches": []' in out, err  # nothing before 1970: an empty page, not every batch
 
 
