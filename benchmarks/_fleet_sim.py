@@ -35,9 +35,9 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     heartbeat = None
     if every is not None:
         from offset_ledger.capture.heartbeat import Heartbeat
-        from offset_ledger.capture.listener import _open_beats
+        from offset_ledger.ledger.heartbeats import open_beats
 
-        heartbeat = Heartbeat(lambda: _open_beats(dsn), writer.live_runs, every=every)
+        heartbeat = Heartbeat(lambda: open_beats(dsn), writer.live_runs, every=every)
         heartbeat.start()
     query_id = str(uuid.uuid4())
     events = [progress_json(query_id, b, partitions) for b in range(batches + 1)]

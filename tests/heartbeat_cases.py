@@ -153,8 +153,26 @@ def a_run_spark_says_has_stopped_gets_no_beat(engine: Engine) -> None:
     assert hb.beat_once() == 1  # run-2 only (cannot tell: the listener's word stands)
 
 
+def stopping_closes_the_beats_connection(engine: Engine) -> None:
+    """The listener's close stops the heartbeat, and its connection goes with it (none left behind)."""
+    closed: list[bool] = []
+
+    class Beats:
+        def __call__(self, run_ids: list[str], at: datetime, every_ms: int) -> int:
+            return len(run_ids)
+
+        def close(self) -> None:
+            closed.append(True)
+
+    hb = Heartbeat(Beats, lambda: {"run-1": "q1"}, every=10)
+    assert hb.beat_once() == 1
+    hb.stop()
+    assert closed == [True]
+
+
 CASES = [slow_trigger_is_running_and_refused_a_reset_until_its_beat_stops, an_end_supersedes_an_earlier_crash,
          a_beat_never_revives_an_ended_run_and_an_earlier_release_run_is_uncertain,
-         a_beat_the_ledger_cannot_take_is_skipped_not_queued, a_run_spark_says_has_stopped_gets_no_beat]
+         a_beat_the_ledger_cannot_take_is_skipped_not_queued, a_run_spark_says_has_stopped_gets_no_beat,
+         stopping_closes_the_beats_connection]
 ids = [c.__name__ for c in CASES]
 parametrize = pytest.mark.parametrize("case", CASES, ids=ids)

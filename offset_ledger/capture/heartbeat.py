@@ -75,10 +75,16 @@ class Heartbeat:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop beating (the runs it beat for then end by their termination, or 3 periods later)."""
+        """Stop beating (the runs it beat for then end by their termination, or 3 periods later) and
+        close the beats' connection."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        with self._lock:
+            close = getattr(self._beats, "close", None)
+            self._beats = None
+        if close is not None:
+            close()
 
     def beat_once(self) -> int:
         """One beat now for the live runs: how many runs it moved (0 when skipped)."""

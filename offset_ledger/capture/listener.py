@@ -34,6 +34,7 @@ from offset_ledger.capture.heartbeat import Heartbeat
 from offset_ledger.capture.spool import Event, ledger_id
 from offset_ledger.capture.store import ListenerHealth, Store, open_recorder
 from offset_ledger.capture.writer import EventWriter
+from offset_ledger.ledger.heartbeats import open_beats
 from offset_ledger.ledger.records import RecordOutcome
 
 # Re-exported: these names were importable from here before the writer and spool moved out.
@@ -138,7 +139,7 @@ class OffsetLedgerListener(StreamingQueryListener):
         )
         self._heartbeat: Heartbeat | None = None
         if every is not None:
-            self._heartbeat = Heartbeat(functools.partial(_open_beats, dsn), self._writer.live_runs, every=every,
+            self._heartbeat = Heartbeat(functools.partial(open_beats, dsn), self._writer.live_runs, every=every,
                                         still_running=self._still_running,
                                         on_error=lambda m: self._writer.note_error(m))
             self._heartbeat.start()
@@ -385,15 +386,6 @@ def _heartbeat_seconds(given: float | None, custom_store: bool) -> float | None:
     from offset_ledger.rules.durations import parse_duration
 
     return parse_duration(settings().heartbeat_interval, "OFFSET_LEDGER_HEARTBEAT_INTERVAL").total_seconds() or None
-
-
-def _open_beats(dsn: str | None) -> Any:
-    """The heartbeat's writer: ``ledger.heartbeats.beat_runs`` on a one-connection engine of its own."""
-    from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.ledger.heartbeats import beat_runs
-
-    engine = make_engine(dsn, pool_size=1)
-    return functools.partial(beat_runs, engine)
 
 
 def _fast_bridge_wrapper() -> Any:

@@ -17,7 +17,7 @@ from sqlalchemy.engine import Engine
 from offset_ledger.ledger.records import utc
 from offset_ledger.ledger.tables import runs
 
-__all__ = ["beat_runs"]
+__all__ = ["LedgerBeats", "beat_runs", "open_beats"]
 
 
 def beat_runs(engine: Engine, run_ids: Sequence[str], at: datetime, every_ms: int) -> int:
@@ -33,3 +33,23 @@ def beat_runs(engine: Engine, run_ids: Sequence[str], at: datetime, every_ms: in
         done = conn.execute(update(runs).where(runs.c.run_id.in_(sorted(run_ids)), runs.c.terminated_at.is_(None))
                             .values(beat_at=utc(at), beat_every_ms=every_ms))
         return int(done.rowcount or 0)
+
+
+class LedgerBeats:
+    """The heartbeat's writer: ``beat_runs`` on a one-connection engine of its own; ``close`` disposes it."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+
+    def __call__(self, run_ids: Sequence[str], at: datetime, every_ms: int) -> int:
+        return beat_runs(self._engine, run_ids, at, every_ms)
+
+    def close(self) -> None:
+        self._engine.dispose()
+
+
+def open_beats(dsn: str | None) -> LedgerBeats:
+    """The ledger at ``dsn`` (default: the configured one) as a heartbeat's writer."""
+    from offset_ledger.ledger.engine import make_engine
+
+    return LedgerBeats(make_engine(dsn, pool_size=1))
