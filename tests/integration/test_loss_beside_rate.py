@@ -1,9 +1,10 @@
 """Issue 47, case 3 on the real stack: a Kafka source's loss is not hidden by a ``rate`` source unioned in.
 
 Real Spark, Kafka and Postgres with the real listener. One query unions a 1-partition Kafka topic of
-large records (read 50 per batch, ``failOnDataLoss=false``) with a ``rate`` source (400 rows a
-second, a batch every 0.5 s). While batch 1 runs, ``DeleteRecords`` removes what the job has not read
-yet, up to 250: batch 3 reads none of the 50 Kafka offsets it spans while the rate source reads ~200
+large records (read 50 per batch, ``failOnDataLoss=false``) with a ``rate-micro-batch`` source (200
+rows in every batch: the plain ``rate`` source counts whole seconds, so two batches in one second gave
+the second none and the case did not happen). While batch 1 runs, ``DeleteRecords`` removes what the job has not read
+yet, up to 250: batch 3 reads none of the 50 Kafka offsets it spans while the rate source reads 200
 rows, more than the Kafka span, which the old rule (the batch total when every Kafka count is 0)
 took as the batch having read everything. Oracle: the Kafka offsets the job's output holds against
 the offsets produced. ``long``: 15-45 s of Spark on a busy machine (the rate source never runs dry, so
@@ -51,7 +52,7 @@ def test_records_deleted_beside_a_rate_source_are_a_loss_of_the_kafka_source(
                       .option("subscribe", topic).option("startingOffsets", "earliest")
                       .option("maxOffsetsPerTrigger", "50").option("failOnDataLoss", "false").load()
                       .select(F.col("offset").alias("n"), F.lit("k").alias("src")))
-        from_rate = (spark.readStream.format("rate").option("rowsPerSecond", "400").load()
+        from_rate = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", "200").load()
                      .select(F.col("value").alias("n"), F.lit("r").alias("src")))
         query = (from_kafka.unionByName(from_rate).writeStream.foreachBatch(sink)
                  .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="500 milliseconds")
