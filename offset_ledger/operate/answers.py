@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # annotations only: a read command does not pay for the reset
     from offset_ledger.ledger.activity import RunActivity
     from offset_ledger.ledger.reset_store import StoredReset
     from offset_ledger.rules.move_cost import MoveCost
-    from offset_ledger.rules.resets import ResetPlan
+    from offset_ledger.rules.resets import PartitionReset, ResetPlan
     from offset_ledger.rules.retention import Headroom
 
 
@@ -141,10 +141,23 @@ class ResetOutcome:
             "outOfRangePolicy": self.plan.out_of_range_policy,
             "wouldBeRefused": self.plan.refused,
             "activeRunIds": list(self.stored.active_run_ids),
-            "partitions": [p.to_dict() for p in self.plan.partitions],
+            "partitions": [partition_reset_dict(p) for p in self.plan.partitions],
             "newPositions": self.plan.new_positions(),
             "cost": None if self.cost is None else self.cost.to_dict(),
         }
+
+
+def partition_reset_dict(p: PartitionReset) -> dict[str, Any]:
+    """One partition of a reset plan as every face names it (the API's JSON, the CLI's columns)."""
+    return {
+        "topic": p.topic, "partition": p.partition,
+        "beforeNextOffset": p.before_next_offset,
+        "requestedNextOffset": p.requested_next_offset,
+        "targetNextOffset": p.target_next_offset,
+        "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
+        "recordsReplayed": p.records_replayed, "recordsSkipped": p.records_skipped,
+        "outOfRange": p.out_of_range, "clamped": p.clamped,
+    }
 
 
 @dataclass(frozen=True)

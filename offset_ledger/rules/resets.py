@@ -107,16 +107,6 @@ class PartitionReset:
         # A partition with no position would start from earliest (the resolver's new-partition rule).
         return self.before_next_offset if self.before_next_offset is not None else self.log_start_offset
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic, "partition": self.partition,
-            "beforeNextOffset": self.before_next_offset,
-            "requestedNextOffset": self.requested_next_offset,
-            "targetNextOffset": self.target_next_offset,
-            "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset,
-            "recordsReplayed": self.records_replayed, "recordsSkipped": self.records_skipped,
-            "outOfRange": self.out_of_range, "clamped": self.clamped,
-        }
 
 
 @dataclass(frozen=True)
