@@ -239,12 +239,13 @@ def test_the_verdict_equals_what_the_true_history_implies(case: tuple[list[TrueR
     bound = 3 * every
     truly_alive = {r.run_id for r in runs if r.start <= now and (r.stop is None or r.stop > now)
                    and (r.kill is None or r.kill > now)}
-    # A killed driver's last beat, and whether it is still inside its bound (then it may read alive).
-    last_beat = {r.run_id: int((row.beat_at - T0).total_seconds()) for r, row in
+    # A killed driver's last sign of life (its last beat, or a Spark event after it when that beat was
+    # missed), and whether it is still inside its bound (then it may read alive).
+    last_seen = {r.run_id: int((max(row.beat_at, row.last_heartbeat_at) - T0).total_seconds()) for r, row in
                  ((r, _ledger_row(r, every, now)) for r in runs) if row is not None}
     killed = {r.run_id for r in runs if r.kill is not None and r.kill <= now}
-    in_bound = {k for k in killed if now - last_beat[k] <= bound}
-    # Safety: a live run is active whatever its trigger; a dead one is seen within 3 periods of its last beat.
+    in_bound = {k for k in killed if now - last_seen[k] <= bound}
+    # Safety: a live run is active whatever its trigger; a dead one is seen within 3 periods of its last sign of life.
     for run_id in truly_alive:
         assert lives[run_id].state == "active", (run_id, lives[run_id].why)
     for run_id in killed - in_bound:
@@ -254,5 +255,5 @@ def test_the_verdict_equals_what_the_true_history_implies(case: tuple[list[TrueR
         assert verdict.state == "running"
     else:
         last_normal_end = max((e[1] for e in ends), default=None)
-        crashed_after = [k for k in killed if last_normal_end is None or T0 + last_beat[k] * S > last_normal_end]
+        crashed_after = [k for k in killed if last_normal_end is None or T0 + last_seen[k] * S > last_normal_end]
         assert verdict.state == ("stale" if crashed_after else "stopped"), verdict.reason
