@@ -89,6 +89,7 @@ def resets_cmd(
     # a true/false column at the end.
     rows = [{**r, "kind": "DRY RUN" if r["dryRun"] else "reset", "partitions": len(r["partitions"]),
              "changes": "; ".join(f"{p['topic']}:{p['partition']} {p['beforeNextOffset']}->{p['afterNextOffset']}"
+                                  + (" refused" if p["refused"] else "")
                                   for p in r["partitions"][:4]) + (" ..." if len(r["partitions"]) > 4 else "")}
             for r in found]
     columns = ["resetId", "kind", "createdAt", "actor", "mode", "status", "forced", "partitions", "reason", "changes"]

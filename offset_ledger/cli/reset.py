@@ -200,23 +200,19 @@ def _print(outcome: Any, fmt: str, export: bool, *, truncate: bool = True) -> No
 
     doc = outcome.to_dict()
     if export:
+        # The export is applied later (--from-file): a target Kafka cannot hold is never written to it.
+        outcome.plan.check_executable()
         sys.stdout.write(export_csv(outcome.plan.partitions))
     else:
+        # The columns are the JSON answer's own names and values (operate/answers.partition_reset_dict),
+        # with the cost's per-partition bytes and span beside them.
         costs = {(c["topic"], c["partition"]): c for c in (doc["cost"] or {}).get("partitions", [])}
-        rows = [{"topic": p["topic"], "partition": p["partition"], "before": p["beforeNextOffset"],
-                 # A refused target is not a target: never print a position Kafka could not hold.
-                 "target": None if p["outOfRange"] and not p["clamped"] else p["targetNextOffset"],
-                 "logStart": p["logStartOffset"], "logEnd": p["logEndOffset"],
-                 "replay": p["recordsReplayed"], "skip": p["recordsSkipped"],
-                 "approxBytes": costs.get((p["topic"], p["partition"]), {}).get("approxBytes"),
-                 "spanSeconds": costs.get((p["topic"], p["partition"]), {}).get("spanSeconds"),
-                 "outOfRange": (None if not p["outOfRange"]
-                                else f"{'clamped' if p['clamped'] else 'refused'}:{p['outOfRange']}")}
+        rows = [{**p, **{k: costs.get((p["topic"], p["partition"]), {}).get(k) for k in ("approxBytes", "spanSeconds")}}
                 for p in doc["partitions"]]
-        emit(rows, ["topic", "partition", "before", "target", "logStart", "logEnd", "replay", "skip", "approxBytes",
-                    "spanSeconds", "outOfRange"], fmt, doc, truncate=truncate)
+        emit(rows, RESET_COLUMNS, fmt, doc, truncate=truncate)
+    refused = sum(1 for p in outcome.plan.partitions if p.refused)
     if outcome.cost is not None:
-        typer.echo(cost_line(outcome.cost), err=True)
+        typer.echo(cost_line(outcome.cost, refused=refused), err=True)
     if outcome.dry_run:
         note = " (executing would be refused: targets out of range)" if outcome.plan.refused else ""
         typer.echo(f"dry run recorded as reset {doc['resetId']}{note}; pass --execute to apply", err=True)
@@ -225,8 +221,15 @@ def _print(outcome: Any, fmt: str, export: bool, *, truncate: bool = True) -> No
                    "fresh checkpoint", err=True)
 
 
-def cost_line(cost: Any) -> str:
-    """One line for people: what the move re-reads and skips, about how many bytes, over what time."""
+#: a reset's table and CSV columns: names of its JSON answer (a refused partition: no target, nothing moved)
+RESET_COLUMNS = ["topic", "partition", "beforeNextOffset", "targetNextOffset", "logStartOffset", "logEndOffset",
+                 "recordsReplayed", "recordsSkipped", "approxBytes", "spanSeconds", "outOfRange", "clamped",
+                 "requestedNextOffset"]
+
+
+def cost_line(cost: Any, *, refused: int = 0) -> str:
+    """One line for people: what the move re-reads and skips, about how many bytes, over what time
+    (``refused`` partitions move nothing and are not counted; the line says so)."""
     from offset_ledger.rules.move_cost import human_bytes, human_span
 
     parts = []
@@ -238,7 +241,9 @@ def cost_line(cost: Any) -> str:
         parts.append(f"{direction} {records:,} records" + (f" (~{human_bytes(size)}{when})" if records else ""))
     unknown = "" if cost.complete else ("; some sizes or times unknown (Kafka did not answer in time, or "
                                         "DESCRIBE on the cluster is not granted)")
-    return "cost: " + "; ".join(parts) + unknown
+    not_counted = "" if not refused else (
+        f"; {refused} partition{'s' if refused != 1 else ''} refused (target outside the log): not counted")
+    return "cost: " + "; ".join(parts) + not_counted + unknown
 
 
 def _minute(ms: int) -> str:

@@ -5,6 +5,7 @@ Each ``to_dict`` is the JSON shape the API returns (camelCase keys, ISO 8601 tim
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -148,15 +149,30 @@ class ResetOutcome:
 
 
 def partition_reset_dict(p: PartitionReset) -> dict[str, Any]:
-    """One partition of a reset plan as every face names it (the API's JSON, the CLI's columns)."""
+    """One partition of a reset plan as every face names it (the API's JSON, the CLI's columns, the
+    console): a refused partition has no target and moves nothing, whatever it requested."""
     return {
         "topic": p.topic, "partition": p.partition,
         "beforeNextOffset": p.before_next_offset,
         "requestedNextOffset": p.requested_next_offset,
-        "targetNextOffset": p.target_next_offset,
+        "targetNextOffset": None if p.refused else p.target_next_offset,
         "logStartOffset": p.log_start_offset, "logEndOffset": p.log_end_offset,
         "recordsReplayed": p.records_replayed, "recordsSkipped": p.records_skipped,
-        "outOfRange": p.out_of_range, "clamped": p.clamped,
+        "outOfRange": p.out_of_range, "clamped": p.clamped, "refused": p.refused,
+    }
+
+
+def audited_partition_dict(p: Mapping[str, Any]) -> dict[str, Any]:
+    """One partition of an audited reset (a ``reset_partitions`` row) in the names of
+    ``partition_reset_dict``. The audit stores the requested offset; outside the log it stood in when
+    audited it was refused (only a dry run keeps one) and is no target. ``afterNextOffset`` is that
+    stored offset under the name scripts read before; ``targetNextOffset`` is the one to read."""
+    after, start, end = p["after_next_offset"], p["log_start_offset"], p["log_end_offset"]
+    refused = start is not None and end is not None and not start <= after <= end
+    return {
+        "topic": p["topic"], "partition": p["partition"],
+        "beforeNextOffset": p["before_next_offset"], "targetNextOffset": None if refused else after,
+        "afterNextOffset": after, "logStartOffset": start, "logEndOffset": end, "refused": refused,
     }
 
 

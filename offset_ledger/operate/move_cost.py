@@ -43,10 +43,12 @@ def cost_of_moves(kafka: Any, moves: Iterable[Move], marks: Mapping[TopicPartiti
 
 
 def reset_cost(kafka: Any, plan: ResetPlan) -> MoveCost:
-    """What a reset plan re-reads and skips, against the watermarks it was planned on."""
-    marks = {p.tp: Watermarks(p.log_start_offset, p.log_end_offset) for p in plan.partitions}
+    """What a reset plan re-reads and skips, against the watermarks it was planned on; a refused
+    partition moves nothing and is not counted."""
+    moving = [p for p in plan.partitions if not p.refused]
+    marks = {p.tp: Watermarks(p.log_start_offset, p.log_end_offset) for p in moving}
     moves = [Move(p.tp, p.log_start_offset if p.before_next_offset is None else p.before_next_offset,
-                  p.target_next_offset) for p in plan.partitions]
+                  p.target_next_offset) for p in moving]
     return cost_of_moves(kafka, moves, marks)
 
 

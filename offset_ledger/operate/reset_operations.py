@@ -17,6 +17,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.reset_store import record_reset
 from offset_ledger.operate.answers import (
     ResetOutcome,
+    audited_partition_dict,
     iso_utc,
 )
 from offset_ledger.operate.inputs import (
@@ -53,11 +54,7 @@ def resets_page(ops: Operations, pipeline: str, consumer_group: str | None = Non
         "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
         "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
         "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
-        "partitions": [{
-            "topic": p["topic"], "partition": p["partition"],
-            "beforeNextOffset": p["before_next_offset"], "afterNextOffset": p["after_next_offset"],
-            "logStartOffset": p["log_start_offset"], "logEndOffset": p["log_end_offset"],
-        } for p in r["partitions"]],
+        "partitions": [audited_partition_dict(p) for p in r["partitions"]],
     } for r in rows[:limit]], more
 
 

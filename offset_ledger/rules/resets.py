@@ -92,16 +92,23 @@ class PartitionReset:
         return TopicPartition(self.topic, self.partition)
 
     @property
-    def records_replayed(self) -> int:
-        """Records that will be read again (target behind the current position)."""
-        base = self._base()
-        return max(0, base - self.target_next_offset)
+    def refused(self) -> bool:
+        """Out of range and not clamped: the requested offset is no target (executing is refused)."""
+        return self.out_of_range is not None and not self.clamped
 
     @property
-    def records_skipped(self) -> int:
-        """Records that will never be read (target ahead of the current position)."""
-        base = self._base()
-        return max(0, self.target_next_offset - base)
+    def records_replayed(self) -> int | None:
+        """Records that will be read again (target behind the current position); None when refused."""
+        if self.refused:
+            return None
+        return max(0, self._base() - self.target_next_offset)
+
+    @property
+    def records_skipped(self) -> int | None:
+        """Records that will never be read (target ahead of the current position); None when refused."""
+        if self.refused:
+            return None
+        return max(0, self.target_next_offset - self._base())
 
     def _base(self) -> int:
         # A partition with no position would start from earliest (the resolver's new-partition rule).
@@ -128,8 +135,8 @@ class ResetPlan:
         return self.out_of_range_policy == "refuse" and bool(self.out_of_range)
 
     def new_positions(self) -> dict[str, dict[str, int]]:
-        """``{"topic": {"0": next_offset}}``: the legacy API's shape."""
-        return offsets_to_nested({p.tp: p.target_next_offset for p in self.partitions})
+        """``{"topic": {"0": next_offset}}``: the legacy API's shape; a refused partition has no new position."""
+        return offsets_to_nested({p.tp: p.target_next_offset for p in self.partitions if not p.refused})
 
     def check_executable(self) -> None:
         """Raise OffsetOutOfRange when the plan must not be executed."""

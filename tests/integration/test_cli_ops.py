@@ -105,7 +105,8 @@ def test_reset_dry_run_execute_and_refusals(pg_dsn: str, kafka, tmp_path: Path) 
     assert r.returncode == 0, r.stderr
     assert "dry run recorded as reset" in r.stderr and "--execute" in r.stderr
     row = r.stdout.splitlines()[1].split()
-    assert row[:8] + row[10:] == [topic, "0", "12", "0", "0", "20", "12", "0", "-"]
+    # topic partition before target logStart logEnd replayed skipped bytes span outOfRange clamped requested
+    assert row[:8] + row[10:] == [topic, "0", "12", "0", "0", "20", "12", "0", "-", "False", "0"]
     assert int(row[8]) > 0 and float(row[9]) >= 0  # about how many bytes, over how many seconds (test_move_cost)
     assert "cost: re-reads 32 records" in r.stderr
     assert offsets("etl") == {topic: {"0": 12, "1": 20}}

@@ -282,6 +282,11 @@ def test_reset_through_the_form_dry_runs_then_executes_and_the_positions_and_aud
     click(browser, "#reset-preview-button")
     wait_for(browser, lambda d: css(d, "#reset-preview").is_displayed(), what="the second dry run")
     assert "will be refused" in css(browser, "#preview-warnings").text
+    # A refused target is no target: the preview shows none, and the audit trail marks the dry run refused.
+    refused = css(browser, "#preview-table tbody tr[data-partition='1']")
+    assert refused.find_element("css selector", "[data-col=target]").text == "—"
+    wait_for(browser, lambda d: f"{recorded.topic}/1: 30 → refused: 99,999 is outside the log" in
+             css(d, "#audit tbody").text, what="the refused dry run marked in the audit trail")
     type_into(browser, "#reset-reason", "should be refused")
     click(browser, "#reset-confirmed")
     click(browser, "#reset-execute")

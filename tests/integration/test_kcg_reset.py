@@ -90,8 +90,8 @@ def test_export_from_file_round_trip_and_kcg_parity(pg_dsn: str, kafka, tmp_path
     r = run(env, "reset", "etl", "--shift-by", "-50", "--topic", a, "--format", "csv")
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
-    assert [(x["partition"], x["target"], x["outOfRange"]) for x in rows] == [
-        ("0", "0", "clamped:below_log_start"), ("1", "0", "clamped:below_log_start")]
+    assert [(x["partition"], x["targetNextOffset"], x["outOfRange"], x["clamped"]) for x in rows] == [
+        ("0", "0", "below_log_start", "True"), ("1", "0", "below_log_start", "True")]
     assert csv_lines(kcg_shift) == [f"{a},0,0", f"{a},1,0"]
 
     # --by-duration: every record is younger than an hour, so the first offset; --timeout is accepted.

@@ -102,7 +102,7 @@ def test_a_reset_states_what_it_rereads_and_skips(pg_dsn: str, kafka) -> None:  
     assert r.returncode == 0, r.stderr
     header, *rows = [line.split(",") for line in r.stdout.strip().splitlines()]
     by_partition = {int(row[header.index("partition")]): dict(zip(header, row)) for row in rows}
-    assert by_partition[0]["skip"] == by_partition[1]["skip"] == "15"
+    assert by_partition[0]["recordsSkipped"] == by_partition[1]["recordsSkipped"] == "15"
     assert float(by_partition[0]["spanSeconds"]) == 14.0 and float(by_partition[1]["spanSeconds"]) == 14 * 60.0
     assert int(by_partition[0]["approxBytes"]) >= 15 * len(VALUE)
     assert "cost: re-reads 0 records; skips 30 records" in r.stderr

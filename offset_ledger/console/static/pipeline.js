@@ -149,7 +149,9 @@
         : `executed (${r.status})`, r.forced ? " forced" : ""),
       el("td", {}, r.actor), el("td", {}, r.reason || "—"),
       el("td", { class: "mono small" }, r.partitions.map((p) => el("div", {},
-        `${p.topic}/${p.partition}: ${num(p.beforeNextOffset)} → ${num(p.afterNextOffset)}`))),
+        p.refused
+          ? `${p.topic}/${p.partition}: ${num(p.beforeNextOffset)} → refused: ${num(p.afterNextOffset)} is outside the log ${num(p.logStartOffset)}–${num(p.logEndOffset)}`
+          : `${p.topic}/${p.partition}: ${num(p.beforeNextOffset)} → ${num(p.targetNextOffset)}`))),
     )), "No resets.", 7);
   }
 

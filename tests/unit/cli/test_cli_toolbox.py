@@ -178,9 +178,13 @@ def test_kcg_modes_export_and_from_file(dsn: str, tmp_path: Path, capsys: pytest
 
     code, out, _ = cli(["reset", "etl", "--shift-by", "-50", "--dsn", dsn, "-f", "csv"], capsys)
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [(r["target"], r["outOfRange"]) for r in rows] == [("5", "clamped:below_log_start")] * 2
-    code, out, _ = cli(["reset", "etl", "--shift-by", "-50", "--out-of-range", "refuse", "--dsn", dsn], capsys)
-    assert code == 0 and "-38" not in out and "refused:below_log_start" in out  # no negative target shown
+    assert [(r["targetNextOffset"], r["outOfRange"], r["clamped"]) for r in rows] == [
+        ("5", "below_log_start", "True")] * 2
+    code, out, _ = cli(["reset", "etl", "--shift-by", "-50", "--out-of-range", "refuse", "--dsn", dsn, "-f", "csv"],
+                       capsys)
+    rows = list(csv.DictReader(io.StringIO(out)))  # no negative target shown: the request is marked refused
+    assert code == 0 and [(r["targetNextOffset"], r["requestedNextOffset"], r["outOfRange"], r["clamped"])
+                          for r in rows] == [("", "-38", "below_log_start", "False"), ("", "-33", "below_log_start", "False")]
     code, _, err = cli(["reset", "etl", "--shift-by", "-50", "--out-of-range", "refuse", "--execute", "--reason", "test", "--dsn", dsn],
                        capsys)
     assert code == 3 and "outside the log" in err

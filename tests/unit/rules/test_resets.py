@@ -134,14 +134,18 @@ def test_plan_invariants(before: int, start: int, length: int, requested: int, p
     plan = plan_reset(ResetRequest("offsets", offsets={TP0: requested}, out_of_range=policy),  # type: ignore[arg-type]
                       [Position("orders", 0, before)], marks)
     (p,) = plan.partitions
-    # Replay and skip are exclusive and measure the move exactly.
-    assert p.target_next_offset - before == p.records_skipped - p.records_replayed
-    assert min(p.records_replayed, p.records_skipped) == 0
     in_range = start <= p.requested_next_offset <= start + length
     assert (p.out_of_range is None) == in_range
     if policy == "clamp" or in_range:
+        # Replay and skip are exclusive and measure the move exactly.
+        assert p.records_replayed is not None and p.records_skipped is not None
+        assert p.target_next_offset - before == p.records_skipped - p.records_replayed
+        assert min(p.records_replayed, p.records_skipped) == 0
         assert start <= p.target_next_offset <= start + length
+        assert not p.refused and plan.new_positions() == {"orders": {"0": p.target_next_offset}}
         plan.check_executable()
     else:
+        # Refused: no target, so nothing is replayed or skipped and no new position is offered.
         assert p.target_next_offset == p.requested_next_offset
-        assert plan.refused
+        assert p.refused and plan.refused and p.records_replayed is None and p.records_skipped is None
+        assert plan.new_positions() == {}
