@@ -126,16 +126,7 @@ for _method in ("GET", "POST"):
 
 @resource.get("/pipelines", summary="Every pipeline with state, last batch time, lag and findings")
 def list_pipelines(request: Request, lag: bool = Query(True, description="ask Kafka for lag")) -> Any:
-    from offset_ledger.operate.audit import findings_counts
-
-    ops = _ops(request)
-    rows = [p.to_dict() for p in reads.list_pipelines(ops, with_lag=lag)]
-    counts = findings_counts(ops)  # the CLI's FINDINGS column: findings recorded, a repeated one once
-    # The console colours the count only for findings that need a look (not first_run / new_partition).
-    attention = findings_counts(ops, informational=False)
-    for row in rows:
-        row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
-        row["findingsAttention"] = attention.get((row["pipeline"], row["consumerGroup"]), 0)
+    rows = reads.pipeline_answers(_ops(request), with_lag=lag)
     # Already JSON-ready: returned as a response, FastAPI skips jsonable_encoder (17x json.dumps here).
     return JSONResponse({"pipelines": rows})
 

@@ -61,7 +61,8 @@ def findings_cmd(
             more_signal(f"--before {before} (or --all)")
         return
     emit(rows, ["id", "createdAt", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
-                "actualOffset", "message"], fmt, {"consumerGroup": group, "findings": rows, "nextBefore": before})
+                "actualOffset", "message"], fmt,
+         {"pipeline": pipeline, "consumerGroup": group, "findings": rows, "nextBefore": before})
     if before is not None:
         more_signal(f"--before {before} (or --all)")
 
@@ -96,7 +97,7 @@ def resets_cmd(
     if fmt == "csv":  # the machine formats keep the API's dryRun field
         columns = ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
                    "changes"]
-    emit(rows, columns, fmt, {"consumerGroup": group, "resets": found}, truncate=not no_truncate)
+    emit(rows, columns, fmt, {"pipeline": pipeline, "consumerGroup": group, "resets": found}, truncate=not no_truncate)
     dry = sum(1 for r in found if r["dryRun"])
     if dry and fmt == "table":
         typer.echo(f"{dry} of {len(found)} shown are dry runs: audited, nothing applied (--no-dry-runs hides them)",

@@ -191,7 +191,8 @@ def replay_cmd(
                         generation=generation, consumer_group=consumer_group)
     finally:
         ops.close()
-    doc = result.to_dict()
+    # The API's answer for a batch (GET .../batches/{batch}/range) names the pipeline and the batch too.
+    doc = {"pipeline": pipeline, **({"batchId": batch} if batch is not None else {}), **result.to_dict()}
     if fmt == "json":
         typer.echo(_json.dumps(doc, indent=2))
     else:

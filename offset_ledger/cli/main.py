@@ -111,29 +111,24 @@ def pipelines_cmd(
 ) -> None:
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
-    from offset_ledger.operate.audit import findings_counts
-
     fmt = _check_format(fmt)
     from offset_ledger.operate import reads
 
     ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
     try:
-        rows = [p.to_dict() for p in reads.list_pipelines(ops, with_lag=lag and ops.has_kafka)]
-        counts = findings_counts(ops)
+        rows = reads.pipeline_answers(ops, with_lag=lag and ops.has_kafka)
     finally:
         ops.close()
-    for row in rows:
-        row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
     if fmt != "json":
         for row in rows:
             gen = row["generation"]
             row["generation"] = None if gen is None else f"{gen['generation']}({gen['appVersion'] or '-'})"
             # Loud on purpose: a foreign run is a second deployment or an old checkpoint still running.
             row["foreignRuns"] = f"FOREIGN:{','.join(row['foreignRunIds'])}" if row["foreignRunIds"] else None
-            row["why"] = row["stateReason"]  # the same answer and evidence as the API, console and 409
             row["headroom"] = _headroom_cell(row, fmt)
+        # stateReason: the same answer and evidence as the API, the console and the 409, under its name
         columns = ["pipeline", "consumerGroup", "state", "status", "generation", "foreignRuns", "partitions",
-                   "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "why"]
+                   "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "stateReason"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
     _emit(rows, columns, fmt, truncate=not no_truncate)
@@ -219,7 +214,8 @@ def history_cmd(
         from offset_ledger.cli.sink_columns import output_columns
 
         rows, columns = output_columns(items, columns)
-    _emit(rows, columns, fmt, {"batches": items, "nextCursor": page.next_cursor}, truncate=not no_truncate)
+    _emit(rows, columns, fmt, {"pipeline": pipeline, "batches": items, "nextCursor": page.next_cursor},
+          truncate=not no_truncate)
     if page.next_cursor:
         more_signal(f"--cursor {page.next_cursor} (or --all)")
 

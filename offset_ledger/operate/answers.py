@@ -162,6 +162,20 @@ def partition_reset_dict(p: PartitionReset) -> dict[str, Any]:
     }
 
 
+def audited_parameters(stored: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """An audited reset's request (``ResetRequest.parameters``, stored as written: ``out_of_range``,
+    ``shift_by``, ...) under the answer's camelCase names; the maps below a key (topics, partitions) are
+    data and kept as they are."""
+    if stored is None:
+        return None
+    return {_camel(k): v for k, v in stored.items()}
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
 def audited_partition_dict(p: Mapping[str, Any]) -> dict[str, Any]:
     """One partition of an audited reset (a ``reset_partitions`` row) in the names of
     ``partition_reset_dict``. The audit stores the requested offset; outside the log it stood in when

@@ -21,6 +21,7 @@ from offset_ledger.errors import InvalidInput, KafkaError, UnknownTopic
 from offset_ledger.ledger import queries
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.loss_reads import shortfall_findings
+from offset_ledger.operate.audit import findings_counts
 from offset_ledger.operate.answers import HistoryPage, PartitionLag, PipelineSummary, iso_utc
 from offset_ledger.operate.inputs import check_limit, check_topic, decode_cursor, encode_cursor
 from offset_ledger.operate.loss_status import per_pipeline
@@ -62,6 +63,19 @@ def require_visible(ops: Operations, pipeline: str) -> None:
 
 
 # -- reads
+
+
+def pipeline_answers(ops: Operations, *, with_lag: bool = True) -> list[dict[str, Any]]:
+    """The pipelines list as every face answers it: each summary with ``findings`` (recorded, a repeated
+    one once: the CLI's FINDINGS column) and ``findingsAttention`` (those that need a look, not
+    first_run / new_partition: the console colours only these)."""
+    rows = [p.to_dict() for p in list_pipelines(ops, with_lag=with_lag)]
+    counts = findings_counts(ops)
+    attention = findings_counts(ops, informational=False)
+    for row in rows:
+        row["findings"] = counts.get((row["pipeline"], row["consumerGroup"]), 0)
+        row["findingsAttention"] = attention.get((row["pipeline"], row["consumerGroup"]), 0)
+    return rows
 
 
 def list_pipelines(ops: Operations, *, with_lag: bool = True) -> list[PipelineSummary]:

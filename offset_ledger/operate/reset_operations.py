@@ -17,6 +17,7 @@ from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.reset_store import record_reset
 from offset_ledger.operate.answers import (
     ResetOutcome,
+    audited_parameters,
     audited_partition_dict,
     iso_utc,
 )
@@ -53,7 +54,7 @@ def resets_page(ops: Operations, pipeline: str, consumer_group: str | None = Non
         "resetId": r["id"], "mode": r["mode"], "actor": r["actor"], "reason": r["reason"],
         "dryRun": bool(r["dry_run"]), "forced": bool(r["forced"]), "status": r["status"],
         "createdAt": iso_utc(r["created_at"]), "consumedAt": iso_utc(r["consumed_at"]),
-        "consumedByGeneration": r["consumed_by_generation"], "parameters": r["parameters"],
+        "consumedByGeneration": r["consumed_by_generation"], "parameters": audited_parameters(r["parameters"]),
         "partitions": [audited_partition_dict(p) for p in r["partitions"]],
     } for r in rows[:limit]], more
 

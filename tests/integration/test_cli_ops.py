@@ -44,12 +44,12 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     header, row = r.stdout.splitlines()
     assert header.split() == ["PIPELINE", "CONSUMER_GROUP", "STATE", "STATUS", "GENERATION", "FOREIGN_RUNS",
                               "PARTITIONS", "LAST_BATCH_TIME", "LAST_BATCH_ID", "LAG", "HEADROOM", "FINDINGS",
-                              "WHY"]
+                              "STATE_REASON"]
     cells = row.split()
     assert cells[:3] == ["etl", "etl", "stopped"] and cells[4:7] == ["-", "-", "2"]
     # the default retention (7 days) minus the age of the record at partition 0's position
     assert cells[9] == "8" and cells[10].startswith("OK:6d") and cells[11] == "0"
-    assert " ".join(cells[12:]).startswith("query ended ")  # WHY: the stopped state's evidence (rules.liveness)
+    assert " ".join(cells[12:]).startswith("query ended ")  # STATE_REASON: the stopped state's evidence (rules.liveness)
 
     r = run(env, "offsets", "etl", "--format", "json")
     assert json.loads(r.stdout) == {topic: {"0": 12, "1": 20}}
