@@ -14,7 +14,7 @@ from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
-from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.answers import position_answer
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operate import operations_metrics, reads, reset_operations
@@ -137,11 +137,7 @@ def pipeline_offsets(request: Request, pipeline: str = Path(pattern=NAME_PATTERN
     group, rows = reads.positions(_ops(request), pipeline, consumerGroup)
     return {
         "pipeline": pipeline, "consumerGroup": group,
-        "positions": [{
-            "topic": r["topic"], "partition": r["partition"], "nextOffset": r["next_offset"],
-            "updatedAt": iso_utc(r["updated_at"]), "placedBy": "reset" if r["reset_id"] is not None else "batch",
-            "queryId": r["query_id"], "batchId": r["batch_id"], "resetId": r["reset_id"],
-        } for r in rows],
+        "positions": [position_answer(r) for r in rows],
     }
 
 

@@ -149,16 +149,13 @@ def offsets_cmd(
         group, rows = reads.positions(ops, pipeline, consumer_group)
     finally:
         ops.close()
+    from offset_ledger.operate.answers import position_answer
+
     document: dict[str, dict[str, int]] = {}
-    out = []
     for r in rows:
         document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
-        # One casing in JSON, CSV and the API: camelCase (the table's headers are its UPPER_SNAKE).
-        out.append({"topic": r["topic"], "partition": r["partition"], "nextOffset": r["next_offset"],
-                    "placedBy": ("reset" if r["reset_id"] is not None
-                                 else "generation" if r.get("generation_id") is not None and r["query_id"] is None
-                                 else "batch"),
-                    "updatedAt": r["updated_at"], "batchId": r["batch_id"], "resetId": r["reset_id"]})
+    # The API's positions items (one function for both faces); the table's headers are their UPPER_SNAKE.
+    out = [position_answer(r) for r in rows]
     _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
           truncate=not no_truncate)
 

@@ -148,6 +148,17 @@ class ResetOutcome:
         }
 
 
+def position_answer(row: Mapping[str, Any]) -> dict[str, Any]:
+    """One position (a ``queries.position_details`` row) as every face names it; ``placedBy`` says what
+    wrote it: a reset, a checkpoint generation's start (no query yet) or a batch."""
+    placed_by = ("reset" if row["reset_id"] is not None
+                 else "generation" if row.get("generation_id") is not None and row["query_id"] is None
+                 else "batch")
+    return {"topic": row["topic"], "partition": row["partition"], "nextOffset": row["next_offset"],
+            "updatedAt": iso_utc(row["updated_at"]), "placedBy": placed_by, "queryId": row["query_id"],
+            "batchId": row["batch_id"], "resetId": row["reset_id"]}
+
+
 def partition_reset_dict(p: PartitionReset) -> dict[str, Any]:
     """One partition of a reset plan as every face names it (the API's JSON, the CLI's columns, the
     console): a refused partition has no target and moves nothing, whatever it requested."""

@@ -166,3 +166,19 @@ def test_each_csv_column_is_a_fact_of_the_answer_with_its_value(
                 continue
             value = item[column]
             assert shown == ("" if value is None else str(value)), (argv[0], column, shown, value)
+
+
+def test_offsets_csv_rows_are_the_api_positions(dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """``offsets -f json`` keeps the legacy ``{"topic": {"0": n}}`` (scripts feed it back); its CSV rows
+    are the API's ``positions`` items, what placed each position and when included."""
+    code, out, err = run_cli(capsys, "offsets", P, "--dsn", dsn, "-f", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    items = api.get(f"/api/v1/pipelines/{P}/offsets").json()["positions"]
+    assert len(rows) == len(items) == 3
+    for row, item in zip(rows, items):
+        for column, shown in row.items():
+            assert column in item, f"offsets: CSV column {column!r} is no name of the answer"
+            assert shown == ("" if item[column] is None else str(item[column])), (column, shown, item[column])
+    code, out, _ = run_cli(capsys, "offsets", P, "--dsn", dsn, "-f", "json")
+    assert json.loads(out) == {"orders": {str(i["partition"]): i["nextOffset"] for i in items}}
