@@ -17,7 +17,10 @@ from offset_ledger.cli.support import (
     KafkaOptionOption,
     NoTruncateOption,
     TimeoutOption,
+    check_format,
+    emit,
     kafka_client,
+    operations,
     plain_help,
 )
 from offset_ledger.errors import OffsetLedgerError
@@ -77,8 +80,6 @@ def _main(
 
 def _ops(dsn: Optional[str], kafka=None):  # type: ignore[no-untyped-def]
     """Operations over an existing ledger; ``kafka`` is a ``kafka_client(...)`` or bootstrap servers."""
-    from offset_ledger.cli.support import operations
-
     return operations(dsn, kafka_client(kafka) if isinstance(kafka, str) else kafka)
 
 
@@ -87,18 +88,6 @@ def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
     from offset_ledger.kafka.client_config import parse_option_items
 
     return parse_option_items(items)
-
-
-def _check_format(fmt: str) -> str:
-    from offset_ledger.cli.support import check_format
-
-    return check_format(fmt)
-
-
-def _emit(rows: list[dict], columns: list[str], fmt: str, document: object = None, *, truncate: bool = True) -> None:
-    from offset_ledger.cli.support import emit
-
-    emit(rows, columns, fmt, document, truncate=truncate)
 
 
 @app.command("pipelines")
@@ -111,7 +100,7 @@ def pipelines_cmd(
 ) -> None:
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
-    fmt = _check_format(fmt)
+    fmt = check_format(fmt)
     from offset_ledger.operate import reads
 
     ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
@@ -131,7 +120,7 @@ def pipelines_cmd(
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "stateReason"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
-    _emit(rows, columns, fmt, truncate=not no_truncate)
+    emit(rows, columns, fmt, truncate=not no_truncate)
 
 
 @app.command("offsets")
@@ -141,7 +130,7 @@ def offsets_cmd(
     no_truncate: bool = NoTruncateOption,
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
-    fmt = _check_format(fmt)
+    fmt = check_format(fmt)
     from offset_ledger.operate import reads
 
     ops = _ops(dsn)
@@ -156,7 +145,7 @@ def offsets_cmd(
         document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
     # The API's positions items (one function for both faces); the table's headers are their UPPER_SNAKE.
     out = [position_answer(r) for r in rows]
-    _emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
+    emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
           truncate=not no_truncate)
 
 
@@ -184,7 +173,7 @@ def history_cmd(
     from offset_ledger.cli.support import check_limit
     from offset_ledger.operate.inputs import MAX_LIMIT
 
-    fmt = _check_format(fmt)
+    fmt = check_format(fmt)
     if not every:
         check_limit(limit)
     from offset_ledger.operate import reads
@@ -211,7 +200,7 @@ def history_cmd(
         from offset_ledger.cli.sink_columns import output_columns
 
         rows, columns = output_columns(items, columns)
-    _emit(rows, columns, fmt, {"pipeline": pipeline, "batches": items, "nextCursor": page.next_cursor},
+    emit(rows, columns, fmt, {"pipeline": pipeline, "batches": items, "nextCursor": page.next_cursor},
           truncate=not no_truncate)
     if page.next_cursor:
         more_signal(f"--cursor {page.next_cursor} (or --all)")
@@ -228,12 +217,12 @@ def topic_cmd(
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
     from offset_ledger.operate.reads import describe_topic
 
-    fmt = _check_format(fmt)
+    fmt = check_format(fmt)
     with kafka_client(bootstrap_servers, kafka_option, command_config, timeout).adapter() as adapter:
         details = describe_topic(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
-    _emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=not no_truncate)
+    emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=not no_truncate)
 
 
 @app.command("lag")
@@ -249,7 +238,7 @@ def lag_cmd(
 
     Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
     """
-    fmt = _check_format(fmt)
+    fmt = check_format(fmt)
     from offset_ledger.operate import reads
 
     ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
@@ -266,7 +255,7 @@ def lag_cmd(
         columns.append("headroom")
     else:
         columns += ["headroomSeconds", "headroomStatus", "headroomBasis"]
-    _emit(rows, columns, fmt, truncate=not no_truncate)
+    emit(rows, columns, fmt, truncate=not no_truncate)
 
 
 def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
