@@ -9,16 +9,18 @@ Per source partition, in this order (each step is why the next one is safe)::
 
     init_transactions()      a new epoch for <pipeline>.<sink>.<topic>.<partition>: any older attempt
                              (a retried task, a zombie executor or driver) is fenced, its open
-                             transaction aborted
+                             transaction aborted (once per worker: the producer is kept between batches)
     committed(group)         the sink's position in that partition, read after the fence: nothing
                              older can move it any more
+    begin_transaction(); send_offsets_to_transaction(max(batch end, position), mark)
+                             first: it fails for a kept producer a newer attempt fenced (replaced then)
     produce rows >= position the rows an earlier attempt committed are skipped, not written again
-    send_offsets_to_transaction(position', mark)   in the same transaction as the outputs
-    commit_transaction()
+    commit_transaction()     outputs and position, one fact
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -53,26 +55,80 @@ def _committed(consumer: Any, topic: str, partition: int, timeout_s: float) -> i
             time.sleep(0.2)
 
 
-class PartitionWriter:
-    """One source partition's transaction: fence, read the position, write what is past it, commit."""
+#: Producers kept between batches, one per transactional id, in each Python worker (and the driver). Taken out
+#: while a partition uses it, put back after its commit; a producer that failed is never put back. Creating one
+#: and ``init_transactions`` cost most of a small batch (issue 53's benchmark: ~1.3 s a batch of 6 partitions).
+_PRODUCERS: dict[tuple[str, str], Any] = {}
+_CONSUMERS: dict[str, Any] = {}
+_LOCK = threading.Lock()
 
-    def __init__(self, cfg: Mapping[str, Any], consumer: Any, topic: str, partition: int) -> None:
-        from confluent_kafka import Producer
+
+def _conf_key(conf: Mapping[str, Any]) -> str:
+    return repr(sorted((k, str(v)) for k, v in conf.items()))
+
+
+class PartitionWriter:
+    """One source partition's transaction: fence, read the position, write what is past it, commit.
+
+    The source position goes to the transaction first (``send_offsets_to_transaction``, right after
+    ``begin_transaction``), before any row: it is known up front (the batch's end of the partition, or
+    the group's position when that is further), and it is the first call that asks the coordinator
+    whether this producer's epoch is still the newest. A kept producer that a newer attempt fenced
+    since its last batch fails there, before a row was taken from the task's iterator, and is replaced
+    by a new one (whose ``init_transactions`` fences that attempt in turn) without failing the task.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], consumer: Any, topic: str, partition: int,
+                 ranges: Mapping[tuple[str, int], tuple[int | None, int]], mark: str) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
 
         self.cfg, self.consumer, self.topic, self.partition = cfg, consumer, topic, partition
+        self.until = ranges[(topic, partition)][1]
         timeout = float(cfg["timeout_s"])
-        self.producer = Producer(_client({
+        conf = _client({
             **cfg["client"], "transactional.id": transactional_id(cfg["pipeline"], cfg["sink"], topic, partition),
             "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": cfg["transaction_timeout_ms"],
-            **cfg["producer"]}))
-        self.producer.init_transactions(timeout)
-        self.position = _committed(consumer, topic, partition, timeout)
-        self.producer.begin_transaction()
+            # The next transaction's first call meets the coordinator still finishing the last one
+            # (CONCURRENT_TRANSACTIONS) and is retried after this backoff: librdkafka's default 100 ms was
+            # most of a small batch's transaction (measured: 100 ms -> 8 ms per partition and batch).
+            "retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
+            **cfg["producer"]})
+        self.key = (conf["transactional.id"], _conf_key(conf))
+        with _LOCK:
+            producer = _PRODUCERS.pop(self.key, None)
+        fresh = producer is None
+        while True:
+            if producer is None:
+                producer = self._new(conf, timeout)
+            self.producer = producer
+            try:
+                # After the fence (a new producer's init) or with a kept producer nothing else wrote since.
+                self.position = _committed(consumer, topic, partition, timeout)
+                self.committing = commit_position(self.until, None, self.position)
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(topic, partition, self.committing, metadata=mark)],
+                    consumer.consumer_group_metadata(), timeout)
+                break
+            except KafkaException:
+                self.abort()
+                if fresh:
+                    raise
+                producer, fresh = None, True  # a newer attempt fenced the kept producer: fence it back
         self.written = self.skipped = 0
-        self.last: int | None = None
+
+    @staticmethod
+    def _new(conf: Mapping[str, Any], timeout: float) -> Any:
+        from confluent_kafka import Producer
+
+        producer = Producer(dict(conf))
+        producer.init_transactions(timeout)
+        return producer
 
     def write(self, offset: int, value: Any, key: Any, headers: Any, out_partition: Any) -> None:
-        self.last = offset if self.last is None or offset > self.last else self.last
+        if offset >= self.until:
+            raise ValueError(f"a row of {self.topic}[{self.partition}] at offset {offset} lies past this batch's "
+                             f"end of the partition ({self.until}): the sink writes the batch's own records only")
         if not to_write(offset, self.position):
             self.skipped += 1
             return
@@ -89,19 +145,14 @@ class PartitionWriter:
                 self.producer.poll(0.05)
         self.written += 1
 
-    def commit(self, ranges: Mapping[tuple[str, int], tuple[int | None, int]], mark: str) -> PartitionRun:
-        from confluent_kafka import TopicPartition
-
-        until = ranges.get((self.topic, self.partition), (None, None))[1]
-        position = commit_position(until, self.last, self.position)
-        timeout = float(self.cfg["timeout_s"])
-        self.producer.send_offsets_to_transaction(
-            [TopicPartition(self.topic, self.partition, position, metadata=mark)],
-            self.consumer.consumer_group_metadata(), timeout)
-        self.producer.commit_transaction(timeout)
-        return PartitionRun(self.topic, self.partition, self.written, self.skipped, position)
+    def commit(self) -> PartitionRun:
+        self.producer.commit_transaction(float(self.cfg["timeout_s"]))
+        with _LOCK:
+            _PRODUCERS[self.key] = self.producer  # kept for this partition's next batch
+        return PartitionRun(self.topic, self.partition, self.written, self.skipped, self.committing)
 
     def abort(self) -> None:
+        """Give the transaction up; the producer is dropped (never kept after a failure)."""
         try:
             self.producer.abort_transaction(5)
         except Exception:  # noqa: BLE001 - fenced or gone: the broker aborts it at the timeout anyway
@@ -109,10 +160,16 @@ class PartitionWriter:
 
 
 def _consumer(cfg: Mapping[str, Any]) -> Any:
+    """The sink group's consumer (never subscribed: it reads committed positions and names the group)."""
     from confluent_kafka import Consumer
 
-    return Consumer(_client({**cfg["client"], "group.id": cfg["group"], "enable.auto.commit": False,
-                             "isolation.level": "read_committed"}))
+    conf = _client({**cfg["client"], "group.id": cfg["group"], "enable.auto.commit": False,
+                    "isolation.level": "read_committed"})
+    key = _conf_key(conf)
+    with _LOCK:
+        if key not in _CONSUMERS:
+            _CONSUMERS[key] = Consumer(conf)
+        return _CONSUMERS[key]
 
 
 def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[tuple[str, int, int, int, int]]:
@@ -122,7 +179,6 @@ def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[tu
     Each row is (topic, partition, offset, value, key, headers, output partition), as the driver selected.
     """
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    consumer = None
     current: PartitionWriter | None = None
     try:
         for row in rows:
@@ -132,37 +188,30 @@ def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[tu
                                  f"ranges: the sink writes rows of the batch's own Kafka records only")
             if current is None or (current.topic, current.partition) != (topic, partition):
                 if current is not None:
-                    yield _run(current.commit(ranges, cfg["mark"]))
-                consumer = consumer or _consumer(cfg)
-                current = PartitionWriter(cfg, consumer, topic, partition)
+                    done, current = current, None
+                    yield _run(done.commit())
+                current = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
             current.write(int(row[2]), row[3], row[4], row[5], row[6])
         if current is not None:
-            yield _run(current.commit(ranges, cfg["mark"]))
-            current = None
+            done, current = current, None
+            yield _run(done.commit())
     except BaseException:
         if current is not None:
             current.abort()
         raise
-    finally:
-        if consumer is not None:
-            consumer.close()
 
 
 def commit_empty(cfg: Mapping[str, Any], partitions: Iterable[tuple[str, int]]) -> list[PartitionRun]:
     """The transactions of source partitions no row reached (all filtered out): the position and mark only."""
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
     out = []
-    consumer = _consumer(cfg)
-    try:
-        for topic, partition in partitions:
-            writer = PartitionWriter(cfg, consumer, topic, partition)
-            try:
-                out.append(writer.commit(ranges, cfg["mark"]))
-            except BaseException:
-                writer.abort()
-                raise
-    finally:
-        consumer.close()
+    for topic, partition in partitions:
+        writer = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+        try:
+            out.append(writer.commit())
+        except BaseException:
+            writer.abort()
+            raise
     return out
 
 

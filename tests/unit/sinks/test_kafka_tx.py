@@ -77,6 +77,8 @@ def fake_kafka(broker: Broker, die_after: dict[str, int] | None = None) -> types
             pass
 
         def send_offsets_to_transaction(self, tps: list[TopicPartition], group: str, timeout: float) -> None:
+            if broker.epochs[self.tid] != self.epoch:  # the coordinator knows a newer epoch
+                raise KafkaException(f"{self.tid}: producer fenced")
             self.offsets += [(group, tp) for tp in tps]
 
         def commit_transaction(self, timeout: float) -> None:
@@ -94,6 +96,16 @@ def fake_kafka(broker: Broker, die_after: dict[str, int] | None = None) -> types
     mod.Consumer = Consumer  # type: ignore[attr-defined]
     mod.Producer = Producer  # type: ignore[attr-defined]
     return mod
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_clients() -> Any:
+    """Each test starts with no producer or consumer kept from another test's fake broker."""
+    _kafka_tx._PRODUCERS.clear()
+    _kafka_tx._CONSUMERS.clear()
+    yield
+    _kafka_tx._PRODUCERS.clear()
+    _kafka_tx._CONSUMERS.clear()
 
 
 def _cfg(ranges: list[tuple[str, int, int, int]], seq: int = 1) -> dict[str, Any]:
@@ -127,14 +139,40 @@ def test_a_zombie_attempt_cannot_commit_after_the_retry_fenced_it(monkeypatch) -
     kafka = fake_kafka(broker)
     monkeypatch.setitem(sys.modules, "confluent_kafka", kafka)
     ranges = [("in", 0, 0, 5)]
-    zombie = _kafka_tx.PartitionWriter(_cfg(ranges), kafka.Consumer({"group.id": "g"}), "in", 0)  # type: ignore[attr-defined]
+    zombie = _kafka_tx.PartitionWriter(_cfg(ranges), kafka.Consumer({"group.id": "g"}), "in", 0,  # type: ignore[attr-defined]
+                                       {("in", 0): (0, 5)}, "")
     for row in _rows(0, range(5)):
         zombie.write(*row[2:])
     # The retry initialises after it (a new epoch), reads the position, writes and commits.
     assert list(_kafka_tx.write_partitions(_cfg(ranges), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
     with pytest.raises(Fenced):
-        zombie.commit({("in", 0): (0, 5)}, "")
+        zombie.commit()
     assert len(broker.log) == 5  # the retry's five, not the zombie's
+
+
+def test_a_kept_producer_a_newer_attempt_fenced_is_replaced_before_any_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    broker = Broker()
+    kafka = fake_kafka(broker)
+    monkeypatch.setitem(sys.modules, "confluent_kafka", kafka)
+    assert list(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
+    assert len(_kafka_tx._PRODUCERS) == 1 and broker.epochs["p.p:out.in.0"] == 1
+    # Another worker's attempt (a zombie of a killed driver, say) initialised since: the kept one is stale.
+    other = kafka.Producer({"transactional.id": "p.p:out.in.0"})  # type: ignore[attr-defined]
+    other.init_transactions(1)
+    runs = list(_kafka_tx.write_partitions(_cfg([("in", 0, 5, 10)], seq=2), iter(_rows(0, range(5, 10)))))
+    assert runs == [("in", 0, 5, 0, 10)] and broker.epochs["p.p:out.in.0"] == 3  # replaced, fenced back
+    assert len(broker.log) == 10
+    # The next batch reuses the kept producer: no new epoch.
+    list(_kafka_tx.write_partitions(_cfg([("in", 0, 10, 12)], seq=3), iter(_rows(0, range(10, 12)))))
+    assert broker.epochs["p.p:out.in.0"] == 3 and len(broker.log) == 12
+
+
+def test_a_row_past_the_batchs_end_of_its_partition_is_refused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    broker = Broker()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
+    with pytest.raises(ValueError, match=r"offset 5 lies past this batch's end"):
+        list(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(6)))))
+    assert broker.log == [] and broker.groups == {}
 
 
 def test_rows_of_a_partition_outside_the_batch_are_refused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
