@@ -188,3 +188,18 @@ def test_a_partition_without_rows_still_commits_the_batch_end(monkeypatch) -> No
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     runs = _kafka_tx.commit_empty(_cfg([("in", 0, 3, 8)]), [("in", 0)])
     assert [(r.written, r.committed) for r in runs] == [(0, 8)] and broker.groups[("g", "in", 0)][0] == 8
+
+
+def test_a_batch_without_its_source_columns_is_refused_before_the_ledger_or_kafka_is_touched() -> None:
+    from offset_ledger.errors import SinkInputRefused, exit_code
+    from offset_ledger.sinks import KafkaSink
+
+    class Aggregated:  # what foreachBatch hands the sink after a count(): no source record per row
+        columns = ["value", "n"]
+
+    # Nothing listens on either address: a refusal that connected first would fail otherwise.
+    sink = KafkaSink(topic="out", bootstrap_servers="127.0.0.1:9", pipeline="p", dsn="postgresql://x@127.0.0.1:9/l",
+                     checkpoint_location="/nowhere")
+    with pytest.raises(SinkInputRefused, match=r"no topic, partition, offset column\(s\)") as refused:
+        sink.write(Aggregated(), 0)
+    assert exit_code(refused.value) == 2 and refused.value.details["missing"] == ["topic", "partition", "offset"]
