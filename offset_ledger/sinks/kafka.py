@@ -117,6 +117,10 @@ class KafkaSink:
 
     def write(self, df: Any, batch_id: int) -> SinkDecision:
         """Write ``df`` per source partition in Kafka transactions, then record the batch (or skip / fence it)."""
+        if type(df).__module__.startswith("pyspark.sql.connect"):
+            # The executors' transactions run in an RDD mapPartitions, which Spark Connect does not offer.
+            raise ConfigError(f"sink {self.name!r} runs on classic Spark only: Spark Connect has no RDD API for the "
+                              f"per-partition transactions (docs/sinks.md, Kafka); nothing was written", sink=self.name)
         columns = list(df.columns)
         missing = missing_columns(columns, "value")
         if missing:  # before the ledger or Kafka is touched

@@ -203,3 +203,15 @@ def test_a_batch_without_its_source_columns_is_refused_before_the_ledger_or_kafk
     with pytest.raises(SinkInputRefused, match=r"no topic, partition, offset column\(s\)") as refused:
         sink.write(Aggregated(), 0)
     assert exit_code(refused.value) == 2 and refused.value.details["missing"] == ["topic", "partition", "offset"]
+
+
+def test_a_spark_connect_batch_is_refused_before_anything_is_touched() -> None:
+    from offset_ledger.errors import ConfigError
+    from offset_ledger.sinks import KafkaSink
+
+    connect = type("DataFrame", (), {"__module__": "pyspark.sql.connect.dataframe",
+                                     "columns": ["topic", "partition", "offset", "value"]})
+    sink = KafkaSink(topic="out", bootstrap_servers="127.0.0.1:9", pipeline="p", dsn="postgresql://x@127.0.0.1:9/l",
+                     checkpoint_location="/nowhere")
+    with pytest.raises(ConfigError, match="classic Spark only"):
+        sink.write(connect(), 0)
