@@ -110,7 +110,8 @@ class PartitionRun:
     committed: int
 
 
-def batch_partitions(ranges: Iterable[tuple[str, int, int | None, int]]) -> dict[tuple[str, int], tuple[int | None, int]]:
+def batch_partitions(ranges: Iterable[tuple[str, int, int | None, int]],
+                     ) -> dict[tuple[str, int], tuple[int | None, int]]:
     """The source partitions a batch commits, with their (from, until): those it read anything of."""
     return {(t, p): (f, u) for t, p, f, u in ranges if f is None or u > f}
 

@@ -43,7 +43,8 @@ def _committed(consumer: Any, topic: str, partition: int, timeout_s: float) -> i
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            tp = consumer.committed([TopicPartition(topic, partition)], timeout=max(1.0, deadline - time.monotonic()))[0]
+            left = max(1.0, deadline - time.monotonic())
+            tp = consumer.committed([TopicPartition(topic, partition)], timeout=left)[0]
             if tp.error is not None:
                 raise KafkaException(tp.error)
             return tp.offset if tp.offset >= 0 else None

@@ -164,7 +164,8 @@ class KafkaSink:
                 "timeout_s": self.timeout_s, "mark": mark,
                 "ranges": [(t, p, f, u) for (t, p), (f, u) in sorted(ranges.items())]}
 
-    def _write_partitions(self, df: Any, columns: list[str], cfg: dict[str, Any], partitions: int) -> list[PartitionRun]:
+    def _write_partitions(self, df: Any, columns: list[str], cfg: dict[str, Any],
+                          partitions: int) -> list[PartitionRun]:
         """The executors' transactions: rows grouped by source partition (a shuffle on the JVM side), sorted by
         offset within it, one task per group of partitions; only the per-partition counts come back."""
         from pyspark.sql import functions as F

@@ -83,7 +83,8 @@ def main(cfg: dict[str, Any]) -> None:
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", cfg["bootstrap"])
           .option("subscribe", cfg["topic"]).option("startingOffsets", plan.starting_offsets_json)
           .option("maxOffsetsPerTrigger", str(cfg.get("max_per_trigger", 60))).load()
-          .selectExpr("topic", "partition", "offset", "key", "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value"))
+          .selectExpr("topic", "partition", "offset", "key",
+                      "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value"))
     bound = sink.bind(plan.checkpoint_location)
 
     def both(batch: Any, batch_id: int) -> None:

@@ -57,7 +57,8 @@ class _DiesBeforeTheLedger(KafkaSink):
         return done
 
 
-def _run(spark, bootstrap: str, topic: str, plan, sink, select: list[str] = TRANSFORM) -> bool:  # type: ignore[no-untyped-def]
+def _run(spark, bootstrap: str, topic: str, plan, sink,  # type: ignore[no-untyped-def]
+         select: list[str] = TRANSFORM) -> bool:
     from pyspark.errors import StreamingQueryException
 
     df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)

@@ -109,7 +109,8 @@ def cluster(tmp_path: Path) -> Iterator[Standalone]:
         c.stop()
 
 
-def _drive(cfg: dict[str, Any], cluster: Standalone, kill_executor_after: float | None, timeout: float = 150) -> tuple[int, str, int]:
+def _drive(cfg: dict[str, Any], cluster: Standalone, kill_executor_after: float | None,
+           timeout: float = 150) -> tuple[int, str, int]:
     """(exit status, output, executors killed) of one driver run."""
     proc = subprocess.Popen([sys.executable, str(DRIVER), json.dumps(cfg)], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

@@ -38,7 +38,8 @@ def fake_kafka(broker: Broker, die_after: dict[str, int] | None = None) -> types
 
     class TopicPartition:
         def __init__(self, topic: str, partition: int, offset: int = -1001, metadata: str | None = None) -> None:
-            self.topic, self.partition, self.offset, self.metadata, self.error = topic, partition, offset, metadata, None
+            self.topic, self.partition, self.offset, self.metadata = topic, partition, offset, metadata
+            self.error = None
 
     class Consumer:
         def __init__(self, conf: dict[str, Any]) -> None:
@@ -118,7 +119,8 @@ def _rows(part: int, offsets: range) -> list[tuple[Any, ...]]:
     return [("in", part, o, f"v{part}-{o}".encode(), None, None, None) for o in offsets]
 
 
-def test_a_retried_task_writes_only_the_partitions_and_rows_the_first_attempt_did_not_commit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_retried_task_writes_only_the_partitions_and_rows_the_first_attempt_missed(  # type: ignore[no-untyped-def]
+        monkeypatch) -> None:
     broker = Broker()
     ranges = [("in", 0, 0, 10), ("in", 1, 0, 10)]
     rows = _rows(0, range(10)) + _rows(1, range(10))
@@ -139,8 +141,8 @@ def test_a_zombie_attempt_cannot_commit_after_the_retry_fenced_it(monkeypatch) -
     kafka = fake_kafka(broker)
     monkeypatch.setitem(sys.modules, "confluent_kafka", kafka)
     ranges = [("in", 0, 0, 5)]
-    zombie = _kafka_tx.PartitionWriter(_cfg(ranges), kafka.Consumer({"group.id": "g"}), "in", 0,  # type: ignore[attr-defined]
-                                       {("in", 0): (0, 5)}, "")
+    consumer = kafka.Consumer({"group.id": "g"})  # type: ignore[attr-defined]
+    zombie = _kafka_tx.PartitionWriter(_cfg(ranges), consumer, "in", 0, {("in", 0): (0, 5)}, "")
     for row in _rows(0, range(5)):
         zombie.write(*row[2:])
     # The retry initialises after it (a new epoch), reads the position, writes and commits.
@@ -150,7 +152,8 @@ def test_a_zombie_attempt_cannot_commit_after_the_retry_fenced_it(monkeypatch) -
     assert len(broker.log) == 5  # the retry's five, not the zombie's
 
 
-def test_a_kept_producer_a_newer_attempt_fenced_is_replaced_before_any_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_a_kept_producer_a_newer_attempt_fenced_is_replaced_before_any_row(  # type: ignore[no-untyped-def]
+        monkeypatch) -> None:
     broker = Broker()
     kafka = fake_kafka(broker)
     monkeypatch.setitem(sys.modules, "confluent_kafka", kafka)
