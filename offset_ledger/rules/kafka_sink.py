@@ -123,15 +123,17 @@ def unrecorded(marks: Mapping[tuple[str, int], Mark | None], sink: str, known_se
     driver or an executor died between two partitions' transactions) is not: its partitions are read
     again from the ledger's positions and each task skips what its partition's group already holds.
     """
-    found: dict[int, list[Mark]] = {}
+    found: dict[tuple[int, int, int, str], list[Mark]] = {}
     for mark in marks.values():
         if mark is not None and mark.sink == sink and mark.sequence > known_sequence:
-            found.setdefault(mark.sequence, []).append(mark)
+            found.setdefault((mark.sequence, mark.generation_id, mark.batch_id, mark.query_id), []).append(mark)
+    # A sequence decided twice (a batch that died half-committed, then the batch a restart gave the same
+    # sequence) leaves partitions marked by each; only the one all of whose partitions carry it is whole.
+    whole = [ms for ms in found.values() if len(ms) == ms[0].partitions]
+    sequences = [ms[0].sequence for ms in whole]
     out = []
-    for sequence in sorted(found):
-        ms = found[sequence]
-        whole = len(ms) == ms[0].partitions and len({(m.generation_id, m.batch_id, m.query_id) for m in ms}) == 1
+    for ms in sorted(whole, key=lambda ms: ms[0].sequence):
         with_doc = next((m for m in ms if m.batch is not None), None)
-        if whole and with_doc is not None:
+        if with_doc is not None and sequences.count(ms[0].sequence) == 1:
             out.append(with_doc)
     return out

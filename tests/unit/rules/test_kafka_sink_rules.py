@@ -92,6 +92,11 @@ def test_only_whole_batches_the_ledger_lacks_are_recorded() -> None:
     assert [m.sequence for m in unrecorded(whole, SINK, 3)] == [4]
     assert [m.sequence for m in unrecorded(whole, SINK, 2)] == [3, 4]
     assert unrecorded(whole, SINK, 4) == []
+    # sequence 4 decided twice: generation 1's batch 3 died after one of its two partitions, then a restart's
+    # batch 0 (generation 2) got sequence 4 and committed both of its partitions: that one is whole
+    old = Mark(SINK, 4, 1, 3, "q1", 2, {"x": "old"})
+    new = Mark(SINK, 4, 2, 0, "q2", 2, {"x": "new"})
+    assert [m.batch for m in unrecorded({("t", 0): new, ("t", 1): new, ("t", 2): old}, SINK, 3)] == [{"x": "new"}]
     # one of two partitions committed: the driver died between them; the re-run's skip covers it
     assert unrecorded({("t", 0): _mark(4, 2), ("t", 1): _mark(3, 1)}, SINK, 3) == []
     # another sink's marks, a mark without the batch's record, no mark at all: nothing to record
