@@ -65,6 +65,13 @@ class Standalone:
                                         "--memory", "1500m", "--webui-port", str(_free_port()), "--work-dir",
                                         str(root / "work")], env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                        start_new_session=True)
+        try:
+            self._wait_for_the_worker()
+        except BaseException:
+            self.stop()  # the daemons started here never outlive a failed start (a first version's did)
+            raise
+
+    def _wait_for_the_worker(self) -> None:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             try:
@@ -74,7 +81,6 @@ class Standalone:
             except (OSError, ValueError):  # not listening yet, or not answering JSON yet
                 pass
             time.sleep(0.5)
-        self.stop()
         raise AssertionError("the standalone worker did not register with its master in 90 s")
 
     def executors(self) -> list[int]:
