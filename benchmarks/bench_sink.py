@@ -34,6 +34,18 @@ The same batches appended to a table of a Hadoop catalog in a scratch warehouse 
 
 The Kafka connector and Iceberg jars are resolved for the running PySpark (``--jars`` is ignored);
 the ledger is a scratch Postgres database as above. No target: the ratio is reported, exit 0.
+
+``--kafka`` measures the Kafka sink: the same batches (``--partitions`` source partitions, default 6)
+written to a fresh output topic, two ways:
+
+- ``kafka`` (the baseline): ``foreachBatch`` with Spark's own ``df.write.format("kafka")`` (the JVM's
+  producer, at-least-once);
+- ``sink-kafka``: ``KafkaSink``: one Kafka transaction per source partition on the executors (Python
+  workers, confluent-kafka), the source position sent to the sink's group in it, then the ledger's record.
+
+Records/s is rows per batch over the batch's time; the target is ``sink-kafka`` at >= 0.5x the baseline's
+records/s; exits 1 when missed. Then one run of each with one record per source partition per batch:
+the per-batch fixed cost (the sink's phases: prepare, the executors' Kafka transactions, the record).
 """
 
 from __future__ import annotations
@@ -58,6 +70,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 TARGET_RATIO = 1.10
+KAFKA_TARGET = 0.5  # the Kafka sink's records/s against Spark's own Kafka sink
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.4"
 
 
@@ -69,17 +82,17 @@ def jdbc_jar() -> str:
     return str(jar)
 
 
-def produce(bootstrap: str, topic: str, records: int) -> None:
+def produce(bootstrap: str, topic: str, records: int, partitions: int = 2) -> None:
     from kafka import KafkaProducer
     from kafka.admin import KafkaAdminClient, NewTopic
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap)
-    admin.create_topics([NewTopic(topic, 2, 1)])
+    admin.create_topics([NewTopic(topic, partitions, 1)])
     admin.close()
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=20, batch_size=1 << 18)
     payload = "x" * 80
     for i in range(records):
-        producer.send(topic, value=f"{i:09d}-{payload}".encode())
+        producer.send(topic, value=f"{i:09d}-{payload}".encode(), partition=i % partitions)
     producer.flush()
     producer.close()
 
@@ -92,6 +105,34 @@ def create_table(dsn: str, name: str) -> None:
 
 
 CATALOG = "bench"
+
+
+def create_topic(bootstrap: str, name: str, partitions: int = 2) -> None:
+    from kafka.admin import KafkaAdminClient, NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    admin.create_topics([NewTopic(name, partitions, 1)])
+    admin.close()
+
+
+def committed_count(bootstrap: str, topic: str) -> int:
+    """How many records a read_committed consumer finds in ``topic`` (transaction markers take offsets too)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex[:6]}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    parts = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+    ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in parts}
+    count, idle = 0, 0
+    while idle < 6:
+        msgs = consumer.consume(10_000, 0.5)
+        count += sum(1 for m in msgs if m.error() is None)
+        done = all(tp.offset >= ends[tp.partition] for tp in consumer.position(
+            [TopicPartition(topic, p) for p in parts]) if ends[tp.partition] > 0)
+        idle = idle + 1 if not msgs and done else 0
+    consumer.close()
+    return count
 
 
 def iceberg_session():  # type: ignore[no-untyped-def]
@@ -160,7 +201,10 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
 
     table = f"{method.replace('-', '_')}_{uuid.uuid4().hex[:6]}"
     iceberg = "iceberg" in method
-    if iceberg:
+    kafka = "kafka" in method
+    if kafka:
+        create_topic(bootstrap, table)
+    elif iceberg:
         spark.sql(f"CREATE TABLE {CATALOG}.db.{table} (value string, topic string, `partition` int, `offset` bigint) "
                   "USING iceberg")
     else:
@@ -169,7 +213,16 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/{table}",
                              dsn=dsn, first_run="earliest")
     times: list[float] = []
-    if method == "sink-iceberg":
+    if method == "sink-kafka":
+        from offset_ledger.sinks import KafkaSink
+
+        write = KafkaSink(topic=table, bootstrap_servers=bootstrap, pipeline=pipeline, dsn=dsn,
+                          checkpoint_location=plan.checkpoint_location)
+    elif kafka:
+        def write(df, batch_id):  # type: ignore[no-untyped-def]
+            (df.select("value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", table).save())
+    elif method == "sink-iceberg":
         write = timed_iceberg_sink(table=f"db.{table}", warehouse=warehouse, catalog=CATALOG, pipeline=pipeline,
                                    dsn=dsn, checkpoint_location=plan.checkpoint_location)
     elif iceberg:
@@ -201,7 +254,9 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
     query = (df.writeStream.foreachBatch(timed).option("checkpointLocation", plan.checkpoint_location)
              .trigger(availableNow=True).start())
     query.awaitTermination()
-    if iceberg:
+    if kafka:
+        count = committed_count(bootstrap, table)
+    elif iceberg:
         count = spark.read.table(f"{CATALOG}.db.{table}").count()
     else:
         engine = create_engine(dsn)
@@ -224,18 +279,30 @@ def main() -> int:
     parser.add_argument("--rows-per-batch", type=int, default=10_000)
     parser.add_argument("--batches", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--kafka", action="store_true",
+                        help="the Kafka sink against Spark's own format('kafka') sink (target >= 0.5x records/s)")
+    parser.add_argument("--partitions", type=int, default=None,
+                        help="source partitions (default 2; 6 with --kafka)")
     parser.add_argument("--iceberg", action="store_true",
                         help="the Iceberg sink against a plain Iceberg append (needs PySpark 4.1, see the docstring)")
     args = parser.parse_args()
+    if args.kafka and args.iceberg:
+        parser.error("--kafka and --iceberg measure different sinks: one at a time")
     if not (args.dsn and args.bootstrap_servers and (args.jars or args.iceberg)):
         parser.error("needs --dsn, --bootstrap-servers and --jars (or source .devstack/stack.env)")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # the sink's workers stage with psycopg2
     from pyspark.sql import SparkSession
 
     warehouse = ""
+    partitions = args.partitions or (6 if args.kafka else 2)
     if args.iceberg:
         spark, warehouse = iceberg_session()
         methods: tuple[str, ...] = ("iceberg", "sink-iceberg")
+    elif args.kafka:
+        spark = (SparkSession.builder.master("local[2]").appName("bench-sink-kafka").config("spark.jars", args.jars)
+                 .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
+                 .config("spark.driver.memory", "2g").getOrCreate())
+        methods = ("kafka", "sink-kafka")
     else:
         spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
                  .config("spark.jars", f"{args.jars},{jdbc_jar()}").config("spark.ui.enabled", "false")
@@ -246,7 +313,7 @@ def main() -> int:
     root = tempfile.mkdtemp(prefix="bench-sink-")
     topic = f"bench_sink_{uuid.uuid4().hex[:8]}"
     try:
-        produce(args.bootstrap_servers, topic, args.rows_per_batch * args.batches)
+        produce(args.bootstrap_servers, topic, args.rows_per_batch * args.batches, partitions)
         medians: dict[str, list[float]] = {m: [] for m in methods}
         # One unmeasured run first: the JVM's JIT warms up on whichever method goes first.
         run(spark, methods[0], db.dsn, args.bootstrap_servers, topic, args.rows_per_batch,
@@ -258,6 +325,11 @@ def main() -> int:
                 medians[method].append(statistics.median(times) * 1000)
                 print(f"round {r + 1} {method}: median {medians[method][-1]:.0f} ms/batch "
                       f"(min {min(times) * 1000:.0f}, max {max(times) * 1000:.0f}, {len(times)} batches)", flush=True)
+        if args.kafka:  # the fixed cost: one record per source partition per batch
+            small = f"{topic}_small"
+            produce(args.bootstrap_servers, small, partitions * 8, partitions)
+            fixed = {m: statistics.median(run(spark, m, db.dsn, args.bootstrap_servers, small, partitions,
+                                              partitions * 8, root)) * 1000 for m in methods}
     finally:
         spark.stop()
         db.drop()
@@ -270,9 +342,17 @@ def main() -> int:
     for method in methods[1:]:
         best = min(medians[method])
         ratios[method] = best / base
-        target = "" if args.iceberg else f" (target <= {TARGET_RATIO:.2f}x)"
+        target = "" if args.iceberg or args.kafka else f" (target <= {TARGET_RATIO:.2f}x)"
         print(f"  {method}: {best:.0f} ms/batch, {ratios[method]:.2f}x {methods[0]}, "
               f"+{best - base:.0f} ms/batch{target}")
+    if args.kafka:
+        rate = {m: args.rows_per_batch / (min(medians[m]) / 1000) for m in methods}
+        ratio = rate["sink-kafka"] / rate["kafka"]
+        print(f"  records/s: kafka {rate['kafka']:,.0f}, sink-kafka {rate['sink-kafka']:,.0f}: {ratio:.2f}x "
+              f"(target >= {KAFKA_TARGET:.2f}x)")
+        print(f"  fixed cost, {partitions} records per batch: kafka {fixed['kafka']:.0f} ms/batch, sink-kafka "
+              f"{fixed['sink-kafka']:.0f} ms/batch (+{fixed['sink-kafka'] - fixed['kafka']:.0f} ms)")
+        return 0 if ratio >= KAFKA_TARGET else 1
     return 0 if args.iceberg or ratios["sink-jdbc"] <= TARGET_RATIO else 1
 
 

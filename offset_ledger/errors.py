@@ -18,6 +18,7 @@
     │   ├── ReplayNotExact            a replayed range has a start the ledger neither recorded nor can recover
     │   ├── FailoverRefused           no safe MirrorMaker 2 translation for a failover (names the partitions)
     │   ├── SinkTargetChanged         a sink name the ledger bound to one target asked to write another
+    │   ├── SinkInputRefused          a sink's batch lacks what the sink needs (KafkaSink: the source columns)
     │   └── InvalidRestartOptions     a restart option (first_run, on_data_loss, topics) is malformed
     │       ├── AmbiguousConsumerGroup    no consumer group given and the pipeline has several
     │       └── FirstRunRefused           the ledger knows the pipeline, but not under this group/topics
@@ -217,6 +218,11 @@ class FailoverRefused(InvalidInput):
 
 class SinkTargetChanged(InvalidInput):
     """A sink name is bound to the target of its first write; a sink of that name writing elsewhere is refused."""
+
+
+class SinkInputRefused(InvalidInput):
+    """A sink cannot write the batch as given (``KafkaSink``: no source ``topic``/``partition``/``offset``); nothing
+    was written."""
 
 
 class InvalidRestartOptions(InvalidInput):

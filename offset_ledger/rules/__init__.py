@@ -4,7 +4,7 @@
 #: test_layers.py holds every import to it). The rest are this layer's own rooms.
 FRONT_DOOR = frozenset({
     "authority", "checkpoint", "coalesce", "delta_log", "durations", "failover",
-    "iceberg_snapshots", "incarnation", "liveness", "model", "move_cost", "plan", "policies",
+    "iceberg_snapshots", "incarnation", "kafka_sink", "liveness", "model", "move_cost", "plan", "policies",
     "progress", "pruned", "read_shortfall", "resets", "resolver", "restart_options", "retention",
     "scope", "sink_ahead", "sink_batch", "sink_copy", "sink_identity", "spark_connector", "stateful", "status",
     "verify"

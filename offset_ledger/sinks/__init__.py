@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["DeltaSink", "IcebergSink", "PostgresSink", "Sink"]
+__all__ = ["DeltaSink", "IcebergSink", "KafkaSink", "PostgresSink", "Sink"]
 
 
 def __getattr__(name: str) -> Any:
@@ -29,6 +29,10 @@ def __getattr__(name: str) -> Any:
         from offset_ledger.sinks.iceberg import IcebergSink
 
         return IcebergSink
+    if name == "KafkaSink":
+        from offset_ledger.sinks.kafka import KafkaSink
+
+        return KafkaSink
     if name == "Sink":
         from offset_ledger.sinks.protocol import Sink
 

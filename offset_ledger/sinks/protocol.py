@@ -1,7 +1,7 @@
 """``Sink``: what every transactional sink offers, and all a restart asks of one.
 
-``PostgresSink``, ``DeltaSink`` and ``IcebergSink`` implement it (``tests/unit/test_sink_protocol.py``
-checks each): ``foreachBatch`` calls the sink (``__call__`` -> ``write``), ``bind`` puts it on the
+``PostgresSink``, ``DeltaSink``, ``IcebergSink`` and ``KafkaSink`` implement it
+(``tests/unit/sinks/test_sink_protocol.py`` checks each): ``foreachBatch`` calls the sink (``__call__`` -> ``write``), ``bind`` puts it on the
 checkpoint a plan handed out, ``spec`` names it in the ledger, and ``start_from_ledger(sinks=[...])``
 calls ``reconcile`` before it plans. A new sink implements these five and needs nothing else of
 the restart. Structural (``typing.Protocol``): a sink need not inherit from anything, so the

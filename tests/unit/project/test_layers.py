@@ -41,8 +41,8 @@ MAY_IMPORT = {
     "<public>": {"capture", "operate", "rules"},  # offset_ledger/__init__.py: the lazy public names
 }
 TOP_LEVEL = {"errors", "config"}
-IO_LIBRARIES = {"sqlalchemy", "psycopg2", "alembic", "kafka", "pyspark", "fastapi", "starlette", "uvicorn",
-                "typer", "rich", "fsspec", "requests", "httpx", "socket", "subprocess", "pydantic",
+IO_LIBRARIES = {"sqlalchemy", "psycopg2", "alembic", "kafka", "confluent_kafka", "pyspark", "fastapi", "starlette",
+                "uvicorn", "typer", "rich", "fsspec", "requests", "httpx", "socket", "subprocess", "pydantic",
                 "pydantic_settings", "os", "pathlib", "io", "shutil", "urllib"}
 KNOWN = set(MAY_IMPORT) | TOP_LEVEL | {"devstack"}
 

@@ -45,7 +45,7 @@ def test_the_pipeline_surface_does_not_import_pyspark_either() -> None:
 def test_the_sinks_are_pinned() -> None:
     import offset_ledger.sinks
 
-    assert offset_ledger.sinks.__all__ == ["DeltaSink", "IcebergSink", "PostgresSink", "Sink"]
+    assert offset_ledger.sinks.__all__ == ["DeltaSink", "IcebergSink", "KafkaSink", "PostgresSink", "Sink"]
     for name in offset_ledger.sinks.__all__:
         assert getattr(offset_ledger.sinks, name).__name__ == name
 

@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from offset_ledger.sinks import DeltaSink, IcebergSink, PostgresSink, Sink
+from offset_ledger.sinks import DeltaSink, IcebergSink, KafkaSink, PostgresSink, Sink
 
 DSN = "postgresql://ledger@localhost:5432/ledger"  # nothing connects: constructing a sink opens nothing
 
@@ -17,6 +17,7 @@ def _sinks() -> list[object]:
         PostgresSink(table="orders_out", pipeline="orders", dsn=DSN, target_dsn="postgresql://t@elsewhere/t"),
         DeltaSink(path="/tables/orders", pipeline="orders", dsn=DSN),
         IcebergSink(table="db.orders", pipeline="orders", warehouse="/warehouse", dsn=DSN),
+        KafkaSink(topic="orders_out", bootstrap_servers="127.0.0.1:9092", pipeline="orders", dsn=DSN),
     ]
 
 

@@ -1,0 +1,220 @@
+"""Executor side of the Kafka sink: one Kafka transaction per source partition.
+
+Runs in Spark's Python workers (and on the driver for a partition no row reached): importable module
+members and plain values only, so it pickles the same on classic Spark and Spark Connect, and it
+imports neither SQLAlchemy nor the ledger. ``confluent_kafka`` must be installed where the executors
+run (the ``kafka-sink`` extra).
+
+Per source partition, in this order (each step is why the next one is safe)::
+
+    init_transactions()      a new epoch for <pipeline>.<sink>.<topic>.<partition>: any older attempt
+                             (a retried task, a zombie executor or driver) is fenced, its open
+                             transaction aborted (once per worker: the producer is kept between batches)
+    committed(group)         the sink's position in that partition, read after the fence: nothing
+                             older can move it any more
+    begin_transaction(); send_offsets_to_transaction(max(batch end, position), mark)
+                             first: it fails for a kept producer a newer attempt fenced (replaced then)
+    produce rows >= position the rows an earlier attempt committed are skipped, not written again
+    commit_transaction()     outputs and position, one fact
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from offset_ledger.rules.kafka_sink import PartitionRun, commit_position, to_write, transactional_id
+
+#: Errors of the group coordinator that pass by themselves (a coordinator moving or loading its log).
+_RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "_TIMED_OUT",
+              "UNSTABLE_OFFSET_COMMIT", "_TRANSPORT"}
+
+
+def _client(conf: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in conf.items() if v is not None}
+
+
+def _committed(consumer: Any, topic: str, partition: int, timeout_s: float) -> int | None:
+    """The group's committed position of one partition (None: none yet), retrying a coordinator in motion."""
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            left = max(1.0, deadline - time.monotonic())
+            tp = consumer.committed([TopicPartition(topic, partition)], timeout=left)[0]
+            if tp.error is not None:
+                raise KafkaException(tp.error)
+            return tp.offset if tp.offset >= 0 else None
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            name = err.name() if hasattr(err, "name") else ""
+            if name not in _RETRIABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+#: Producers kept between batches, one per transactional id, in each Python worker (and the driver). Taken out
+#: while a partition uses it, put back after its commit; a producer that failed is never put back. Creating one
+#: and ``init_transactions`` cost most of a small batch (issue 53's benchmark: ~1.3 s a batch of 6 partitions).
+_PRODUCERS: dict[tuple[str, str], Any] = {}
+_CONSUMERS: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def _conf_key(conf: Mapping[str, Any]) -> str:
+    return repr(sorted((k, str(v)) for k, v in conf.items()))
+
+
+class PartitionWriter:
+    """One source partition's transaction: fence, read the position, write what is past it, commit.
+
+    The source position goes to the transaction first (``send_offsets_to_transaction``, right after
+    ``begin_transaction``), before any row: it is known up front (the batch's end of the partition, or
+    the group's position when that is further), and it is the first call that asks the coordinator
+    whether this producer's epoch is still the newest. A kept producer that a newer attempt fenced
+    since its last batch fails there, before a row was taken from the task's iterator, and is replaced
+    by a new one (whose ``init_transactions`` fences that attempt in turn) without failing the task.
+    """
+
+    def __init__(self, cfg: Mapping[str, Any], consumer: Any, topic: str, partition: int,
+                 ranges: Mapping[tuple[str, int], tuple[int | None, int]], mark: str) -> None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        self.cfg, self.consumer, self.topic, self.partition = cfg, consumer, topic, partition
+        self.until = ranges[(topic, partition)][1]
+        timeout = float(cfg["timeout_s"])
+        conf = _client({
+            **cfg["client"], "transactional.id": transactional_id(cfg["pipeline"], cfg["sink"], topic, partition),
+            "enable.idempotence": True, "linger.ms": 5, "transaction.timeout.ms": cfg["transaction_timeout_ms"],
+            # The next transaction's first call meets the coordinator still finishing the last one
+            # (CONCURRENT_TRANSACTIONS) and is retried after this backoff: librdkafka's default 100 ms was
+            # most of a small batch's transaction (measured: 100 ms -> 8 ms per partition and batch).
+            "retry.backoff.ms": 10, "retry.backoff.max.ms": 100,
+            **cfg["producer"]})
+        self.key = (conf["transactional.id"], _conf_key(conf))
+        with _LOCK:
+            producer = _PRODUCERS.pop(self.key, None)
+        fresh = producer is None
+        while True:
+            if producer is None:
+                producer = self._new(conf, timeout)
+            self.producer = producer
+            try:
+                # After the fence (a new producer's init) or with a kept producer nothing else wrote since.
+                self.position = _committed(consumer, topic, partition, timeout)
+                self.committing = commit_position(self.until, None, self.position)
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction(
+                    [TopicPartition(topic, partition, self.committing, metadata=mark)],
+                    consumer.consumer_group_metadata(), timeout)
+                break
+            except KafkaException:
+                self.abort()
+                if fresh:
+                    raise
+                producer, fresh = None, True  # a newer attempt fenced the kept producer: fence it back
+        self.written = self.skipped = 0
+
+    @staticmethod
+    def _new(conf: Mapping[str, Any], timeout: float) -> Any:
+        from confluent_kafka import Producer
+
+        producer = Producer(dict(conf))
+        producer.init_transactions(timeout)
+        return producer
+
+    def write(self, offset: int, value: Any, key: Any, headers: Any, out_partition: Any) -> None:
+        if offset >= self.until:
+            raise ValueError(f"a row of {self.topic}[{self.partition}] at offset {offset} lies past this batch's "
+                             f"end of the partition ({self.until}): the sink writes the batch's own records only")
+        if not to_write(offset, self.position):
+            self.skipped += 1
+            return
+        kwargs: dict[str, Any] = {"value": value, "key": key}
+        if headers:
+            kwargs["headers"] = [(h[0], None if h[1] is None else bytes(h[1])) for h in headers]
+        if out_partition is not None:
+            kwargs["partition"] = int(out_partition)
+        while True:
+            try:
+                self.producer.produce(self.cfg["topic"], **kwargs)
+                break
+            except BufferError:  # the local queue is full: let the batches in flight drain
+                self.producer.poll(0.05)
+        self.written += 1
+
+    def commit(self) -> PartitionRun:
+        self.producer.commit_transaction(float(self.cfg["timeout_s"]))
+        with _LOCK:
+            _PRODUCERS[self.key] = self.producer  # kept for this partition's next batch
+        return PartitionRun(self.topic, self.partition, self.written, self.skipped, self.committing)
+
+    def abort(self) -> None:
+        """Give the transaction up; the producer is dropped (never kept after a failure)."""
+        try:
+            self.producer.abort_transaction(5)
+        except Exception:  # noqa: BLE001 - fenced or gone: the broker aborts it at the timeout anyway
+            pass
+
+
+def _consumer(cfg: Mapping[str, Any]) -> Any:
+    """The sink group's consumer (never subscribed: it reads committed positions and names the group)."""
+    from confluent_kafka import Consumer
+
+    conf = _client({**cfg["client"], "group.id": cfg["group"], "enable.auto.commit": False,
+                    "isolation.level": "read_committed"})
+    key = _conf_key(conf)
+    with _LOCK:
+        if key not in _CONSUMERS:
+            _CONSUMERS[key] = Consumer(conf)
+        return _CONSUMERS[key]
+
+
+def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[tuple[str, int, int, int, int]]:
+    """``mapPartitions``: the task's rows, sorted by (topic, partition, offset), one transaction per source
+    partition; yields (topic, partition, written, skipped, committed position) per partition.
+
+    Each row is (topic, partition, offset, value, key, headers, output partition), as the driver selected.
+    """
+    ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
+    current: PartitionWriter | None = None
+    try:
+        for row in rows:
+            topic, partition = row[0], int(row[1])
+            if (topic, partition) not in ranges:
+                raise ValueError(f"a row of {topic}[{partition}] offset {row[2]} is not in this batch's source "
+                                 f"ranges: the sink writes rows of the batch's own Kafka records only")
+            if current is None or (current.topic, current.partition) != (topic, partition):
+                if current is not None:
+                    done, current = current, None
+                    yield _run(done.commit())
+                current = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+            current.write(int(row[2]), row[3], row[4], row[5], row[6])
+        if current is not None:
+            done, current = current, None
+            yield _run(done.commit())
+    except BaseException:
+        if current is not None:
+            current.abort()
+        raise
+
+
+def commit_empty(cfg: Mapping[str, Any], partitions: Iterable[tuple[str, int]]) -> list[PartitionRun]:
+    """The transactions of source partitions no row reached (all filtered out): the position and mark only."""
+    ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
+    out = []
+    for topic, partition in partitions:
+        writer = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+        try:
+            out.append(writer.commit())
+        except BaseException:
+            writer.abort()
+            raise
+    return out
+
+
+def _run(run: PartitionRun) -> tuple[str, int, int, int, int]:
+    return (run.topic, run.partition, run.written, run.skipped, run.committed)

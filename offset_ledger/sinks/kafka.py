@@ -1,0 +1,246 @@
+"""The Kafka sink: Kafka's consume-transform-produce transaction, per source partition, for ``foreachBatch``.
+
+Spark's own Kafka sink is at-least-once. This one writes each *source* partition's outputs in one
+Kafka transaction that also commits the source position to a consumer group the sink owns, so that
+"output written" and "input consumed up to X" are one fact in Kafka itself. Commit order for batch
+``n`` of generation ``g`` (``docs/sinks.md`` draws it)::
+
+    1. read offsets/n from the checkpoint; under the ledger's pipeline lock: (g, n) committed? skip;
+       g not current, or a zombie's late commit? SinkFenced; else its sequence s      (table_batch)
+    2. the executors, one task per source partition group (no row goes through the driver), for each
+       source partition: init_transactions (fences every older attempt of that partition), read the
+       group's position, produce the rows at or past it, send_offsets_to_transaction(the batch's end
+       of the partition, a mark naming (s, g, n)), commit_transaction        <- the atomic steps
+       (the driver does the same, position and mark only, for a partition none of whose rows survived)
+    3. record sink_batches (g, n -> s, rows), the batch and its positions in one ledger transaction
+
+A crash in 2 leaves some partitions committed: a retried task, a re-run of the batch or a restart from
+the ledger's positions reads each partition's group position first and writes only what lies past
+it. A crash after 2 and before 3 leaves the ledger behind Kafka: the re-run on the same checkpoint
+skips every row and records the batch; ``start_from_ledger(..., sinks=[sink])`` records it from the
+group's marks (``reconcile``) before it plans a clean checkpoint.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from functools import partial
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from offset_ledger.errors import ConfigError, KafkaError, SinkInputRefused
+from offset_ledger.ledger import sink_store
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.tables import sink_batches
+from offset_ledger.rules.kafka_sink import (Mark, PartitionRun, batch_partitions, default_group, missing_columns,
+                                            refusal, unrecorded)
+from offset_ledger.rules.model import Finding
+from offset_ledger.rules.sink_batch import batch_doc
+from offset_ledger.rules.sink_identity import SinkDecision
+from offset_ledger.sinks import held as held_records
+from offset_ledger.sinks.postgres import check_target
+from offset_ledger.sinks.table_batch import TableCommit, prepare_batch, record_found_commit, record_table_commit
+
+log = logging.getLogger(__name__)
+
+
+class KafkaSink:
+    """``foreachBatch(KafkaSink(topic=..., bootstrap_servers=..., ...))``: exactly-once output to a Kafka topic.
+
+    The batch must keep Spark's Kafka columns ``topic``, ``partition``, ``offset`` (the *source* record of
+    each row) beside ``value`` (string or binary), and may carry ``key`` (string or binary), ``headers``
+    (Spark's ``array<struct<key: string, value: binary>>``) and an output partition (``partition_column``,
+    default ``output_partition``; else Kafka's partitioner on the key). ``group_id``: the consumer group
+    the sink owns, its position per source partition (default ``offset-ledger-sink.<name>``); never let
+    anything else commit to it. ``kafka_config``: librdkafka settings for every client (security);
+    ``producer_config``: the producer's on top. ``transaction_timeout_ms``: one source partition's share
+    of a batch must be written within it (docs/sinks.md).
+    """
+
+    kind = "kafka"
+
+    def __init__(self, *, topic: str, bootstrap_servers: str, pipeline: str, checkpoint_location: str | None = None,
+                 consumer_group: str | None = None, dsn: str | None = None, name: str | None = None,
+                 group_id: str | None = None, kafka_config: dict[str, Any] | None = None,
+                 producer_config: dict[str, Any] | None = None, transaction_timeout_ms: int = 60_000,
+                 partition_column: str = "output_partition", storage_options: dict[str, Any] | None = None,
+                 timeout_s: float = 60.0) -> None:
+        if not topic or not topic.strip():
+            raise ConfigError("the Kafka sink needs an output topic")
+        if not bootstrap_servers:
+            raise ConfigError("the Kafka sink needs the output cluster's bootstrap_servers")
+        if dsn is None:
+            from offset_ledger.config import settings
+
+            dsn = settings().dsn
+        if not dsn:
+            raise ConfigError("the Kafka sink needs a ledger DSN (dsn or OFFSET_LEDGER_DSN)")
+        if transaction_timeout_ms < 1000:
+            raise ConfigError(f"transaction_timeout_ms must be at least 1000, not {transaction_timeout_ms}")
+        self.topic = topic.strip()
+        self.bootstrap_servers = bootstrap_servers
+        self.pipeline = pipeline
+        self.consumer_group = consumer_group or pipeline
+        self.checkpoint_location = checkpoint_location
+        self.dsn = dsn
+        self.name = name or f"{pipeline}:{self.topic}"
+        self.group_id = group_id or default_group(self.name)
+        self.kafka_config = dict(kafka_config or {})
+        self.producer_config = dict(producer_config or {})
+        self.transaction_timeout_ms = int(transaction_timeout_ms)
+        self.partition_column = partition_column
+        self.storage_options = storage_options
+        self.timeout_s = float(timeout_s)
+        self.last: SinkDecision | None = None
+        #: What the last batch did per source partition (written, skipped, committed position), for tests and logs.
+        self.last_runs: list[PartitionRun] = []
+        self.last_timings: dict[str, float] = {}
+
+    @property
+    def spec(self) -> sink_store.SinkSpec:
+        return sink_store.SinkSpec(self.name, self.pipeline, self.consumer_group, self.kind, self.topic, None)
+
+    def bind(self, checkpoint_location: str) -> KafkaSink:
+        bound = copy.copy(self)
+        bound.checkpoint_location = checkpoint_location
+        return bound
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        self.write(df, int(batch_id))
+
+    # ------------------------------------------------------------------ the batch
+
+    def write(self, df: Any, batch_id: int) -> SinkDecision:
+        """Write ``df`` per source partition in Kafka transactions, then record the batch (or skip / fence it)."""
+        if type(df).__module__.startswith("pyspark.sql.connect"):
+            # The executors' transactions run in an RDD mapPartitions, which Spark Connect does not offer.
+            raise ConfigError(f"sink {self.name!r} runs on classic Spark only: Spark Connect has no RDD API for the "
+                              f"per-partition transactions (docs/sinks.md, Kafka); nothing was written", sink=self.name)
+        columns = list(df.columns)
+        missing = missing_columns(columns, "value")
+        if missing:  # before the ledger or Kafka is touched
+            raise SinkInputRefused(refusal(self.name, missing, columns), sink=self.name, missing=missing)
+        started = time.perf_counter()
+        prepared = prepare_batch(self.spec, self.dsn, self.checkpoint_location, self.storage_options, batch_id)
+        decision = prepared.decision
+        self.last, self.last_runs = decision, []
+        prepared.refuse_if_fenced(self.spec, batch_id, columns)
+        if decision.verdict == "skip":
+            return decision
+        assert decision.sequence is not None
+        if prepared.held.whole:  # a restart planned this sink to skip what it holds: all of this batch
+            return prepared.record_held(self.spec)
+        ranges = batch_partitions(held_records.batch_ranges(prepared.records))
+        mark = Mark(self.name, decision.sequence, prepared.generation_id, batch_id, prepared.query_id, len(ranges),
+                    batch_doc(prepared.records[-1].batch, self.checkpoint_location or "") if prepared.records else None)
+        cfg = self._task_config(ranges, mark.encode())
+        decided = time.perf_counter()
+        runs = self._write_partitions(held_records.without_held(df, prepared.held), columns, cfg, len(ranges))
+        done = {(r.topic, r.partition) for r in runs}
+        rest = [tp for tp in ranges if tp not in done]
+        if rest:
+            from offset_ledger.sinks._kafka_tx import commit_empty
+
+            runs += self._kafka(lambda: commit_empty(cfg, rest), f"committing {len(rest)} partition(s) with no rows")
+        written = time.perf_counter()
+        self.last_runs = sorted(runs, key=lambda r: (r.topic, r.partition))
+        self._record(prepared.ledger, TableCommit(decision.sequence, prepared.generation_id, prepared.query_id,
+                                                  batch_id, sum(r.written for r in runs), None), prepared.records)
+        self.last_timings = {"prepare_ms": (decided - started) * 1000, "kafka_ms": (written - decided) * 1000,
+                             "record_ms": (time.perf_counter() - written) * 1000}
+        log.debug("sink %s batch %d: %s", self.name, batch_id, self.last_timings)
+        return decision
+
+    def _task_config(self, ranges: dict[tuple[str, int], tuple[int | None, int]], mark: str) -> dict[str, Any]:
+        """What every task needs, as plain values (pickled to the executors)."""
+        return {"client": {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config},
+                "producer": self.producer_config, "transaction_timeout_ms": self.transaction_timeout_ms,
+                "pipeline": self.pipeline, "sink": self.name, "group": self.group_id, "topic": self.topic,
+                "timeout_s": self.timeout_s, "mark": mark,
+                "ranges": [(t, p, f, u) for (t, p), (f, u) in sorted(ranges.items())]}
+
+    def _write_partitions(self, df: Any, columns: list[str], cfg: dict[str, Any],
+                          partitions: int) -> list[PartitionRun]:
+        """The executors' transactions: rows grouped by source partition (a shuffle on the JVM side), sorted by
+        offset within it, one task per group of partitions; only the per-partition counts come back."""
+        from pyspark.sql import functions as F
+
+        from offset_ledger.sinks._kafka_tx import write_partitions
+
+        def col(name: str, cast: str | None = None) -> Any:
+            if name not in columns:
+                return F.lit(None).alias(name)
+            return F.col(name).cast(cast).alias(name) if cast else F.col(name)
+
+        if partitions == 0:
+            return []
+        rows = (df.select(F.col("topic"), F.col("partition"), F.col("offset"), col("value", "binary"),
+                          col("key", "binary"), col("headers"), col(self.partition_column, "int"))
+                .repartition(partitions, "topic", "partition")
+                .sortWithinPartitions("topic", "partition", "offset"))
+        out = self._kafka(lambda: rows.rdd.mapPartitions(partial(write_partitions, cfg)).collect(),
+                          "writing the batch's partitions")
+        return [PartitionRun(t, int(p), int(w), int(s), int(c)) for t, p, w, s, c in out]
+
+    def _kafka(self, call: Any, what: str) -> Any:
+        try:
+            return call()
+        except Exception as exc:
+            from confluent_kafka import KafkaException
+
+            if isinstance(exc, KafkaException):
+                raise KafkaError(f"sink {self.name!r}: {what} failed: {exc}", sink=self.name) from exc
+            raise
+
+    def _record(self, ledger: Engine, commit: TableCommit, records: list[Any]) -> None:
+        # One method, so that a test driver can die between Kafka's commits and the ledger's.
+        record_table_commit(ledger, self.spec, commit, records)
+
+    # ------------------------------------------------------------------ the restart
+
+    def group_marks(self) -> dict[tuple[str, int], tuple[int, Mark | None]]:
+        """The sink's group as Kafka holds it: (position, mark) per source partition it committed."""
+        from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, **self.kafka_config})
+        try:
+            future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(self.group_id)],
+                                                       request_timeout=self.timeout_s)[self.group_id]
+            found = future.result(timeout=self.timeout_s)
+        except KafkaException as exc:
+            raise KafkaError(f"sink {self.name!r}: reading consumer group {self.group_id!r} failed: {exc}",
+                             sink=self.name) from exc
+        return {(tp.topic, tp.partition): (tp.offset, Mark.decode(tp.metadata))
+                for tp in found.topic_partitions or [] if tp.offset >= 0}
+
+    def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
+        """Record in the ledger the batches the sink's group holds whole and the ledger lacks (before a restart)."""
+        check_target(ledger, self.spec, register=False)
+        try:
+            with ledger.connect() as conn:
+                known = int(conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
+                                         .where(sink_batches.c.sink == self.name)).scalar_one())
+        except SQLAlchemyError as exc:
+            raise translate_db_error(exc, f"reconciling sink {self.name} with its group") from exc
+        missing = unrecorded({tp: m for tp, (_, m) in self.group_marks().items()}, self.name, known)
+        for mark in missing:
+            assert mark.batch is not None
+            try:
+                record_found_commit(ledger, self.spec, TableCommit(mark.sequence, mark.generation_id, mark.query_id,
+                                                                   mark.batch_id, None, None), mark.batch)
+            except SQLAlchemyError as exc:
+                raise translate_db_error(exc, f"reconciling sink {self.name} with its group") from exc
+        if not missing:
+            return ()
+        seqs = [m.sequence for m in missing]
+        return (Finding("sink_reconciled",
+                        f"the ledger lacked {len(seqs)} batch(es) sink {self.name!r} had committed to Kafka topic "
+                        f"{self.topic} (sequences {seqs[0]}-{seqs[-1]}): recorded from consumer group "
+                        f"{self.group_id!r}'s commits",
+                        details={"sink": self.name, "sequences": seqs}),)

@@ -1,0 +1,165 @@
+"""The Kafka sink on the real stack (Kafka, Postgres, PySpark): every input record's output exactly once.
+
+The oracle is a ``read_committed`` consumer of the output topic: each input value is unique, and its
+output must be there once, with its key and headers, after the driver died between Kafka's commits and
+the ledger's (twice), a re-run on the same checkpoint and an upgrade on a clean one. The ledger must say
+what Kafka says: ``offset-ledger verify`` exits 0 and the sink's group stands at the ledger's positions.
+The SIGKILL loop over a standalone cluster is ``test_sink_kafka_crashes.py`` (long).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from offset_ledger import start_from_ledger
+from offset_ledger.errors import SinkInputRefused
+from offset_ledger.sinks import KafkaSink
+from tests.integration.kafka_sink_helper import (
+    group_positions,
+    ledger_positions,
+    produce_keyed,
+    read_topic,
+    sink_outputs,
+)
+from tests.integration.test_adopt_replay import _cli
+from tests.integration.test_restart import _values
+
+#: The job's transform: the output keeps the input's key, tags the value, names its source in a header,
+#: and keeps topic, partition, offset (the source record) for the sink.
+TRANSFORM = ["topic", "partition", "offset", "key",
+             "CAST(concat('out-', CAST(value AS STRING)) AS BINARY) AS value",
+             "array(named_struct('key', 'src', 'value', CAST(concat(topic, ':', partition, ':', offset) AS BINARY)))"
+             " AS headers"]
+
+
+class _DiesBeforeTheLedger(KafkaSink):
+    """The driver dies between Kafka's commits of its n-th batch and the ledger's record of it."""
+
+    def __init__(self, die_at: int | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # Lists, shared with the copy bind() makes (the copy is the one foreachBatch calls).
+        self.die_at, self.records, self.verdicts, self.runs = die_at, [0], [], []
+
+    def _record(self, *args: Any, **kwargs: Any) -> None:
+        self.records[0] += 1
+        if self.records[0] == self.die_at:
+            raise RuntimeError("driver lost between Kafka's commits and the ledger's")
+        super()._record(*args, **kwargs)
+
+    def write(self, df: Any, batch_id: int) -> Any:
+        try:
+            done = super().write(df, batch_id)
+        finally:
+            self.verdicts.append((batch_id, self.last.verdict if self.last else None))
+            self.runs.append(list(self.last_runs))
+        return done
+
+
+def _run(spark, bootstrap: str, topic: str, plan, sink,  # type: ignore[no-untyped-def]
+         select: list[str] = TRANSFORM) -> bool:
+    from pyspark.errors import StreamingQueryException
+
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", topic)
+          .option("startingOffsets", plan.starting_offsets_json).option("maxOffsetsPerTrigger", "12").load()
+          .selectExpr(*select))
+    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", plan.checkpoint_location)
+             .trigger(availableNow=True).start())
+    try:
+        query.awaitTermination()
+    except StreamingQueryException:
+        return False
+    return query.exception() is None
+
+
+def test_kafka_sink_writes_each_output_once_across_a_lost_ledger_record_a_rerun_and_an_upgrade(
+        spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
+    source = kafka.create_topic(partitions=3)
+    out = kafka.create_topic(partitions=4)
+    bootstrap = kafka.bootstrap_servers
+    produced = _values("a", 60)
+    produce_keyed(bootstrap, source, produced, 3)
+    root = str(tmp_path / "ck")
+
+    def sink(die_at: int | None) -> _DiesBeforeTheLedger:
+        return _DiesBeforeTheLedger(die_at, topic=out, bootstrap_servers=bootstrap, pipeline="orders", dsn=pg_dsn)
+
+    def plan(version: str, s: KafkaSink):  # type: ignore[no-untyped-def]
+        return start_from_ledger("orders", [source], bootstrap_servers=bootstrap, checkpoint_root=root,
+                                 app_version=version, dsn=pg_dsn, first_run="earliest", sinks=[s])
+
+    first = sink(2)
+    p1 = plan("1", first)
+    assert not _run(spark, bootstrap, source, p1, first.bind(p1.checkpoint_location))
+    # Kafka holds batches 0 and 1 (two of 12 records each), the ledger batch 0 only.
+    assert len(read_topic(bootstrap, out)) == 24 and [r.batch_id for r in sink_outputs(pg_dsn, first.name)] == [0]
+
+    # The same checkpoint: the restart records batch 1 from the group's marks; Spark's re-run of it is skipped.
+    second = sink(2)
+    p2 = plan("1", second)
+    assert not p2.fresh_checkpoint and "sink_reconciled" in {f.kind for f in p2.findings}
+    assert _run(spark, bootstrap, source, p2, second.bind(p2.checkpoint_location)) is False
+    assert second.verdicts[0] == (1, "skip") and second.verdicts[1] == (2, "commit")
+    # It died again before the ledger heard of batch 3; a re-run on the same checkpoint without a restart's
+    # reconcile writes nothing twice: every row is below the group's position.
+    third = sink(None)
+    assert _run(spark, bootstrap, source, p2, third.bind(p2.checkpoint_location))
+    assert third.verdicts[0] == (3, "commit")
+    # The re-run of batch 3 skipped every row Kafka already held, and wrote none.
+    assert third.runs[0] and all(r.written == 0 and r.skipped == 4 for r in third.runs[0]), third.runs[0]
+
+    # An upgrade on a clean checkpoint, more records first.
+    more = _values("b", 30)
+    produce_keyed(bootstrap, source, more, 3)
+    produced += more
+    upgrade = sink(2)
+    p3 = plan("2", upgrade)
+    assert p3.fresh_checkpoint
+    assert not _run(spark, bootstrap, source, p3, upgrade.bind(p3.checkpoint_location))
+    last = sink(None)
+    p4 = plan("3", last)  # an upgrade right after a batch the ledger lacks: recorded, planned past
+    assert p4.fresh_checkpoint and "sink_reconciled" in {f.kind for f in p4.findings}
+    assert _run(spark, bootstrap, source, p4, last.bind(p4.checkpoint_location))
+
+    # The oracle: each input's output once, with its key and its source header.
+    records = read_topic(bootstrap, out)
+    values = Counter(r.value().decode() for r in records)
+    assert values == Counter(f"out-{v}" for v in produced)
+    keys = {r.value().decode(): r.key().decode() for r in records}
+    assert keys == {f"out-{v}": f"k{i % 5}" for i, v in enumerate(produced)}
+    assert all(r.headers()[0][0] == "src" and r.headers()[0][1].decode().startswith(f"{source}:") for r in records)
+    outputs = sink_outputs(pg_dsn, last.name)
+    assert [r.sequence for r in outputs] == list(range(1, len(outputs) + 1))
+    assert sum(r.row_count or 0 for r in outputs) <= len(produced)
+    # The ledger and Kafka say the same: the sink's group stands at the ledger's positions.
+    assert group_positions(bootstrap, last.group_id) == ledger_positions(pg_dsn, "orders")
+    assert sum(ledger_positions(pg_dsn, "orders").values()) == len(produced)
+    verify = _cli("verify", "orders", "--dsn", pg_dsn)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_batch_without_its_source_columns_is_refused_before_anything_is_written(
+        spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
+    source = kafka.create_topic(partitions=1)
+    out = kafka.create_topic(partitions=1)
+    bootstrap = kafka.bootstrap_servers
+    produce_keyed(bootstrap, source, _values("x", 5), 1)
+    s = KafkaSink(topic=out, bootstrap_servers=bootstrap, pipeline="agg", dsn=pg_dsn)
+    p = start_from_ledger("agg", [source], bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "ck"),
+                          app_version="1", dsn=pg_dsn, first_run="earliest", sinks=[s])
+    seen: list[BaseException] = []
+    bound = s.bind(p.checkpoint_location)
+
+    def write(df, batch_id):  # type: ignore[no-untyped-def]
+        try:
+            bound.write(df, batch_id)
+        except SinkInputRefused as exc:
+            seen.append(exc)
+            raise
+
+    # A projection that drops the source columns (as an aggregation does): its rows name no source record.
+    assert not _run(spark, bootstrap, source, p, write, ["CAST(value AS STRING) AS value"])
+    assert seen and "no topic, partition, offset column(s)" in str(seen[0])
+    assert read_topic(bootstrap, out) == []
+    assert sink_outputs(pg_dsn, s.name) == []
