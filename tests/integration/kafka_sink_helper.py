@@ -60,9 +60,11 @@ def group_positions(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
 def ledger_positions(dsn: str, pipeline: str) -> dict[tuple[str, int], int]:
     engine = create_engine(dsn)
     try:
+        # The ledger's own read, whatever layout its revision keeps positions in.
+        from offset_ledger.ledger.queries import current_positions
+
         with engine.connect() as conn:
-            return {(r.topic, int(r.partition)): int(r.next_offset) for r in conn.execute(text(
-                'SELECT topic, "partition", next_offset FROM positions WHERE pipeline = :p'), {"p": pipeline})}
+            return {(p.topic, p.partition): p.next_offset for p in current_positions(conn, pipeline)}
     finally:
         engine.dispose()
 
