@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
+from offset_ledger.ledger import position_store
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.bulk_write import BulkWriter
 from offset_ledger.ledger.locks import share_pipelines
+from offset_ledger.ledger.position_store import Placed
 from offset_ledger.ledger.records import (
     BatchRecord,
     Known,
@@ -207,16 +209,15 @@ class PositionRules:
                 else:
                     assert cur is not None
                     txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
-        rows: list[dict[str, Any]] = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
-                 "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
-                 "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
-                for (pipeline, group), pos in current.items()
-                for key in sorted(changed[(pipeline, group)])]
-        if rows:
-            self.bulk.upsert(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
-                       update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
-            txn.moved.extend(MovedPosition(r["pipeline"], r["consumer_group"], r["topic"], r["partition"],
-                                           r["next_offset"]) for r in rows)
+        for (pipeline, group), pos in current.items():
+            keys = sorted(changed[(pipeline, group)])
+            if not keys:
+                continue
+            # One write per topic row (0024); a partition keeps the generation that placed it before.
+            position_store.write(conn, pipeline, group, {
+                k: Placed(pos[k].next_offset, pos[k].updated_at, pos[k].query_id, pos[k].batch_id, None)
+                for k in keys}, keep_generation=True)
+            txn.moved.extend(MovedPosition(pipeline, group, k[0], k[1], pos[k].next_offset) for k in keys)
 
     @staticmethod
     def _recorded_as(conn: Connection, b: BatchOffsets) -> bool:
