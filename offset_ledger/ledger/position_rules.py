@@ -135,19 +135,17 @@ class PositionRules:
         share_pipelines(conn, groups)
         current: dict[tuple[str, str], dict[tuple[str, int], HeldPosition]] = {}
         generation: dict[tuple[str, str], int | None] = {}
-        # One lock order for every writer: byte-wise, like Python's sorted() in the reset writer,
-        # whatever the database's collation (SQLite has no "C" collation, nor row locks).
-        topic_order = positions.c.topic.collate("C") if conn.dialect.name == "postgresql" else positions.c.topic
         for (pipeline, group), topics in sorted(groups.items()):
-            # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
+            # The topics' rows locked first (FOR UPDATE, byte-wise topic order: every writer's): a
+            # concurrent reset of these positions waits for us, and we for it. Then read through the
+            # view, which a writer role may read but not lock.
+            position_store.lock(conn, pipeline, group, topics)
             stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
                            positions.c.updated_at, positions.c.reset_id, positions.c.query_id,
                            positions.c.batch_id, resets.c.status.label("reset_status"))
                     .select_from(positions.outerjoin(resets, resets.c.id == positions.c.reset_id))
                     .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
-                           positions.c.topic.in_(sorted(topics)))
-                    .order_by(topic_order, positions.c.partition)
-                    .with_for_update(of=positions))
+                           positions.c.topic.in_(sorted(topics))))
             current[(pipeline, group)] = {
                 (r.topic, r.partition): HeldPosition(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
                                              r.batch_id, r.reset_status == "pending")

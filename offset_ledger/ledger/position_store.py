@@ -81,6 +81,16 @@ def load(conn: Connection, pipeline: str, consumer_group: str, topics: Iterable[
     return {r.topic: decode(r) for r in conn.execute(stmt)}
 
 
+def lock(conn: Connection, pipeline: str, consumer_group: str, topics: Iterable[str]) -> None:
+    """PostgreSQL: the rows of ``topics`` locked (FOR UPDATE) in byte-wise topic order, every writer's."""
+    if conn.dialect.name != "postgresql":
+        return
+    t = topic_positions
+    conn.execute(select(t.c.topic).where(t.c.pipeline == pipeline, t.c.consumer_group == consumer_group,
+                                         t.c.topic.in_(sorted(set(topics))))
+                 .order_by(t.c.topic.collate("C")).with_for_update())
+
+
 def write(conn: Connection, pipeline: str, consumer_group: str,
           changes: Mapping[tuple[str, int], Placed | None], *, keep_generation: bool = False,
           current: Mapping[str, Mapping[int, Placed]] | None = None) -> None:
