@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
@@ -23,6 +23,7 @@ from offset_ledger.errors import LedgerError
 from offset_ledger.ledger import position_store
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.position_store import Placed
+from offset_ledger.ledger.records import pg_int_array, pg_text_array
 from offset_ledger.ledger.tables import checkpoint_generations, findings, resets, sink_batches
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.model import Finding
@@ -232,6 +233,41 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+# A restart's baseline on PostgreSQL in one statement (three array parameters, one text literal each):
+# a topic row whose partitions are all in the baseline becomes the baseline (one mover: the generation);
+# a topic without a row gets one. The topics it returns are done; any other (a row with partitions the
+# baseline does not name) is merged in Python. Per-partition rows took 63-79 ms at 10,000 partitions;
+# decoding and re-encoding 10,000 positions in Python took ~150 ms more than this.
+_PG_BASELINE = text("""
+    WITH u AS (
+        SELECT topic, array_agg(part ORDER BY part) AS parts, array_agg(next_offset ORDER BY part) AS offs
+        FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
+             AS u (topic, part, next_offset)
+        GROUP BY topic
+    ), moved AS (
+        UPDATE topic_positions AS t SET partitions = u.parts, stamps = NULL, next_offsets = u.offs,
+               moved_at = ARRAY[CAST(:at AS timestamptz)], moved_batch_ids = '{NULL}', moved_reset_ids = '{NULL}',
+               moved_generation_ids = ARRAY[CAST(:generation_id AS bigint)], moved_query_ids = '{NULL}'
+        FROM u
+        WHERE t.pipeline = :pipeline AND t.consumer_group = :consumer_group AND t.topic = u.topic
+          AND t.partitions <@ u.parts
+        RETURNING t.topic
+    ), added AS (
+        INSERT INTO topic_positions (pipeline, consumer_group, topic, partitions, stamps, next_offsets, moved_at,
+                                     moved_batch_ids, moved_reset_ids, moved_generation_ids, moved_query_ids)
+        SELECT :pipeline, :consumer_group, u.topic, u.parts, NULL, u.offs, ARRAY[CAST(:at AS timestamptz)], '{NULL}',
+               '{NULL}', ARRAY[CAST(:generation_id AS bigint)], '{NULL}'
+        FROM u
+        WHERE NOT EXISTS (SELECT FROM topic_positions t WHERE t.pipeline = :pipeline
+                          AND t.consumer_group = :consumer_group AND t.topic = u.topic)
+        ORDER BY u.topic COLLATE "C"
+        ON CONFLICT DO NOTHING
+        RETURNING topic
+    )
+    SELECT topic FROM moved UNION ALL SELECT topic FROM added
+""")
+
+
 def _write_baseline(
     conn: Connection, pipeline: str, consumer_group: str, generation_id: int,
     resolved: Mapping[str, Mapping[str, int]], dropped: Sequence[tuple[str, int]], at: datetime,
@@ -239,9 +275,19 @@ def _write_baseline(
     """The generation's resolved starting offsets as positions (moved, or added when new), ``dropped`` gone:
     one write per topic row (0024), under the pipeline's exclusive lock the caller holds."""
     changes: dict[tuple[str, int], Placed | None] = {(t, int(p)): None for t, p in dropped}
+    if dropped:
+        position_store.write(conn, pipeline, consumer_group, changes)
+        changes = {}
     for t, parts in resolved.items():
         for p, o in parts.items():
             changes[(t, int(p))] = Placed(int(o), at, None, None, None, generation_id)
+    if conn.dialect.name == "postgresql" and changes:
+        ordered = sorted((t, p, c.next_offset) for (t, p), c in changes.items() if c is not None)
+        done = set(conn.execute(_PG_BASELINE, {
+            "pipeline": pipeline, "consumer_group": consumer_group, "at": at, "generation_id": generation_id,
+            "topics": pg_text_array([t for t, _, _ in ordered]), "partitions": pg_int_array([p for _, p, _ in ordered]),
+            "offsets": pg_int_array([o for _, _, o in ordered])}).scalars())
+        changes = {k: v for k, v in changes.items() if k[0] not in done}
     position_store.write(conn, pipeline, consumer_group, changes)
 
 
