@@ -175,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     from offset_ledger.errors import KafkaError
     from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.ledger.engine import ensure_schema, make_engine
-    from offset_ledger.ledger.tables import positions
+    from offset_ledger.ledger import position_store
+    from offset_ledger.ledger.position_store import Placed
+    from offset_ledger.ledger.tables import positions_legacy
     from offset_ledger.operate.restart import start_from_ledger
     from offset_ledger.operate.restart_plan import read_cluster, read_ledger, select_topics
     from offset_ledger.rules.restart_options import GroupRef, RestartOptions
@@ -202,10 +204,9 @@ def main(argv: list[str] | None = None) -> int:
         engine = make_engine(dsn)
         ensure_schema(engine)
         now = datetime.now(timezone.utc)
-        with engine.begin() as conn:
-            conn.execute(insert(positions), [
-                {"pipeline": pipeline, "consumer_group": pipeline, "topic": t, "partition": p,
-                 "next_offset": 0, "updated_at": now} for t in topics for p in range(args.partitions)])
+        with engine.begin() as conn:  # one row per topic since 0024
+            position_store.write(conn, pipeline, pipeline, {
+                (t, p): Placed(0, now) for t in topics for p in range(args.partitions)})
 
         # Wait until the broker reports every partition (creation is asynchronous).
         deadline = time.monotonic() + 300
@@ -294,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
                             "make_engine; ensure_schema(make_engine(sys.argv[1]))", baseline_dsn], check=True, cwd=tree,
                            env={**os.environ, "PYTHONPATH": tree + os.pathsep + os.environ.get("PYTHONPATH", "")})
             base_engine = make_engine(baseline_dsn)
-            with base_engine.begin() as conn:
-                conn.execute(insert(positions), [
+            with base_engine.begin() as conn:  # the per-partition table of a baseline before 0024
+                conn.execute(insert(positions_legacy), [
                     {"pipeline": pipeline, "consumer_group": pipeline, "topic": t, "partition": p,
                      "next_offset": 0, "updated_at": now} for t in topics for p in range(args.partitions)])
             base_engine.dispose()

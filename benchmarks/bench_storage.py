@@ -235,20 +235,21 @@ def _breakdown(dsn: str, start: str, end: str, batches: int, per_batch: float) -
                                                   "between checkpoints)" if fpw == "off" else ""))
 
 
-#: The release the breakdown compares with: the last one before issue 35's WAL work (0019).
-LAST_RELEASE = "1e8e3af"
+#: The release the breakdown compares with by default: main before positions became a row per topic
+#: (issue 49, 0024); issue 35's WAL work compared with 1e8e3af (``--baseline 1e8e3af``).
+LAST_RELEASE = "f0265ab"
 
 _UPGRADE = "import sys; from offset_ledger.ledger.engine import make_engine, upgrade; upgrade(make_engine(sys.argv[1]))"
 
 
-def wal_breakdown(admin_dsn: str, batches: int) -> None:
+def wal_breakdown(admin_dsn: str, batches: int, baseline: str = LAST_RELEASE) -> None:
     """WAL per 100-partition batch of the last release's writers and this tree's, each in a fresh
     database its own migrations built, broken down by record type and relation."""
     name = "bench_storage_wal"
-    print(f"WAL per 100-partition batch, {batches} batches after 3 of warm-up (target <= 8 KB):")
+    print(f"WAL per 100-partition batch, {batches} batches after 3 of warm-up (target <= 4 KB):")
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", LAST_RELEASE, "offset_ledger", "migrations",
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", baseline, "offset_ledger", "migrations",
                                       "benchmarks"], capture_output=True, check=True).stdout
             subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
             totals: dict[tuple[str, str], float] = {}
@@ -256,7 +257,7 @@ def wal_breakdown(admin_dsn: str, batches: int) -> None:
                     ("recorder: one record() call a batch (the fast one-statement path)", _WAL, ()),
                     ("recorder: five batches a record() call (a writer that fell behind)", _WAL, ("5",)),
                     ("listener: EventWriter fed progress events, each flushed", _WAL_LISTENER, ())):
-                for release, path in ((f"last release {LAST_RELEASE}", tmp), ("this tree", str(ROOT))):
+                for release, path in ((f"last release {baseline}", tmp), ("this tree", str(ROOT))):
                     dsn = _database(admin_dsn, name)
                     env = dict(os.environ, PYTHONPATH=path)
                     subprocess.run([sys.executable, "-c", _UPGRADE, dsn], env=env, cwd=path, check=True,
@@ -265,9 +266,9 @@ def wal_breakdown(admin_dsn: str, batches: int) -> None:
                     totals[(label, release)] = per_batch
                     print(f"  {label}, {release}: {per_batch / 1024:.2f} KB")
                     _breakdown(dsn, start, end, batches, per_batch)
-        print(f"summary, KB per batch, last release {LAST_RELEASE} -> this tree (target <= 8 KB):")
+        print(f"summary, KB per batch, last release {baseline} -> this tree (target <= 4 KB):")
         for label in dict.fromkeys(k[0] for k in totals):
-            before, after = totals[(label, f"last release {LAST_RELEASE}")], totals[(label, "this tree")]
+            before, after = totals[(label, f"last release {baseline}")], totals[(label, "this tree")]
             print(f"  {label.split(':')[0]} ({label.split(': ')[1]}): {before / 1024:.1f} -> {after / 1024:.1f}")
     finally:
         _drop(admin_dsn, name)
@@ -281,11 +282,13 @@ def main() -> None:
     parser.add_argument("--migrate", type=int, default=10_000_000, help="0: skip the migration timing")
     parser.add_argument("--wal-breakdown", action="store_true",
                         help="only the WAL per batch of this tree's recorder and listener, broken down (pg_walinspect)")
+    parser.add_argument("--baseline", default=LAST_RELEASE,
+                        help=f"the commit --wal-breakdown compares with (default {LAST_RELEASE}: main before 0024)")
     args = parser.parse_args()
     if not args.dsn:
         parser.error("--dsn (or OFFSET_LEDGER_TEST_DSN) is required")
     if args.wal_breakdown:
-        wal_breakdown(args.dsn, args.wal_batches)
+        wal_breakdown(args.dsn, args.wal_batches, args.baseline)
         return
     old_db, new_db = "bench_storage_0014", "bench_storage_0016"
     try:

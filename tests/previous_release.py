@@ -30,6 +30,9 @@ COMPACT_RELEASE = "f245580"
 LAST_RELEASE = "1e8e3af"
 #: The release before the driver heartbeat (0021): its listener writes no ``runs.beat_at`` (0022 adds it).
 HEARTBEAT_PREDECESSOR = "86cbfe6"
+#: The release before positions became a row per topic (0024): its listener reads and writes ``positions``
+#: one row per partition, with ``INSERT ... ON CONFLICT`` on its key.
+PER_PARTITION_POSITIONS = "f0265ab"
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -58,6 +58,10 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
             cur.execute("PRAGMA journal_mode=WAL")  # the API reads while a listener writes
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
+            # What v_positions' INSTEAD OF triggers call (0024): a topic row's arrays with one partition set.
+            from offset_ledger.ledger.sqlite_positions import sqlite_set
+
+            dbapi_conn.create_function("offset_ledger_position_set", 15, sqlite_set, deterministic=True)
 
         return engine
     try:

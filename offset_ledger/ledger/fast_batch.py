@@ -39,17 +39,36 @@ log = logging.getLogger("offset_ledger.ledger.recorder")
 _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
 
 # Both statements below, in the same parameters ($1 pipeline, $2 consumer group, $3 query id, $4 run
-# id): the positions UPDATE's rule, the forward-only and pending-reset rule of _move_positions in its
+# id): the position UPDATE's rule, the forward-only and pending-reset rule of _move_positions in its
 # plainest case: the run is on the current generation (or the pipeline has none), no reset is
-# pending and the position was last moved by this query or placed by a restart or reset.
+# pending and the topic's positions were last moved by this query or placed by a restart or reset.
+# Since 0024 a topic's positions are one row (``tables.topic_positions``): the batch's partitions of
+# the topic must be exactly the row's, placed by one mover (``stamps`` NULL), so the rule reads that
+# mover, and the row's next version has the batch as its one mover again.
 _MOVE_RULE = """\
-    WHERE p.pipeline = $1 AND p.consumer_group = $2 AND p.topic = e.topic AND p."partition" = e.partition
+    WHERE p.pipeline = $1 AND p.consumer_group = $2 AND p.topic = e.topic
+      AND p.partitions = e.partitions AND p.stamps IS NULL
       -- Authority: the run is on the current generation, or there is none.
       AND (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
           IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
-      AND (p.query_id IS NULL OR p.query_id = $3)
-      AND (p.reset_id IS NULL
-           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.reset_id AND r.status = 'pending'))
+      AND (p.moved_query_ids[1] IS NULL OR p.moved_query_ids[1] = $3)
+      AND (p.moved_reset_ids[1] IS NULL
+           OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.moved_reset_ids[1] AND r.status = 'pending'))
+"""
+
+# The batch's ends per topic, partitions ascending (Python sends them sorted): ``e`` of the UPDATEs.
+_ENDS = """(SELECT topic, array_agg(partition ORDER BY partition) AS partitions,
+                 array_agg(first_end ORDER BY partition) AS first_ends,
+                 array_agg(until_offset ORDER BY partition) AS until_offsets, max(batch_id) AS batch_id
+          FROM unnest({args}) AS e (topic, partition, first_end, until_offset, batch_id)
+          GROUP BY topic) AS e"""
+
+# The row's next version: the batch's ends, the batch its one mover (time, batch, no reset; the
+# generation and query id unchanged, so they stay in the record's unchanged suffix).
+_MOVE_SET = """\
+    UPDATE topic_positions AS p SET next_offsets = e.until_offsets, moved_at = ARRAY[{at}],
+                                    moved_batch_ids = ARRAY[{batch}], moved_reset_ids = '{{NULL}}',
+                                    moved_query_ids = ARRAY[CAST($3 AS text)]
 """
 
 # Plain batches on PostgreSQL in one round trip: "BEGIN; <pipeline lock>; EXECUTE <statement>;
@@ -78,7 +97,7 @@ _MOVE_RULE = """\
 # batch of the query moved already: these batches are late, issue 47) makes the final
 # SELECT fail on purpose, so the statement and its transaction leave nothing behind and the general
 # path records the batches with their findings. Statement-level atomicity does the rest.
-_BATCHES = "offset_ledger_record_batches_v3"
+_BATCHES = "offset_ledger_record_batches_v4"
 _BATCHES_SQL = f"""
 PREPARE {_BATCHES} (text, text, text, text, timestamptz,
                     bigint[], timestamptz[], bigint[], timestamptz[], timestamptz[], timestamptz[],
@@ -107,12 +126,11 @@ WITH new_batches AS (
     GROUP BY nb.id, o.source_index, o.topic
     -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
-    UPDATE positions AS p SET next_offset = e.until_offset, updated_at = $5, query_id = $3, batch_id = e.batch_id,
-                              reset_id = NULL
-    FROM unnest($21, $22, $23, $24, $25) AS e (topic, partition, first_end, until_offset, batch_id)
-{_MOVE_RULE}      AND p.next_offset <= e.first_end  -- forward only from the first batch's end (the lowest)
+{_MOVE_SET.format(at="$5", batch="e.batch_id")}    FROM {_ENDS.format(args="$21, $22, $23, $24, $25")}
+{_MOVE_RULE}      -- forward only from the first batch's end (the lowest)
+      AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, e.first_ends) AS x (cur, first_end) WHERE cur > first_end)
       -- a later batch of the query moved it already: these are late (the general path's business)
-      AND (p.batch_id IS NULL OR p.query_id IS NULL OR p.batch_id < $6[1])
+      AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $6[1])
     RETURNING 1
 ), run AS (
     UPDATE runs SET last_batch_id = $6[cardinality($6)], last_heartbeat_at = (SELECT max(t) FROM unnest($7) t),
@@ -121,7 +139,7 @@ WITH new_batches AS (
 )
 -- A data-dependent cast error (a constant one would fail at plan time): the abort described above.
 SELECT (CASE WHEN (SELECT count(*) FROM new_batches) = cardinality($6)
-              AND (SELECT count(*) FROM moved) = cardinality($21)
+              AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT t) FROM unnest($21) t)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
 # The pipeline lock comes first, as on the general path (ledger.locks); exclusive (see above).
@@ -132,7 +150,7 @@ _BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
 # A listener that keeps up sends one batch a call: the same statement for one batch, with its
 # per-batch values as scalars and nothing to check between batches, measured 5-10% cheaper per call
 # (bench_record's `1by1`) than the one above given a single batch, so that case keeps its own.
-_ONE_BATCH = "offset_ledger_record_batch_v3"
+_ONE_BATCH = "offset_ledger_record_batch_v4"
 _ONE_BATCH_SQL = f"""
 PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
                        int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint,
@@ -154,11 +172,11 @@ WITH new_batch AS (
     GROUP BY nb.id, o.source_index, o.topic
     -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
-    UPDATE positions AS p SET next_offset = e.until_offset, updated_at = $7, query_id = $3, batch_id = $5,
-                              reset_id = NULL
-    FROM unnest($14, $15, $16) AS e (topic, partition, until_offset)
-{_MOVE_RULE}      AND p.next_offset <= e.until_offset  -- forward only
-      AND (p.batch_id IS NULL OR p.query_id IS NULL OR p.batch_id < $5)  -- not late (see above)
+{_MOVE_SET.format(at="$7", batch="$5")}    FROM {_ENDS.format(args="$14, $15, $16, $16, NULL::bigint[]")}
+{_MOVE_RULE}      -- forward only
+      AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, e.until_offsets) AS x (cur, until_offset) WHERE cur > until_offset)
+      -- not late (see above)
+      AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $5)
     RETURNING 1
 ), run AS (
     UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
@@ -166,7 +184,8 @@ WITH new_batch AS (
     WHERE run_id = $4
 )
 -- A data-dependent cast error (a constant one would fail at plan time): the abort described above.
-SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = cardinality($16)
+SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1
+              AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT t) FROM unnest($14) t)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
 _ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
@@ -274,6 +293,12 @@ class FastBatchPath:
                 else:
                     end[1:] = [until_offset, rec.batch.batch_id]
         keys = sorted(ends)  # lock order
+        last_batch: dict[str, int] = {}
+        for (topic, _), end in ends.items():
+            if last_batch.setdefault(topic, end[2]) != end[2]:
+                # Partitions of one topic last moved by different batches of the fold: more than one
+                # mover for the topic's row (``tables.topic_positions``), the general path's to write.
+                return None
         lock = pipeline_lock_key(head.pipeline, head.consumer_group)
         if len(recs) == 1:
             name, prepare, call = _ONE_BATCH, _ONE_BATCH_SQL, _ONE_BATCH_CALL

@@ -15,14 +15,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, text, tuple_, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from offset_ledger.errors import LedgerError
+from offset_ledger.ledger import position_store
 from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.position_store import Placed
 from offset_ledger.ledger.records import pg_int_array, pg_text_array
-from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets, sink_batches
+from offset_ledger.ledger.tables import checkpoint_generations, findings, resets, sink_batches
 from offset_ledger.rules.authority import same_location
 from offset_ledger.rules.model import Finding
 
@@ -231,33 +233,38 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-# The rows as three array literals, unnested once. Rows the pipeline already has (every one, after its
-# first restart) are UPDATEd; only partitions it never had are INSERTed. An upsert of all of them
-# did the same work plus a row lock per existing row before its update (a second write per row on
-# the page and in the WAL): 79 against 63 ms of Postgres time at 10,000 partitions. Both run under
-# the pipeline's exclusive lock, which every position writer takes before any row lock, so the
-# UPDATE's row order (the join's, not sorted) cannot deadlock with another writer.
+# A restart's baseline on PostgreSQL in one statement (three array parameters, one text literal each):
+# a topic row whose partitions are all in the baseline becomes the baseline (one mover: the generation);
+# a topic without a row gets one. The topics it returns are done; any other (a row with partitions the
+# baseline does not name) is merged in Python. Per-partition rows took 63-79 ms at 10,000 partitions;
+# decoding and re-encoding 10,000 positions in Python took ~150 ms more than this.
 _PG_BASELINE = text("""
     WITH u AS (
-        SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
-               AS u (topic, part, next_offset)
+        SELECT topic, array_agg(part ORDER BY part) AS parts, array_agg(next_offset ORDER BY part) AS offs
+        FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
+             AS u (topic, part, next_offset)
+        GROUP BY topic
     ), moved AS (
-        UPDATE positions AS p SET next_offset = u.next_offset, updated_at = :at, query_id = NULL, batch_id = NULL,
-                                  reset_id = NULL, generation_id = :generation_id
+        UPDATE topic_positions AS t SET partitions = u.parts, stamps = NULL, next_offsets = u.offs,
+               moved_at = ARRAY[CAST(:at AS timestamptz)], moved_batch_ids = '{NULL}', moved_reset_ids = '{NULL}',
+               moved_generation_ids = ARRAY[CAST(:generation_id AS bigint)], moved_query_ids = '{NULL}'
         FROM u
-        WHERE p.pipeline = :pipeline AND p.consumer_group = :consumer_group AND p.topic = u.topic
-          AND p."partition" = u.part
-        RETURNING p.topic, p."partition"
+        WHERE t.pipeline = :pipeline AND t.consumer_group = :consumer_group AND t.topic = u.topic
+          AND t.partitions <@ u.parts
+        RETURNING t.topic
+    ), added AS (
+        INSERT INTO topic_positions (pipeline, consumer_group, topic, partitions, stamps, next_offsets, moved_at,
+                                     moved_batch_ids, moved_reset_ids, moved_generation_ids, moved_query_ids)
+        SELECT :pipeline, :consumer_group, u.topic, u.parts, NULL, u.offs, ARRAY[CAST(:at AS timestamptz)], '{NULL}',
+               '{NULL}', ARRAY[CAST(:generation_id AS bigint)], '{NULL}'
+        FROM u
+        WHERE NOT EXISTS (SELECT FROM topic_positions t WHERE t.pipeline = :pipeline
+                          AND t.consumer_group = :consumer_group AND t.topic = u.topic)
+        ORDER BY u.topic COLLATE "C"
+        ON CONFLICT DO NOTHING
+        RETURNING topic
     )
-    INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
-                           query_id, batch_id, reset_id, generation_id)
-    SELECT :pipeline, :consumer_group, u.topic, u.part, u.next_offset, :at, NULL, NULL, NULL, :generation_id
-    FROM u
-    WHERE NOT EXISTS (SELECT FROM moved WHERE moved.topic = u.topic AND moved."partition" = u.part)
-    ORDER BY u.topic COLLATE "C", u.part
-    ON CONFLICT (pipeline, consumer_group, topic, "partition") DO UPDATE SET
-        next_offset = EXCLUDED.next_offset, updated_at = EXCLUDED.updated_at, query_id = NULL,
-        batch_id = NULL, reset_id = NULL, generation_id = EXCLUDED.generation_id
+    SELECT topic FROM moved UNION ALL SELECT topic FROM added
 """)
 
 
@@ -265,34 +272,23 @@ def _write_baseline(
     conn: Connection, pipeline: str, consumer_group: str, generation_id: int,
     resolved: Mapping[str, Mapping[str, int]], dropped: Sequence[tuple[str, int]], at: datetime,
 ) -> None:
-    """The generation's resolved starting offsets as positions (updated, or inserted when new)."""
+    """The generation's resolved starting offsets as positions (moved, or added when new), ``dropped`` gone:
+    one write per topic row (0024), under the pipeline's exclusive lock the caller holds."""
+    changes: dict[tuple[str, int], Placed | None] = {(t, int(p)): None for t, p in dropped}
     if dropped:
-        conn.execute(delete(positions).where(
-            positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group,
-            tuple_(positions.c.topic, positions.c.partition).in_([tuple(d) for d in dropped])))
-    ordered = sorted((t, int(p), int(o)) for t, parts in resolved.items() for p, o in parts.items())
-    if conn.dialect.name == "postgresql":
-        # Three array parameters instead of a 10-parameter VALUES row per partition: compiling and
-        # parsing a 10,000-row VALUES list cost seconds; unnest is one small statement. Each array
-        # goes as one text literal ('{...}'): a Python list becomes ARRAY[e1, e2, ...], whose 30,000
-        # elements Postgres parsed as separate expressions (10-15 ms of planning). One round trip.
-        conn.execute(_PG_BASELINE, {
+        position_store.write(conn, pipeline, consumer_group, changes)
+        changes = {}
+    for t, parts in resolved.items():
+        for p, o in parts.items():
+            changes[(t, int(p))] = Placed(int(o), at, None, None, None, generation_id)
+    if conn.dialect.name == "postgresql" and changes:
+        ordered = sorted((t, p, c.next_offset) for (t, p), c in changes.items() if c is not None)
+        done = set(conn.execute(_PG_BASELINE, {
             "pipeline": pipeline, "consumer_group": consumer_group, "at": at, "generation_id": generation_id,
             "topics": pg_text_array([t for t, _, _ in ordered]), "partitions": pg_int_array([p for _, p, _ in ordered]),
-            "offsets": pg_int_array([o for _, _, o in ordered])})
-        return
-    from sqlalchemy.dialects.sqlite import insert as upsert
-
-    rows = [{"pipeline": pipeline, "consumer_group": consumer_group, "topic": t, "partition": p,
-             "next_offset": o, "updated_at": at, "query_id": None, "batch_id": None, "reset_id": None,
-             "generation_id": generation_id} for t, p, o in ordered]
-    # Multi-row upserts in lock order, in chunks that stay under both databases' parameter limits.
-    for i in range(0, len(rows), _BASELINE_CHUNK):
-        stmt = upsert(positions).values(rows[i:i + _BASELINE_CHUNK])
-        conn.execute(stmt.on_conflict_do_update(
-            index_elements=["pipeline", "consumer_group", "topic", "partition"],
-            set_={c: stmt.excluded[c] for c in ("next_offset", "updated_at", "query_id", "batch_id", "reset_id",
-                                                "generation_id")}))
+            "offsets": pg_int_array([o for _, _, o in ordered])}).scalars())
+        changes = {k: v for k, v in changes.items() if k[0] not in done}
+    position_store.write(conn, pipeline, consumer_group, changes)
 
 
 def defaulted_generations(conn: Connection, pipeline: str, other_than_group: str) -> list[CheckpointGeneration]:
@@ -330,16 +326,13 @@ def adopt_defaulted_group(conn: Connection, pipeline: str, from_group: str, to_g
         return 0
     # Positions the runs already moved under their own group (before any generation matched) are
     # newer than the helper's baseline only if they are ahead of it: keep the furthest.
-    theirs = {(r.topic, r.partition): r.next_offset for r in conn.execute(
-        select(positions.c.topic, positions.c.partition, positions.c.next_offset)
-        .where(positions.c.pipeline == pipeline, positions.c.consumer_group == to_group))}
-    for r in conn.execute(select(positions.c.topic, positions.c.partition, positions.c.next_offset)
-                          .where(positions.c.pipeline == pipeline, positions.c.consumer_group == from_group)).all():
-        if (r.topic, r.partition) in theirs:
-            conn.execute(delete(positions).where(
-                positions.c.pipeline == pipeline, positions.c.consumer_group == from_group,
-                positions.c.topic == r.topic, positions.c.partition == r.partition))
-    for table in (positions, resets, findings):
+    theirs = position_store.load(conn, pipeline, to_group, lock=True)
+    guessed = position_store.load(conn, pipeline, from_group, lock=True)
+    position_store.write(conn, pipeline, to_group, {
+        (topic, p): placed for topic, parts in guessed.items() for p, placed in parts.items()
+        if p not in theirs.get(topic, {})}, current=theirs)
+    position_store.drop_group(conn, pipeline, from_group)
+    for table in (resets, findings):
         conn.execute(update(table).where(table.c.pipeline == pipeline, table.c.consumer_group == from_group)
                      .values(consumer_group=to_group))
     moved = conn.execute(update(checkpoint_generations).where(

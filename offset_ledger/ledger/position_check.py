@@ -25,7 +25,7 @@ _PG_MOVED = text("""
         SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
                AS u (topic, part, next_offset)
     ), now AS (
-        SELECT topic, "partition" AS part, next_offset FROM positions
+        SELECT topic, "partition" AS part, next_offset FROM v_positions
         WHERE pipeline = :pipeline AND consumer_group = :consumer_group AND topic = ANY(CAST(:wanted AS text[]))
     )
     SELECT COALESCE(SUM(CASE WHEN now.topic IS NULL OR seen.topic IS NULL THEN 1 ELSE 2 END), 0)

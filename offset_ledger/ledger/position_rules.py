@@ -13,9 +13,11 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.engine import Connection
 
+from offset_ledger.ledger import position_store
 from offset_ledger.ledger.activity import run_is_active
 from offset_ledger.ledger.bulk_write import BulkWriter
 from offset_ledger.ledger.locks import share_pipelines
+from offset_ledger.ledger.position_store import Placed
 from offset_ledger.ledger.records import (
     BatchRecord,
     Known,
@@ -133,19 +135,17 @@ class PositionRules:
         share_pipelines(conn, groups)
         current: dict[tuple[str, str], dict[tuple[str, int], HeldPosition]] = {}
         generation: dict[tuple[str, str], int | None] = {}
-        # One lock order for every writer: byte-wise, like Python's sorted() in the reset writer,
-        # whatever the database's collation (SQLite has no "C" collation, nor row locks).
-        topic_order = positions.c.topic.collate("C") if conn.dialect.name == "postgresql" else positions.c.topic
         for (pipeline, group), topics in sorted(groups.items()):
-            # FOR UPDATE: a concurrent reset of these rows waits for us, and we for it.
+            # The topics' rows locked first (FOR UPDATE, byte-wise topic order: every writer's): a
+            # concurrent reset of these positions waits for us, and we for it. Then read through the
+            # view, which a writer role may read but not lock.
+            position_store.lock(conn, pipeline, group, topics)
             stmt = (select(positions.c.topic, positions.c.partition, positions.c.next_offset,
                            positions.c.updated_at, positions.c.reset_id, positions.c.query_id,
                            positions.c.batch_id, resets.c.status.label("reset_status"))
                     .select_from(positions.outerjoin(resets, resets.c.id == positions.c.reset_id))
                     .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group,
-                           positions.c.topic.in_(sorted(topics)))
-                    .order_by(topic_order, positions.c.partition)
-                    .with_for_update(of=positions))
+                           positions.c.topic.in_(sorted(topics))))
             current[(pipeline, group)] = {
                 (r.topic, r.partition): HeldPosition(r.next_offset, utc(r.updated_at), r.reset_id, r.query_id,
                                              r.batch_id, r.reset_status == "pending")
@@ -207,16 +207,15 @@ class PositionRules:
                 else:
                     assert cur is not None
                     txn.findings.append(self._kept_finding(rec, txn, verdict, cur, topic, partition, until_offset))
-        rows: list[dict[str, Any]] = [{"pipeline": pipeline, "consumer_group": group, "topic": key[0], "partition": key[1],
-                 "next_offset": pos[key].next_offset, "updated_at": pos[key].updated_at,
-                 "query_id": pos[key].query_id, "batch_id": pos[key].batch_id, "reset_id": None}
-                for (pipeline, group), pos in current.items()
-                for key in sorted(changed[(pipeline, group)])]
-        if rows:
-            self.bulk.upsert(conn, positions, rows, ("pipeline", "consumer_group", "topic", "partition"),
-                       update=("next_offset", "updated_at", "query_id", "batch_id", "reset_id"))
-            txn.moved.extend(MovedPosition(r["pipeline"], r["consumer_group"], r["topic"], r["partition"],
-                                           r["next_offset"]) for r in rows)
+        for (pipeline, group), pos in current.items():
+            keys = sorted(changed[(pipeline, group)])
+            if not keys:
+                continue
+            # One write per topic row (0024); a partition keeps the generation that placed it before.
+            position_store.write(conn, pipeline, group, {
+                k: Placed(pos[k].next_offset, pos[k].updated_at, pos[k].query_id, pos[k].batch_id, None)
+                for k in keys}, keep_generation=True)
+            txn.moved.extend(MovedPosition(pipeline, group, k[0], k[1], pos[k].next_offset) for k in keys)
 
     @staticmethod
     def _recorded_as(conn: Connection, b: BatchOffsets) -> bool:

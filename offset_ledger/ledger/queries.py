@@ -79,21 +79,9 @@ def consumer_groups(conn: Connection, pipeline: str) -> list[str]:
     return sorted(r[0] for r in conn.execute(stmt))
 
 
-# The pipeline's distinct (group, topic) pairs by skipping through the primary key (pipeline,
-# consumer_group, topic, partition): one index probe per pair instead of reading every partition's
-# row (a DISTINCT over 10,000 positions read them all, and the heap too for pages updated since the
-# last vacuum). A restart asks this three times (issue 27). Same pairs, same order.
+# The pipeline's (group, topic) pairs: one row each in topic_positions (0024), read by its primary key.
 _PG_GROUP_TOPICS = text("""
-    WITH RECURSIVE pairs (consumer_group, topic) AS (
-        (SELECT consumer_group, topic FROM positions WHERE pipeline = :pipeline
-         ORDER BY consumer_group, topic LIMIT 1)
-        UNION ALL
-        SELECT nxt.consumer_group, nxt.topic FROM pairs, LATERAL (
-            SELECT p.consumer_group, p.topic FROM positions AS p
-            WHERE p.pipeline = :pipeline AND (p.consumer_group, p.topic) > (pairs.consumer_group, pairs.topic)
-            ORDER BY p.consumer_group, p.topic LIMIT 1) AS nxt
-    )
-    SELECT consumer_group, topic FROM pairs
+    SELECT consumer_group, topic FROM topic_positions WHERE pipeline = :pipeline ORDER BY consumer_group, topic
 """)
 
 

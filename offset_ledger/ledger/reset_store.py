@@ -14,14 +14,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import insert, update
-from sqlalchemy.engine import Connection, Engine
+from sqlalchemy import insert
+from sqlalchemy.engine import Engine
 
 from offset_ledger.errors import ActiveRunConflict
-from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger import position_store
 from offset_ledger.ledger.activity import open_runs, verdict
+from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.position_store import Placed
 from offset_ledger.ledger.queries import current_positions
-from offset_ledger.ledger.tables import positions, reset_partitions, resets
+from offset_ledger.ledger.tables import reset_partitions, resets
 from offset_ledger.rules.model import Position
 from offset_ledger.rules.resets import ResetPlan
 
@@ -80,25 +82,11 @@ def record_reset(
                 for p in plan.partitions
             ])
         if not dry_run:
-            for p in sorted(plan.partitions, key=lambda x: (x.topic, x.partition)):
-                _place(conn, pipeline, consumer_group, p.topic, p.partition, p.target_next_offset,
-                       reset_id, created_at)
+            # The placed positions: pending until a restart applies them (one write per topic, 0024).
+            position_store.write(conn, pipeline, consumer_group, {
+                (p.topic, p.partition): Placed(p.target_next_offset, created_at, None, None, reset_id)
+                for p in plan.partitions}, keep_generation=True)
     log.info("reset %s of %s/%s (%s, %s partitions, actor %s)", reset_id, pipeline, consumer_group,
              status, len(plan.partitions), actor)
     return plan, StoredReset(reset_id, status, created_at, tuple(active))
 
-
-def _place(
-    conn: Connection, pipeline: str, consumer_group: str, topic: str, partition: int,
-    next_offset: int, reset_id: int, at: datetime,
-) -> None:
-    values = {"next_offset": next_offset, "updated_at": at, "query_id": None, "batch_id": None,
-              "reset_id": reset_id}
-    done = conn.execute(update(positions).where(
-        positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group,
-        positions.c.topic == topic, positions.c.partition == partition,
-    ).values(**values))
-    if done.rowcount == 0:
-        conn.execute(insert(positions).values(
-            pipeline=pipeline, consumer_group=consumer_group, topic=topic, partition=partition, **values,
-        ))

@@ -98,7 +98,9 @@ GUARDED: tuple[Guarded, ...] = (
     Guarded("batches", OWN, ("INSERT", "UPDATE", "DELETE")),
     Guarded("batch_offsets", OWN, ("INSERT", "UPDATE")),
     Guarded("offset_ranges", through("batches", "batch_pk"), ("INSERT", "UPDATE", "DELETE"), checked_after=True),
+    # The previous release's positions (0024: its triggers fold them into topic_positions).
     Guarded("positions", OWN, ("INSERT", "UPDATE", "DELETE")),  # a restart drops removed partitions
+    Guarded("topic_positions", OWN, ("INSERT", "UPDATE", "DELETE")),
     Guarded("checkpoint_generations", OWN, ("INSERT", "UPDATE")),
     # A listener of several pipelines reports without one: its row is the role's that wrote it (0023).
     Guarded("listener_health", f"CASE WHEN pipeline IS NULL THEN ledger_role = current_user ELSE {OWN} END",

@@ -204,24 +204,127 @@ batch_offsets = Table(
     *_range_columns(),
 )
 
-#: The current position per (pipeline, consumer group, topic, partition): the next offset to read.
-#: Updated in the same transaction as the batch (or reset) that moved it.
-positions = Table(
+def _position_columns() -> list[Column[Any]]:
+    """The current position per (pipeline, consumer group, topic, partition): the columns the per-partition
+    table had and its view keeps (fresh objects each call: a Column belongs to one Table)."""
+    return [
+        Column("pipeline", String(_NAME), primary_key=True),
+        Column("consumer_group", String(_NAME), primary_key=True),
+        Column("topic", String(_NAME), primary_key=True),
+        Column("partition", Integer, primary_key=True),
+        Column("next_offset", BigInteger, nullable=False),
+        Column("updated_at", _tz(), nullable=False),
+        Column("batch_id", BigInteger),
+        Column("reset_id", BigInteger),  # set when a reset, not a batch, placed this position
+        # set when a checkpoint generation's resolved starting offsets placed this position (0003)
+        Column("generation_id", BigInteger),
+        # Last (0021): a batch rewrites its position with the same query id, and PostgreSQL logs a
+        # same-page update as the bytes between the unchanged prefix and suffix: here it is suffix.
+        Column("query_id", String(64)),
+    ]
+
+
+#: Until 0024 the restart's source of truth, one row per partition rewritten by every batch; since,
+#: the name the previous release's listener reads and writes (``INSERT ... ON CONFLICT`` on its key,
+#: which no view accepts). On PostgreSQL its triggers fold each write into ``topic_positions``, and
+#: ``topic_positions``' trigger keeps the rows it holds up to date; empty (a ledger created at 0024,
+#: or ``TRUNCATE positions`` once no listener of the previous release runs) it costs nothing.
+#: To be dropped in a later release. Read positions from ``positions`` below (``v_positions``).
+positions_legacy = Table(
     "positions",
+    metadata,
+    *_position_columns(),
+)
+
+
+class PackedTexts(TypeDecorator):  # type: ignore[type-arg]
+    """A list of strings (None elements allowed): a PostgreSQL ``text[]``, a JSON array text on SQLite."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(ARRAY(Text))
+        return dialect.type_descriptor(Text())
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.dumps(list(value), separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        return json.loads(value)
+
+
+#: How SQLAlchemy's SQLite DateTime stores a value (UTC, naive): the view hands the text to that type.
+SQLITE_TIME = "%Y-%m-%d %H:%M:%S.%f"
+
+
+class PackedTimes(TypeDecorator):  # type: ignore[type-arg]
+    """A list of aware datetimes: a PostgreSQL ``timestamptz[]``; on SQLite a JSON array of UTC texts in
+    the format SQLAlchemy's SQLite DateTime reads (what ``v_positions`` hands out)."""
+
+    impl = Text
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        if dialect.name == "postgresql":
+            return dialect.type_descriptor(ARRAY(DateTime(timezone=True)))
+        return dialect.type_descriptor(Text())
+
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        from datetime import timezone
+
+        return json.dumps([v.astimezone(timezone.utc).replace(tzinfo=None).strftime(SQLITE_TIME)
+                           if v.tzinfo is not None else v.strftime(SQLITE_TIME) for v in value],
+                          separators=(",", ":"))
+
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if value is None or dialect.name == "postgresql":
+            return value
+        from datetime import datetime, timezone
+
+        return [datetime.fromisoformat(v).replace(tzinfo=timezone.utc) for v in json.loads(value)]
+
+
+#: 0024: the restart's source of truth, one row per (pipeline, consumer group, topic): the partitions
+#: (ascending) and their next offsets as parallel arrays, and who placed each one as a short list of
+#: *movers* (time, batch, reset, generation, query id; position ``i`` of each ``moved_*`` array) that
+#: ``stamps`` indexes per partition (1-based; NULL: every partition has mover 1, the steady state of a
+#: pipeline whose batches move all its partitions). A batch moves it with one UPDATE of one row per
+#: topic (``ledger.fast_batch``), whose WAL record PostgreSQL logs as the bytes between the unchanged
+#: prefix (keys, partitions) and suffix (the query id): the offsets and the mover, ~9 B a partition where
+#: a row per partition logged >= 95 (docs/benchmarks.md). ``ledger.position_store`` reads and writes it,
+#: ``v_positions`` (below) unnests it with the per-partition table's columns.
+topic_positions = Table(
+    "topic_positions",
     metadata,
     Column("pipeline", String(_NAME), primary_key=True),
     Column("consumer_group", String(_NAME), primary_key=True),
     Column("topic", String(_NAME), primary_key=True),
-    Column("partition", Integer, primary_key=True),
-    Column("next_offset", BigInteger, nullable=False),
-    Column("updated_at", _tz(), nullable=False),
-    Column("batch_id", BigInteger),
-    Column("reset_id", BigInteger),  # set when a reset, not a batch, placed this position
-    # set when a checkpoint generation's resolved starting offsets placed this position (0003)
-    Column("generation_id", BigInteger),
-    # Last (0021): a batch rewrites its position with the same query id, and PostgreSQL logs a
-    # same-page update as the bytes between the unchanged prefix and suffix: here it is suffix.
-    Column("query_id", String(64)),
+    Column("partitions", PackedInts(), nullable=False),
+    Column("stamps", PackedInts()),
+    Column("next_offsets", PackedInts(big=True), nullable=False),
+    Column("moved_at", PackedTimes(), nullable=False),
+    Column("moved_batch_ids", PackedInts(big=True), nullable=False),
+    Column("moved_reset_ids", PackedInts(big=True), nullable=False),
+    Column("moved_generation_ids", PackedInts(big=True), nullable=False),
+    Column("moved_query_ids", PackedTexts(), nullable=False),  # last: unchanged from batch to batch
+)
+
+#: 0024: the view ``v_positions``, one row per (pipeline, consumer group, topic, partition) with the
+#: columns the per-partition ``positions`` table had: every reader reads positions through it. Its
+#: INSTEAD OF triggers take single-row inserts, updates and deletes (tools, tests); the ledger's own
+#: writers go through ``ledger.position_store`` (a row per topic, not per partition).
+positions = Table(
+    "v_positions",
+    views,
+    *_position_columns(),
 )
 
 #: Anomalies: gaps, regressions, data loss, removed partitions, ...
@@ -435,21 +538,30 @@ role_scopes = Table(
 )
 
 
-def _create_compact_views(target: MetaData, connection: Any, tables: Any = None, **_: Any) -> None:
-    """``metadata.create_all`` of the whole schema (tests, tools) also gets the 0016 view and triggers:
-    the migration's own DDL, read from its file so that there is one text of it."""
-    if tables is not None and offset_ranges not in tables:
-        return  # a migration creating a subset (0001)
+def _migration(name: str) -> Any:
+    """A migration module, read from its file (the migrations directory is no package)."""
     import importlib.util
 
     from offset_ledger.ledger.engine import migrations_dir
 
-    path = migrations_dir() / "versions" / "0016_compact_ranges.py"
-    spec = importlib.util.spec_from_file_location("_offset_ledger_0016", path)
+    path = migrations_dir() / "versions" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_offset_ledger_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    module.create_views(connection)
+    return module
+
+
+def _create_compact_views(target: MetaData, connection: Any, tables: Any = None, **_: Any) -> None:
+    """``metadata.create_all`` of the whole schema (tests, tools) also gets the 0016 and 0024 views and
+    triggers: the migrations' own DDL, read from their files so that there is one text of it."""
+    if tables is not None and offset_ranges not in tables:
+        return  # a migration creating a subset (0001)
+    _migration("0016_compact_ranges").create_views(connection)
+    if tables is None or topic_positions in tables:
+        _migration("0024_topic_positions").create_views(connection)
+        if connection.dialect.name == "postgresql":
+            connection.exec_driver_sql("ALTER TABLE topic_positions SET (fillfactor = 50, toast_tuple_target = 8160)")
 
 
 event.listen(metadata, "after_create", _create_compact_views)

@@ -138,8 +138,8 @@ def test_watch_records_what_the_listener_records(spark, kafka, pg_dsn: str, tmp_
 
     listener_rows, watched_rows = history(pg_dsn), history(watched)
     assert len(listener_rows) >= 5 * 3 and watched_rows == listener_rows
-    assert sorted(_sql(watched, 'SELECT topic, "partition", next_offset FROM positions')) == \
-        sorted(_sql(pg_dsn, 'SELECT topic, "partition", next_offset FROM positions'))
+    assert sorted(_sql(watched, 'SELECT topic, "partition", next_offset FROM v_positions')) == \
+        sorted(_sql(pg_dsn, 'SELECT topic, "partition", next_offset FROM v_positions'))
     # The listener and a watcher on one ledger: each batch once, and no finding about it.
     found_before = _sql(pg_dsn, "SELECT kind, message FROM findings ORDER BY id")
     main(["watch", plan.checkpoint_location or "", "--pipeline", "orders", "--once", "--dsn", pg_dsn])

@@ -168,7 +168,7 @@ def test_a_realtime_query_killed_mid_batch_and_upgraded_rereads_only_the_open_ba
     # The listener recorded the upgrade's batch: the positions are at the end of the topic.
     engine = create_engine(pg_dsn)
     with engine.connect() as conn:
-        positions = dict(conn.execute(text('SELECT "partition", next_offset FROM positions')).all())
+        positions = dict(conn.execute(text('SELECT "partition", next_offset FROM v_positions')).all())
         kinds = sorted(conn.execute(text("SELECT DISTINCT kind FROM findings")).scalars())
     engine.dispose()
     assert positions == {0: 70, 1: 70}, positions

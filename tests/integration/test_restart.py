@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 from sqlalchemy import create_engine, insert, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from offset_ledger import OffsetLedgerListener, start_from_ledger
 from offset_ledger.errors import DataLossError
+from offset_ledger.ledger import position_store
+from offset_ledger.ledger.position_store import Placed
 from offset_ledger.ledger.tables import (
     batch_offsets,
     checkpoint_generations,
@@ -80,14 +81,9 @@ def _record_last_batch(dsn: str, pipeline: str, end_offsets: dict[str, dict[str,
     now = datetime.now(timezone.utc)
     try:
         with engine.begin() as conn:
-            for topic, parts in end_offsets.items():
-                for p, next_offset in parts.items():
-                    stmt = pg_insert(positions).values(
-                        pipeline=pipeline, consumer_group=pipeline, topic=topic, partition=int(p),
-                        next_offset=next_offset, updated_at=now, query_id="q", batch_id=0)
-                    conn.execute(stmt.on_conflict_do_update(
-                        index_elements=["pipeline", "consumer_group", "topic", "partition"],
-                        set_={"next_offset": next_offset, "updated_at": now, "reset_id": None}))
+            position_store.write(conn, pipeline, pipeline, {
+                (topic, int(p)): Placed(next_offset, now, "q", 0) for topic, parts in end_offsets.items()
+                for p, next_offset in parts.items()}, keep_generation=True)
     finally:
         engine.dispose()
 

@@ -46,7 +46,7 @@ def _positions(dsn: str) -> dict[int, int]:
     engine = create_engine(dsn)
     try:
         with engine.connect() as conn:
-            return dict(conn.execute(text('SELECT "partition", next_offset FROM positions')).all())
+            return dict(conn.execute(text('SELECT "partition", next_offset FROM v_positions')).all())
     finally:
         engine.dispose()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from datetime import datetime, timezone
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,8 @@ from offset_ledger.errors import UnknownPipeline
 from offset_ledger.ledger.engine import ensure_schema, make_engine, permission_denied
 from offset_ledger.ledger.policy_store import set_policies
 from offset_ledger.ledger.recorder import Recorder
+from offset_ledger.ledger import position_store
+from offset_ledger.ledger.position_store import Placed
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
@@ -40,6 +43,8 @@ from offset_ledger.ledger.tables import (
     offset_ranges,
     pipeline_policies,
     positions,
+    positions_legacy,
+    topic_positions,
     reset_partitions,
     resets,
     runs,
@@ -94,8 +99,8 @@ def _b_state(admin: Engine) -> dict[str, Any]:
     """Every row of B, per table, as the owner reads it (row security does not apply to the owner)."""
     out: dict[str, Any] = {}
     with admin.connect() as conn:
-        for table in (runs, batches, batch_offsets, positions, findings, resets, checkpoint_generations,
-                      listener_health, pipeline_policies, sinks, sink_batches):
+        for table in (runs, batches, batch_offsets, positions, positions_legacy, topic_positions, findings, resets,
+                      checkpoint_generations, listener_health, pipeline_policies, sinks, sink_batches):
             rows = conn.execute(select(table).where(table.c.pipeline == B)).all()
             out[table.name] = sorted(repr(tuple(r)) for r in rows)
         out["reset_partitions"] = conn.execute(select(func.count()).select_from(reset_partitions)).scalar_one()
@@ -175,8 +180,12 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
         "batch_offsets table": text("INSERT INTO batch_offsets (pipeline, consumer_group, query_id, batch_id, "
                                     "source_index, topic, \"partition\", from_offset, until_offset, batch_time) "
                                     f"VALUES ('{B}', '{B}', 'qb', 0, 0, 'payments-b', 3, 0, 5, now())"),
-        "positions": insert(positions).values(pipeline=B, consumer_group=B, topic="payments-b", partition=5,
-                                              next_offset=1, updated_at=now),
+        # The previous release's positions (0024 folds its writes into topic_positions), and the rows per topic.
+        "positions": insert(positions_legacy).values(pipeline=B, consumer_group=B, topic="payments-b", partition=5,
+                                                     next_offset=1, updated_at=now),
+        "topic_positions": insert(topic_positions).values(
+            pipeline=B, consumer_group=B, topic="payments-x", partitions=[0], next_offsets=[1], moved_at=[datetime.now(timezone.utc)],
+            moved_batch_ids=[None], moved_reset_ids=[None], moved_generation_ids=[None], moved_query_ids=[None]),
         "runs": insert(runs).values(run_id="r-b", query_id="q", pipeline=B, consumer_group=B, started_at=now),
         "resets": insert(resets).values(pipeline=B, consumer_group=B, mode="latest", actor="a", dry_run=False,
                                         forced=True, created_at=now, status="pending"),
@@ -200,13 +209,14 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
         "delete own reset": resets.delete().where(resets.c.pipeline == A),
         "delete own position's generation": checkpoint_generations.delete().where(
             checkpoint_generations.c.pipeline == A),
-        "move a row to B": update(positions).where(positions.c.pipeline == A).values(pipeline=B),
+        "move a row to B": update(topic_positions).where(topic_positions.c.pipeline == A).values(pipeline=B),
     }
     refused = {name: _refused(eng_a, stmt) for name, stmt in wrong.items()}
     assert refused == {name: True for name in wrong}, refused
     # B's rows are invisible to A: an update or delete of them finds nothing to change.
     with eng_a.begin() as conn:
-        assert conn.execute(update(positions).where(positions.c.pipeline == B).values(next_offset=0)).rowcount == 0
+        assert conn.execute(update(topic_positions).where(topic_positions.c.pipeline == B)
+                            .values(next_offsets=[0])).rowcount == 0
         # its prune may delete batches (issue 48): its own only, B's are not there for it
         assert conn.execute(batches.delete().where(batches.c.pipeline == B)).rowcount == 0
         assert conn.execute(select(func.count()).select_from(batches).where(batches.c.pipeline == B)).scalar() == 0
@@ -227,7 +237,10 @@ def test_every_write_path_as_the_wrong_role(teams) -> None:  # type: ignore[no-u
     # Team A's own writes pass: its findings repeat-counter, positions and policies.
     with eng_a.begin() as conn:
         conn.execute(update(findings).where(findings.c.pipeline == A).values(occurrences=2))
-        conn.execute(update(positions).where(positions.c.pipeline == A).values(next_offset=1))
+        moved = {(p.topic, p.partition): Placed(1, datetime.now(timezone.utc)) for p in conn.execute(
+            select(positions.c.topic, positions.c.partition).where(positions.c.pipeline == A))}
+        assert moved
+        position_store.write(conn, A, A, moved)
         set_policies(conn, A, {"first_run": "latest"}, actor="a", reason="own")
     # Migrations keep working with the policies in place, and re-apply them.
     result = CliRunner().invoke(__import__("offset_ledger.cli.main", fromlist=["app"]).app,

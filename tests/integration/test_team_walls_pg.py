@@ -245,7 +245,8 @@ def assert_walls(dsn: str, roles: dict[str, str]) -> None:
         proving = seen.pop("_proving")
         assert seen == {}, seen
         # the relations a team reads every day hold both teams' rows here: the check above proves something
-        assert {"v_batch_offsets", "v_batch_history", "v_current_positions", "batches", "positions"} <= set(proving)
+        assert {"v_batch_offsets", "v_batch_history", "v_current_positions", "batches", "v_positions",
+                "topic_positions"} <= set(proving)
     finally:
         team.dispose()
         admin.dispose()

@@ -357,7 +357,7 @@ def test_a_copy_that_records_a_batch_first_does_not_hold_the_real_run_back(tmp_p
     recorder.record([copy.start_event(), copy.batch(cluster.log_end)])  # foreign, and first
     recorder.record([real.batch(cluster.log_end)])                        # the same (query, batch 1)
     with engine.connect() as conn:
-        moved = {r[0]: r[1] for r in conn.execute(text('SELECT "partition", next_offset FROM positions'))}
+        moved = {r[0]: r[1] for r in conn.execute(text('SELECT "partition", next_offset FROM v_positions'))}
         kinds = [r[0] for r in conn.execute(text("SELECT kind FROM findings"))]
     assert moved == {0: 9, 1: 9}
     assert kinds.count("foreign_run") == 1
