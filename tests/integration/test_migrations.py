@@ -95,8 +95,10 @@ def test_0008_leaves_room_on_positions_pages_and_updates_stay_on_their_page(pg_d
             conn.execute(text(
                 "INSERT INTO positions (pipeline, consumer_group, topic, \"partition\", next_offset, updated_at) "
                 "SELECT 'orders', 'orders', 't', p, p, :at FROM generate_series(0, 999) AS p"), {"at": T0})
-        upgrade(engine)
-        assert current_revision(engine) == head_revision()
+        # Up to the last revision where ``positions`` is the table writers update (0024 keeps it for the
+        # previous release only, its writes mirrored by triggers: test_migration_0024_pg).
+        upgrade(engine, "0023")
+        assert current_revision(engine) == "0023"
         with engine.begin() as conn:
             options = conn.execute(text("SELECT reloptions FROM pg_class WHERE relname = 'positions'")).scalar()
             assert options == ["fillfactor=50"]
