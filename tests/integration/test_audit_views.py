@@ -270,8 +270,9 @@ def test_views_upgrade_and_downgrade_on_sqlite(tmp_path: Path) -> None:
 
     engine = make_engine(f"sqlite:///{tmp_path / 'ledger.db'}")
     upgrade(engine)
+    # v_positions (0024): topic_positions unnested with the columns positions had, which v_current_positions reads
     views = {"v_current_positions", "v_batch_history", "v_resets", "v_findings", "v_pipeline_activity",
-             "v_generations", "v_batch_outputs", "v_batch_offsets"}
+             "v_generations", "v_batch_outputs", "v_batch_offsets", "v_positions"}
 
     def present() -> set[str]:
         with engine.connect() as conn:
@@ -291,8 +292,9 @@ def test_views_upgrade_and_downgrade_on_postgres(pg_dsn: str) -> None:
     from offset_ledger.ledger.engine import current_revision, downgrade
 
     engine = make_engine(pg_dsn)
+    # v_positions (0024): topic_positions unnested with the columns positions had, which v_current_positions reads
     views = {"v_current_positions", "v_batch_history", "v_resets", "v_findings", "v_pipeline_activity",
-             "v_generations", "v_batch_outputs", "v_batch_offsets"}
+             "v_generations", "v_batch_outputs", "v_batch_offsets", "v_positions"}
 
     def present() -> set[str]:
         with engine.connect() as conn:
