@@ -211,21 +211,26 @@ def test_records_deleted_before_they_were_read_page_records_lost(
         assert 0 < lost <= 100  # the oracle: what the job's output lacks
         began = time.monotonic()
         first: float | None = None
+        counted = f'offset_ledger_records_lost_total{{topic="{topic}"}}'
         while True:
             alerts = [a for a in firing(prom) if a["labels"]["alertname"] == "OffsetLedgerRecordsLost"]
             if alerts and first is None:
                 first = time.monotonic() - began
-            # It fires at the first lost record; its value follows the ledger up to the whole loss (a
-            # loaded machine scrapes between the batches that record it).
-            if len(alerts) == 1 and float(alerts[0]["value"]) == lost:
+            # It fires at the first lost record. The series it pages on counts the whole loss once the
+            # ledger recorded it. The alert's own value is that count only when Prometheus first saw the
+            # series whole; a loaded machine scrapes between the batches that record the loss, and then
+            # it is increase()'s extrapolation over the window (not a count), so the count is read here.
+            total = [float(r["value"][1]) for r in query(prom, counted)]
+            if len(alerts) == 1 and total == [lost]:
                 break
-            assert time.monotonic() - began < 30, f"no records-lost alert of {lost} 30 s after the job: {alerts}"
+            assert time.monotonic() - began < 60, \
+                f"no records-lost alert with {lost} counted 60 s after the job: {alerts}, counted {total}"
             time.sleep(0.5)
-        print(f"records-lost alert firing {first:.1f} s after the job ended, at all {lost} lost "
+        print(f"records-lost alert firing {first:.1f} s after the job ended, all {lost} lost counted "
               f"{time.monotonic() - began:.1f} s after")
         (alert,) = alerts
         assert {k: alert["labels"][k] for k in ("pipeline", "consumer_group", "topic", "partition", "severity")} == {
             "pipeline": "orders", "consumer_group": "orders", "topic": topic, "partition": "0",
             "severity": "critical"}
-        assert float(alert["value"]) == lost
+        assert float(alert["value"]) > 0
         assert alert["annotations"]["command"] == "offset-ledger verify orders --consumer-group orders"
