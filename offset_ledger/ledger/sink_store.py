@@ -151,6 +151,12 @@ def committed_sequence(conn: Connection, sink: str, generation_id: int, batch_id
     return None if value is None else int(value)
 
 
+def last_sequence(conn: Connection, sink: str) -> int:
+    """The highest sequence the ledger recorded for ``sink`` (0: none yet)."""
+    return int(conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
+                            .where(sink_batches.c.sink == sink)).scalar_one())
+
+
 def record_commit(
     conn: Connection, spec: SinkSpec, *, sequence: int, generation_id: int, query_id: str, batch_id: int,
     row_count: int | None, table_version: int | None, committed_at: datetime, now: datetime,

@@ -29,14 +29,12 @@ import time
 from functools import partial
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import ConfigError, KafkaError, SinkInputRefused
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.tables import sink_batches
 from offset_ledger.rules.kafka_sink import (Mark, PartitionRun, batch_partitions, default_group, missing_columns,
                                             refusal, unrecorded)
 from offset_ledger.rules.model import Finding
@@ -224,8 +222,7 @@ class KafkaSink:
         check_target(ledger, self.spec, register=False)
         try:
             with ledger.connect() as conn:
-                known = int(conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
-                                         .where(sink_batches.c.sink == self.name)).scalar_one())
+                known = sink_store.last_sequence(conn, self.name)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"reconciling sink {self.name} with its group") from exc
         missing = unrecorded({tp: m for tp, (_, m) in self.group_marks().items()}, self.name, known)
