@@ -66,7 +66,7 @@ class KafkaSink:
                  consumer_group: str | None = None, dsn: str | None = None, name: str | None = None,
                  group_id: str | None = None, kafka_config: dict[str, Any] | None = None,
                  producer_config: dict[str, Any] | None = None, transaction_timeout_ms: int = 60_000,
-                 partition_column: str = "output_partition", storage_options: dict[str, Any] | None = None,
+                 partition_column: str | None = None, storage_options: dict[str, Any] | None = None,
                  timeout_s: float = 60.0) -> None:
         if not topic or not topic.strip():
             raise ConfigError("the Kafka sink needs an output topic")
@@ -91,7 +91,10 @@ class KafkaSink:
         self.kafka_config = dict(kafka_config or {})
         self.producer_config = dict(producer_config or {})
         self.transaction_timeout_ms = int(transaction_timeout_ms)
-        self.partition_column = partition_column
+        # Named: the batch must carry it (a typo refused, never the key's partitioner instead); by default the
+        # column output_partition is used when the batch has one.
+        self.partition_column_named = partition_column is not None
+        self.partition_column = partition_column or "output_partition"
         self.storage_options = storage_options
         self.timeout_s = float(timeout_s)
         self.last: SinkDecision | None = None
@@ -123,6 +126,10 @@ class KafkaSink:
         missing = missing_columns(columns, "value")
         if missing:  # before the ledger or Kafka is touched
             raise SinkInputRefused(refusal(self.name, missing, columns), sink=self.name, missing=missing)
+        if self.partition_column_named and self.partition_column not in columns:
+            raise SinkInputRefused(
+                f"sink {self.name!r}: partition_column {self.partition_column!r} is not a column of the batch (it has "
+                f"{', '.join(columns)}); nothing was written", sink=self.name, missing=[self.partition_column])
         started = time.perf_counter()
         prepared = prepare_batch(self.spec, self.dsn, self.checkpoint_location, self.storage_options, batch_id)
         decision = prepared.decision

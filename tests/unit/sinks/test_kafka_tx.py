@@ -218,3 +218,19 @@ def test_a_spark_connect_batch_is_refused_before_anything_is_touched() -> None:
                      checkpoint_location="/nowhere")
     with pytest.raises(ConfigError, match="classic Spark only"):
         sink.write(connect(), 0)
+
+
+def test_a_partition_column_the_batch_lacks_is_refused_not_replaced_by_the_key_partitioner() -> None:
+    """A named ``partition_column`` is a promise about where each output goes: a typo must not fall back to
+    Kafka's partitioner on the key (the default name, ``output_partition``, stays optional)."""
+    from offset_ledger.errors import SinkInputRefused, exit_code
+    from offset_ledger.sinks import KafkaSink
+
+    class Batch:
+        columns = ["topic", "partition", "offset", "value", "out_partition"]
+
+    sink = KafkaSink(topic="out", bootstrap_servers="127.0.0.1:9", pipeline="p", dsn="postgresql://x@127.0.0.1:9/l",
+                     checkpoint_location="/nowhere", partition_column="out_partiton")
+    with pytest.raises(SinkInputRefused, match="out_partiton") as refused:
+        sink.write(Batch(), 0)
+    assert exit_code(refused.value) == 2 and refused.value.details["missing"] == ["out_partiton"]
