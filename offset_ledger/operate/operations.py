@@ -29,6 +29,7 @@ from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.restart_options import PipelineRef
 
 if TYPE_CHECKING:
+    from offset_ledger.addresses import KafkaAddress, LedgerAddress
     from offset_ledger.kafka.adapter import KafkaAdapter
     from offset_ledger.operate.lag_insight import LagInsight
     from offset_ledger.operate.loss_status import LossBook
@@ -82,17 +83,20 @@ class Operations:
         self._losses: LossBook | None = None
 
     @classmethod
-    def connect(
-        cls, dsn: str | None = None, bootstrap_servers: str | None = None,
-        kafka_options: Mapping[str, Any] | None = None,
-    ) -> Operations:
-        """Operations over ``dsn`` and ``bootstrap_servers`` (defaults: OFFSET_LEDGER_* settings)."""
-        from offset_ledger.config import settings
+    def open(cls, ledger: LedgerAddress, kafka: KafkaAddress | None = None, *,
+             lag_cache_seconds: float = 2.0) -> Operations:
+        """The verbs' context over ``ledger`` and ``kafka``: the one place that makes engines and clients.
+
+        Each face resolves its addresses once (``offset_ledger.addresses``) and opens here; nothing
+        below a face builds an engine or a Kafka client of its own.
+        """
         from offset_ledger.ledger.engine import make_engine
 
-        s = settings()
-        return cls(make_engine(dsn), bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
-                   kafka_options=kafka_options)
+        engine = make_engine(ledger.dsn, pool_size=ledger.pool_size, create=ledger.create)
+        if kafka is None:
+            return cls(engine, lag_cache_seconds=lag_cache_seconds)
+        return cls(engine, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
+                   kafka_timeout_ms=kafka.timeout_ms, lag_cache_seconds=lag_cache_seconds)
 
     @property
     def kafka(self) -> KafkaAdapter:

@@ -8,7 +8,7 @@ Each folder of ``offset_ledger`` is a layer, and the folder says the rule:
   capture, the verbs or a face, and ``ledger/`` never talks to Kafka;
 - ``capture/`` (what records batches) never imports the operator verbs (``operate/``);
 - the faces (``cli/``, ``api/``, ``console/``) are imported by nothing outside the faces;
-- only ``errors`` and ``config`` (used by every layer) and the lazy public surface sit at the top;
+- only ``errors``, ``config`` and ``addresses`` (used by every layer) and the lazy public surface sit at the top;
 - no module imports another module's ``_private`` name: what another module needs gets a public
   name (or the helper becomes a member of the class that uses it), so a private name is safe to
   change by reading one file.
@@ -40,7 +40,7 @@ MAY_IMPORT = {
     "console": {"rules", "ledger", "operate", "<public>"},
     "<public>": {"capture", "operate", "rules"},  # offset_ledger/__init__.py: the lazy public names
 }
-TOP_LEVEL = {"errors", "config"}
+TOP_LEVEL = {"errors", "config", "addresses"}
 IO_LIBRARIES = {"sqlalchemy", "psycopg2", "alembic", "kafka", "confluent_kafka", "pyspark", "fastapi", "starlette",
                 "uvicorn", "typer", "rich", "fsspec", "requests", "httpx", "socket", "subprocess", "pydantic",
                 "pydantic_settings", "os", "pathlib", "io", "shutil", "urllib"}
