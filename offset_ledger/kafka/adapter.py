@@ -63,19 +63,20 @@ class KafkaAdapter(GroupAdmin):
     def close(self) -> None:
         self._closes += 1  # a handshake started before this close makes no client afterwards
         with self._lock:
-            if self._consumer is not None:
-                try:
-                    self._consumer.close(autocommit=False)
-                except Exception:  # noqa: BLE001 - closing a broken client must not mask the real error
-                    log.debug("error closing Kafka consumer", exc_info=True)
-                self._consumer = None
-            if self._sampler is not None:
-                try:
-                    self._sampler.close(autocommit=False)
-                except Exception:  # noqa: BLE001
-                    log.debug("error closing Kafka consumer", exc_info=True)
-                self._sampler = None
-            self._close_admin()
+            clients = [c for c in (self._consumer, self._sampler) if c is not None]
+            self._consumer = self._sampler = None
+            admin, self._admin = self._admin, None
+        # kafka-python 3.0 joins its IO thread without a bound when a client closes; a thread stuck
+        # on a broker would hang close() and, with it, a CLI command past its --timeout (the command
+        # had already answered). The clients close in a daemon thread waited on for at most one
+        # request timeout; past it, the process goes on and the daemon IO threads end with it.
+        closing = threading.Thread(target=_close_clients, args=(clients, admin), daemon=True,
+                                   name="offset-ledger-kafka-close")
+        closing.start()
+        closing.join(self._configs["request_timeout_ms"] / 1000)
+        if closing.is_alive():
+            log.warning("Kafka clients of %s did not close within %d ms; left to end with the process",
+                        self._bootstrap, self._configs["request_timeout_ms"])
 
     def connect_in_background(self, *, sampler: bool = False) -> None:
         """Start making the client (import, bootstrap: connect, API versions) on a daemon thread,
@@ -355,6 +356,19 @@ class KafkaAdapter(GroupAdmin):
             except Exception as exc:
                 raise _translate(exc, self._bootstrap) from exc
         return self._sampler
+
+
+def _close_clients(consumers: Sequence[Any], admin: Any) -> None:
+    for consumer in consumers:
+        try:
+            consumer.close(autocommit=False)
+        except Exception:  # noqa: BLE001 - closing a broken client must not mask the real error
+            log.debug("error closing Kafka consumer", exc_info=True)
+    if admin is not None:
+        try:
+            admin.close()
+        except Exception:  # noqa: BLE001
+            log.debug("error closing Kafka admin client", exc_info=True)
 
 
 def _field(item: Any, name: str) -> Any:
