@@ -14,10 +14,9 @@ import psycopg2
 from _progress import progress_json  # noqa: E402 - sibling modules; benchmarks run as scripts
 from sqlalchemy.engine import make_url
 
-from offset_ledger.capture.spool import Event, ledger_id
-from offset_ledger.capture.store import open_recorder
-from offset_ledger.capture.writer import EventWriter
-from offset_ledger.config import settings
+from offset_ledger.addresses import LedgerAddress
+from offset_ledger.capture.spool import Event
+from offset_ledger.capture.writer import EventWriter, WriterOptions
 
 
 #: The ``beat`` method's heartbeat period (seconds): ``bench_fleet.py --beat-every``.
@@ -29,15 +28,16 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it
     (``beat``: and its driver heartbeat thread, as the listener starts it)."""
     every = BEAT_EVERY[0] if beat else None
-    writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
-                         queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
-                         health_pipeline=pipeline, beat_every_ms=None if every is None else int(every * 1000))
+    ledger = LedgerAddress.resolve(dsn, pool_size=1)
+    writer = EventWriter(ledger, spool_dir=Path(spool), options=WriterOptions(
+        queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
+        health_pipeline=pipeline, beat_every_ms=None if every is None else int(every * 1000)))
     heartbeat = None
     if every is not None:
         from offset_ledger.capture.heartbeat import Heartbeat
         from offset_ledger.ledger.heartbeats import open_beats
 
-        heartbeat = Heartbeat(lambda: open_beats(dsn), writer.live_runs, every=every)
+        heartbeat = Heartbeat(lambda: open_beats(ledger), writer.live_runs, every=every)
         heartbeat.start()
     query_id = str(uuid.uuid4())
     events = [progress_json(query_id, b, partitions) for b in range(batches + 1)]

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError
 
 @dataclass(frozen=True)
@@ -29,10 +28,27 @@ class LedgerAddress:
     pool_size: int = 5
     create: bool = True
 
+    def __repr__(self) -> str:
+        # Addresses end up in logs and tracebacks: the password never does.
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            shown = make_url(self.dsn).render_as_string(hide_password=True)
+        except ArgumentError:  # not a URL (make_engine says so): its text may hold a password
+            shown = "<not a database URL>"
+        return f"LedgerAddress(dsn={shown!r}, pool_size={self.pool_size}, create={self.create})"
+
     @classmethod
     def resolve(cls, dsn: str | None = None, *, pool_size: int = 5, create: bool = True) -> LedgerAddress:
         """The argument, else ``OFFSET_LEDGER_DSN``, else the embedded SQLite file."""
-        return cls(dsn if dsn else settings().resolved_dsn(None), pool_size=pool_size, create=create)
+        if not dsn:
+            # Here, not at the top: a DSN given (--dsn, a listener's dsn=) needs no pydantic-settings,
+            # which would cost a read command's start ~60 ms (benchmarks/bench_cli_start.py).
+            from offset_ledger.config import settings
+
+            dsn = settings().resolved_dsn(None)
+        return cls(dsn, pool_size=pool_size, create=create)
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -53,10 +69,18 @@ class KafkaAddress:
 
     @classmethod
     def resolve(cls, bootstrap_servers: str | None = None, options: Mapping[str, Any] | None = None,
-                *, timeout_ms: int | None = None) -> KafkaAddress:
-        """The argument, else ``kafka.bootstrap.servers`` in ``options``, else ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``."""
+                *, timeout_ms: int | None = None, environment: bool = True) -> KafkaAddress:
+        """The argument, else ``kafka.bootstrap.servers`` in ``options``, else ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``.
+
+        ``environment=False``: only a cluster the caller named (``import_checkpoint`` asks Kafka for
+        topic ids only when given one; an environment set for other commands must not make it fail).
+        """
         opts = dict(options or {})
-        servers = bootstrap_servers or opts.get("kafka.bootstrap.servers") or settings().bootstrap_servers
+        servers = bootstrap_servers or opts.get("kafka.bootstrap.servers")
+        if not servers and environment:
+            from offset_ledger.config import settings  # see LedgerAddress.resolve
+
+            servers = settings().bootstrap_servers
         return cls(str(servers) if servers else None, _frozen(opts), timeout_ms or 10_000)
 
     def require(self) -> str:

@@ -22,6 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offset_ledger import __version__
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.api.guard import PROBE_PATHS, SiteGuard, allowed_hosts, changes_state
 from offset_ledger.api.paths import PathNormalizer
 from offset_ledger.api.tokens import PRINCIPAL, ApiToken, authenticate, load_tokens
@@ -220,12 +221,12 @@ def create_app(
     accepted = list(tokens) if tokens is not None else load_tokens(s, api_token)
     served = allowed_hosts([*hosts, *(s.allowed_hosts or "").split(",")])
     if operations is None:
-        from offset_ledger.ledger.engine import make_engine
-
-        # Never a new ledger: a mistyped SQLite path is an error (serve checks the schema at start).
-        operations = Operations(make_engine(s.resolved_dsn(dsn), create=False),
-                                bootstrap_servers=bootstrap_servers or s.bootstrap_servers,
-                                kafka_options=kafka_options, kafka_timeout_ms=kafka_timeout_ms)
+        # The server's addresses, resolved once (the arguments, else the settings); never a new ledger:
+        # a mistyped SQLite path is an error (serve checks the schema at start).
+        ledger = LedgerAddress.resolve(s.resolved_dsn(dsn), create=False)  # ``settings`` given: its home
+        kafka = KafkaAddress.resolve(bootstrap_servers or s.bootstrap_servers, kafka_options,
+                                     timeout_ms=kafka_timeout_ms)
+        operations = Operations.open(ledger, kafka)
     ops = operations
 
     @asynccontextmanager

@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.errors import install_hint
 
 try:
@@ -31,9 +32,10 @@ except ImportError:  # the CLI, API and start_from_ledger run without PySpark; o
 
 from offset_ledger.capture.event_records import IDLE, PROGRESS, STARTED, TERMINATED
 from offset_ledger.capture.heartbeat import Heartbeat
-from offset_ledger.capture.spool import Event, ledger_id
-from offset_ledger.capture.store import ListenerHealth, Store, open_recorder
-from offset_ledger.capture.writer import EventWriter
+from offset_ledger.capture.spool import Event
+from offset_ledger.capture.store import ListenerHealth, Store
+from offset_ledger.capture.writer import EventWriter, WriterOptions
+from offset_ledger.ledger.engine import engine_for
 from offset_ledger.ledger.heartbeats import open_beats
 from offset_ledger.ledger.records import RecordOutcome
 
@@ -109,6 +111,9 @@ class OffsetLedgerListener(StreamingQueryListener):
         if spool_dir is None:
             spool_dir = settings().home / "spool"
         self.dsn = dsn
+        # Where the ledger is, resolved once: the writer's recorder, its spool's ledger id, the
+        # heartbeat and the mirror all take this value (one connection each: pool_size=1).
+        ledger = LedgerAddress.resolve(dsn, pool_size=1)
         pipeline_of: Callable[[str], str | None] | None = None
         if isinstance(pipeline, Mapping):
             pipeline_of, pipeline = dict(pipeline).get, None
@@ -126,20 +131,20 @@ class OffsetLedgerListener(StreamingQueryListener):
         if commit_to_kafka:
             from offset_ledger.kafka.mirror import KafkaMirror
 
-            factories = _mirror_factories(dsn, bootstrap_servers, kafka_options)
+            factories = _mirror_factories(ledger, KafkaAddress.resolve(bootstrap_servers, kafka_options))
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         every = _heartbeat_seconds(heartbeat_every, store_factory is not None)
+        options = WriterOptions(queue_size=queue_size, max_batch_events=max_batch_events, max_backoff=max_backoff,
+                                health_interval=health_interval, health_pipeline=pipeline,
+                                beat_every_ms=None if every is None else int(round(every * 1000)))
         self._writer = EventWriter(
-            store_factory or (lambda: open_recorder(dsn)),
-            spool_dir=Path(spool_dir), ledger=ledger_id(settings().resolved_dsn(dsn)), queue_size=queue_size,
-            max_batch_events=max_batch_events, max_backoff=max_backoff, health_interval=health_interval, health_pipeline=pipeline,
+            ledger, spool_dir=Path(spool_dir), options=options, store_factory=store_factory,
             on_query_seen=self._remember_query, pipeline_of=pipeline_of,
             on_recorded=self._mirror_moved if self._mirror is not None else None,
-            beat_every_ms=None if every is None else int(round(every * 1000)),
         )
         self._heartbeat: Heartbeat | None = None
         if every is not None:
-            self._heartbeat = Heartbeat(functools.partial(open_beats, dsn), self._writer.live_runs, every=every,
+            self._heartbeat = Heartbeat(functools.partial(open_beats, ledger), self._writer.live_runs, every=every,
                                         still_running=self._still_running,
                                         on_error=lambda m: self._writer.note_error(m))
             self._heartbeat.start()
@@ -356,22 +361,14 @@ class _JsonBridge:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
 
 
-def _mirror_factories(dsn: str | None, bootstrap_servers: str | None,
-                      kafka_options: Mapping[str, Any] | None) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def _mirror_factories(ledger: LedgerAddress, kafka: KafkaAddress) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(ledger engine factory, Kafka adapter factory) of the consumer-group mirror; checks settings now."""
-    from offset_ledger.config import settings
     from offset_ledger.kafka.adapter import KafkaAdapter, client_configs
 
-    options = dict(kafka_options or {})
-    servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
-    client_configs(servers or "", options)  # ConfigError now, at construction, not in the writer thread
+    options = dict(kafka.options)
+    client_configs(kafka.bootstrap_servers or "", options)  # ConfigError now, at construction, not in the writer thread
+    return functools.partial(engine_for, ledger), lambda: KafkaAdapter(str(kafka.bootstrap_servers), options)
 
-    def engine() -> Any:
-        from offset_ledger.ledger.engine import make_engine
-
-        return make_engine(dsn, pool_size=1)
-
-    return engine, lambda: KafkaAdapter(str(servers), options)
 
 def _heartbeat_seconds(given: float | None, custom_store: bool) -> float | None:
     """The heartbeat period: ``heartbeat_every`` (0: none), else ``OFFSET_LEDGER_HEARTBEAT_INTERVAL``;

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from offset_ledger.ledger.records import Record, RecordOutcome
+
+if TYPE_CHECKING:
+    from offset_ledger.addresses import LedgerAddress
 
 
 class Store(Protocol):
@@ -45,11 +48,13 @@ class ListenerHealth:
                 "spilled": self.spilled, "failed": self.failed}
 
 
-def open_recorder(dsn: str | None) -> Store:
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
+def open_recorder(ledger: LedgerAddress) -> Store:
+    """The ledger at ``ledger`` as the writer's store, its schema brought to head (the writer's thread
+    calls this on its first write, so a ledger that is down delays nothing at the listener's start)."""
+    from offset_ledger.ledger.engine import engine_for, ensure_schema
     from offset_ledger.ledger.recorder import Recorder
 
-    engine = make_engine(dsn, pool_size=1)
+    engine = engine_for(ledger)
     try:
         ensure_schema(engine)
     except Exception:

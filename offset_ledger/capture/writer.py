@@ -9,6 +9,7 @@ replays the spool, in order, once the database answers again.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import socket
@@ -16,58 +17,73 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from offset_ledger.capture.event_records import STARTED, TERMINATED, EventConverter
-from offset_ledger.capture.spool import LIVE_WRITERS, Event, LedgerId, Spool
+from offset_ledger.capture.spool import LIVE_WRITERS, Event, Spool, ledger_id
 from offset_ledger.capture.spool_replay import END_OF_REPLAY, adopt_orphans, held_to_keep, read_replay
-from offset_ledger.capture.store import ListenerHealth, Store
+from offset_ledger.capture.store import ListenerHealth, Store, open_recorder
 from offset_ledger.ledger.engine import permission_denied
 from offset_ledger.ledger.records import Record, RecordOutcome
 
+if TYPE_CHECKING:
+    from offset_ledger.addresses import LedgerAddress
 
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class WriterOptions:
+    """How the writer queues, batches, retries and reports: the listener's settings, as one value."""
+
+    queue_size: int = 10_000         # events the queue holds before callbacks spill to the spool
+    max_batch_events: int = 500      # events written in one ledger transaction
+    initial_backoff: float = 0.05    # seconds before the first retry of a retriable error, doubled each time
+    max_backoff: float = 2.0         # ... up to this
+    health_interval: float = 30.0    # seconds between health reports to the ledger
+    health_pipeline: str | None = None  # the pipeline the health rows name (the listener's, if one)
+    beat_every_ms: int | None = None    # the driver heartbeat's period, stamped on the runs it records
+
+
 class EventWriter:
-    """Bounded queue + spool file + one writer thread that records events through a ``Store``."""
+    """Bounded queue + spool file + one writer thread that records events through a ``Store``.
+
+    ``ledger`` is the address the listener resolved once: the spool's files name its ledger
+    (``capture.spool.ledger_id``), and unless ``store_factory`` is given (a fake, in tests) the store
+    is that ledger's ``Recorder``, opened on the writer thread's first write.
+    """
 
     def __init__(
         self,
-        store_factory: Callable[[], Store],
+        ledger: LedgerAddress,
         *,
         spool_dir: Path,
-        ledger: LedgerId,
+        options: WriterOptions = WriterOptions(),
+        store_factory: Callable[[], Store] | None = None,
         listener_id: str | None = None,
-        queue_size: int = 10_000,
-        max_batch_events: int = 500,
-        initial_backoff: float = 0.05,
-        max_backoff: float = 2.0,
-        health_interval: float = 30.0,
-        health_pipeline: str | None = None,
         on_query_seen: Callable[[str], str | None] | None = None,
         pipeline_of: Callable[[str], str | None] | None = None,
-        autostart: bool = True,
         on_recorded: Callable[[RecordOutcome], None] | None = None,
-        beat_every_ms: int | None = None,
+        autostart: bool = True,
     ) -> None:
         self.listener_id = listener_id or uuid.uuid4().hex
-        self._store_factory = store_factory
+        self._store_factory = store_factory or functools.partial(open_recorder, ledger)
         self._store: Store | None = None
-        self._queue: queue.Queue[Event] = queue.Queue(maxsize=queue_size)
-        self._max_batch = max_batch_events
-        self._initial_backoff = initial_backoff
-        self._max_backoff = max_backoff
-        self._health_interval = health_interval
-        self._health_pipeline = health_pipeline
-        self._converter = EventConverter(on_query_seen, pipeline_of, self.note_error, beat_every_ms=beat_every_ms,
-                                         live_since=time.time())
+        self._queue: queue.Queue[Event] = queue.Queue(maxsize=options.queue_size)
+        self._max_batch = options.max_batch_events
+        self._initial_backoff = options.initial_backoff
+        self._max_backoff = options.max_backoff
+        self._health_interval = options.health_interval
+        self._health_pipeline = options.health_pipeline
+        self._converter = EventConverter(on_query_seen, pipeline_of, self.note_error,
+                                         beat_every_ms=options.beat_every_ms, live_since=time.time())
         self._on_recorded = on_recorded  # after each ledger COMMIT, on this thread (the Kafka mirror)
         self._host = socket.gethostname()
         # Spool: while ``_spooling`` every new event goes to the file, so replay keeps event order.
-        self._spool = Spool(Path(spool_dir), self.listener_id, ledger)
+        self._spool = Spool(Path(spool_dir), self.listener_id, ledger_id(ledger.dsn))
         self._dead_letter_path: str | None = None
         self._foreign: tuple[str, ...] = ()
         self._spooling = False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import URL, Engine, make_url
@@ -20,11 +20,24 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable, LedgerWithoutSchema
 
+if TYPE_CHECKING:
+    from offset_ledger.addresses import LedgerAddress
+
 log = logging.getLogger(__name__)
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 # Serialises concurrent upgrades of one Postgres database (two listeners starting together).
 _UPGRADE_LOCK_KEY = 0x0FF5E7
+
+
+def engine_for(address: LedgerAddress) -> Engine:
+    """An engine on the ledger at ``address`` (resolved by a face: ``LedgerAddress.resolve``).
+
+    With ``Operations.open`` the only caller of ``make_engine``: a component that needs an engine and
+    no verbs (the listener's recorder, heartbeat and mirror, a sink) gets it here from the address it
+    was handed, never from a DSN string of its own (``tests/unit/project/test_addresses.py``).
+    """
+    return make_engine(address.dsn, pool_size=address.pool_size, create=address.create)
 
 
 def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = True) -> Engine:

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from sqlalchemy import text, update
 from sqlalchemy.engine import Engine
 
+from offset_ledger.ledger.engine import engine_for
 from offset_ledger.ledger.records import utc
 from offset_ledger.ledger.tables import runs
+
+if TYPE_CHECKING:
+    from offset_ledger.addresses import LedgerAddress
 
 __all__ = ["LedgerBeats", "beat_runs", "open_beats"]
 
@@ -48,8 +53,6 @@ class LedgerBeats:
         self._engine.dispose()
 
 
-def open_beats(dsn: str | None) -> LedgerBeats:
-    """The ledger at ``dsn`` (default: the configured one) as a heartbeat's writer."""
-    from offset_ledger.ledger.engine import make_engine
-
-    return LedgerBeats(make_engine(dsn, pool_size=1))
+def open_beats(ledger: LedgerAddress) -> LedgerBeats:
+    """The ledger at ``ledger`` (the listener's address, resolved once) as a heartbeat's writer."""
+    return LedgerBeats(engine_for(ledger))

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.errors import AdoptionRefused, ConfigError
 from offset_ledger.ledger import generations as gens
@@ -242,19 +243,18 @@ def import_checkpoint(
     answers from the checkpoint alone: the context needs a ledger to open, and a dry run never
     creates one.
     """
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.operations import Operations
 
     plan = plan_adoption(checkpoint, pipeline=pipeline, consumer_group=consumer_group, source=source,
                          checkpoint_root=checkpoint_root, storage_options=storage_options)
+    ledger = LedgerAddress.resolve(dsn, create=execute)  # a dry run never creates a ledger
+    kafka = KafkaAddress.resolve(bootstrap_servers, kafka_options, timeout_ms=kafka_timeout_ms, environment=False)
     try:
-        engine = make_engine(dsn, create=execute)  # a dry run never creates a ledger
+        ops = Operations.open(ledger, kafka)
     except ConfigError as exc:
         if execute or not exc.details.get("missing"):
             raise
         return plan.dry_run()  # no ledger yet: nothing there to refuse over, and nothing created
-    ops = Operations(engine, bootstrap_servers=bootstrap_servers, kafka_options=kafka_options,
-                     kafka_timeout_ms=kafka_timeout_ms)
     try:
         return adopt_checkpoint(ops, plan, app_version=app_version, execute=execute, force=force)
     finally:

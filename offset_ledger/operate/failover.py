@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.addresses import LedgerAddress
 from offset_ledger.errors import (
     ActiveRunConflict,
     ConfigError,
@@ -142,7 +143,6 @@ def failover(
     ``result.checkpoint_location`` (or call ``start_from_ledger`` with those topics: it resumes the
     new generation).
     """
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.operations import Operations
 
     # The arguments as one value, checked before anything connects.
@@ -151,7 +151,9 @@ def failover(
         replication_policy=replication_policy, separator=separator, uncheckpointed=uncheckpointed,
         topics=topics, checkpoint_root=checkpoint_root,  # type: ignore[arg-type]  # the value makes it a tuple
         app_version=app_version, kafka_options=kafka_options or {})
-    ops = Operations(make_engine(dsn, create=False))  # a mistyped SQLite path is an error, never a new ledger
+    # The ledger resolved once; a mistyped SQLite path is an error, never a new ledger. No KafkaAddress:
+    # the only cluster asked is the request's target (``to_bootstrap``), never OFFSET_LEDGER_BOOTSTRAP_SERVERS.
+    ops = Operations.open(LedgerAddress.resolve(dsn, create=False))
     try:
         return fail_over(ops, pipeline, request, consumer_group=consumer_group, dry_run=dry_run, force=force)
     finally:

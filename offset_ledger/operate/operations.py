@@ -23,7 +23,7 @@ from offset_ledger.errors import (
     ConfigError,
     UnknownConsumerGroup,
 )
-from offset_ledger.ledger.engine import read_engine, translate_db_error
+from offset_ledger.ledger.engine import engine_for, read_engine, translate_db_error
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.restart_options import PipelineRef
@@ -90,9 +90,7 @@ class Operations:
         Each face resolves its addresses once (``offset_ledger.addresses``) and opens here; nothing
         below a face builds an engine or a Kafka client of its own.
         """
-        from offset_ledger.ledger.engine import make_engine
-
-        engine = make_engine(ledger.dsn, pool_size=ledger.pool_size, create=ledger.create)
+        engine = engine_for(ledger)
         if kafka is None:
             return cls(engine, lag_cache_seconds=lag_cache_seconds)
         return cls(engine, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.errors import InvalidInput, KafkaError, ReplayNotExact, UnknownBatch
 from offset_ledger.rules.model import TopicPartition, Watermarks
 
@@ -320,16 +321,12 @@ def replay_range(
     given without that partition. Aware datetimes of any zone select the same batches on every
     database. Raises UnknownPipeline / UnknownBatch when nothing matches.
     """
-    from offset_ledger.config import settings
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.inputs import parse_timestamp
+    from offset_ledger.operate.operations import Operations
 
     start = parse_timestamp(since) if isinstance(since, (str, int)) else since
     end = parse_timestamp(until) if isinstance(until, (str, int)) else until
-    servers = bootstrap_servers or (kafka_options or {}).get("kafka.bootstrap.servers") or settings().bootstrap_servers
-    from offset_ledger.operate.operations import Operations
-
-    ops = Operations(make_engine(dsn), bootstrap_servers=servers or None, kafka_options=kafka_options)
+    ops = Operations.open(LedgerAddress.resolve(dsn), KafkaAddress.resolve(bootstrap_servers, kafka_options))
     try:
         return replay(ops, pipeline, batch=batch, since=start, until=end, query_id=query_id,
                       generation=generation, consumer_group=consumer_group)

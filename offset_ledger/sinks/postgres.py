@@ -60,9 +60,10 @@ def sink_engine(dsn: str, *, ledger: bool = True) -> Engine:
     """One engine per DSN per process: the sink object itself holds only strings (it is pickled)."""
     with _ENGINES_LOCK:
         if dsn not in _ENGINES:
-            from offset_ledger.ledger.engine import ensure_schema, make_engine
+            from offset_ledger.addresses import LedgerAddress
+            from offset_ledger.ledger.engine import engine_for, ensure_schema
 
-            engine = make_engine(dsn)
+            engine = engine_for(LedgerAddress(dsn))  # the DSN the sink's constructor resolved
             if ledger:
                 ensure_schema(engine)
             _ENGINES[dsn] = engine

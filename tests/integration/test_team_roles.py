@@ -26,8 +26,8 @@ from typer.testing import CliRunner
 from offset_ledger.operate import reads, reset_operations
 from offset_ledger.api import create_app
 from offset_ledger.api.tokens import parse_tokens
-from offset_ledger.capture.spool import ledger_id
-from offset_ledger.capture.writer import EventWriter
+from offset_ledger.addresses import LedgerAddress
+from offset_ledger.capture.writer import EventWriter, WriterOptions
 from offset_ledger.errors import UnknownPipeline
 from offset_ledger.ledger.engine import ensure_schema, make_engine, permission_denied
 from offset_ledger.ledger.policy_store import set_policies
@@ -123,8 +123,8 @@ def _refused(engine: Engine, stmt: Any) -> bool:
 def test_role_a_records_its_own_pipeline_and_is_refused_team_bs(teams, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     admin, role_a, eng_a = teams["admin"], teams["roles"]["a"], teams["engines"]["a"]
     before = _b_state(admin)
-    w = EventWriter(lambda: Recorder(eng_a), spool_dir=tmp_path / "spool", ledger=ledger_id(teams["dsn"]),
-                    initial_backoff=0.01, max_backoff=0.05)
+    w = EventWriter(LedgerAddress(teams["dsn"]), spool_dir=tmp_path / "spool", store_factory=lambda: Recorder(eng_a),
+                    options=WriterOptions(initial_backoff=0.01, max_backoff=0.05))
     qa, qb = str(uuid.uuid4()), str(uuid.uuid4())
     w.submit(ev("started", started(A, qa), A, A))
     for i in range(3):

@@ -55,7 +55,7 @@ def test_sqlite_is_identified_by_its_absolute_path(tmp_path: Path, monkeypatch: 
 def _spill_while_down(tmp_path: Path, dsn: str, n: int) -> FakeStore:
     store = FakeStore()
     store.down.set()
-    w = writer(store, tmp_path, queue_size=2, ledger=ledger_id(dsn))
+    w = writer(store, tmp_path, queue_size=2, ledger=dsn)
     for i in range(n):
         w.submit(ev("progress", progress(i)))
     assert not w.close(0.3)
@@ -72,7 +72,7 @@ def test_only_a_writer_of_the_same_ledger_adopts_an_orphan(tmp_path: Path) -> No
     assert files and all(spool_ledger(p) == (ledger_id(PG).fingerprint, ledger_id(PG).identity) for p in files)
 
     other_store = FakeStore()
-    other = writer(other_store, tmp_path, ledger=ledger_id("postgresql://u:p@db.example.com:5432/other"))
+    other = writer(other_store, tmp_path, ledger="postgresql://u:p@db.example.com:5432/other")
     health = other.health()
     assert other.close(5)
     assert other_store.records == []  # its ledger gets nothing
@@ -81,7 +81,7 @@ def test_only_a_writer_of_the_same_ledger_adopts_an_orphan(tmp_path: Path) -> No
     assert sorted(health.foreign_spool_paths) == [str(p) for p in files]
 
     own_store = FakeStore()
-    own = writer(own_store, tmp_path, ledger=ledger_id("postgresql://etl:rotated@db.example.com/ledger"))
+    own = writer(own_store, tmp_path, ledger="postgresql://etl:rotated@db.example.com/ledger")
     assert own.health().foreign_spool_files == 0
     assert own.close(5)
     assert own_store.batch_ids() == list(range(6))
@@ -100,7 +100,7 @@ def _old_format_file(tmp_path: Path, n: int) -> Path:
 def test_an_old_format_file_is_never_adopted_until_claimed(tmp_path: Path) -> None:
     path = _old_format_file(tmp_path, 3)
     store = FakeStore()
-    w = writer(store, tmp_path, ledger=ledger_id(PG))
+    w = writer(store, tmp_path, ledger=PG)
     assert w.health().foreign_spool_paths == (str(path),)
     assert w.close(5)
     assert store.records == [] and path.exists()
@@ -109,7 +109,7 @@ def test_an_old_format_file_is_never_adopted_until_claimed(tmp_path: Path) -> No
     with pytest.raises(InvalidInput, match="already belongs to a ledger"):
         claim(path, "postgresql://u:p@elsewhere/x")
     again = FakeStore()
-    assert writer(again, tmp_path, ledger=ledger_id(PG)).close(5)
+    assert writer(again, tmp_path, ledger=PG).close(5)
     assert again.batch_ids() == [0, 1, 2] and not path.exists()
 
 
@@ -123,7 +123,7 @@ def _dead_letters(tmp_path: Path) -> list[dict]:
 def test_a_rejected_event_is_dead_lettered_with_its_reason_never_dropped(tmp_path: Path) -> None:
     store = FakeStore()
     store.reject_batch = 1
-    w = writer(store, tmp_path, autostart=False, ledger=ledger_id(PG))
+    w = writer(store, tmp_path, autostart=False, ledger=PG)
     for i in range(3):
         w.submit(ev("progress", progress(i)))
     w.submit(ev("progress", "{not json"))
@@ -143,7 +143,7 @@ def test_a_rejected_event_is_dead_lettered_with_its_reason_never_dropped(tmp_pat
 def test_retriable_errors_are_retried_not_dead_lettered(tmp_path: Path) -> None:
     store = FakeStore()
     store.down.set()
-    w = writer(store, tmp_path, ledger=ledger_id(PG))
+    w = writer(store, tmp_path, ledger=PG)
     for i in range(5):
         w.submit(ev("progress", progress(i)))
     assert not w.flush(0.3)
@@ -160,7 +160,7 @@ def test_an_unreadable_spool_line_is_dead_lettered_too(tmp_path: Path) -> None:
     with path.open("a") as f:
         f.write("{torn line\n")
     store = FakeStore()
-    w = writer(store, tmp_path, ledger=ledger_id(PG))
+    w = writer(store, tmp_path, ledger=PG)
     assert w.close(5)
     assert store.batch_ids() == [0, 1, 2]
     (dead,) = _dead_letters(tmp_path)

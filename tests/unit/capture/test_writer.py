@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -11,8 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
+from offset_ledger.addresses import LedgerAddress
 from offset_ledger.capture.listener import Event, EventWriter, OffsetLedgerListener
-from offset_ledger.capture.spool import is_header, ledger_id
+from offset_ledger.capture.spool import is_header
+from offset_ledger.capture.writer import WriterOptions
 from offset_ledger.errors import LedgerError, LedgerUnavailable
 from offset_ledger.ledger.records import BatchRecord, Record, RecordOutcome, RunEnd, RunHeartbeat, RunStart
 
@@ -69,11 +72,14 @@ class FakeStore:
         return [r.batch.batch_id for r in self.records if isinstance(r, BatchRecord)]
 
 
-def writer(store: FakeStore, tmp_path: Path, **kw) -> EventWriter:  # type: ignore[no-untyped-def]
-    kw.setdefault("initial_backoff", 0.01)
-    kw.setdefault("max_backoff", 0.05)
-    kw.setdefault("ledger", ledger_id(f"sqlite:///{tmp_path / 'ledger.db'}"))
-    return EventWriter(lambda: store, spool_dir=tmp_path / "spool", **kw)
+def writer(store: FakeStore, tmp_path: Path, *, ledger: str | None = None, **kw) -> EventWriter:  # type: ignore[no-untyped-def]
+    """A writer over ``store`` whose spool names the ledger at ``ledger`` (a DSN; default a SQLite file);
+    the ``WriterOptions`` fields among ``kw`` become its options (fast retries unless given)."""
+    fields = {f.name for f in dataclasses.fields(WriterOptions)}
+    options = {"initial_backoff": 0.01, "max_backoff": 0.05, **{k: kw.pop(k) for k in list(kw) if k in fields}}
+    address = LedgerAddress(ledger or f"sqlite:///{tmp_path / 'ledger.db'}")
+    return EventWriter(address, spool_dir=tmp_path / "spool", options=WriterOptions(**options),
+                       store_factory=lambda: store, **kw)
 
 
 def test_events_become_records_in_order(tmp_path: Path) -> None:
