@@ -44,7 +44,7 @@ class LedgerAddress:
         """The argument, else ``OFFSET_LEDGER_DSN``, else the embedded SQLite file."""
         if not dsn:
             # Here, not at the top: a DSN given (--dsn, a listener's dsn=) needs no pydantic-settings,
-            # which would cost a read command's start ~60 ms (benchmarks/bench_cli_start.py).
+            # the largest import on a read command's start path (benchmarks/bench_cli_start.py).
             from offset_ledger.config import settings
 
             dsn = settings().resolved_dsn(None)

@@ -106,6 +106,46 @@ def test_the_static_check_can_fail() -> None:
     assert make_engine_calls("def engine_for(a):\n    return make_engine(a.dsn)\n") == [(2, "engine_for")]
 
 
+#: The bootstrap-servers fallback (``kafka.bootstrap.servers`` in the options, else
+#: ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``) lives in ``KafkaAddress.resolve``; copies still outstanding, by
+#: module, shrinking like ``OUTSTANDING``.
+FALLBACK_OUTSTANDING = {
+    "cli/support.py": (1, "the CLI helper (kafka_client onto KafkaAddress.resolve)"),
+    "operate/pipeline.py": (2, "the restart helper"),
+    "operate/restart.py": (2, "the restart helper"),
+}
+
+
+def fallback_copies(source: str) -> list[int]:
+    """Lines that look the servers up themselves: ``x.get("kafka.bootstrap.servers")``, ``settings().bootstrap_servers``."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                and node.args and isinstance(node.args[0], ast.Constant)
+                and node.args[0].value == "kafka.bootstrap.servers"):
+            lines.append(node.lineno)
+        elif (isinstance(node, ast.Attribute) and node.attr == "bootstrap_servers" and isinstance(node.value, ast.Call)
+              and isinstance(node.value.func, ast.Name) and node.value.func.id == "settings"):
+            lines.append(node.lineno)
+    return sorted(lines)
+
+
+def test_the_bootstrap_servers_fallback_is_written_once() -> None:
+    problems = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        if module == "addresses.py":
+            continue
+        lines = fallback_copies(path.read_text(encoding="utf-8"))
+        allowed, owner = FALLBACK_OUTSTANDING.get(module, (0, ""))
+        if len(lines) > allowed:
+            problems.append(f"{module}: the bootstrap-servers fallback at lines {lines}: use KafkaAddress.resolve")
+        elif len(lines) < allowed:
+            problems.append(f"{module}: {len(lines)} copies left, FALLBACK_OUTSTANDING says {allowed} ({owner}): lower it")
+    assert not problems, "\n".join(problems)
+    assert fallback_copies("s = o.get('kafka.bootstrap.servers') or settings().bootstrap_servers\n") == [1, 1]
+
+
 # ---------------------------------------------------------------------------------- resolved once
 
 
