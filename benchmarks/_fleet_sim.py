@@ -29,6 +29,7 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it
     (``beat``: and its driver heartbeat thread, as the listener starts it)."""
     every = BEAT_EVERY[0] if beat else None
+    timings = _time_the_recorder()
     writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(settings().resolved_dsn(dsn)),
                          queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
                          health_pipeline=pipeline, beat_every_ms=None if every is None else int(every * 1000))
@@ -63,6 +64,8 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     go, phase, interval, drain = _ready(conn)
+    for calls in timings.values():
+        calls.clear()  # the warm-up's calls are not the step's
     handed: dict[int, float] = {}
     max_pending = 0
     for b in range(1, batches + 1):
@@ -80,7 +83,30 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     return {"latencies": [settled_at[b] - handed[b] if b in settled_at else None for b in range(1, batches + 1)],
             "max_pending": max(max_pending, health.pending), "spilled": health.spilled, "retried": health.retried,
             "failed": health.failed, "last_error": health.last_error, "end": time.time(),
-            "beats": beats[0], "beats_skipped": beats[1]}
+            "beats": beats[0], "beats_skipped": beats[1], "recorder": timings["record"], "fast": timings["fast"]}
+
+
+def _time_the_recorder() -> dict[str, list[float]]:
+    """Where a batch's time goes, in this driver: each ``Recorder.record`` call (the writer thread's ledger
+    work: parameters, the round trip, the commit) and, inside it, each one-statement write
+    (``FastBatchPath.record``: building the arrays and the one round trip). Wrapped in the forked child
+    only; what is left of batch -> durable is the hand-over between threads (queue, convert, settle)."""
+    from offset_ledger.ledger.fast_batch import FastBatchPath
+    from offset_ledger.ledger.recorder import Recorder
+
+    out: dict[str, list[float]] = {"record": [], "fast": []}
+    for cls, key in ((Recorder, "record"), (FastBatchPath, "fast")):
+        inner = cls.record
+
+        def timed(self, *a, _inner=inner, _into=out[key], **kw):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return _inner(self, *a, **kw)
+            finally:
+                _into.append(time.perf_counter() - t0)
+
+        cls.record = timed  # type: ignore[method-assign]
+    return out
 
 
 def _naive_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,

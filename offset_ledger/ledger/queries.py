@@ -22,6 +22,7 @@ from offset_ledger.ledger.tables import (
     reset_partitions,
     resets,
     runs,
+    topic_positions,
 )
 from offset_ledger.rules.model import Position, TopicPartition
 from offset_ledger.rules.stateful import BatchFigures
@@ -32,16 +33,23 @@ def current_positions(
     topics: Sequence[str] | None = None,
 ) -> list[Position]:
     """The pipeline's current position per partition (next offset to read), sorted."""
-    stmt = select(positions.c.topic, positions.c.partition, positions.c.next_offset).where(
-        positions.c.pipeline == pipeline,
-        positions.c.consumer_group == (consumer_group or pipeline),
-    )
+    # Read from the rows per topic (0024), not through ``v_positions``: the view unnests every topic's
+    # arrays into rows and sorts them in Postgres, and the driver then builds a row per partition; here
+    # Postgres sends one row a topic (two arrays) and the positions are made from the arrays, already in
+    # partition order (``tables.topic_positions`` keeps them ascending). The ledger read of a restart of
+    # 10,000 partitions: docs/benchmarks.md (issue 49).
+    t = topic_positions
+    stmt = select(t.c.topic, t.c.partitions, t.c.next_offsets).where(
+        t.c.pipeline == pipeline, t.c.consumer_group == (consumer_group or pipeline))
     if topics is not None:
-        stmt = stmt.where(positions.c.topic.in_(list(topics)))
-    rows = conn.execute(stmt.order_by(positions.c.topic, positions.c.partition)).all()
-    # all() (one fetchall) and tuple unpacking: half the time of row-by-row attribute access at
-    # 10,000 partitions, the ledger half of a large restart.
-    return [Position(topic, partition, offset) for topic, partition, offset in rows]
+        stmt = stmt.where(t.c.topic.in_(list(topics)))
+    out: list[Position] = []
+    for topic, parts, offsets in conn.execute(stmt.order_by(t.c.topic)).all():
+        pairs = zip(parts, offsets)
+        if any(a >= b for a, b in zip(parts, parts[1:])):  # a row some writer left unsorted: sort it
+            pairs = sorted(pairs)
+        out += [Position(topic, partition, offset) for partition, offset in pairs]
+    return out
 
 
 #: The default ``OFFSET_LEDGER_RUN_TIMEOUT`` (``ledger.activity``, ``rules.liveness``): how long a run
@@ -114,14 +122,17 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
     Built from the small tables and index-backed scalar subqueries, so its cost does not grow with
     the batch history.
     """
-    return [dict(r._mapping) for r in conn.execute(_pipeline_summaries_stmt())]
+    return [dict(r._mapping) for r in conn.execute(_pipeline_summaries_stmt(conn.dialect.name == "postgresql"))]
 
 
 @cache
-def _pipeline_summaries_stmt() -> Select[Any]:
-    # Built once: constructing this statement cost as much as running it on every pipelines list.
+def _pipeline_summaries_stmt(postgres: bool = True) -> Select[Any]:
+    # Built once per dialect: constructing this statement cost as much as running it on every pipelines list.
+    # The groups and their partition counts come from the rows per topic (0024), a row each, not from
+    # ``v_positions``, which would unnest every position of every pipeline to count them.
+    t = topic_positions
     groups = union(
-        select(positions.c.pipeline, positions.c.consumer_group),
+        select(t.c.pipeline, t.c.consumer_group),
         select(runs.c.pipeline, runs.c.consumer_group),
     ).subquery("g")
     # One index probe per group finds the newest batch's row id; its time and id come by primary key.
@@ -131,8 +142,10 @@ def _pipeline_summaries_stmt() -> Select[Any]:
         .order_by(batches.c.batch_time.desc(), batches.c.id.desc()).limit(1).scalar_subquery()
     )
     latest = select(groups.c.pipeline, groups.c.consumer_group, last_id.label("last_id")).subquery("l")
-    counts = select(positions.c.pipeline, positions.c.consumer_group, func.count().label("n")).group_by(
-        positions.c.pipeline, positions.c.consumer_group).subquery("c")
+    # A row's partitions: an array on PostgreSQL, a JSON array's text on SQLite (``tables.PackedInts``).
+    width = func.cardinality(t.c.partitions) if postgres else func.json_array_length(t.c.partitions)
+    counts = select(t.c.pipeline, t.c.consumer_group, func.sum(width).label("n")).group_by(
+        t.c.pipeline, t.c.consumer_group).subquery("c")
     gen = _current_generations_stmt().subquery("gen")  # in the same round trip: one fewer per list
     return select(
         latest.c.pipeline, latest.c.consumer_group,
