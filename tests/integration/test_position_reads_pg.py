@@ -1,4 +1,4 @@
-"""``ledger.position_reads.positions_and_window_pg`` (a row per topic, unrolled in Python) against the
+"""``ledger.queries.positions_and_window_pg`` (a row per topic, unrolled in Python) against the
 per-partition statement over ``v_positions`` it replaced on PostgreSQL (``lag_insight``'s, the oracle)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
 from offset_ledger.ledger import position_store
-from offset_ledger.ledger.position_reads import positions_and_window_pg
+from offset_ledger.ledger.queries import positions_and_window_pg
 from offset_ledger.ledger.position_store import Placed
 from offset_ledger.operate.lag_insight import _positions_and_window_stmt, positions_and_window
 
