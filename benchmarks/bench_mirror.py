@@ -39,7 +39,6 @@ sys.path.insert(0, os.environ.get("BENCH_CODE_ROOT") or str(ROOT))
 
 import bench_record  # noqa: E402 - sibling module; benchmarks run as scripts
 from _scratch import ScratchDatabase, baseline_copy  # noqa: E402
-from _seed import seed_rows  # noqa: E402
 
 from offset_ledger.capture.listener import OffsetLedgerListener  # noqa: E402
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
@@ -129,7 +128,11 @@ def seed_scrape(dsn: str, bootstrap: str, pipelines: int) -> list[str]:
                   "query_id": f"q-{n}", "batch_id": 1} for p in range(100)]
     with engine.begin() as conn:
         conn.execute(runs.insert(), run_rows)
-        seed_rows(conn, rows)  # a row per topic, as the ledger keeps them (benchmarks/_seed.py)
+        # A row per topic, as the ledger keeps them (benchmarks/_seed.py); imported here, by the seeding
+        # process only: a baseline tree's scrape workers run this script without ledger.position_store.
+        from _seed import seed_rows
+
+        seed_rows(conn, rows)
     engine.dispose()
     return topics
 
