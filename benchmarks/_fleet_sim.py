@@ -14,9 +14,8 @@ import psycopg2
 from _progress import progress_json  # noqa: E402 - sibling modules; benchmarks run as scripts
 from sqlalchemy.engine import make_url
 
-from offset_ledger.addresses import LedgerAddress
 from offset_ledger.capture.spool import Event
-from offset_ledger.capture.writer import EventWriter, WriterOptions
+from offset_ledger.capture.writer import EventWriter
 
 
 #: The ``beat`` method's heartbeat period (seconds): ``bench_fleet.py --beat-every``.
@@ -28,16 +27,13 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     """One pipeline's driver: the listener's writer, exactly as OffsetLedgerListener builds and feeds it
     (``beat``: and its driver heartbeat thread, as the listener starts it)."""
     every = BEAT_EVERY[0] if beat else None
-    ledger = LedgerAddress.resolve(dsn, pool_size=1)
-    writer = EventWriter(ledger, spool_dir=Path(spool), options=WriterOptions(
-        queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
-        health_pipeline=pipeline, beat_every_ms=None if every is None else int(every * 1000)))
+    timings = _time_the_recorder()
+    writer, open_beats = _listener_writer(dsn, spool, pipeline, every)
     heartbeat = None
     if every is not None:
         from offset_ledger.capture.heartbeat import Heartbeat
-        from offset_ledger.ledger.heartbeats import open_beats
 
-        heartbeat = Heartbeat(lambda: open_beats(ledger), writer.live_runs, every=every)
+        heartbeat = Heartbeat(open_beats, writer.live_runs, every=every)
         heartbeat.start()
     query_id = str(uuid.uuid4())
     events = [progress_json(query_id, b, partitions) for b in range(batches + 1)]
@@ -63,6 +59,8 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     go, phase, interval, drain = _ready(conn)
+    for calls in timings.values():
+        calls.clear()  # the warm-up's calls are not the step's
     handed: dict[int, float] = {}
     max_pending = 0
     for b in range(1, batches + 1):
@@ -80,7 +78,56 @@ def _writer_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spo
     return {"latencies": [settled_at[b] - handed[b] if b in settled_at else None for b in range(1, batches + 1)],
             "max_pending": max(max_pending, health.pending), "spilled": health.spilled, "retried": health.retried,
             "failed": health.failed, "last_error": health.last_error, "end": time.time(),
-            "beats": beats[0], "beats_skipped": beats[1]}
+            "beats": beats[0], "beats_skipped": beats[1], "recorder": timings["record"], "fast": timings["fast"]}
+
+
+def _listener_writer(dsn: str, spool: str, pipeline: str, every: float | None):  # type: ignore[no-untyped-def]
+    """(the writer, the heartbeat's ledger factory) as the listener of the tree on ``sys.path`` builds them:
+    this tree's address and options values, or the baseline's (f0265ab) DSN and loose arguments."""
+    from offset_ledger.ledger import heartbeats
+
+    beat_every_ms = None if every is None else int(every * 1000)
+    try:
+        from offset_ledger.addresses import LedgerAddress
+        from offset_ledger.capture.writer import WriterOptions
+    except ImportError:  # the baseline: before LedgerAddress
+        from offset_ledger.capture.spool import ledger_id
+        from offset_ledger.capture.store import open_recorder
+        from offset_ledger.config import settings
+
+        writer = EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool),
+                             ledger=ledger_id(settings().resolved_dsn(dsn)), queue_size=10_000,
+                             max_batch_events=500, max_backoff=2.0, health_interval=30.0,
+                             health_pipeline=pipeline, beat_every_ms=beat_every_ms)
+        return writer, lambda: heartbeats.open_beats(dsn)
+    ledger = LedgerAddress.resolve(dsn, pool_size=1)
+    writer = EventWriter(ledger, spool_dir=Path(spool), options=WriterOptions(
+        queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
+        health_pipeline=pipeline, beat_every_ms=beat_every_ms))
+    return writer, lambda: heartbeats.open_beats(ledger)
+
+
+def _time_the_recorder() -> dict[str, list[float]]:
+    """Where a batch's time goes, in this driver: each ``Recorder.record`` call (the writer thread's ledger
+    work: parameters, the round trip, the commit) and, inside it, each one-statement write
+    (``FastBatchPath.record``: building the arrays and the one round trip). Wrapped in the forked child
+    only; what is left of batch -> durable is the hand-over between threads (queue, convert, settle)."""
+    from offset_ledger.ledger.fast_batch import FastBatchPath
+    from offset_ledger.ledger.recorder import Recorder
+
+    out: dict[str, list[float]] = {"record": [], "fast": []}
+    for cls, key in ((Recorder, "record"), (FastBatchPath, "fast")):
+        inner = cls.record
+
+        def timed(self, *a, _inner=inner, _into=out[key], **kw):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            try:
+                return _inner(self, *a, **kw)
+            finally:
+                _into.append(time.perf_counter() - t0)
+
+        cls.record = timed  # type: ignore[method-assign]
+    return out
 
 
 def _naive_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spool: str,

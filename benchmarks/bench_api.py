@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import uuid
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -31,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from _seed import seed_positions  # noqa: E402
 
 from offset_ledger.devstack import free_port  # noqa: E402
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
@@ -77,12 +79,10 @@ def load(dsn: str, rows: int, topic: str) -> None:
                    array_fill((batch_id + 1) * 25, ARRAY[:parts])
             FROM batches ORDER BY id
         """), {"parts": PARTITIONS, "topic": topic})
-        conn.execute(text("""
-            INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at,
-                                   query_id, batch_id)
-            SELECT 'pipeline-' || p, 'pipeline-' || p, :topic, part, :n * 25, now(), 'query-' || p, :n - 1
-            FROM generate_series(0, :pipelines - 1) AS p, generate_series(0, :parts - 1) AS part
-        """), {"n": batches_per_pipeline, "pipelines": PIPELINES, "parts": PARTITIONS, "topic": topic})
+        # Positions as the ledger keeps them (a row per topic, benchmarks/_seed.py).
+        seed_positions(conn, [f"pipeline-{p}" for p in range(PIPELINES)], lambda _: topic, PARTITIONS,
+                       batches_per_pipeline * 25, datetime.now(timezone.utc),
+                       lambda name: "query-" + name.split("-", 1)[1], batches_per_pipeline - 1)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE"))
         count = conn.execute(text("SELECT count(*) FROM v_batch_offsets")).scalar_one()

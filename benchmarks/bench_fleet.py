@@ -65,6 +65,44 @@ TICK = os.sysconf("SC_CLK_TCK")
 # ---------------------------------------------------------------------------------------- server side
 
 
+class OwnServer:
+    """``--own-server``: a throwaway PostgreSQL cluster of the installed server (``initdb``, ``pg_ctl``) with
+    ``max_connections`` large enough for the step (one connection per driver; the shared stack allows 200,
+    which stops the issue's P=200 step at 195) and the stack's other settings (fsync, full_page_writes and
+    synchronous_commit off), plus ``pg_stat_statements`` for the server's time per statement. Stopped and
+    removed by ``stop()``; started and stopped by this process only."""
+
+    def __init__(self, max_connections: int) -> None:
+        import shutil
+        import socket
+        import subprocess
+
+        self._subprocess = subprocess
+        self._shutil = shutil
+        self.dir = tempfile.mkdtemp(prefix="bench_fleet_pg_")
+        self.data = os.path.join(self.dir, "data")
+        as_postgres: list[str] = []
+        if os.geteuid() == 0:  # initdb refuses root: run the cluster as the server's own user
+            shutil.chown(self.dir, "postgres")
+            as_postgres = ["runuser", "-u", "postgres", "--"]
+        self._as = as_postgres
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = sock.getsockname()[1]
+        subprocess.run([*as_postgres, "initdb", "-D", self.data, "-U", "postgres", "--auth=trust", "-E", "UTF8",
+                        "--locale=C.UTF-8"], check=True, capture_output=True)
+        opts = (f"-p {self.port} -k {self.dir} -c listen_addresses=127.0.0.1 -c max_connections={max_connections}"
+                " -c fsync=off -c full_page_writes=off -c synchronous_commit=off -c shared_buffers=128MB"
+                " -c shared_preload_libraries=pg_stat_statements")
+        subprocess.run([*as_postgres, "pg_ctl", "-D", self.data, "-o", opts, "-w", "-l",
+                        os.path.join(self.dir, "log"), "start"], check=True, capture_output=True)
+        self.dsn = f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/postgres"
+
+    def stop(self) -> None:
+        self._subprocess.run([*self._as, "pg_ctl", "-D", self.data, "-m", "fast", "-w", "stop"], capture_output=True)
+        self._shutil.rmtree(self.dir, ignore_errors=True)
+
+
 def _postgres_ticks(postmaster: int) -> int:
     """CPU ticks of the postmaster (with its reaped children) and its live children."""
     total = 0
@@ -116,6 +154,23 @@ def _sample_waits(dsn_params: dict, stop: threading.Event, counts: Counter) -> N
     db.close()
 
 
+def _statements(raw: psycopg2.extensions.connection, reset: bool = False) -> list[tuple[str, int, float, float]] | None:
+    """The server's time per statement over the step (pg_stat_statements, loaded by ``--own-server``): the
+    statements that took most, as (text, calls, mean ms, total ms); None where the extension is missing."""
+    with raw.cursor() as cur:
+        try:
+            if reset:
+                cur.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                cur.execute("SELECT pg_stat_statements_reset()")
+                return []
+            cur.execute("SELECT regexp_replace(left(query, 70), '\\s+', ' ', 'g'), calls, mean_exec_time,"
+                        " total_exec_time FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+                        " WHERE datname = current_database()) ORDER BY total_exec_time DESC LIMIT 6")
+            return [(q, int(c), float(m), float(t)) for q, c, m, t in cur.fetchall()]
+        except psycopg2.Error:
+            return None
+
+
 # ---------------------------------------------------------------------------------------- one step
 
 
@@ -151,6 +206,7 @@ def run_step(method: str, dsn: str, pipelines: int, partitions: int, interval: f
     raw = psycopg2.connect(**params)
     raw.autocommit = True
     postmaster = _postmaster(raw)
+    stats = _statements(raw, reset=True)  # pg_stat_statements where the server has it (--own-server)
     wal0, _, rows0 = _server_state(raw)
     ticks0, t0 = _postgres_ticks(postmaster), time.perf_counter()
     waits: Counter = Counter()
@@ -169,6 +225,7 @@ def run_step(method: str, dsn: str, pipelines: int, partitions: int, interval: f
     stop.set()
     ticks1, t1 = _postgres_ticks(postmaster), time.perf_counter()
     wal1, size, rows1 = _server_state(raw)
+    statements = _statements(raw) if stats is not None else []
     raw.close()
     sampler.join(5)
     for proc in children:
@@ -199,6 +256,14 @@ def run_step(method: str, dsn: str, pipelines: int, partitions: int, interval: f
         "beats": sum(r.get("beats", 0) for r in results), "beats_skipped": sum(r.get("beats_skipped", 0) for r in results),
         "last_error": next((r["last_error"] for r in results if r["last_error"]), None),
         "waits": waits.most_common(6),
+        # where the writer's time goes (writer and beat only): its ledger calls and their one-statement writes
+        "record_p50": pct([x for r in results for x in r.get("recorder", [])], 0.5),
+        "record_p99": pct([x for r in results for x in r.get("recorder", [])], 0.99),
+        "fast_p50": pct([x for r in results for x in r.get("fast", [])], 0.5),
+        "fast_p99": pct([x for r in results for x in r.get("fast", [])], 0.99),
+        "record_calls": sum(len(r.get("recorder", [])) for r in results),
+        "fast_calls": sum(len(r.get("fast", [])) for r in results),
+        "statements": statements,
     }
 
 
@@ -257,6 +322,13 @@ def print_steps(steps: list[dict]) -> None:
               f" {fmt_ms(s['p99']):>8} {fmt_ms(s['max']):>8} {s['rows_s']:>7.0f} {s['offered_rows_s']:>7.0f}"
               f" {s['pg_cores']:>8.2f} {s['sim_cores']:>9.2f} {s['wal_per_batch']:>11.0f}"
               f" {s['mb_per_million']:>10.0f} {s['max_pending']:>8} {s['spilled']:>7} {s['setup_s']:>7.1f}  {waits}")
+        if s.get("record_calls"):
+            print(f"       writer's ledger calls: {s['record_calls']}, p50 / p99 {fmt_ms(s['record_p50'])} /"
+                  f" {fmt_ms(s['record_p99'])} ms; one-statement writes {s['fast_calls']}, p50 / p99"
+                  f" {fmt_ms(s['fast_p50'])} / {fmt_ms(s['fast_p99'])} ms (the rest of batch -> durable: threads,"
+                  " queue, CPU waits)")
+        for q, calls, mean, total in s.get("statements") or []:
+            print(f"       server: {calls:>6} x {mean:6.3f} ms = {total / 1000:6.2f} s  {q}")
         if s["unsettled"] or s["failed"] or s["retried"] or s["last_error"]:
             print(f"       unsettled {s['unsettled']}, retried {s['retried']}, failed {s['failed']},"
                   f" last error: {s['last_error']}")
@@ -278,7 +350,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="the 'beat' method's driver heartbeat period in seconds (methods: writer, beat = the "
                              "writer with the listener's heartbeat thread, naive)")
     parser.add_argument("--json", help="also write the steps to this file")
+    parser.add_argument("--own-server", action="store_true",
+                        help="run on a throwaway PostgreSQL cluster of this machine's server (initdb) with "
+                             "max_connections for the largest step and pg_stat_statements, instead of --dsn's")
     args = parser.parse_args(argv)
+    own = None
+    if args.own_server:
+        per = 2 if "beat" in args.methods else 1
+        own = OwnServer(per * max(int(p) for p in args.pipelines.split(",")) + 20)
+        args.dsn = own.dsn
+        print(f"bench_fleet: own PostgreSQL cluster on port {own.port} (max_connections "
+              f"{per * max(int(p) for p in args.pipelines.split(',')) + 20}, fsync / full_page_writes / "
+              "synchronous_commit off as the devstack's, pg_stat_statements)", flush=True)
+    try:
+        return _main(args)
+    finally:
+        if own is not None:
+            own.stop()
+
+
+def _main(args: argparse.Namespace) -> int:
     if not args.dsn:
         print("bench_fleet: give --dsn or set OFFSET_LEDGER_TEST_DSN (source .devstack/stack.env)", file=sys.stderr)
         return 2

@@ -23,6 +23,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from _seed import seed_positions  # noqa: E402
 from sqlalchemy import text
 from sqlalchemy.engine import Engine
 
@@ -57,14 +58,9 @@ def populate(engine: Engine, pipelines: int, batches: int, partitions: int, now:
                    array_fill(batch_id * 100, ARRAY[:nparts + 1]), array_fill(batch_id * 100 + 100, ARRAY[:nparts + 1])
             FROM batches WHERE pipeline LIKE 'bench%' ORDER BY id
         """), params)
-        # Positions: each partition at its last batch's end.
-        conn.execute(text("""
-            INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset,
-                                   updated_at, query_id, batch_id)
-            SELECT 'bench_' || p, 'bench_' || p, 'topic_' || p, part, (:nb + 1) * 100, now(),
-                   'q-' || p, :nb
-            FROM generate_series(0, :np) p, generate_series(0, :nparts) part
-        """), params)
+        # Positions: each partition at its last batch's end, as the ledger keeps them (benchmarks/_seed.py).
+        seed_positions(conn, [f"bench_{p}" for p in range(pipelines)], lambda name: "topic_" + name[6:],
+                       partitions, batches * 100, now, lambda name: "q-" + name[6:], batches - 1)
         # A partition that left the subscription 40 days ago: its latest batch is old.
         conn.execute(text("""
             INSERT INTO v_batch_offsets (pipeline, consumer_group, query_id, batch_id, source_index,
@@ -96,7 +92,7 @@ def snapshot(engine: Engine, cutoff: datetime) -> dict[str, object]:
             "batches": one("SELECT count(*) FROM batches"),
             "recent_offsets": one("SELECT count(*) FROM v_batch_offsets WHERE batch_time >= :c", c=cutoff),
             "positions": conn.execute(text(
-                'SELECT pipeline, topic, "partition", next_offset, batch_id FROM positions ORDER BY 1, 2, 3'
+                'SELECT pipeline, topic, "partition", next_offset, batch_id FROM v_positions ORDER BY 1, 2, 3'
             )).fetchall(),
             "findings": conn.execute(text("SELECT * FROM findings ORDER BY id")).fetchall(),
             "resets": conn.execute(text("SELECT * FROM resets ORDER BY id")).fetchall(),

@@ -238,7 +238,7 @@ def check_ledger(engine: Any, run: Run, pipeline: str, topic: str, end_offsets: 
         recorded = sorted(r[0] for r in conn.execute(
             text("SELECT batch_id FROM batches WHERE query_id = :q"), {"q": run.query_id}))
         positions = {r[0]: r[1] for r in conn.execute(
-            text("SELECT partition, next_offset FROM positions WHERE pipeline = :p AND topic = :t"),
+            text("SELECT partition, next_offset FROM v_positions WHERE pipeline = :p AND topic = :t"),
             {"p": pipeline, "t": topic})}
     if not run.batch_ids:
         problems.append(f"{pipeline}: Spark reported no data batch")

@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _scratch import ScratchDatabase, baseline_copy  # noqa: E402
+from _seed import seed_positions  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
 from offset_ledger.ledger.engine import make_engine, upgrade  # noqa: E402
@@ -70,10 +71,6 @@ _POPULATE = ["""
            array_fill((s.b + 1) * :step - CASE WHEN s.b >= 2 * :third THEN :reread ELSE 0 END, ARRAY[:np + 1])
     FROM batches bt, LATERAL (SELECT least(CAST(substr(bt.query_id, 2) AS int), 2) * :third + bt.batch_id AS b) s
     ORDER BY bt.id
-""", """
-    INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at, query_id, batch_id)
-    SELECT 'orders', 'orders', 'orders', p, (:nb + 1) * :step - :reread, now(), 'q2', :nb - 2 * :third
-    FROM generate_series(0, :np) p
 """, """
     INSERT INTO runs (run_id, query_id, pipeline, consumer_group, started_at, terminated_at, last_heartbeat_at)
     SELECT 'r' || q, 'q' || q, 'orders', 'orders', :start, CASE WHEN q < 2 THEN :start END, :start
@@ -174,6 +171,10 @@ def populate(dsn: str, batches: int, partitions: int, recent: int) -> dict[str, 
     with engine.begin() as conn:
         for sql in _POPULATE:
             conn.execute(text(sql), params)
+        # Positions as the ledger keeps them (a row per topic, benchmarks/_seed.py); the baseline's copy
+        # gets them back per partition from the downgrade.
+        seed_positions(conn, ["orders"], lambda _: "orders", partitions, (nb + 1) * STEP - REREAD,
+                       datetime.now(timezone.utc), lambda _: "q2", nb - 2 * third)
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE"))
     engine.dispose()

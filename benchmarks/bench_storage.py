@@ -103,16 +103,23 @@ from pathlib import Path
 from sqlalchemy import text
 sys.path.insert(0, "benchmarks")
 from _progress import progress_json
-from offset_ledger.addresses import LedgerAddress
 from offset_ledger.capture.spool import Event
-from offset_ledger.capture.writer import EventWriter, WriterOptions
+from offset_ledger.capture.writer import EventWriter
 from offset_ledger.ledger.engine import make_engine
 dsn, k = sys.argv[1], int(sys.argv[2])
 engine = make_engine(dsn)
+tuning = dict(queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0, health_pipeline="wal")
+def listener_writer(spool):  # as the listener of the release on PYTHONPATH builds it
+    try:
+        from offset_ledger.addresses import LedgerAddress
+        from offset_ledger.capture.writer import WriterOptions
+    except ImportError:  # a release before LedgerAddress: a DSN and loose arguments
+        from offset_ledger.capture.spool import ledger_id
+        from offset_ledger.capture.store import open_recorder
+        return EventWriter(lambda: open_recorder(dsn), spool_dir=Path(spool), ledger=ledger_id(dsn), **tuning)
+    return EventWriter(LedgerAddress.resolve(dsn, pool_size=1), spool_dir=Path(spool), options=WriterOptions(**tuning))
 with tempfile.TemporaryDirectory() as spool:
-    writer = EventWriter(LedgerAddress.resolve(dsn, pool_size=1), spool_dir=Path(spool), options=WriterOptions(
-                         queue_size=10_000, max_batch_events=500, max_backoff=2.0, health_interval=30.0,
-                         health_pipeline="wal"))
+    writer = listener_writer(spool)
     query_id = str(uuid.uuid4())
     def submit(b):
         writer.submit(Event("progress", progress_json(query_id, b, 100, per_batch=500), time.time(), "wal", None, None))

@@ -24,6 +24,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from _scratch import ScratchDatabase  # noqa: E402 - sibling module; benchmarks run as scripts
+from _seed import seed_positions  # noqa: E402
 from sqlalchemy import select, text
 from sqlalchemy.engine import Engine
 
@@ -69,12 +70,9 @@ def populate(engine: Engine, batches: int, partitions: int) -> None:
                  LATERAL (SELECT round(extract(epoch FROM bt.batch_time - :start))::bigint AS b) s
             ORDER BY bt.id
         """), params)
-        conn.execute(text("""
-            INSERT INTO positions (pipeline, consumer_group, topic, "partition", next_offset, updated_at, query_id,
-                                   batch_id)
-            SELECT 'orders', 'orders', 'orders', p, (:nb + 1) * :step - :reread, now(), 'q2', :nb - 2 * :third
-            FROM generate_series(0, :np) p
-        """), params)
+        # Positions as the ledger keeps them (a row per topic, benchmarks/_seed.py).
+        seed_positions(conn, ["orders"], lambda _: "orders", partitions, batches * STEP - REREAD,
+                       datetime.now(timezone.utc), lambda _: "q2", batches - 1 - 2 * third)
         reset_id = conn.execute(text("""
             INSERT INTO resets (pipeline, consumer_group, mode, actor, reason, dry_run, forced, created_at, status)
             VALUES ('orders', 'orders', 'shift', 'bench', 'replay', false, false,

@@ -25,8 +25,10 @@ _PG_MOVED = text("""
         SELECT * FROM unnest(CAST(:topics AS text[]), CAST(:partitions AS integer[]), CAST(:offsets AS bigint[]))
                AS u (topic, part, next_offset)
     ), now AS (
-        SELECT topic, "partition" AS part, next_offset FROM v_positions
-        WHERE pipeline = :pipeline AND consumer_group = :consumer_group AND topic = ANY(CAST(:wanted AS text[]))
+        -- the rows per topic (0024) unnested here: only the two arrays compared, not v_positions' columns
+        SELECT t.topic, u.part, u.next_offset
+        FROM topic_positions t CROSS JOIN LATERAL unnest(t.partitions, t.next_offsets) AS u (part, next_offset)
+        WHERE t.pipeline = :pipeline AND t.consumer_group = :consumer_group AND t.topic = ANY(CAST(:wanted AS text[]))
     )
     SELECT COALESCE(SUM(CASE WHEN now.topic IS NULL OR seen.topic IS NULL THEN 1 ELSE 2 END), 0)
     FROM now FULL JOIN seen ON now.topic = seen.topic AND now.part = seen.part

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from functools import cache
 from typing import Any
@@ -22,6 +22,7 @@ from offset_ledger.ledger.tables import (
     reset_partitions,
     resets,
     runs,
+    topic_positions,
 )
 from offset_ledger.rules.model import Position, TopicPartition
 from offset_ledger.rules.stateful import BatchFigures
@@ -32,16 +33,23 @@ def current_positions(
     topics: Sequence[str] | None = None,
 ) -> list[Position]:
     """The pipeline's current position per partition (next offset to read), sorted."""
-    stmt = select(positions.c.topic, positions.c.partition, positions.c.next_offset).where(
-        positions.c.pipeline == pipeline,
-        positions.c.consumer_group == (consumer_group or pipeline),
-    )
+    # Read from the rows per topic (0024), not through ``v_positions``: the view unnests every topic's
+    # arrays into rows and sorts them in Postgres, and the driver then builds a row per partition; here
+    # Postgres sends one row a topic (two arrays) and the positions are made from the arrays, already in
+    # partition order (``tables.topic_positions`` keeps them ascending). The ledger read of a restart of
+    # 10,000 partitions: docs/benchmarks.md (issue 49).
+    t = topic_positions
+    stmt = select(t.c.topic, t.c.partitions, t.c.next_offsets).where(
+        t.c.pipeline == pipeline, t.c.consumer_group == (consumer_group or pipeline))
     if topics is not None:
-        stmt = stmt.where(positions.c.topic.in_(list(topics)))
-    rows = conn.execute(stmt.order_by(positions.c.topic, positions.c.partition)).all()
-    # all() (one fetchall) and tuple unpacking: half the time of row-by-row attribute access at
-    # 10,000 partitions, the ledger half of a large restart.
-    return [Position(topic, partition, offset) for topic, partition, offset in rows]
+        stmt = stmt.where(t.c.topic.in_(list(topics)))
+    out: list[Position] = []
+    for topic, parts, offsets in conn.execute(stmt.order_by(t.c.topic)).all():
+        pairs = zip(parts, offsets)
+        if any(a >= b for a, b in zip(parts, parts[1:])):  # a row some writer left unsorted: sort it
+            pairs = sorted(pairs)
+        out += [Position(topic, partition, offset) for partition, offset in pairs]
+    return out
 
 
 #: The default ``OFFSET_LEDGER_RUN_TIMEOUT`` (``ledger.activity``, ``rules.liveness``): how long a run
@@ -114,14 +122,17 @@ def pipeline_summaries(conn: Connection) -> list[dict[str, Any]]:
     Built from the small tables and index-backed scalar subqueries, so its cost does not grow with
     the batch history.
     """
-    return [dict(r._mapping) for r in conn.execute(_pipeline_summaries_stmt())]
+    return [dict(r._mapping) for r in conn.execute(_pipeline_summaries_stmt(conn.dialect.name == "postgresql"))]
 
 
 @cache
-def _pipeline_summaries_stmt() -> Select[Any]:
-    # Built once: constructing this statement cost as much as running it on every pipelines list.
+def _pipeline_summaries_stmt(postgres: bool = True) -> Select[Any]:
+    # Built once per dialect: constructing this statement cost as much as running it on every pipelines list.
+    # The groups and their partition counts come from the rows per topic (0024), a row each, not from
+    # ``v_positions``, which would unnest every position of every pipeline to count them.
+    t = topic_positions
     groups = union(
-        select(positions.c.pipeline, positions.c.consumer_group),
+        select(t.c.pipeline, t.c.consumer_group),
         select(runs.c.pipeline, runs.c.consumer_group),
     ).subquery("g")
     # One index probe per group finds the newest batch's row id; its time and id come by primary key.
@@ -131,8 +142,10 @@ def _pipeline_summaries_stmt() -> Select[Any]:
         .order_by(batches.c.batch_time.desc(), batches.c.id.desc()).limit(1).scalar_subquery()
     )
     latest = select(groups.c.pipeline, groups.c.consumer_group, last_id.label("last_id")).subquery("l")
-    counts = select(positions.c.pipeline, positions.c.consumer_group, func.count().label("n")).group_by(
-        positions.c.pipeline, positions.c.consumer_group).subquery("c")
+    # A row's partitions: an array on PostgreSQL, a JSON array's text on SQLite (``tables.PackedInts``).
+    width = func.cardinality(t.c.partitions) if postgres else func.json_array_length(t.c.partitions)
+    counts = select(t.c.pipeline, t.c.consumer_group, func.sum(width).label("n")).group_by(
+        t.c.pipeline, t.c.consumer_group).subquery("c")
     gen = _current_generations_stmt().subquery("gen")  # in the same round trip: one fewer per list
     return select(
         latest.c.pipeline, latest.c.consumer_group,
@@ -327,3 +340,70 @@ def checkpoint_batches(
            for r in conn.execute(select(batches.c.batch_id, batches.c.watermark, batches.c.event_time_max)
                                  .where(batches.c.query_id == query_id).order_by(batches.c.batch_id))]
     return query_id, out
+
+
+# -- positions with their status window, a row per topic (PostgreSQL) --------------------------------------
+# ``/metrics``, ``/lag`` and the pipelines list (``operate.lag_insight.positions_and_window``). Through
+# ``v_positions`` the statement unnested every position into a row, numbered the (pipeline, group, topic)
+# triples by a DISTINCT over those rows, joined each row back to its triple on three text keys, sorted all of
+# them and sent them one by one: at 10,000 positions most of ``/metrics``' ledger read (issue 49,
+# docs/benchmarks.md). Here Postgres sends one row per topic: its partitions and next offsets as stored,
+# which of its movers moved inside the window, and the window's lowest start and highest end per partition
+# as three arrays; the positions are unrolled in Python, in the same order and the same tuples.
+#
+# One row per topic row. ``w``: the window's ranges per (topic row, partition) straight from
+# ``offset_ranges`` (arrays unnested in the select list), the window's batches found from each topic row's
+# (pipeline, consumer_group, batch_time) index range on ``batches``, as ``lag_insight._window_compact``.
+# ``moved``: the movers (``stamps``' 1-based indexes) that placed positions inside the window by a batch.
+_WINDOW_PG = """
+WITH g AS MATERIALIZED (
+    SELECT t.pipeline, t.consumer_group, t.topic, t.partitions, t.next_offsets, t.stamps, t.moved_at,
+           t.moved_query_ids, row_number() OVER () AS n
+    FROM topic_positions t {where}
+), x AS (
+    SELECT g.n, unnest(r.partitions) AS part, unnest(r.from_offsets) AS from_offset,
+           unnest(r.until_offsets) AS until_offset
+    FROM g JOIN batches b ON b.pipeline = g.pipeline AND b.consumer_group = g.consumer_group
+                         AND b.batch_time >= :since
+           JOIN offset_ranges r ON r.batch_pk = b.id AND r.topic = g.topic
+), w AS (
+    SELECT n, array_agg(part ORDER BY part) AS parts, array_agg(lo ORDER BY part) AS los,
+           array_agg(hi ORDER BY part) AS his
+    FROM (SELECT n, part, min(from_offset) AS lo, max(until_offset) AS hi FROM x GROUP BY n, part) y
+    GROUP BY n
+)
+SELECT g.pipeline, g.consumer_group, g.topic, g.partitions, g.next_offsets, g.stamps,
+       ARRAY(SELECT i FROM generate_subscripts(g.moved_at, 1) AS i
+             WHERE g.moved_at[i] >= :since AND g.moved_query_ids[i] IS NOT NULL) AS moved,
+       w.parts, w.los, w.his
+FROM g LEFT JOIN w ON w.n = g.n
+ORDER BY g.pipeline, g.consumer_group, g.topic
+"""
+_WINDOW_ALL = text(_WINDOW_PG.format(where=""))
+_WINDOW_ONE = text(_WINDOW_PG.format(where="WHERE t.pipeline = :pipeline AND t.consumer_group = :consumer_group"))
+
+WindowRow = tuple[str, str, str, int, int, int, "int | None", "int | None"]
+
+
+def positions_and_window_pg(conn: Connection, since: datetime, pipeline: str | None = None,
+                            consumer_group: str | None = None) -> Iterator[WindowRow]:
+    """(pipeline, group, topic, partition, next offset, moved 0/1, window's lowest start or None, its highest
+    end or None) per position, sorted by pipeline, group, topic and partition: the rows of the per-partition
+    statement over ``v_positions`` (``lag_insight._positions_and_window_stmt``), PostgreSQL only."""
+    params: dict[str, object] = {"since": since}
+    if pipeline is not None:
+        params.update(pipeline=pipeline, consumer_group=consumer_group)
+    rows = conn.execute(_WINDOW_ONE if pipeline is not None else _WINDOW_ALL, params).all()
+    for pipe, group, topic, parts, offsets, stamps, moved, wparts, los, his in rows:
+        window = dict(zip(wparts, zip(los, his))) if wparts else {}
+        moved_by = set(moved)
+        if stamps is None:  # one mover placed them all (``tables.topic_positions``)
+            flags = [1 if 1 in moved_by else 0] * len(parts)
+        else:
+            flags = [1 if s in moved_by else 0 for s in stamps]
+        unrolled = zip(parts, offsets, flags)
+        if any(a >= b for a, b in zip(parts, parts[1:])):  # a row some writer left unsorted
+            unrolled = iter(sorted(unrolled))
+        for part, offset, flag in unrolled:
+            lo, hi = window.get(part, (None, None))
+            yield pipe, group, topic, part, offset, flag, lo, hi

@@ -30,6 +30,7 @@ from sqlalchemy import Select, and_, bindparam, case, func, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.errors import KafkaError
+from offset_ledger.ledger.queries import positions_and_window_pg
 from offset_ledger.ledger.tables import batch_offsets, batches, offset_ranges, positions
 from offset_ledger.rules.model import Position, TopicPartition
 from offset_ledger.rules.status import status_of
@@ -81,8 +82,11 @@ def positions_and_window(
     key: tuple[str, str] | None = None
     # One fetchall and tuple unpacking (rows come sorted by pipeline and group): a third of the
     # time of attribute access and a dict look-up per row at 10,000 positions.
-    stmt = _positions_and_window_stmt(pipeline is not None, conn.dialect.name == "postgresql")
-    for pipe, group, topic, partition, next_offset, moved, lo, hi in conn.execute(stmt, params).all():
+    if conn.dialect.name == "postgresql":  # one row per topic, unrolled (issue 49)
+        rows: Any = positions_and_window_pg(conn, since, pipeline, consumer_group)
+    else:
+        rows = conn.execute(_positions_and_window_stmt(pipeline is not None, False), params).all()
+    for pipe, group, topic, partition, next_offset, moved, lo, hi in rows:
         if (pipe, group) != key:
             key = (pipe, group)
             mine = positions_by.setdefault(key, [])
