@@ -64,7 +64,7 @@ def resolve_cmd(
     from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
 
     window, slide, watermark_delay = windowing.window, windowing.slide, windowing.watermark_delay
-    cluster = kafka.address()
+    address = kafka.address()
     if window is not None or slide is not None or watermark_delay is not None:
         # Bad durations fail before any connection is made.
         from offset_ledger.rules.durations import parse_duration
@@ -76,8 +76,8 @@ def resolve_cmd(
         if window is None:
             raise ConfigError("--slide and --watermark-delay need --window")
         WindowSpec.parse(window, slide)
-    cluster.require()
-    ops = Operations.open(ledger.address(), cluster)
+    address.require()
+    ops = Operations.open(ledger.address(), address)
     try:
         if first_run is None:
             # A typo must not answer exit 0 with a replay-everything plan: a first run is asked for.
@@ -96,9 +96,9 @@ def resolve_cmd(
         use, _ = policies_in_effect(ops, pipeline, given)  # as start_from_ledger applies them
         group = resolve_ref(ops.engine, PipelineRef(pipeline, consumer_group))
         # A window only when asked here: a stored one applies on start_from_ledger's upgrades.
-        plan, ledger, cluster = plan_restart(ops, group, options, use,
-                                             use.window_spec() if window is not None else None)
-        cost = plan_cost(ops.kafka, plan.starting_offsets, ledger.positions, cluster.watermarks)
+        plan, recorded, cluster = plan_restart(ops, group, options, use,
+                                               use.window_spec() if window is not None else None)
+        cost = plan_cost(ops.kafka, plan.starting_offsets, recorded.positions, cluster.watermarks)
     finally:
         ops.close()
     typer.echo(plan.starting_offsets_json)
@@ -110,8 +110,8 @@ def resolve_cmd(
     for finding in plan.findings:
         where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
         typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
-    if ledger.pending_reset_ids:
-        ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
+    if recorded.pending_reset_ids:
+        ids = ", ".join(str(i) for i in recorded.pending_reset_ids)
         typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
                    "fresh checkpoint", err=True)
 
