@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError
 
 @dataclass(frozen=True)
@@ -32,7 +31,11 @@ class LedgerAddress:
     @classmethod
     def resolve(cls, dsn: str | None = None, *, pool_size: int = 5, create: bool = True) -> LedgerAddress:
         """The argument, else ``OFFSET_LEDGER_DSN``, else the embedded SQLite file."""
-        return cls(dsn if dsn else settings().resolved_dsn(None), pool_size=pool_size, create=create)
+        if dsn:  # pydantic-settings costs a CLI start ~50 ms to import: only when the environment is read
+            return cls(dsn, pool_size=pool_size, create=create)
+        from offset_ledger.config import settings
+
+        return cls(settings().resolved_dsn(None), pool_size=pool_size, create=create)
 
 
 def _frozen(options: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -56,7 +59,11 @@ class KafkaAddress:
                 *, timeout_ms: int | None = None) -> KafkaAddress:
         """The argument, else ``kafka.bootstrap.servers`` in ``options``, else ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``."""
         opts = dict(options or {})
-        servers = bootstrap_servers or opts.get("kafka.bootstrap.servers") or settings().bootstrap_servers
+        servers = bootstrap_servers or opts.get("kafka.bootstrap.servers")
+        if not servers:  # the environment's, read (and pydantic-settings imported) only when needed
+            from offset_ledger.config import settings
+
+            servers = settings().bootstrap_servers
         return cls(str(servers) if servers else None, _frozen(opts), timeout_ms or 10_000)
 
     def require(self) -> str:
