@@ -78,7 +78,11 @@ class KafkaServerOptions:
     bootstrap_servers: BootstrapServers = None
     kafka_option: KafkaOptionItems = None
 
-    def address(self) -> KafkaAddress:
+    def address(self) -> KafkaAddress | None:
+        """None when neither option is given: ``verify`` looks at Kafka only when told to (the
+        environment's servers arrive through ``--bootstrap-server``'s envvar)."""
+        if not (self.bootstrap_servers or self.kafka_option):
+            return None
         return kafka_address(self.bootstrap_servers, self.kafka_option, None, None)
 
 
@@ -105,8 +109,8 @@ def ledger_ready(engine: Any) -> None:
 def kafka_adapter(kafka: KafkaAddress) -> KafkaAdapter:
     """A Kafka client for a command that reads no ledger (``topic``); ConfigError without servers.
 
-    ``Operations.open`` needs a ledger; the address's own client would belong in ``addresses``/``kafka``
-    (reported to the coordinator), this is its one use on the command line.
+    ``Operations.open`` always opens a ledger, and ``topic`` must work where there is none; every
+    other command reaches Kafka through its ``Operations``.
     """
     from offset_ledger.kafka.adapter import KafkaAdapter
 

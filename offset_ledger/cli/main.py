@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import typer
 
@@ -19,7 +20,7 @@ plain_help()
 # the help follows the terminal's width instead of stopping at 80 columns.
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 160}
 
-app = typer.Typer(
+_app = typer.Typer(
     name="offset-ledger",
     help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
          "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable, "
@@ -40,7 +41,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@_app.callback()
 def _main(
     traceback: bool = typer.Option(False, "--traceback", help="Show the full traceback on errors."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what happens on stderr; tracebacks on errors."),
@@ -66,7 +67,7 @@ def _main(
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
 
-@app.command("pipelines")
+@_app.command("pipelines")
 @grouped
 def pipelines_cmd(
     ledger: LedgerOptions = LedgerOptions(), kafka: KafkaOptions = KafkaOptions(),
@@ -98,7 +99,7 @@ def pipelines_cmd(
     emit(rows, columns, fmt, truncate=out.truncate)
 
 
-@app.command("offsets")
+@_app.command("offsets")
 @grouped
 def offsets_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
@@ -125,7 +126,7 @@ def offsets_cmd(
           truncate=out.truncate)
 
 
-@app.command("history")
+@_app.command("history")
 @grouped
 def history_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
@@ -183,7 +184,7 @@ def history_cmd(
         more_signal(f"--cursor {page.next_cursor} (or --all)")
 
 
-@app.command("topic")
+@_app.command("topic")
 @grouped
 def topic_cmd(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
@@ -200,7 +201,7 @@ def topic_cmd(
     emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=out.truncate)
 
 
-@app.command("lag")
+@_app.command("lag")
 @grouped
 def lag_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
@@ -248,7 +249,7 @@ def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
     return f"{status}:{basis if seconds is None else human_duration(seconds)}"
 
 
-@app.command("serve")
+@_app.command("serve")
 @grouped
 def serve_cmd(
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind (OFFSET_LEDGER_HOST; default: loopback)."),
@@ -357,48 +358,63 @@ def serve_banner(host: str, port: int, tokens: object) -> str:
 _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 
-def _register_commands() -> None:
-    # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
-    from offset_ledger.cli import alerts as cli_alerts
-    from offset_ledger.cli import audit as cli_audit
-    from offset_ledger.cli import checkpoint as cli_checkpoint
-    from offset_ledger.cli import failover as cli_failover
-    from offset_ledger.cli import policy as cli_policy
-    from offset_ledger.cli import reset as cli_reset
-    from offset_ledger.cli import restart as cli_restart
-    from offset_ledger.cli import upkeep as cli_upkeep
-    from offset_ledger.cli import verify as cli_verify
-    from offset_ledger.cli import watch as cli_watch
-
-    cli_upkeep.register(app, CONTEXT)
-    cli_audit.register(app)
-    cli_alerts.register(app)
-    cli_checkpoint.register(app)
-    cli_failover.register(app)
-    cli_policy.register(app)
-    cli_reset.register(app)
-    cli_restart.register(app)
-    cli_verify.register(app)
-    cli_watch.register(app)
+# The commands that live in their own modules (main.py stays the face's root), in the order the
+# help lists them: command or group name -> module.
+_MODULES = {"db": "upkeep", "prune": "upkeep", "findings": "audit", "resets": "audit", "alerts": "alerts",
+            "mirror": "checkpoint", "import-checkpoint": "checkpoint", "replay": "checkpoint",
+            "failover": "failover", "policy": "policy", "reset": "reset", "resolve": "restart", "plan": "restart",
+            "verify": "verify", "watch": "watch"}
+_registered = False
 
 
-_register_commands()
+def _register(target: typer.Typer, modules: Iterable[str]) -> None:
+    import importlib
+
+    for name in dict.fromkeys(modules):
+        module = importlib.import_module(f"offset_ledger.cli.{name}")
+        if name == "upkeep":
+            module.register(target, CONTEXT)
+        else:
+            module.register(target)
+
+
+def _whole() -> typer.Typer:
+    """The app with every command (help, completion, tests): the command modules are imported once, here."""
+    global _registered
+    if not _registered:
+        _registered = True
+        _register(_app, _MODULES.values())
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    # ``app`` is the whole command line; a start that runs one command imports only that command's
+    # module (``_app_for``), since every module costs a start its imports and option groups.
+    if name == "app":
+        return _whole()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _app_for(argv: Optional[list[str]]) -> typer.Typer:
-    """``app`` with only the command ``argv`` names (its global options are flags, so the first word
-    that is not an option is the command). Typer builds the click command of every registered
-    command on each call, about a tenth of a read command's start; help, completion and a missing
-    or unknown command get the whole app, so what they print is unchanged."""
+    """The app with only the command ``argv`` names (its global options are flags, so the first word
+    that is not an option is the command), importing only the module that command lives in. Typer
+    builds the click command of every registered command on each call, about a tenth of a read
+    command's start; help, completion and a missing or unknown command get the whole app, so what
+    they print is unchanged."""
     import copy
 
     words = sys.argv[1:] if argv is None else argv
     name = next((w for w in words if not w.startswith("-")), None)
-    commands = [c for c in app.registered_commands if c.name == name]
-    groups = [g for g in app.registered_groups if g.name == name]
+    source = _app
+    if name in _MODULES and not _registered:
+        source = copy.copy(_app)  # shares the callback and settings; the lists below are its own
+        source.registered_commands, source.registered_groups = [], []
+        _register(source, [_MODULES[name]])
+    commands = [c for c in source.registered_commands if c.name == name]
+    groups = [g for g in source.registered_groups if g.name == name]
     if not commands and not groups:
-        return app
-    only = copy.copy(app)  # shares the callback and settings; the lists below are its own
+        return _whole()
+    only = copy.copy(_app)
     only.registered_commands, only.registered_groups = commands, groups
     return only
 

@@ -47,8 +47,43 @@ def _fields(group: type) -> list[inspect.Parameter]:
     return out
 
 
-def grouped(command: Callable[..., R]) -> Callable[..., R]:
-    """``command`` with each option-group parameter spread into its fields for Typer, and gathered back."""
+class _Grouped:
+    """A command with option groups: callable as Typer calls it, its spread signature made on first look.
+
+    Lazy because every command module is imported on each start while Typer builds only the one
+    command asked for (``main._app_for``): evaluating every command's hints at import would cost
+    every start tens of milliseconds.
+    """
+
+    def __init__(self, command: Callable[..., Any]) -> None:
+        functools.update_wrapper(self, command, assigned=("__module__", "__name__", "__qualname__", "__doc__"),
+                                 updated=())
+        self.__wrapped__ = command
+        self._spread: tuple[inspect.Signature, dict[str, tuple[type, tuple[str, ...]]]] | None = None
+
+    def _plan(self) -> tuple[inspect.Signature, dict[str, tuple[type, tuple[str, ...]]]]:
+        if self._spread is None:
+            self._spread = _spread(self.__wrapped__)
+        return self._spread
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return self._plan()[0]
+
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # type: ignore[override]
+        # Typer also reads the hints (typing.get_type_hints): the shown parameters', already evaluated.
+        shown = self._plan()[0]
+        return {p.name: p.annotation for p in shown.parameters.values()} | {"return": shown.return_annotation}
+
+    def __call__(self, **given: Any) -> Any:
+        for name, (group, fields) in self._plan()[1].items():
+            given[name] = group(**{f: given.pop(f) for f in fields})
+        return self.__wrapped__(**given)
+
+
+def _spread(command: Callable[..., Any]) -> tuple[inspect.Signature, dict[str, tuple[type, tuple[str, ...]]]]:
+    """The signature Typer is shown (each group's fields in its place) and, per group, its class and fields."""
     hints = typing.get_type_hints(command, include_extras=True)
     shown: list[inspect.Parameter] = []
     groups: dict[str, tuple[type, tuple[str, ...]]] = {}
@@ -65,20 +100,12 @@ def grouped(command: Callable[..., R]) -> Callable[..., R]:
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:  # two groups (or a group and a parameter) would fight over one option's value
         raise TypeError(f"{command.__qualname__}: option groups repeat {', '.join(twice)}")
-    if not groups:
-        return command
+    return inspect.Signature(shown, return_annotation=hints.get("return", inspect.Signature.empty)), groups
 
-    @functools.wraps(command)
-    def call(**given: Any) -> R:
-        for name, (group, fields) in groups.items():
-            given[name] = group(**{f: given.pop(f) for f in fields})
-        return command(**given)
 
-    returns = hints.get("return", inspect.Signature.empty)
-    call.__signature__ = inspect.Signature(shown, return_annotation=returns)  # type: ignore[attr-defined]
-    # Typer also reads the hints (typing.get_type_hints): the shown parameters', already evaluated.
-    call.__annotations__ = {p.name: p.annotation for p in shown} | {"return": returns}
-    return call
+def grouped(command: Callable[..., R]) -> Callable[..., R]:
+    """``command`` with each option-group parameter spread into its fields for Typer, and gathered back."""
+    return _Grouped(command)
 
 
 def written(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -43,7 +43,7 @@ def verify_cmd(
 
     fmt = check_format(out.fmt)
     cluster = kafka.address()
-    ops = open_operations(ledger.address(), cluster if cluster.bootstrap_servers else None)
+    ops = open_operations(ledger.address(), cluster if cluster and cluster.bootstrap_servers else None)
     try:
         report = verify_pipeline(ops, pipeline, consumer_group, topic=topic)
     finally:
