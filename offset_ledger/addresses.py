@@ -86,7 +86,7 @@ class KafkaAddress:
     def require(self) -> str:
         """The bootstrap servers; ConfigError (exit 2) when none are configured."""
         if not self.bootstrap_servers:
-            raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-server (bootstrap_servers) or set "
+            raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-server (bootstrap_servers= in Python) or set "
                               "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
         return self.bootstrap_servers
 

@@ -3,36 +3,57 @@ thresholds a team chooses, or the Grafana dashboard the package ships (docs/aler
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import asdict, dataclass
+from typing import Annotated, Optional
 
 import typer
+
+from offset_ledger.cli.option_groups import grouped
 
 _DURATION = "a duration: 6h, 90m, PT1H"
 
 
+@dataclass(frozen=True)
+class RuleSettings:
+    """The thresholds the rules page and warn at, and where their runbooks are (``alert_rules.parse_thresholds``)."""
+
+    headroom_warn: Annotated[Optional[str], typer.Option(
+        "--headroom-warn", metavar="DURATION",
+        help=f"Warn when retention headroom is below this (6h; {_DURATION}).")] = None
+    headroom_critical: Annotated[Optional[str], typer.Option(
+        "--headroom-critical", metavar="DURATION",
+        help="Page when retention headroom is below this (1h).")] = None
+    headroom_for: Annotated[Optional[str], typer.Option(
+        "--headroom-for", metavar="DURATION",
+        help="How long headroom must stay below a threshold first (5m).")] = None
+    lag_seconds: Annotated[Optional[str], typer.Option(
+        "--lag-seconds", metavar="SECONDS",
+        help="Lag in seconds above this for --lag-for pages (900).")] = None
+    lag_for: Annotated[Optional[str], typer.Option(
+        "--lag-for", metavar="DURATION",
+        help="The window lag must stay above --lag-seconds throughout (10m).")] = None
+    crash_for: Annotated[Optional[str], typer.Option(
+        "--crash-for", metavar="DURATION",
+        help="How long a pipeline reads stale (heartbeat stopped) first (1m).")] = None
+    lost_window: Annotated[Optional[str], typer.Option(
+        "--lost-window", metavar="DURATION",
+        help="Records lost within this window page (15m).")] = None
+    ledger_for: Annotated[Optional[str], typer.Option(
+        "--ledger-for", metavar="DURATION",
+        help="How long a listener fails or spills first (5m).")] = None
+    reset_window: Annotated[Optional[str], typer.Option(
+        "--reset-window", metavar="DURATION",
+        help="A reset executed within this is reported (info, 1h).")] = None
+    runbook_base: Annotated[Optional[str], typer.Option(
+        "--runbook-base", metavar="URL",
+        help="Where docs/alerting.md is served (runbook_url's base).")] = None
+
+
+@grouped
 def alerts_cmd(
     fmt: str = typer.Option("prometheus", "--format", metavar="prometheus|grafana",
                             help="prometheus: the rules file (YAML); grafana: the dashboard JSON (no thresholds)."),
-    headroom_warn: Optional[str] = typer.Option(None, "--headroom-warn", metavar="DURATION",
-                                                help=f"Warn when retention headroom is below this (6h; {_DURATION})."),
-    headroom_critical: Optional[str] = typer.Option(None, "--headroom-critical", metavar="DURATION",
-                                                    help="Page when retention headroom is below this (1h)."),
-    headroom_for: Optional[str] = typer.Option(None, "--headroom-for", metavar="DURATION",
-                                               help="How long headroom must stay below a threshold first (5m)."),
-    lag_seconds: Optional[str] = typer.Option(None, "--lag-seconds", metavar="SECONDS",
-                                              help="Lag in seconds above this for --lag-for pages (900)."),
-    lag_for: Optional[str] = typer.Option(None, "--lag-for", metavar="DURATION",
-                                          help="The window lag must stay above --lag-seconds throughout (10m)."),
-    crash_for: Optional[str] = typer.Option(None, "--crash-for", metavar="DURATION",
-                                            help="How long a pipeline reads stale (heartbeat stopped) first (1m)."),
-    lost_window: Optional[str] = typer.Option(None, "--lost-window", metavar="DURATION",
-                                              help="Records lost within this window page (15m)."),
-    ledger_for: Optional[str] = typer.Option(None, "--ledger-for", metavar="DURATION",
-                                             help="How long a listener fails or spills first (5m)."),
-    reset_window: Optional[str] = typer.Option(None, "--reset-window", metavar="DURATION",
-                                               help="A reset executed within this is reported (info, 1h)."),
-    runbook_base: Optional[str] = typer.Option(None, "--runbook-base", metavar="URL",
-                                               help="Where docs/alerting.md is served (runbook_url's base)."),
+    settings: RuleSettings = RuleSettings(),
 ) -> None:
     """Print alert and recording rules for Prometheus (or the Grafana dashboard), for your thresholds.
 
@@ -44,10 +65,7 @@ def alerts_cmd(
 
     if fmt not in ("prometheus", "grafana"):
         raise InvalidInput(f"--format must be prometheus or grafana, not {fmt!r}")
-    thresholds = parse_thresholds(
-        headroom_warn=headroom_warn, headroom_critical=headroom_critical, headroom_for=headroom_for,
-        lag_seconds=lag_seconds, lag_for=lag_for, crash_for=crash_for, lost_window=lost_window,
-        ledger_for=ledger_for, reset_window=reset_window, runbook_base=runbook_base)
+    thresholds = parse_thresholds(**asdict(settings))
     if fmt == "grafana":
         from offset_ledger.operate.alert_rules import Thresholds
 

@@ -6,19 +6,12 @@ from typing import Optional
 
 import typer
 
-from offset_ledger.cli.support import (
-    DsnOption,
-    FormatOption,
-    GroupOption,
-    NoTruncateOption,
-    check_format,
-    check_limit,
-    emit,
-    more_signal,
-    operations,
-)
+from offset_ledger.cli.connections import LedgerOptions, open_operations
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, check_limit, emit, more_signal
 
 
+@grouped
 def findings_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     kind: Optional[str] = typer.Option(None, "--kind", metavar="KIND",
@@ -28,8 +21,8 @@ def findings_cmd(
     limit: int = typer.Option(50, "--limit", metavar="N", help="Findings per page (1-1000)."),
     before: Optional[int] = typer.Option(None, "--before", metavar="ID", help="Page: findings older than ID."),
     every: bool = typer.Option(False, "--all", help="Every finding, page after page (ignores --limit)."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
-    no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """Findings of a pipeline, newest first: gaps, regressions, data loss, foreign runs, resets consumed.
 
@@ -38,11 +31,11 @@ def findings_cmd(
     from offset_ledger.operate.audit import MAX_PAGE, list_findings
     from offset_ledger.operate.inputs import parse_timestamp
 
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     if not every:
         check_limit(limit)
     start = parse_timestamp(since) if since is not None else None
-    ops = operations(dsn)
+    ops = open_operations(ledger.address())
     rows: list[dict] = []
     try:
         while True:
@@ -56,7 +49,7 @@ def findings_cmd(
     if fmt == "table":  # a finding seen once has no lastSeenAt (null in JSON, as the API): its time is createdAt
         shown = [{**r, "lastSeenAt": r["lastSeenAt"] or r["createdAt"]} for r in rows]
         emit(shown, ["id", "lastSeenAt", "occurrences", "kind", "topic", "partition", "expectedOffset",
-                     "actualOffset", "message"], fmt, truncate=not no_truncate)
+                     "actualOffset", "message"], fmt, truncate=out.truncate)
         if before is not None:
             more_signal(f"--before {before} (or --all)")
         return
@@ -67,21 +60,22 @@ def findings_cmd(
         more_signal(f"--before {before} (or --all)")
 
 
+@grouped
 def resets_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     limit: int = typer.Option(50, "--limit", metavar="N", help="Newest N resets (1-1000, as every --limit)."),
     dry_runs: bool = typer.Option(True, "--dry-runs/--no-dry-runs",
                                   help="Show dry runs too, marked DRY RUN (the default), or executed resets only."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
-    no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
     from offset_ledger.operate.audit import MAX_PAGE
     from offset_ledger.operate.reset_operations import resets_page
 
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     check_limit(limit)
-    ops = operations(dsn)
+    ops = open_operations(ledger.address())
     try:
         group, found, more = resets_page(ops, pipeline, consumer_group, limit=limit, dry_runs=dry_runs)
     finally:
@@ -97,7 +91,7 @@ def resets_cmd(
     if fmt == "csv":  # the machine formats keep the API's dryRun field
         columns = ["resetId", "createdAt", "actor", "mode", "status", "dryRun", "forced", "partitions", "reason",
                    "changes"]
-    emit(rows, columns, fmt, {"pipeline": pipeline, "consumerGroup": group, "resets": found}, truncate=not no_truncate)
+    emit(rows, columns, fmt, {"pipeline": pipeline, "consumerGroup": group, "resets": found}, truncate=out.truncate)
     dry = sum(1 for r in found if r["dryRun"])
     if dry and fmt == "table":
         typer.echo(f"{dry} of {len(found)} shown are dry runs: audited, nothing applied (--no-dry-runs hides them)",

@@ -2,37 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
-from offset_ledger.cli.support import (
-    BootstrapOption,
-    CommandConfigOption,
-    DsnOption,
-    FormatOption,
-    GroupOption,
-    KafkaOptionOption,
-    NoTruncateOption,
-    TimeoutOption,
-    check_format,
-    emit,
-    kafka_client,
-    ledger_ready,
-    operations,
+from offset_ledger.cli.connections import (
+    CommandConfig,
+    KafkaOptionItems,
+    KafkaOptions,
+    LedgerOptions,
+    TimeoutMs,
+    kafka_address,
+    open_operations,
 )
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
+
+if TYPE_CHECKING:
+    from offset_ledger.addresses import KafkaAddress
 
 
+@grouped
 def mirror_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
-    consumer_group: Optional[str] = GroupOption,
+    consumer_group: ConsumerGroup = None,
     once: bool = typer.Option(False, "--once", help="Sync once and exit (the default)."),
     follow: bool = typer.Option(False, "--follow", help="Keep syncing every --interval seconds until Ctrl-C."),
     interval: float = typer.Option(5.0, "--interval", help="Seconds between syncs with --follow."),
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
-    no_truncate: bool = NoTruncateOption,
+    kafka: KafkaOptions = KafkaOptions(), ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """Commit the ledger's positions to the Kafka consumer group of the same name (never while it has members).
 
@@ -46,48 +45,81 @@ def mirror_cmd(
 
     from offset_ledger.errors import InvalidInput, KafkaError
     from offset_ledger.kafka.mirror import sync_group
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.operations import resolve_group
 
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     if once and follow:
         raise InvalidInput("choose one of --once and --follow")
     if not 0.1 <= interval <= 86_400:
         raise InvalidInput(f"--interval must be between 0.1 and 86400 seconds, not {interval}")
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
-    kafka.require()
-    engine = make_engine(dsn, create=False)
+    cluster = kafka.address()
+    cluster.require()
+    ops = open_operations(ledger.address(), cluster)
+    engine = ops.engine
     try:
-        ledger_ready(engine)
         with engine.connect() as conn:
             group = resolve_group(conn, pipeline, consumer_group)
-        with kafka.adapter() as adapter:
-            while True:
-                try:
-                    result = sync_group(engine, adapter, pipeline, group)
-                except KafkaError as exc:
-                    if not follow or not exc.retriable:
-                        raise
-                    typer.echo(f"not synced yet: {exc.message}", err=True)
-                else:
-                    if not follow or result.committed:
-                        rows = [d.to_dict() for d in result.decisions]
-                        emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
-                              result.to_dict(), truncate=not no_truncate)
-                    if not follow:
-                        typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
-                        return
-                try:
-                    _time.sleep(interval)
-                except KeyboardInterrupt:
-                    typer.echo("stopped", err=True)
+        adapter = ops.kafka  # one client for every sync; ops.close() closes it
+        while True:
+            try:
+                result = sync_group(engine, adapter, pipeline, group)
+            except KafkaError as exc:
+                if not follow or not exc.retriable:
+                    raise
+                typer.echo(f"not synced yet: {exc.message}", err=True)
+            else:
+                if not follow or result.committed:
+                    rows = [d.to_dict() for d in result.decisions]
+                    emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
+                          result.to_dict(), truncate=out.truncate)
+                if not follow:
+                    typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
                     return
+            try:
+                _time.sleep(interval)
+            except KeyboardInterrupt:
+                typer.echo("stopped", err=True)
+                return
     except KeyboardInterrupt:
         typer.echo("stopped", err=True)
     finally:
-        engine.dispose()
+        ops.close()
 
 
+@dataclass(frozen=True)
+class KafkaIdsOptions:
+    """``import-checkpoint``'s optional Kafka: only servers named here (no environment) record topic ids."""
+
+    bootstrap_servers: Annotated[Optional[str], typer.Option(
+        "--bootstrap-server", "--bootstrap-servers", metavar="HOST:PORT[,...]",
+        help="Also record the topics' Kafka ids (tells a re-created topic apart later).")] = None
+    kafka_option: KafkaOptionItems = None
+    command_config: CommandConfig = None
+    timeout: TimeoutMs = None
+
+    def address(self) -> KafkaAddress:
+        # The option has no envvar on purpose: OFFSET_LEDGER_BOOTSTRAP_SERVERS does not make an
+        # import reach for a cluster it was not asked to.
+        return kafka_address(self.bootstrap_servers, self.kafka_option, self.command_config, self.timeout,
+                             environment=False)
+
+
+@dataclass(frozen=True)
+class Adoption:
+    """How ``import-checkpoint`` records the checkpoint: group, version, which source, later generations' root."""
+
+    consumer_group: Annotated[Optional[str], typer.Option(
+        "--consumer-group", help="Default: the pipeline name.")] = None
+    app_version: Annotated[Optional[str], typer.Option(
+        "--app-version", help="Application version running on it.")] = None
+    source: Annotated[Optional[str], typer.Option(
+        "--source", help="Kafka source index when the query has several, or 'all' (lowest offset per partition).")] = None
+    checkpoint_root: Annotated[Optional[str], typer.Option(
+        "--checkpoint-root",
+        help="Where later fresh generations go (default: the checkpoint's parent directory).")] = None
+
+
+@grouped
 def import_checkpoint_cmd(
     pipeline: Optional[str] = typer.Argument(None, metavar="PIPELINE", show_default=False,
                                              help="Pipeline name in the ledger."),
@@ -96,24 +128,11 @@ def import_checkpoint_cmd(
                                                     "abfss://, gs://, hdfs:// URI)."),
     pipeline_option: Optional[str] = typer.Option(None, "--pipeline", hidden=True,
                                                   help="Deprecated: give the pipeline positionally."),
-    consumer_group: Optional[str] = typer.Option(None, "--consumer-group", help="Default: the pipeline name."),
-    app_version: Optional[str] = typer.Option(None, "--app-version", help="Application version running on it."),
-    source: Optional[str] = typer.Option(None, "--source", help="Kafka source index when the query has several, "
-                                                                "or 'all' (lowest offset per partition)."),
-    checkpoint_root: Optional[str] = typer.Option(None, "--checkpoint-root",
-                                                  help="Where later fresh generations go (default: the "
-                                                       "checkpoint's parent directory)."),
+    adoption: Adoption = Adoption(),
     execute: bool = typer.Option(False, "--execute", help="Write to the ledger (default: dry run)."),
     force: bool = typer.Option(False, "--force", help="Import although the group already has positions."),
-    bootstrap_servers: Optional[str] = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
-                                                    metavar="HOST:PORT[,...]",
-                                                    help="Also record the topics' Kafka ids (tells a re-created "
-                                                         "topic apart later)."),
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption,
-    dsn: Optional[str] = DsnOption,
-    fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
-    timeout: Optional[int] = TimeoutOption,
+    kafka: KafkaIdsOptions = KafkaIdsOptions(), ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """Adopt a running pipeline: import its checkpoint's last committed batch as positions (dry run by default).
 
@@ -129,12 +148,13 @@ def import_checkpoint_cmd(
     from offset_ledger.operate.adopt import import_checkpoint
 
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option)
-    fmt = check_format(fmt)
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
-    result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=consumer_group,
-                               app_version=app_version, source=source, execute=execute, force=force, dsn=dsn,
-                               checkpoint_root=checkpoint_root, bootstrap_servers=kafka.bootstrap_servers,
-                               kafka_options=kafka.options, kafka_timeout_ms=kafka.timeout_ms)
+    fmt = check_format(out.fmt)
+    cluster = kafka.address()
+    result = import_checkpoint(checkpoint, pipeline=pipeline, consumer_group=adoption.consumer_group,
+                               app_version=adoption.app_version, source=adoption.source, execute=execute,
+                               force=force, dsn=ledger.address(create=execute).dsn,
+                               checkpoint_root=adoption.checkpoint_root, bootstrap_servers=cluster.bootstrap_servers,
+                               kafka_options=cluster.options, kafka_timeout_ms=cluster.timeout_ms)
     rows = [{"topic": t, "partition": p, "nextOffset": o}
             for t, parts in result.positions.items() for p, o in parts.items()]
     if fmt == "json":
@@ -151,7 +171,7 @@ def import_checkpoint_cmd(
         for line in result.skipped:
             typer.echo(f"  {line}")
         typer.echo(f"positions of pipeline {result.pipeline!r}, consumer group {result.consumer_group!r}:")
-        emit(rows, ["topic", "partition", "nextOffset"], "table", truncate=not no_truncate)
+        emit(rows, ["topic", "partition", "nextOffset"], "table", truncate=out.truncate)
     if result.executed:
         typer.echo(f"imported as checkpoint generation {result.generation} at {result.checkpoint_location}: runs "
                    "on it move these positions from now on", err=True)
@@ -159,6 +179,7 @@ def import_checkpoint_cmd(
         typer.echo("dry run: nothing written; add --execute to import", err=True)
 
 
+@grouped
 def replay_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     batch: Optional[int] = typer.Option(None, "--batch", help="Spark's batch id (in the current generation's query "
@@ -167,10 +188,8 @@ def replay_cmd(
     until: Optional[str] = typer.Option(None, "--until", "--to", help="Batches before this time (exclusive)."),
     query_id: Optional[str] = typer.Option(None, "--query-id", help="The query whose batch id --batch means."),
     generation: Optional[int] = typer.Option(None, "--generation", help="The checkpoint generation whose query."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
-    bootstrap_servers: Optional[str] = BootstrapOption,
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    kafka: KafkaOptions = KafkaOptions(),
     fmt: str = typer.Option("options", "--format", "-f",
                             help="options: {startingOffsets, endingOffsets, assign}; json: with batches and warnings."),
 ) -> None:
@@ -185,7 +204,7 @@ def replay_cmd(
         raise InvalidInput(f"unknown --format {fmt!r}; use options or json")
     start = parse_timestamp(since) if since is not None else None
     end = parse_timestamp(until) if until is not None else None
-    ops = operations(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
+    ops = open_operations(ledger.address(), kafka.address())
     try:
         result = replay(ops, pipeline, batch=batch, since=start, until=end, query_id=query_id,
                         generation=generation, consumer_group=consumer_group)

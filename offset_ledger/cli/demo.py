@@ -94,24 +94,31 @@ class Demo(DemoStack):
         self.on_exit(f"query {query.name}", lambda: query.stop() if query.isActive else None)
         return query
 
+    def _ledger(self):  # type: ignore[no-untyped-def]
+        """The demo's ledger, opened where every command opens one (it exists: the listener made it)."""
+        from offset_ledger.addresses import LedgerAddress
+        from offset_ledger.operate.operations import Operations
+
+        return Operations.open(LedgerAddress.resolve(self.dsn))
+
     def _positions(self) -> dict[int, int]:
-        from offset_ledger.ledger.engine import make_engine
         from offset_ledger.ledger.queries import current_positions
 
-        engine = make_engine(self.dsn)
+        ops = self._ledger()
+        engine = ops.engine
         try:
             with engine.connect() as conn:
                 return {p.partition: p.next_offset for p in current_positions(conn, PIPELINE)}
         finally:
-            engine.dispose()
+            ops.close()
 
     def _batches(self) -> int:
         from sqlalchemy import func, select
 
-        from offset_ledger.ledger.engine import make_engine
         from offset_ledger.ledger.tables import batches
 
-        engine = make_engine(self.dsn)
+        ops = self._ledger()
+        engine = ops.engine
         try:
             with engine.connect() as conn:
                 return int(conn.execute(select(func.count()).select_from(batches).where(
@@ -119,7 +126,7 @@ class Demo(DemoStack):
         except Exception:  # noqa: BLE001 - before the first batch the schema may not exist yet
             return 0
         finally:
-            engine.dispose()
+            ops.close()
 
     def run_version_1(self) -> dict[int, int]:
         self.step("2. Version 1: a PySpark pipeline recording its offsets in the ledger")
@@ -224,18 +231,16 @@ class Demo(DemoStack):
         """The same story told by the ledger, with the audit view of docs/audit.md."""
         from sqlalchemy import text
 
-        from offset_ledger.ledger.engine import make_engine
-
         sql = ("SELECT r.app_version, COUNT(DISTINCT h.batch_id) AS batches, "
                "MIN(h.batch_time) AS first_batch, MAX(h.batch_time) AS last_batch "
                "FROM v_batch_history h JOIN runs r ON r.run_id = h.run_id "
                "WHERE h.pipeline = :p GROUP BY r.app_version ORDER BY r.app_version")
-        engine = make_engine(self.dsn)
+        ops = self._ledger()
         try:
-            with engine.connect() as conn:
+            with ops.engine.connect() as conn:
                 rows = conn.execute(text(sql), {"p": PIPELINE}).fetchall()
         finally:
-            engine.dispose()
+            ops.close()
         table = Table(title="the ledger (SQL over the v_batch_history audit view)")
         for col in ("app version", "batches", "first batch", "last batch"):
             table.add_column(col)

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Optional
+from collections.abc import Iterable
+from typing import Any, Optional
 
 import typer
 
 from offset_ledger import __version__
-from offset_ledger.cli.support import (
-    BootstrapOption,
-    CommandConfigOption,
-    DsnOption,
-    FormatOption,
-    GroupOption,
-    KafkaOptionOption,
-    NoTruncateOption,
-    TimeoutOption,
-    check_format,
-    emit,
-    kafka_client,
-    operations,
-    plain_help,
-)
+from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, kafka_adapter, open_operations
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, plain_help
 from offset_ledger.errors import OffsetLedgerError
 
 plain_help()
@@ -31,7 +20,7 @@ plain_help()
 # the help follows the terminal's width instead of stopping at 80 columns.
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 160}
 
-app = typer.Typer(
+_app = typer.Typer(
     name="offset-ledger",
     help="An external, auditable Kafka offset ledger for PySpark Structured Streaming. "
          "Exit codes: 0 ok, 1 internal, 2 usage or bad input, 3 refused, 4 data loss, 5 unreachable, "
@@ -52,7 +41,7 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
+@_app.callback()
 def _main(
     traceback: bool = typer.Option(False, "--traceback", help="Show the full traceback on errors."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Log what happens on stderr; tracebacks on errors."),
@@ -78,32 +67,19 @@ def _main(
 
 # -- operations: pipelines, offsets, history, topic, lag, reset, serve (same functions as the API)
 
-def _ops(dsn: Optional[str], kafka=None):  # type: ignore[no-untyped-def]
-    """Operations over an existing ledger; ``kafka`` is a ``kafka_client(...)`` or bootstrap servers."""
-    return operations(dsn, kafka_client(kafka) if isinstance(kafka, str) else kafka)
-
-
-def _kafka_options(items: Optional[list[str]]) -> dict[str, str]:
-    """``--kafka-option KEY=VALUE`` values as Spark-style options (``kafka_config.parse_option_items``)."""
-    from offset_ledger.kafka.client_config import parse_option_items
-
-    return parse_option_items(items)
-
-
-@app.command("pipelines")
+@_app.command("pipelines")
+@grouped
 def pipelines_cmd(
-    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
+    ledger: LedgerOptions = LedgerOptions(), kafka: KafkaOptions = KafkaOptions(),
     lag: bool = typer.Option(True, "--lag/--no-lag", help="Ask Kafka for lag (needs bootstrap servers)."),
-    fmt: str = FormatOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    no_truncate: bool = NoTruncateOption,
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     from offset_ledger.operate import reads
 
-    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
+    ops = open_operations(ledger.address(), kafka.address())
     try:
         rows = reads.pipeline_answers(ops, with_lag=lag and ops.has_kafka)
     finally:
@@ -120,20 +96,21 @@ def pipelines_cmd(
                    "lastBatchTime", "lastBatchId", "lag", "headroom", "findings", "stateReason"]
     else:
         columns = list(rows[0]) if rows else ["pipeline"]
-    emit(rows, columns, fmt, truncate=not no_truncate)
+    emit(rows, columns, fmt, truncate=out.truncate)
 
 
-@app.command("offsets")
+@_app.command("offsets")
+@grouped
 def offsets_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
-    no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     from offset_ledger.operate import reads
 
-    ops = _ops(dsn)
+    ops = open_operations(ledger.address())
     try:
         group, rows = reads.positions(ops, pipeline, consumer_group)
     finally:
@@ -144,12 +121,13 @@ def offsets_cmd(
     for r in rows:
         document.setdefault(r["topic"], {})[str(r["partition"])] = r["next_offset"]
     # The API's positions items (one function for both faces); the table's headers are their UPPER_SNAKE.
-    out = [position_answer(r) for r in rows]
-    emit(out, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
-          truncate=not no_truncate)
+    answers = [position_answer(r) for r in rows]
+    emit(answers, ["topic", "partition", "nextOffset", "placedBy", "updatedAt", "batchId", "resetId"], fmt, document,
+          truncate=out.truncate)
 
 
-@app.command("history")
+@_app.command("history")
+@grouped
 def history_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     topic: Optional[str] = typer.Option(None, "--topic", help="Only batches that read this topic."),
@@ -158,8 +136,8 @@ def history_cmd(
     limit: int = typer.Option(50, "--limit", help="Batches per page (1-1000)."),
     cursor: Optional[str] = typer.Option(None, "--cursor", help="Next-page cursor printed by a previous call."),
     every: bool = typer.Option(False, "--all", help="Every batch in the range, page after page (ignores --limit)."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
-    no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(),
 ) -> None:
     """Committed batches, newest first, one row per batch and partition.
 
@@ -173,12 +151,12 @@ def history_cmd(
     from offset_ledger.cli.support import check_limit
     from offset_ledger.operate.inputs import MAX_LIMIT
 
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     if not every:
         check_limit(limit)
     from offset_ledger.operate import reads
 
-    ops = _ops(dsn)
+    ops = open_operations(ledger.address())
     items: list = []
     try:
         while True:
@@ -201,47 +179,43 @@ def history_cmd(
 
         rows, columns = output_columns(items, columns)
     emit(rows, columns, fmt, {"pipeline": pipeline, "batches": items, "nextCursor": page.next_cursor},
-          truncate=not no_truncate)
+          truncate=out.truncate)
     if page.next_cursor:
         more_signal(f"--cursor {page.next_cursor} (or --all)")
 
 
-@app.command("topic")
+@_app.command("topic")
+@grouped
 def topic_cmd(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
-    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    no_truncate: bool = NoTruncateOption,
+    kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
     from offset_ledger.operate.reads import describe_topic
 
-    fmt = check_format(fmt)
-    with kafka_client(bootstrap_servers, kafka_option, command_config, timeout).adapter() as adapter:
+    fmt = check_format(out.fmt)
+    with kafka_adapter(kafka.address()) as adapter:
         details = describe_topic(adapter, topic)
     rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
             for p, v in details["partitions"].items()]
-    emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=not no_truncate)
+    emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=out.truncate)
 
 
-@app.command("lag")
+@_app.command("lag")
+@grouped
 def lag_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
-    bootstrap_servers: Optional[str] = BootstrapOption, fmt: str = FormatOption,
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
     """Lag per partition in records and seconds, drift against the Kafka group, and status.
 
     Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
     """
-    fmt = check_format(fmt)
+    fmt = check_format(out.fmt)
     from offset_ledger.operate import reads
 
-    ops = _ops(dsn, kafka_client(bootstrap_servers, kafka_option, command_config, timeout))
+    ops = open_operations(ledger.address(), kafka.address())
     try:
         _group, parts = reads.lag(ops, pipeline, consumer_group)
     finally:
@@ -255,7 +229,7 @@ def lag_cmd(
         columns.append("headroom")
     else:
         columns += ["headroomSeconds", "headroomStatus", "headroomBasis"]
-    emit(rows, columns, fmt, truncate=not no_truncate)
+    emit(rows, columns, fmt, truncate=out.truncate)
 
 
 def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
@@ -275,15 +249,14 @@ def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
     return f"{status}:{basis if seconds is None else human_duration(seconds)}"
 
 
-@app.command("serve")
+@_app.command("serve")
+@grouped
 def serve_cmd(
     host: Optional[str] = typer.Option(None, "--host", help="Address to bind (OFFSET_LEDGER_HOST; default: loopback)."),
     port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (OFFSET_LEDGER_PORT; default 9090)."),
     insecure: bool = typer.Option(False, "--insecure",
                                   help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
-    dsn: Optional[str] = DsnOption, bootstrap_servers: Optional[str] = BootstrapOption,
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
+    ledger: LedgerOptions = LedgerOptions(), kafka: KafkaOptions = KafkaOptions(),
     log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
     watch: Optional[list[str]] = typer.Option(
         None, "--watch", metavar="PIPELINE=CHECKPOINT",
@@ -322,27 +295,24 @@ def serve_cmd(
                           "print(secrets.token_urlsafe(32))'")
     if not 0 < port < 65536:
         raise ConfigError(f"invalid --port {port}")
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    cluster = kafka.address()
     from offset_ledger.cli.watch import parse_watch_specs, start_watchers
 
     specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
-    from offset_ledger.cli.support import ledger_ready
-    from offset_ledger.ledger.engine import make_engine
-
-    if not specs:  # with --watch serve records batches, and creates its ledger as watch does
-        probe = make_engine(dsn, create=False)  # a mistyped path must not become an empty ledger
-        try:
-            ledger_ready(probe)  # refused at start, not answered with 503 on every request
-        finally:
-            probe.dispose()
+    # With --watch serve records batches, and creates its ledger as watch does; without, a mistyped
+    # path must not become an empty ledger.
+    where = ledger.address(create=bool(specs))
+    if not specs:
+        # Refused at start, not answered with 503 on every request.
+        open_operations(where).close()
     # The bound address is a name clients use; a wildcard bind names no host.
     hosts = [] if host in ("0.0.0.0", "::", "") else [host]
     # A busy port is one line and exit 2 before anything starts, never uvicorn's "[Errno 98]" after
     # "Application startup complete" (and exit 3).
     _check_port_free(host, port)
-    app_ = create_app(s, dsn=dsn, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
-                      kafka_timeout_ms=kafka.timeout_ms, tokens=tokens, hosts=hosts)
-    stop_watchers = start_watchers(specs, dsn)
+    app_ = create_app(s, dsn=where.dsn, bootstrap_servers=cluster.bootstrap_servers, kafka_options=cluster.options,
+                      kafka_timeout_ms=cluster.timeout_ms, tokens=tokens, hosts=hosts)
+    stop_watchers = start_watchers(specs, where)
     try:
         typer.echo(serve_banner(host, port, tokens), err=True)
         uvicorn.run(app_, host=host, port=port, log_level=log_level)
@@ -388,48 +358,63 @@ def serve_banner(host: str, port: int, tokens: object) -> str:
 _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 
-def _register_commands() -> None:
-    # Commands that live in their own modules, registered onto this app (cli.py stays the face's root).
-    from offset_ledger.cli import alerts as cli_alerts
-    from offset_ledger.cli import audit as cli_audit
-    from offset_ledger.cli import checkpoint as cli_checkpoint
-    from offset_ledger.cli import failover as cli_failover
-    from offset_ledger.cli import policy as cli_policy
-    from offset_ledger.cli import reset as cli_reset
-    from offset_ledger.cli import restart as cli_restart
-    from offset_ledger.cli import upkeep as cli_upkeep
-    from offset_ledger.cli import verify as cli_verify
-    from offset_ledger.cli import watch as cli_watch
-
-    cli_upkeep.register(app, CONTEXT)
-    cli_audit.register(app)
-    cli_alerts.register(app)
-    cli_checkpoint.register(app)
-    cli_failover.register(app)
-    cli_policy.register(app)
-    cli_reset.register(app)
-    cli_restart.register(app)
-    cli_verify.register(app)
-    cli_watch.register(app)
+# The commands that live in their own modules (main.py stays the face's root), in the order the
+# help lists them: command or group name -> module.
+_MODULES = {"db": "upkeep", "prune": "upkeep", "findings": "audit", "resets": "audit", "alerts": "alerts",
+            "mirror": "checkpoint", "import-checkpoint": "checkpoint", "replay": "checkpoint",
+            "failover": "failover", "policy": "policy", "reset": "reset", "resolve": "restart", "plan": "restart",
+            "verify": "verify", "watch": "watch"}
+_registered = False
 
 
-_register_commands()
+def _register(target: typer.Typer, modules: Iterable[str]) -> None:
+    import importlib
+
+    for name in dict.fromkeys(modules):
+        module = importlib.import_module(f"offset_ledger.cli.{name}")
+        if name == "upkeep":
+            module.register(target, CONTEXT)
+        else:
+            module.register(target)
+
+
+def _whole() -> typer.Typer:
+    """The app with every command (help, completion, tests): the command modules are imported once, here."""
+    global _registered
+    if not _registered:
+        _registered = True
+        _register(_app, _MODULES.values())
+    return _app
+
+
+def __getattr__(name: str) -> Any:
+    # ``app`` is the whole command line; a start that runs one command imports only that command's
+    # module (``_app_for``), since every module costs a start its imports and option groups.
+    if name == "app":
+        return _whole()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _app_for(argv: Optional[list[str]]) -> typer.Typer:
-    """``app`` with only the command ``argv`` names (its global options are flags, so the first word
-    that is not an option is the command). Typer builds the click command of every registered
-    command on each call, about a tenth of a read command's start; help, completion and a missing
-    or unknown command get the whole app, so what they print is unchanged."""
+    """The app with only the command ``argv`` names (its global options are flags, so the first word
+    that is not an option is the command), importing only the module that command lives in. Typer
+    builds the click command of every registered command on each call, about a tenth of a read
+    command's start; help, completion and a missing or unknown command get the whole app, so what
+    they print is unchanged."""
     import copy
 
     words = sys.argv[1:] if argv is None else argv
     name = next((w for w in words if not w.startswith("-")), None)
-    commands = [c for c in app.registered_commands if c.name == name]
-    groups = [g for g in app.registered_groups if g.name == name]
+    source = _app
+    if name in _MODULES and not _registered:
+        source = copy.copy(_app)  # shares the callback and settings; the lists below are its own
+        source.registered_commands, source.registered_groups = [], []
+        _register(source, [_MODULES[name]])
+    commands = [c for c in source.registered_commands if c.name == name]
+    groups = [g for g in source.registered_groups if g.name == name]
     if not commands and not groups:
-        return app
-    only = copy.copy(app)  # shares the callback and settings; the lists below are its own
+        return _whole()
+    only = copy.copy(_app)
     only.registered_commands, only.registered_groups = commands, groups
     return only
 

@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import getpass
 from collections.abc import Callable
-from typing import Any, Optional, TypeVar
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Annotated, Any, Optional, TypeVar
 
 import typer
 
-from offset_ledger.cli.support import DsnOption, FormatOption, NoTruncateOption, check_format, emit
+from offset_ledger.cli.connections import LedgerOptions
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import OutputOptions, check_format, emit
+
+if TYPE_CHECKING:
+    from offset_ledger.addresses import LedgerAddress
 
 T = TypeVar("T")
 
@@ -20,13 +26,15 @@ policy_app = typer.Typer(help="A pipeline's stored restart policies (first run, 
                          no_args_is_help=True)
 
 
-def _with_ledger(dsn: Optional[str], doing: str, work: Callable[[Any], T], *, write: bool = False) -> T:
+def _with_ledger(ledger: LedgerAddress, doing: str, work: Callable[[Any], T], *, write: bool = False) -> T:
     """``work(conn)`` on the ledger (a write creates and upgrades it; a read never does), errors translated."""
     from sqlalchemy.exc import SQLAlchemyError
 
-    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine, translate_db_error
+    from offset_ledger.ledger.engine import check_connection, ensure_schema, translate_db_error
+    from offset_ledger.operate.operations import Operations
 
-    engine = make_engine(dsn, create=write)
+    ops = Operations.open(replace(ledger, create=write))
+    engine = ops.engine
     try:
         check_connection(engine)
         if write:
@@ -36,7 +44,7 @@ def _with_ledger(dsn: Optional[str], doing: str, work: Callable[[Any], T], *, wr
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, doing) from exc
     finally:
-        engine.dispose()
+        ops.close()
 
 
 def _known(conn: Any, pipeline: str, read: Callable[[Any, str], T]) -> T:
@@ -57,46 +65,65 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 
 
 @policy_app.command("show")
-def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
-             fmt: str = FormatOption, no_truncate: bool = NoTruncateOption) -> None:
+@grouped
+def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), ledger: LedgerOptions = LedgerOptions(),
+             out: OutputOptions = OutputOptions()) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
     from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
-    check_format(fmt)
+    check_format(out.fmt)
     from offset_ledger.ledger.policy_store import policy_history
     from offset_ledger.operate.policy_view import policies_document
 
-    history = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
+    history = _with_ledger(ledger.address(), "reading policies", lambda conn: _known(conn, pipeline, policy_history))
     policies = dict(history[-1].policies) if history else {}
     # JSON: the API's GET answer, field for field (stored, effective, sources, lastChange).
-    emit(_rows(policies), ["policy", "value", "source"], fmt, document=policies_document(pipeline, history),
-         truncate=not no_truncate)
+    emit(_rows(policies), ["policy", "value", "source"], out.fmt, document=policies_document(pipeline, history),
+         truncate=out.truncate)
+
+
+@dataclass(frozen=True)
+class PolicyValues:
+    """The policies ``policy set`` was given a value for (None: not given, left as stored)."""
+
+    first_run: Annotated[Optional[str], typer.Option(
+        "--first-run", metavar="earliest|latest|TS|JSON", help="Where a pipeline the ledger does not know starts.")] = None
+    on_data_loss: Annotated[Optional[str], typer.Option(
+        "--on-data-loss", metavar="fail|earliest", help="Offsets outside the broker's log.")] = None
+    window: Annotated[Optional[str], typer.Option(
+        "--window", metavar="DURATION", help="Windowed pipeline: rewind for open windows on every upgrade.")] = None
+    slide: Annotated[Optional[str], typer.Option(
+        "--slide", metavar="DURATION", help="Sliding windows: the slide.")] = None
+    watermark_delay: Annotated[Optional[str], typer.Option(
+        "--watermark-delay", metavar="DURATION", help="The query's withWatermark delay.")] = None
+    kafka_timestamp: Annotated[Optional[bool], typer.Option(
+        "--event-time-is-kafka-timestamp/--event-time-in-payload",
+        help="The event time is the Kafka record timestamp.")] = None
+    commit_to_kafka: Annotated[Optional[bool], typer.Option(
+        "--commit-to-kafka/--no-commit-to-kafka", help="Mirror positions into the Kafka consumer group.")] = None
+
+    def given(self) -> dict[str, Any]:
+        """Policy key -> value, for the options given."""
+        return {k: v for k, v in {
+            "first_run": self.first_run, "on_data_loss": self.on_data_loss, "window": self.window,
+            "slide": self.slide, "watermark_delay": self.watermark_delay,
+            "event_time_is_kafka_timestamp": self.kafka_timestamp,
+            "commit_to_kafka": self.commit_to_kafka}.items() if v is not None}
 
 
 @policy_app.command("set")
+@grouped
 def set_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE"),
-    first_run: Optional[str] = typer.Option(None, "--first-run", metavar="earliest|latest|TS|JSON",
-                                            help="Where a pipeline the ledger does not know starts."),
-    on_data_loss: Optional[str] = typer.Option(None, "--on-data-loss", metavar="fail|earliest",
-                                               help="Offsets outside the broker's log."),
-    window: Optional[str] = typer.Option(None, "--window", metavar="DURATION",
-                                         help="Windowed pipeline: rewind for open windows on every upgrade."),
-    slide: Optional[str] = typer.Option(None, "--slide", metavar="DURATION", help="Sliding windows: the slide."),
-    watermark_delay: Optional[str] = typer.Option(None, "--watermark-delay", metavar="DURATION",
-                                                  help="The query's withWatermark delay."),
-    kafka_timestamp: Optional[bool] = typer.Option(None, "--event-time-is-kafka-timestamp/--event-time-in-payload",
-                                                   help="The event time is the Kafka record timestamp."),
-    commit_to_kafka: Optional[bool] = typer.Option(None, "--commit-to-kafka/--no-commit-to-kafka",
-                                                   help="Mirror positions into the Kafka consumer group."),
+    values: PolicyValues = PolicyValues(),
     unset: Optional[list[str]] = typer.Option(None, "--unset", metavar="POLICY",
                                               help="Remove a stored policy (back to the default); repeatable."),
     reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in the history)."),
     actor: Optional[str] = typer.Option(None, "--actor", metavar="NAME", help="Who (default: the OS user)."),
     new_pipeline: bool = typer.Option(False, "--new-pipeline",
                                       help="PIPELINE has not run yet: store its policies before its first run."),
-    dsn: Optional[str] = DsnOption,
+    ledger: LedgerOptions = LedgerOptions(),
 ) -> None:
     """Change PIPELINE's stored policies; every change is kept with who and why.
 
@@ -112,10 +139,7 @@ def set_cmd(
     from offset_ledger.rules.policies import POLICY_KEYS, check_policies, merged
 
     check_name("pipeline", pipeline)
-    changes = {k: v for k, v in {
-        "first_run": first_run, "on_data_loss": on_data_loss, "window": window, "slide": slide,
-        "watermark_delay": watermark_delay, "event_time_is_kafka_timestamp": kafka_timestamp,
-        "commit_to_kafka": commit_to_kafka}.items() if v is not None}
+    changes = values.given()
     from offset_ledger.operate.policy_view import API_NAMES
 
     by_api_name = {v: k for k, v in API_NAMES.items()}
@@ -132,21 +156,23 @@ def set_cmd(
         raise InvalidInput('a policy change needs a reason (--reason TEXT); it is kept in the history')
     check_policies(changes)  # bad values fail before any connection is made
     read = current_policies if new_pipeline else (lambda conn, name: _known(conn, name, current_policies))
+    where = ledger.address()
     try:  # and a set that is wrong as a whole (a slide with no window) before anything is created
-        current = _with_ledger(dsn, "reading policies", lambda conn: read(conn, pipeline))
+        current = _with_ledger(where, "reading policies", lambda conn: read(conn, pipeline))
     except (ConfigError, LedgerWithoutSchema):  # no ledger (schema) yet: only a new pipeline's call creates it
         if not new_pipeline:
             raise
         current = {}
     merged(current, changes)
-    change = _with_ledger(dsn, "storing policies", lambda conn: set_policies(
+    change = _with_ledger(where, "storing policies", lambda conn: set_policies(
         conn, pipeline, changes, actor=actor or getpass.getuser() or "cli", reason=reason), write=True)
     emit(_rows(dict(change.policies)), ["policy", "value", "source"], "table")
 
 
 @policy_app.command("history")
-def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Optional[str] = DsnOption,
-                fmt: str = FormatOption, no_truncate: bool = NoTruncateOption) -> None:
+@grouped
+def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), ledger: LedgerOptions = LedgerOptions(),
+                out: OutputOptions = OutputOptions()) -> None:
     """Every change of PIPELINE's policies, oldest first: when, who, why, and the policies after it."""
     import json
 
@@ -154,13 +180,13 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), dsn: Op
     from offset_ledger.operate.inputs import check_name
 
     check_name("pipeline", pipeline)
-    check_format(fmt)
-    changes = _with_ledger(dsn, "reading policies", lambda conn: _known(conn, pipeline, policy_history))
+    check_format(out.fmt)
+    changes = _with_ledger(ledger.address(), "reading policies", lambda conn: _known(conn, pipeline, policy_history))
     from offset_ledger.operate.policy_view import to_api
 
     rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
              "policies": json.dumps(to_api(c.policies), sort_keys=True)} for c in changes]
-    emit(rows, ["id", "at", "actor", "reason", "policies"], fmt, truncate=not no_truncate)
+    emit(rows, ["id", "at", "actor", "reason", "policies"], out.fmt, truncate=out.truncate)
 
 
 def register(app: typer.Typer) -> None:

@@ -10,25 +10,15 @@ into a ``ResetRequest`` and prints the outcome.
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
-from offset_ledger.cli.support import (
-    BootstrapOption,
-    CommandConfigOption,
-    DsnOption,
-    FormatOption,
-    GroupOption,
-    KafkaOptionOption,
-    NoTruncateOption,
-    TimeoutOption,
-    check_format,
-    emit,
-    kafka_client,
-    operations,
-)
+from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, open_operations
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
 
 EXAMPLES = """
 
@@ -131,38 +121,70 @@ def _every_partition(ops: Any, pipeline: str, consumer_group: Optional[str], sco
     return out
 
 
+@dataclass(frozen=True)
+class ResetTarget:
+    """Where a reset moves the positions: exactly one mode (KCG's vocabulary), and what to do out of range."""
+
+    to_earliest: Annotated[bool, typer.Option("--to-earliest", help="Each partition's log-start offset.")] = False
+    to_latest: Annotated[bool, typer.Option("--to-latest", help="Each partition's log-end offset.")] = False
+    to_current: Annotated[bool, typer.Option(
+        "--to-current", help="The current positions (with --export: save them).")] = False
+    to_offset: Annotated[Optional[int], typer.Option(
+        "--to-offset", metavar="N", help="Every partition in scope to N.")] = None
+    to_offsets: Annotated[Optional[str], typer.Option(
+        "--to-offsets", metavar="FILE", help='JSON file {"topic": {"0": n}} (- = stdin).')] = None
+    from_file: Annotated[Optional[str], typer.Option(
+        "--from-file", metavar="FILE", help="CSV topic,partition,offset, as KCG and --export write it (- = stdin).")] = None
+    to_datetime: Annotated[Optional[str], typer.Option(
+        "--to-datetime", metavar="TIME",
+        help="First offset at or after TIME (ISO 8601, naive = UTC, or epoch ms).")] = None
+    by_duration: Annotated[Optional[str], typer.Option(
+        "--by-duration", metavar="DURATION", help="First offset at or after now - DURATION (PT30M, P1DT2H, 30m).")] = None
+    shift_by: Annotated[Optional[int], typer.Option(
+        "--shift-by", metavar="N", help="Move each position by N (negative replays); stops at the log's ends.")] = None
+    out_of_range: Annotated[Optional[str], typer.Option(
+        "--out-of-range", metavar="refuse|clamp",
+        help="Targets outside [log-start, log-end]: refuse (default) or clamp (the default for --shift-by).")] = None
+
+    def modes(self) -> dict[str, Any]:
+        """Mode option name -> its value (None / False: not given), in the order the error names them."""
+        return {"--to-earliest": self.to_earliest, "--to-latest": self.to_latest, "--to-current": self.to_current,
+                "--to-offset": self.to_offset, "--to-offsets": self.to_offsets, "--from-file": self.from_file,
+                "--to-datetime": self.to_datetime, "--by-duration": self.by_duration, "--shift-by": self.shift_by}
+
+
+@dataclass(frozen=True)
+class ResetScope:
+    """Which partitions a reset moves: some topics (or some of their partitions), or all of them."""
+
+    topic: Annotated[Optional[list[str]], typer.Option(
+        "--topic", metavar="TOPIC[:P,...]", help="Scope: a topic, or some of its partitions (repeatable).")] = None
+    all_topics: Annotated[bool, typer.Option(
+        "--all-topics", help="Scope: every topic of the pipeline (the default).")] = False
+
+
+@dataclass(frozen=True)
+class ResetAction:
+    """Whether a reset is applied and what the audit trail records of it (who, why, forced)."""
+
+    execute: Annotated[bool, typer.Option(
+        "--execute", help="Apply the reset (default: dry run, still audited).")] = False
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show the plan (the default; KCG's flag).")] = False
+    reason: Annotated[Optional[str], typer.Option(
+        "--reason", metavar="TEXT", help="Why (kept in the audit trail).")] = None
+    actor: Annotated[Optional[str], typer.Option(
+        "--actor", metavar="NAME", help="Who (default: the OS user).")] = None
+    force: Annotated[bool, typer.Option(
+        "--force", help="Reset even while the pipeline has an active run.")] = False
+
+
+@grouped
 def reset_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
-    to_earliest: bool = typer.Option(False, "--to-earliest", help="Each partition's log-start offset."),
-    to_latest: bool = typer.Option(False, "--to-latest", help="Each partition's log-end offset."),
-    to_current: bool = typer.Option(False, "--to-current", help="The current positions (with --export: save them)."),
-    to_offset: Optional[int] = typer.Option(None, "--to-offset", metavar="N", help="Every partition in scope to N."),
-    to_offsets: Optional[str] = typer.Option(None, "--to-offsets", metavar="FILE",
-                                             help='JSON file {"topic": {"0": n}} (- = stdin).'),
-    from_file: Optional[str] = typer.Option(None, "--from-file", metavar="FILE",
-                                            help="CSV topic,partition,offset, as KCG and --export write it (- = stdin)."),
-    to_datetime: Optional[str] = typer.Option(None, "--to-datetime", metavar="TIME",
-                                              help="First offset at or after TIME (ISO 8601, naive = UTC, or epoch ms)."),
-    by_duration: Optional[str] = typer.Option(None, "--by-duration", metavar="DURATION",
-                                              help="First offset at or after now - DURATION (PT30M, P1DT2H, 30m)."),
-    shift_by: Optional[int] = typer.Option(None, "--shift-by", metavar="N",
-                                           help="Move each position by N (negative replays); stops at the log's ends."),
-    topic: Optional[list[str]] = typer.Option(None, "--topic", metavar="TOPIC[:P,...]",
-                                              help="Scope: a topic, or some of its partitions (repeatable)."),
-    all_topics: bool = typer.Option(False, "--all-topics", help="Scope: every topic of the pipeline (the default)."),
-    execute: bool = typer.Option(False, "--execute", help="Apply the reset (default: dry run, still audited)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Only show the plan (the default; KCG's flag)."),
+    target: ResetTarget = ResetTarget(), scope: ResetScope = ResetScope(), action: ResetAction = ResetAction(),
     export: bool = typer.Option(False, "--export", help="Print the targets as CSV topic,partition,offset."),
-    reason: Optional[str] = typer.Option(None, "--reason", metavar="TEXT", help="Why (kept in the audit trail)."),
-    actor: Optional[str] = typer.Option(None, "--actor", metavar="NAME", help="Who (default: the OS user)."),
-    force: bool = typer.Option(False, "--force", help="Reset even while the pipeline has an active run."),
-    out_of_range: Optional[str] = typer.Option(
-        None, "--out-of-range", metavar="refuse|clamp",
-        help="Targets outside [log-start, log-end]: refuse (default) or clamp (the default for --shift-by)."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption,
-    bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
     """Reset a pipeline's positions (dry run unless --execute); the next start_from_ledger applies it."""
     import getpass
@@ -171,28 +193,27 @@ def reset_cmd(
     from offset_ledger.operate.inputs import scope_from_specs
     from offset_ledger.operate.reset_operations import reset
 
-    fmt = check_format(fmt)
-    if execute and dry_run:
+    fmt = check_format(out.fmt)
+    if action.execute and action.dry_run:
         raise InvalidInput("choose one of --dry-run and --execute")
-    if all_topics and topic:
+    if scope.all_topics and scope.topic:
         raise InvalidInput("choose one of --all-topics and --topic")
-    scope = scope_from_specs(topic or [])
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
-    modes = {"--to-earliest": to_earliest, "--to-latest": to_latest, "--to-current": to_current,
-             "--to-offset": to_offset, "--to-offsets": to_offsets, "--from-file": from_file,
-             "--to-datetime": to_datetime, "--by-duration": by_duration, "--shift-by": shift_by}
-    if by_duration is not None:  # bad input fails before any connection is made
+    partitions = scope_from_specs(scope.topic or [])
+    cluster = kafka.address()
+    if target.by_duration is not None:  # bad input fails before any connection is made
         from offset_ledger.rules.durations import parse_duration
 
-        parse_duration(by_duration, "--by-duration")
-    ops = operations(dsn, kafka)
+        parse_duration(target.by_duration, "--by-duration")
+    ops = open_operations(ledger.address(), cluster)
     try:
-        request = build_request(ops, pipeline, consumer_group, modes=modes, scope=scope, out_of_range=out_of_range)
-        outcome = reset(ops, pipeline, request, actor=actor or getpass.getuser() or "cli", reason=reason,
-                            dry_run=not execute, force=force, consumer_group=consumer_group)
+        request = build_request(ops, pipeline, consumer_group, modes=target.modes(), scope=partitions,
+                                out_of_range=target.out_of_range)
+        outcome = reset(ops, pipeline, request, actor=action.actor or getpass.getuser() or "cli",
+                        reason=action.reason, dry_run=not action.execute, force=action.force,
+                        consumer_group=consumer_group)
     finally:
         ops.close()
-    _print(outcome, fmt, export, truncate=not no_truncate)
+    _print(outcome, fmt, export, truncate=out.truncate)
 
 
 def _print(outcome: Any, fmt: str, export: bool, *, truncate: bool = True) -> None:

@@ -2,29 +2,36 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import dataclass
+from typing import Annotated, Optional
 
 import typer
 
-from offset_ledger.cli.support import (
-    BootstrapOption,
-    CommandConfigOption,
-    DsnOption,
-    FormatOption,
-    GroupOption,
-    KafkaOptionOption,
-    NoTruncateOption,
-    TimeoutOption,
-    kafka_client,
-    safe_text,
-)
+from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, open_operations
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, safe_text
 
 
+@dataclass(frozen=True)
+class Windowing:
+    """A windowed pipeline's shape, for the rewind that reopens its open windows (``rules/stateful``)."""
+
+    window: Annotated[Optional[str], typer.Option(
+        "--window", help="Windowed pipeline: the window length (10m, '10 minutes'); rewinds for open windows.")] = None
+    slide: Annotated[Optional[str], typer.Option("--slide", help="Sliding windows: the slide (5m).")] = None
+    watermark_delay: Annotated[Optional[str], typer.Option(
+        "--watermark-delay", help="The withWatermark delay (10s); default: read back from the ledger.")] = None
+    event_time_is_kafka_timestamp: Annotated[bool, typer.Option(
+        "--event-time-is-kafka-timestamp",
+        help="The event time is the Kafka record timestamp (tighter rewind).")] = False
+
+
+@grouped
 def resolve_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic the pipeline subscribes to (repeatable)."),
     pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern (instead of --topic)."),
-    bootstrap_servers: Optional[str] = BootstrapOption,
+    kafka: KafkaOptions = KafkaOptions(),
     first_run: Optional[str] = typer.Option(
         None, "--first-run",
         help="No ledger entries: earliest (default) | latest | timestamp (ISO-8601 or epoch ms) | JSON offsets."),
@@ -36,16 +43,8 @@ def resolve_cmd(
         help="Offsets outside the log: fail | earliest (default: the stored policy, else fail)."),
     consumer_group: Optional[str] = typer.Option(None, "--consumer-group",
                                                  help="Default: the pipeline's only group in the ledger."),
-    kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    window: Optional[str] = typer.Option(None, "--window",
-                                         help="Windowed pipeline: the window length (10m, '10 minutes'); rewinds for open windows."),
-    slide: Optional[str] = typer.Option(None, "--slide", help="Sliding windows: the slide (5m)."),
-    watermark_delay: Optional[str] = typer.Option(None, "--watermark-delay",
-                                                  help="The withWatermark delay (10s); default: read back from the ledger."),
-    event_time_is_kafka_timestamp: bool = typer.Option(
-        False, "--event-time-is-kafka-timestamp", help="The event time is the Kafka record timestamp (tighter rewind)."),
-    dsn: Optional[str] = DsnOption,
+    windowing: Windowing = Windowing(),
+    ledger: LedgerOptions = LedgerOptions(),
 ) -> None:
     """Print the startingOffsets JSON a restart would use (stdout) and the findings (stderr); writes nothing.
 
@@ -60,12 +59,12 @@ def resolve_cmd(
     """
     from offset_ledger.cli.reset import cost_line
     from offset_ledger.errors import ConfigError
-    from offset_ledger.ledger.engine import make_engine
     from offset_ledger.operate.move_cost import plan_cost
     from offset_ledger.operate.operations import Operations
     from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
 
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
+    window, slide, watermark_delay = windowing.window, windowing.slide, windowing.watermark_delay
+    address = kafka.address()
     if window is not None or slide is not None or watermark_delay is not None:
         # Bad durations fail before any connection is made.
         from offset_ledger.rules.durations import parse_duration
@@ -77,9 +76,8 @@ def resolve_cmd(
         if window is None:
             raise ConfigError("--slide and --watermark-delay need --window")
         WindowSpec.parse(window, slide)
-    kafka.require()
-    ops = Operations(make_engine(dsn, create=False), bootstrap_servers=kafka.bootstrap_servers,
-                     kafka_options=kafka.options, kafka_timeout_ms=kafka.timeout_ms)
+    address.require()
+    ops = Operations.open(ledger.address(), address)
     try:
         if first_run is None:
             # A typo must not answer exit 0 with a replay-everything plan: a first run is asked for.
@@ -94,13 +92,13 @@ def resolve_cmd(
                                  allow_first_run=allow_first_run)
         given = Policies(first_run=first_run, on_data_loss=on_data_loss,  # type: ignore[arg-type]
                          window=window, slide=slide, watermark_delay=watermark_delay,
-                         event_time_is_kafka_timestamp=event_time_is_kafka_timestamp or None)
+                         event_time_is_kafka_timestamp=windowing.event_time_is_kafka_timestamp or None)
         use, _ = policies_in_effect(ops, pipeline, given)  # as start_from_ledger applies them
         group = resolve_ref(ops.engine, PipelineRef(pipeline, consumer_group))
         # A window only when asked here: a stored one applies on start_from_ledger's upgrades.
-        plan, ledger, cluster = plan_restart(ops, group, options, use,
-                                             use.window_spec() if window is not None else None)
-        cost = plan_cost(ops.kafka, plan.starting_offsets, ledger.positions, cluster.watermarks)
+        plan, recorded, cluster = plan_restart(ops, group, options, use,
+                                               use.window_spec() if window is not None else None)
+        cost = plan_cost(ops.kafka, plan.starting_offsets, recorded.positions, cluster.watermarks)
     finally:
         ops.close()
     typer.echo(plan.starting_offsets_json)
@@ -112,22 +110,39 @@ def resolve_cmd(
     for finding in plan.findings:
         where = f" {finding.topic}/{finding.partition}" if finding.topic is not None else ""
         typer.echo(safe_text(f"{finding.kind}{where}: {finding.message}"), err=True)
-    if ledger.pending_reset_ids:
-        ids = ", ".join(str(i) for i in ledger.pending_reset_ids)
+    if recorded.pending_reset_ids:
+        ids = ", ".join(str(i) for i in recorded.pending_reset_ids)
         typer.echo(f"pending reset(s) {ids}: included above; they take effect through start_from_ledger's "
                    "fresh checkpoint", err=True)
 
 
 
 
+@dataclass(frozen=True)
+class PlannedCheckpoint:
+    """The checkpoint side of a restart to preview: its root, the version about to start, fresh or not."""
+
+    checkpoint_root: Annotated[str, typer.Option(
+        "--checkpoint-root", metavar="ROOT", help="Where its checkpoint generations live (as start_from_ledger's).")]
+    app_version: Annotated[Optional[str], typer.Option(
+        "--app-version", metavar="V", help="The version about to start (as start_from_ledger's app_version).")] = None
+    new_checkpoint: Annotated[bool, typer.Option(
+        "--new-checkpoint", help="As start_from_ledger(new_checkpoint=True).")] = False
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """What the pipeline reads: topics by name, or a pattern (as Spark's subscribe / subscribePattern)."""
+
+    topic: Annotated[Optional[list[str]], typer.Option(
+        "--topic", "-t", help="Topic it subscribes to (repeatable).")] = None
+    pattern: Annotated[Optional[str], typer.Option("--pattern", help="Topic regex, like subscribePattern.")] = None
+
+
+@grouped
 def plan_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
-    app_version: Optional[str] = typer.Option(None, "--app-version", metavar="V",
-                                              help="The version about to start (as start_from_ledger's app_version)."),
-    checkpoint_root: str = typer.Option(..., "--checkpoint-root", metavar="ROOT",
-                                        help="Where its checkpoint generations live (as start_from_ledger's)."),
-    topic: Optional[list[str]] = typer.Option(None, "--topic", "-t", help="Topic it subscribes to (repeatable)."),
-    pattern: Optional[str] = typer.Option(None, "--pattern", help="Topic regex, like subscribePattern."),
+    *, checkpoint: PlannedCheckpoint, subscription: Subscription = Subscription(),
     first_run: Optional[str] = typer.Option(
         None, "--first-run", help="A pipeline the ledger does not know yet starts here: earliest | latest | "
                                   "timestamp | JSON offsets (without it an unknown name is refused)."),
@@ -135,11 +150,8 @@ def plan_cmd(
                                          help="Start a known pipeline over with --first-run."),
     on_data_loss: Optional[str] = typer.Option(None, "--on-data-loss", metavar="fail|earliest",
                                                help="Offsets outside the log (default: the stored policy, else fail)."),
-    new_checkpoint: bool = typer.Option(False, "--new-checkpoint", help="As start_from_ledger(new_checkpoint=True)."),
-    consumer_group: Optional[str] = GroupOption,
-    bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
-    command_config: Optional[str] = CommandConfigOption, timeout: Optional[int] = TimeoutOption,
-    dsn: Optional[str] = DsnOption, fmt: str = FormatOption, no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, kafka: KafkaOptions = KafkaOptions(),
+    ledger: LedgerOptions = LedgerOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
     """Preview the restart start_from_ledger would make now (a dry run: nothing is written).
 
@@ -150,29 +162,30 @@ def plan_cmd(
     """
     import os
 
-    from offset_ledger.cli.support import check_format, operations, require_named
+    from offset_ledger.cli.support import check_format, require_named
     from offset_ledger.operate.restart_preview import preview_restart
     from offset_ledger.rules.policies import Policies
     from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
-    fmt = check_format(fmt)
-    root = checkpoint_root
+    fmt = check_format(out.fmt)
+    root = checkpoint.checkpoint_root
     if "://" not in root and not root.startswith(("/", "file:")):
         root = os.path.abspath(root)  # as start_from_ledger makes a relative local root absolute
-    kafka = kafka_client(bootstrap_servers, kafka_option, command_config, timeout)
-    kafka.require()
-    ops = operations(dsn, kafka)
+    cluster = kafka.address()
+    cluster.require()
+    ops = open_operations(ledger.address(), cluster)
     try:
         if first_run is None:  # a typo is refused (with what exists), never previewed as a first run
             require_named(ops.engine, pipeline)
-        options = RestartOptions(topics=tuple(topic) if topic else None, topic_pattern=pattern, checkpoint_root=root,
-                                 app_version=app_version, new_checkpoint=new_checkpoint,
-                                 allow_first_run=allow_first_run)
+        topic = subscription.topic
+        options = RestartOptions(topics=tuple(topic) if topic else None, topic_pattern=subscription.pattern,
+                                 checkpoint_root=root, app_version=checkpoint.app_version,
+                                 new_checkpoint=checkpoint.new_checkpoint, allow_first_run=allow_first_run)
         given = Policies(first_run=first_run, on_data_loss=on_data_loss)  # type: ignore[arg-type]
         preview = preview_restart(ops, PipelineRef(pipeline, consumer_group), options, given)
     finally:
         ops.close()
-    _print_preview(preview, fmt, truncate=not no_truncate)
+    _print_preview(preview, fmt, truncate=out.truncate)
 
 
 def _print_preview(preview, fmt: str, *, truncate: bool) -> None:  # type: ignore[no-untyped-def]

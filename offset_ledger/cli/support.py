@@ -1,5 +1,6 @@
-"""What every ``offset-ledger`` command shares: the Kafka client options, output (table, CSV,
-JSON) with terminal-safe names, and the truncation signal of machine formats.
+"""What every ``offset-ledger`` command shares: the output options (table, CSV, JSON) with
+terminal-safe names, the truncation signal of machine formats, and input checks (``--dsn``, ``--limit``).
+The ledger and Kafka options are ``cli/connections.py``'s.
 
 Kept apart from ``cli.py`` so that commands living in their own modules (``cli_audit``,
 ``cli_reset``) use the same options and the same output without importing the command module.
@@ -13,12 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
-
-if TYPE_CHECKING:
-    from offset_ledger.operate.operations import Operations
 
 def plain_help() -> None:
     """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
@@ -90,24 +88,26 @@ def _redacted(text: str) -> str:
     return re.sub(r"(?<=:)[^:@/]*(?=@)", "***", text)
 
 
-DsnOption = typer.Option(None, "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL", callback=check_dsn,
-                         help="Ledger database URL (default: the embedded SQLite file).")
-BootstrapOption = typer.Option(None, "--bootstrap-server", "--bootstrap-servers",
-                               envvar="OFFSET_LEDGER_BOOTSTRAP_SERVERS", metavar="HOST:PORT[,...]",
-                               help="Kafka bootstrap servers.")
-KafkaOptionOption = typer.Option(None, "--kafka-option", "-o", metavar="KEY=VALUE",
-                                 help="Kafka client property, e.g. security.protocol=SASL_SSL (repeatable; "
-                                      "a kafka. prefix is accepted, as Spark's reader takes it).")
-CommandConfigOption = typer.Option(None, "--command-config", metavar="FILE",
-                                   help="Kafka client properties file, as Kafka's own tools take it.")
-TimeoutOption = typer.Option(None, "--timeout", metavar="MS", min=1,
-                             help="Kafka request timeout in milliseconds (default 10000).")
-GroupOption = typer.Option(None, "--consumer-group", metavar="GROUP",
-                           help="Default: the pipeline's only group (an error when it has several).")
-FormatOption = typer.Option("table", "--format", "-f", metavar="table|json|csv", help="Output format.")
-NoTruncateOption = typer.Option(False, "--wide", "--no-truncate",
-                                help="One line per row, nothing wrapped or cut (by default a table fits the "
-                                     "terminal: long text wraps at words onto more lines).")
+ConsumerGroup = Annotated[Optional[str], typer.Option(
+    "--consumer-group", metavar="GROUP", help="Default: the pipeline's only group (an error when it has several).")]
+Format = Annotated[str, typer.Option("--format", "-f", metavar="table|json|csv", help="Output format.")]
+NoTruncate = Annotated[bool, typer.Option(
+    "--wide", "--no-truncate",
+    help="One line per row, nothing wrapped or cut (by default a table fits the terminal: long text wraps at "
+         "words onto more lines).")]
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """``--format`` and ``--wide``: how a command prints its rows (an option group, ``cli/option_groups``)."""
+
+    fmt: Format = "table"
+    no_truncate: NoTruncate = False
+
+    @property
+    def truncate(self) -> bool:
+        return not self.no_truncate
+
 
 # C0 controls, DEL and C1 controls: an ESC sequence in a recorded name could retitle the terminal
 # or move the cursor, and a newline would forge a row in a table or CSV.
@@ -186,51 +186,6 @@ def more_signal(hint: str) -> None:
     typer.echo(f"more: {hint}", err=True)
 
 
-@dataclass(frozen=True)
-class KafkaClient:
-    """How a command reaches Kafka: servers (None: not configured), Spark-style options, timeout."""
-
-    bootstrap_servers: str | None
-    options: Mapping[str, str]
-    timeout_ms: int
-
-    def require(self) -> str:
-        from offset_ledger.errors import ConfigError
-
-        if not self.bootstrap_servers:
-            raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-server or set "
-                              "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
-        return self.bootstrap_servers
-
-    def adapter(self) -> Any:
-        from offset_ledger.kafka.adapter import KafkaAdapter
-
-        return KafkaAdapter(self.require(), self.options, request_timeout_ms=self.timeout_ms)
-
-
-def kafka_client(bootstrap_servers: Optional[str], kafka_option: Optional[list[str]] = None,
-                 command_config: Optional[str] = None, timeout: Optional[int] = None) -> KafkaClient:
-    """The command line's Kafka options, checked before anything connects."""
-    from offset_ledger.kafka.client_config import gather
-
-    options = gather(kafka_option, command_config)
-    servers = bootstrap_servers or options.get("kafka.bootstrap.servers")
-    return KafkaClient(servers, options, timeout or 10_000)
-
-
-def operations(dsn: Optional[str], kafka: KafkaClient | None = None) -> Operations:
-    """Operations over an existing ledger (a mistyped SQLite path is an error, never a new file)."""
-    from offset_ledger.ledger.engine import make_engine
-    from offset_ledger.operate.operations import Operations
-
-    engine = make_engine(dsn, create=False)
-    ledger_ready(engine)
-    if kafka is None:
-        return Operations(engine)
-    return Operations(engine, bootstrap_servers=kafka.bootstrap_servers, kafka_options=kafka.options,
-                      kafka_timeout_ms=kafka.timeout_ms)
-
-
 def require_named(engine: Any, pipeline: str, consumer_group: str | None = None) -> None:
     """UnknownPipeline / UnknownConsumerGroup (naming what exists) unless the ledger knows them."""
     from sqlalchemy.exc import SQLAlchemyError
@@ -246,17 +201,6 @@ def require_named(engine: Any, pipeline: str, consumer_group: str | None = None)
                 require_group(conn, pipeline, consumer_group)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the ledger") from exc
-
-
-def ledger_ready(engine: Any) -> None:
-    """A read's ledger must hold the schema (one SELECT): refused at start, never created by a read."""
-    from offset_ledger.ledger.engine import require_schema
-
-    try:
-        require_schema(engine)
-    except BaseException:
-        engine.dispose()
-        raise
 
 
 def short_id(run_id: str) -> str:

@@ -7,16 +7,27 @@ from typing import Any, Optional
 
 import typer
 
-from offset_ledger.cli.support import DsnOption, FormatOption
+from offset_ledger.cli.connections import LedgerOptions
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import Format
 
 
-def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("head", help="Target revision.")) -> None:
+def _engine(ledger: LedgerOptions, *, create: bool) -> Any:
+    """The ledger's engine, through the one place that makes engines (``Operations.open``)."""
+    from offset_ledger.operate.operations import Operations
+
+    return Operations.open(ledger.address(create=create)).engine
+
+
+@grouped
+def db_upgrade(ledger: LedgerOptions = LedgerOptions(),
+               revision: str = typer.Option("head", help="Target revision.")) -> None:
     """Create or upgrade the ledger schema (Alembic migrations)."""
-    from offset_ledger.ledger.engine import current_revision, make_engine, upgrade
+    from offset_ledger.ledger.engine import current_revision, upgrade
     from offset_ledger.ledger.partitions import ensure_ahead
     from offset_ledger.ledger.row_security import walls_kept
 
-    engine = make_engine(dsn)
+    engine = _engine(ledger, create=True)  # the one command that makes a ledger where there is none
     upgrade(engine, revision)
     typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
     made = ensure_ahead(engine) if engine.dialect.name == "postgresql" else []
@@ -26,27 +37,28 @@ def db_upgrade(dsn: Optional[str] = DsnOption, revision: str = typer.Option("hea
         typer.echo("row-level security re-applied for the team roles (offset-ledger db grant)")
 
 
+@grouped
 def db_grant(
     role: str = typer.Option(..., "--role", help="The team's database role (created when missing, as LOGIN)."),
     pipelines: str = typer.Option(..., "--pipelines", metavar="PATTERN[,...]",
                                   help="Pipelines the role may write: exact names and prefixes ending in * "
                                        "(team-a-*); '*' is every pipeline."),
     execute: bool = typer.Option(False, "--execute", help="Run the SQL (default: print it, change nothing)."),
-    dsn: Optional[str] = DsnOption,
+    ledger: LedgerOptions = LedgerOptions(),
 ) -> None:
     """Make (or update) a writer role that reaches only its pipelines' rows (PostgreSQL row-level security).
 
     Run it with the ledger owner's DSN (the role that ran db upgrade). The role's reset, finding and
     policy history is append-only. SQLite is single-user and has no roles.
     """
-    from offset_ledger.ledger.engine import check_connection, make_engine, require_schema
+    from offset_ledger.ledger.engine import check_connection, require_schema
     from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, present, require_postgres
     from offset_ledger.ledger.row_security import execute as run_sql
     from offset_ledger.rules.scope import parse_scope
 
     check_role(role)
     scope = parse_scope(pipelines, separators=",|")  # bad input fails before any connection is made
-    engine = make_engine(dsn, create=False)
+    engine = _engine(ledger, create=False)
     check_connection(engine)
     require_schema(engine)  # the ledger must exist and hold the schema (0017's ledger_role_scopes)
     require_postgres(engine.url.render_as_string())
@@ -91,15 +103,16 @@ def db_access() -> None:
     typer.echo(access_table())
 
 
+@grouped
 def prune_cmd(
     older_than: str = typer.Option(..., "--older-than", help="Age of history to remove: 30d, 12h, 90m, P30D (docs/cli.md, durations)."),
     execute: bool = typer.Option(False, "--execute", help="Delete for real (default: dry run, counts only)."),
     pipeline: Optional[str] = typer.Option(None, "--pipeline", help="Only this pipeline's history."),
     chunk_size: int = typer.Option(20_000, "--chunk-size", min=1, help="Rows deleted per transaction."),
-    dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
+    ledger: LedgerOptions = LedgerOptions(), fmt: Format = "table",
 ) -> None:
     """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
-    from offset_ledger.ledger.engine import check_connection, make_engine
+    from offset_ledger.ledger.engine import check_connection
     from offset_ledger.ledger.prune import prune
     from offset_ledger.rules.durations import parse_duration
 
@@ -107,7 +120,7 @@ def prune_cmd(
 
     fmt = check_format(fmt)
     age = parse_duration(older_than, "--older-than")  # bad input fails before any connection is made
-    engine = make_engine(dsn, create=False)
+    engine = _engine(ledger, create=False)
     check_connection(engine)
     if pipeline is not None:  # a typo must not read as "would delete 0"
         from offset_ledger.cli.support import require_named

@@ -6,31 +6,22 @@ from typing import Optional
 
 import typer
 
-from offset_ledger.cli.support import (
-    BootstrapOption,
-    DsnOption,
-    FormatOption,
-    GroupOption,
-    KafkaOptionOption,
-    NoTruncateOption,
-    check_format,
-    emit,
-    kafka_client,
-    operations,
-)
+from offset_ledger.cli.connections import KafkaServerOptions, LedgerOptions, open_operations
+from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
 
 COLUMNS = ["status", "topic", "partition", "incarnation", "fromOffset", "untilOffset", "records", "kind", "times",
            "explanation", "borders", "notes"]
 
 
+@grouped
 def verify_cmd(
     pipeline: str = typer.Argument(..., metavar="PIPELINE", help="Pipeline name in the ledger."),
     topic: Optional[str] = typer.Option(None, "--topic", metavar="TOPIC", help="Only this topic."),
     unexplained_only: bool = typer.Option(False, "--unexplained-only",
                                           help="List only the stretches nothing explains."),
-    consumer_group: Optional[str] = GroupOption, dsn: Optional[str] = DsnOption, fmt: str = FormatOption,
-    bootstrap_servers: Optional[str] = BootstrapOption, kafka_option: Optional[list[str]] = KafkaOptionOption,
-    no_truncate: bool = NoTruncateOption,
+    consumer_group: ConsumerGroup = None, ledger: LedgerOptions = LedgerOptions(),
+    out: OutputOptions = OutputOptions(), kafka: KafkaServerOptions = KafkaServerOptions(),
 ) -> None:
     """Check that the recorded batch ranges tile every partition from its first start to the current
     position: no gap, no overlap, except where a reset or a finding explains it (each explained
@@ -50,9 +41,9 @@ def verify_cmd(
     """
     from offset_ledger.operate.verifying import verify_pipeline
 
-    fmt = check_format(fmt)
-    kafka = kafka_client(bootstrap_servers, kafka_option)
-    ops = operations(dsn, kafka if kafka.bootstrap_servers else None)
+    fmt = check_format(out.fmt)
+    cluster = kafka.address()
+    ops = open_operations(ledger.address(), cluster if cluster and cluster.bootstrap_servers else None)
     try:
         report = verify_pipeline(ops, pipeline, consumer_group, topic=topic)
     finally:
@@ -67,7 +58,7 @@ def verify_cmd(
     if fmt == "table" and not rows:
         typer.echo("no gap and no overlap" if not report.stretches else "no unexplained stretch")
     elif fmt != "table" or rows:
-        emit(rows, COLUMNS, fmt, document, truncate=not no_truncate)
+        emit(rows, COLUMNS, fmt, document, truncate=out.truncate)
     if fmt == "table":
         verdict = "every record read exactly once, or explained" if report.ok else "NOT accounted for"
         typer.echo(f"{pipeline} ({report.consumer_group}): {counts['partitions']} partition(s), "

@@ -10,13 +10,18 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Callable
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from offset_ledger.cli.support import DsnOption
+from offset_ledger.cli.connections import LedgerOptions
+from offset_ledger.cli.option_groups import grouped
+
+if TYPE_CHECKING:
+    from offset_ledger.addresses import LedgerAddress
 
 
+@grouped
 def watch_cmd(
     pipeline: Optional[str] = typer.Argument(None, metavar="PIPELINE", show_default=False,
                                              help="The pipeline the batches belong to."),
@@ -28,7 +33,7 @@ def watch_cmd(
                                                  help="Its consumer group (default: the pipeline's name)."),
     interval: float = typer.Option(5.0, "--interval", min=0.1, help="Seconds between two looks at the checkpoint."),
     once: bool = typer.Option(False, "--once", help="One pass, then exit (cron, tests)."),
-    dsn: Optional[str] = DsnOption,
+    ledger: LedgerOptions = LedgerOptions(),
 ) -> None:
     """Record a pipeline's committed batches from its checkpoint, without the Python listener.
 
@@ -36,13 +41,15 @@ def watch_cmd(
     """
     from offset_ledger.capture.reconcile import Reconciliation, watch
     from offset_ledger.cli.positional import pipeline_and_checkpoint
-    from offset_ledger.ledger.engine import check_connection, ensure_schema, make_engine
+    from offset_ledger.ledger.engine import check_connection, ensure_schema
     from offset_ledger.operate.inputs import check_name
+    from offset_ledger.operate.operations import Operations
 
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option, "watch")
     check_name("pipeline", pipeline)
     check_checkpoint_exists(checkpoint)  # before the ledger is touched: a typo records nothing, silently
-    engine = make_engine(dsn)
+    ops = Operations.open(ledger.address(create=True))  # the watcher writes: it creates its ledger
+    engine = ops.engine
     check_connection(engine)
     ensure_schema(engine)
     stop = threading.Event()
@@ -63,7 +70,7 @@ def watch_cmd(
         return
     finally:
         signal.signal(signal.SIGTERM, previous)
-        engine.dispose()
+        ops.close()
     if once and not last.readable:
         from offset_ledger.errors import EXIT_UNAVAILABLE
 
@@ -101,14 +108,16 @@ def check_checkpoint_exists(location: str) -> None:
         raise InvalidInput(f"checkpoint {location}: {what} (the query's checkpointLocation)", checkpoint=location)
 
 
-def start_watchers(specs: list[tuple[str, str]], dsn: str | None) -> Callable[[], None]:
+def start_watchers(specs: list[tuple[str, str]], ledger: LedgerAddress) -> Callable[[], None]:
     """One watcher thread per (pipeline, checkpoint), every 5 s; returns the function that stops them all."""
     if not specs:
         return lambda: None
     from offset_ledger.capture.reconcile import watch
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
+    from offset_ledger.ledger.engine import ensure_schema
+    from offset_ledger.operate.operations import Operations
 
-    engine = make_engine(dsn)
+    ops = Operations.open(ledger)
+    engine = ops.engine
     ensure_schema(engine)
     stop = threading.Event()
     threads = [threading.Thread(target=watch, args=(engine, checkpoint), name=f"offset-ledger-watch-{pipeline}",
@@ -122,7 +131,7 @@ def start_watchers(specs: list[tuple[str, str]], dsn: str | None) -> Callable[[]
         stop.set()
         for t in threads:
             t.join(10)
-        engine.dispose()
+        ops.close()
 
     return stop_all
 

@@ -66,7 +66,9 @@ def test_serve_watchers_record_a_checkpoint_and_stop(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="PIPELINE=CHECKPOINT"):
         parse_watch_specs(["orders"])
     dsn = f"sqlite:///{tmp_path / 'ledger.db'}"
-    stop = start_watchers(parse_watch_specs([f"orders={location}"]), dsn)
+    from offset_ledger.addresses import LedgerAddress
+
+    stop = start_watchers(parse_watch_specs([f"orders={location}"]), LedgerAddress.resolve(dsn))
     engine = make_engine(dsn)
     try:
         deadline = time.monotonic() + 20

@@ -70,10 +70,10 @@ class FakeKafka:
 
 @pytest.fixture
 def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> None:
-    def operations(dsn: str | None, kafka: Any = None) -> Operations:
-        return Operations(make_engine(dsn, create=False), kafka=FakeKafka())  # type: ignore[arg-type]
+    def operations(ledger: Any, kafka: Any = None) -> Operations:
+        return Operations(make_engine(ledger.dsn, create=False), kafka=FakeKafka())  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cli_reset, "operations", operations)
+    monkeypatch.setattr(cli_reset, "open_operations", operations)
 
 
 def positions(dsn: str) -> dict[int, int]:

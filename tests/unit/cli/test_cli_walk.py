@@ -307,8 +307,8 @@ def test_a_partition_the_topic_does_not_have(mode: list[str], world: dict[str, A
     from offset_ledger.cli import reset as cli_reset
     from offset_ledger.operate.operations import Operations
 
-    monkeypatch.setattr(cli_reset, "operations", lambda dsn, kafka=None: Operations(
-        make_engine(dsn, create=False), kafka=_TwoPartitions()))  # type: ignore[arg-type]
+    monkeypatch.setattr(cli_reset, "open_operations", lambda ledger, kafka=None: Operations(
+        make_engine(ledger.dsn, create=False), kafka=_TwoPartitions()))  # type: ignore[arg-type]
     root = world["root"]
     (root / "nine.json").write_text('{"orders": {"9": 5}}')
     (root / "nine.csv").write_text("orders,9,5\n")

@@ -76,13 +76,13 @@ def dsn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
                                          "expected_offset": 400, "actual_offset": 410}])
     engine.dispose()
 
-    def operations(dsn: str | None, kafka: Any = None) -> Operations:
+    def operations(ledger: Any, kafka: Any = None) -> Operations:
         return Operations(make_engine(url, create=False), kafka=StandInKafka())  # type: ignore[arg-type]
 
     for module in pkgutil.iter_modules(cli_package.__path__):
         mod = importlib.import_module(f"offset_ledger.cli.{module.name}")
-        if hasattr(mod, "operations"):
-            monkeypatch.setattr(mod, "operations", operations)
+        if hasattr(mod, "open_operations"):
+            monkeypatch.setattr(mod, "open_operations", operations)
     return url
 
 

@@ -46,10 +46,10 @@ def dsn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     seed_pipeline(engine, "orders-etl", {"orders": {0: 500, 1: 600, 2: 700}})
     engine.dispose()
 
-    def operations(dsn: str | None, kafka: Any = None) -> Operations:
-        return Operations(make_engine(dsn, create=False), kafka=StandInKafka())  # type: ignore[arg-type]
+    def operations(ledger: Any, kafka: Any = None) -> Operations:
+        return Operations(make_engine(ledger.dsn, create=False), kafka=StandInKafka())  # type: ignore[arg-type]
 
-    monkeypatch.setattr(cli_reset, "operations", operations)
+    monkeypatch.setattr(cli_reset, "open_operations", operations)
     return url
 
 

@@ -39,15 +39,6 @@ MAKES_ENGINES = {("ledger/engine.py", "engine_for")}
 #: whose module no longer calls ``make_engine`` that often fails the test until it is lowered or
 #: removed (the coordinator empties it as the other parts of issue 51 merge).
 OUTSTANDING = {
-    "cli/checkpoint.py": (1, "the CLI helper"),
-    "cli/demo.py": (3, "the CLI helper"),
-    "cli/failover.py": (1, "the CLI helper"),
-    "cli/main.py": (1, "the CLI helper"),
-    "cli/policy.py": (1, "the CLI helper"),
-    "cli/restart.py": (1, "the CLI helper"),
-    "cli/support.py": (1, "the CLI helper"),
-    "cli/upkeep.py": (3, "the CLI helper"),
-    "cli/watch.py": (2, "the CLI helper"),
     "operate/restart.py": (1, "the restart helper (start_from_ledger onto Operations.open)"),
 }
 
@@ -110,7 +101,6 @@ def test_the_static_check_can_fail() -> None:
 #: ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``) lives in ``KafkaAddress.resolve``; copies still outstanding, by
 #: module, shrinking like ``OUTSTANDING``.
 FALLBACK_OUTSTANDING = {
-    "cli/support.py": (1, "the CLI helper (kafka_client onto KafkaAddress.resolve)"),
     "operate/pipeline.py": (2, "the restart helper"),
     "operate/restart.py": (2, "the restart helper"),
 }
