@@ -85,8 +85,8 @@ class PartitionWriter:
 
         started = time.perf_counter()
         #: Where this partition's time went (ms; new_producers a count), summed over the batch by the driver.
-        self.timings = {"init_ms": 0.0, "group_read_ms": 0.0, "send_offsets_ms": 0.0, "rows_ms": 0.0,
-                        "commit_ms": 0.0, "new_producers": 0.0}
+        self.timings = {"init_ms": 0.0, "fenced_ms": 0.0, "group_read_ms": 0.0, "send_offsets_ms": 0.0,
+                        "rows_ms": 0.0, "commit_ms": 0.0, "new_producers": 0.0}
         self.cfg, self.consumer, self.topic, self.partition = cfg, consumer, topic, partition
         self.until = ranges[(topic, partition)][1]
         timeout = float(cfg["timeout_s"])
@@ -125,7 +125,7 @@ class PartitionWriter:
                 self.abort()
                 if fresh:
                     raise
-                self._add(init_ms=time.perf_counter() - t0)
+                self._add(fenced_ms=time.perf_counter() - t0)  # the kept producer's try, found fenced
                 producer, fresh = None, True  # a newer attempt fenced the kept producer: fence it back
         self.written = self.skipped = 0
         self.opened = time.perf_counter()
@@ -237,18 +237,18 @@ def write_assigned(cfg: Mapping[str, Any], index: int, rows: Iterable[Any]) -> I
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
     writer: PartitionWriter | None = None
     try:
+        if assigned is not None:
+            # Before the first row is asked for: the JVM reads the split and sends its rows meanwhile, so a new
+            # producer's init_transactions (mostly waiting on the coordinator) overlaps Spark's read.
+            writer = PartitionWriter(cfg, _consumer(cfg), assigned[0], int(assigned[1]), ranges, cfg["mark"])
         for row in rows:
-            if assigned is None or (row[0], int(row[1])) != (assigned[0], assigned[1]):
+            if writer is None or (row[0], int(row[1])) != (writer.topic, writer.partition):
                 raise ValueError(f"a row of {row[0]}[{row[1]}] offset {row[2]} came from Spark's read of "
                                  f"{'an empty range' if assigned is None else f'{assigned[0]}[{assigned[1]}]'}: "
                                  f"the sink's topic, partition and offset columns must be the Kafka source's own")
-            if writer is None:
-                writer = PartitionWriter(cfg, _consumer(cfg), assigned[0], int(assigned[1]), ranges, cfg["mark"])
             writer.write(int(row[2]), row[3], row[4], row[5], row[6])
-        if assigned is None:
-            return
         if writer is None:
-            writer = PartitionWriter(cfg, _consumer(cfg), assigned[0], int(assigned[1]), ranges, cfg["mark"])
+            return
         done, writer = writer, None
         yield _run(done)
     except BaseException:
