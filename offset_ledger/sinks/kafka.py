@@ -57,7 +57,9 @@ class KafkaSink:
     the sink owns, its position per source partition (default ``offset-ledger-sink.<name>``); never let
     anything else commit to it. ``kafka_config``: librdkafka settings for every client (security);
     ``producer_config``: the producer's on top. ``transaction_timeout_ms``: one source partition's share
-    of a batch must be written within it (docs/sinks.md).
+    of a batch must be written within it (docs/sinks.md). ``skip_shuffle``: write a batch whose Kafka scan
+    reads one whole source partition per Spark partition without a shuffle (checked per batch); False
+    always groups the rows by a shuffle.
     """
 
     kind = "kafka"
