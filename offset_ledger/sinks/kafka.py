@@ -141,7 +141,7 @@ class KafkaSink:
         started = time.perf_counter()
         prepared = prepare_batch(self.spec, self.dsn, self.checkpoint_location, self.storage_options, batch_id)
         decision = prepared.decision
-        self.last, self.last_runs = decision, []
+        self.last, self.last_runs, self.last_path = decision, [], ""
         prepared.refuse_if_fenced(self.spec, batch_id, columns)
         if decision.verdict == "skip":
             return decision

@@ -124,7 +124,8 @@ def test_kafka_sink_writes_each_output_once_across_a_lost_ledger_record_a_rerun_
     assert _run(spark, bootstrap, source, p4, last.bind(p4.checkpoint_location))
 
     # Each Spark partition of these batches' Kafka scan is one source partition: no shuffle grouped the rows.
-    assert set(first.paths + second.paths + third.paths + upgrade.paths + last.paths) == {"scan"}
+    # ("" for a batch skipped or fenced before any write.)
+    assert set(first.paths + second.paths + third.paths + upgrade.paths + last.paths) - {""} == {"scan"}
 
     # The oracle: each input's output once, with its key and its source header.
     records = read_topic(bootstrap, out)
