@@ -213,11 +213,11 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
     plan = start_from_ledger(pipeline, [topic], bootstrap_servers=bootstrap, checkpoint_root=f"{root}/{table}",
                              dsn=dsn, first_run="earliest")
     times: list[float] = []
-    if method == "sink-kafka":
+    if method.startswith("sink-kafka"):
         from offset_ledger.sinks import KafkaSink
 
         write = KafkaSink(topic=table, bootstrap_servers=bootstrap, pipeline=pipeline, dsn=dsn,
-                          checkpoint_location=plan.checkpoint_location)
+                          checkpoint_location=plan.checkpoint_location, skip_shuffle=method == "sink-kafka")
     elif kafka:
         def write(df, batch_id):  # type: ignore[no-untyped-def]
             (df.select("value").write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
@@ -267,6 +267,8 @@ def run(spark, method: str, dsn: str, bootstrap: str, topic: str, rows: int, tot
     if len(phases) > 2:
         print(f"  {method} phases (median ms): " + ", ".join(
             f"{k} {statistics.median(p[k] for p in phases[1:-1]):.0f}" for k in phases[0]), flush=True)
+    if getattr(write, "last_path", None):
+        print(f"  {method}: rows reached their transactions by {write.last_path}", flush=True)
     # Kafka splits maxOffsetsPerTrigger over partitions: the last batch may be a small remainder.
     return times[1:-1] if len(times) > 2 else times
 
@@ -281,6 +283,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--kafka", action="store_true",
                         help="the Kafka sink against Spark's own format('kafka') sink (target >= 0.5x records/s)")
+    parser.add_argument("--profile", action="store_true",
+                        help="with --kafka: also the sink with its rows grouped by a shuffle (skip_shuffle=False)")
     parser.add_argument("--partitions", type=int, default=None,
                         help="source partitions (default 2; 6 with --kafka)")
     parser.add_argument("--iceberg", action="store_true",
@@ -302,7 +306,7 @@ def main() -> int:
         spark = (SparkSession.builder.master("local[2]").appName("bench-sink-kafka").config("spark.jars", args.jars)
                  .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
                  .config("spark.driver.memory", "2g").getOrCreate())
-        methods = ("kafka", "sink-kafka")
+        methods = ("kafka", "sink-kafka", "sink-kafka-shuffle") if args.profile else ("kafka", "sink-kafka")
     else:
         spark = (SparkSession.builder.master("local[2]").appName("bench-sink")
                  .config("spark.jars", f"{args.jars},{jdbc_jar()}").config("spark.ui.enabled", "false")

@@ -137,3 +137,47 @@ def unrecorded(marks: Mapping[tuple[str, int], Mark | None], sink: str, known_se
         if with_doc is not None and sequences.count(ms[0].sequence) == 1:
             out.append(with_doc)
     return out
+
+
+def scan_assignment(scan: Sequence[Sequence[tuple[str, int, int, int]]] | None,
+                    ranges: Mapping[tuple[str, int], tuple[int | None, int]],
+                    ) -> tuple[list[tuple[str, int] | None] | None, str]:
+    """Which source partition each Spark partition of the batch holds, when its own scan already groups them.
+
+    ``scan``: per Spark partition of the rows the sink writes, the Kafka ranges (topic, partition, from,
+    until) its input split reads, traced through a lineage of one-to-one dependencies back to Spark's
+    Kafka scan (None: the lineage is not such a chain: a shuffle, a union, a coalesce, another source).
+    The shuffle that groups rows by source partition can be skipped only when every Spark partition
+    reads exactly one source partition, no source partition is split over two (``minPartitions``,
+    ``maxRecordsPerPartition``), and each reads the batch's own range of it: then each task is the one
+    transaction of its partition, as after the shuffle. Returns (the source partition per Spark
+    partition, None for an empty range the batch does not commit; or None, and why not).
+    """
+    if scan is None:
+        return None, "the rows' lineage is not a one-to-one chain over Spark's Kafka scan"
+    out: list[tuple[str, int] | None] = []
+    seen: set[tuple[str, int]] = set()
+    for index, split in enumerate(scan):
+        if len(split) != 1:
+            return None, f"Spark partition {index} reads {len(split)} Kafka ranges, not one"
+        topic, partition, from_offset, until = split[0]
+        tp = (topic, int(partition))
+        if tp in seen:
+            return None, f"{topic}[{partition}] is read by more than one Spark partition (a split range)"
+        seen.add(tp)
+        if tp not in ranges:
+            if int(until) > int(from_offset):
+                return None, f"the scan reads {topic}[{partition}], which the batch's ranges do not hold"
+            out.append(None)
+            continue
+        want_from, want_until = ranges[tp]
+        if int(until) != want_until or (want_from is not None and int(from_offset) != want_from):
+            return None, f"the scan reads {topic}[{partition}] {from_offset}-{until}, the batch {want_from}-{want_until}"
+        out.append(tp)
+    return out, ""
+
+
+def task_totals(timings: Iterable[Mapping[str, float]]) -> dict[str, float]:
+    """The tasks' timings of one batch summed per phase (executor time, not wall time: tasks run in parallel)."""
+    keys = ("init_ms", "fenced_ms", "group_read_ms", "send_offsets_ms", "rows_ms", "commit_ms", "new_producers")
+    return {f"tasks_{k}": sum(float(t.get(k, 0.0)) for t in timings) for k in keys}

@@ -83,6 +83,10 @@ class PartitionWriter:
                  ranges: Mapping[tuple[str, int], tuple[int | None, int]], mark: str) -> None:
         from confluent_kafka import KafkaException, TopicPartition
 
+        started = time.perf_counter()
+        #: Where this partition's time went (ms; new_producers a count), summed over the batch by the driver.
+        self.timings = {"init_ms": 0.0, "fenced_ms": 0.0, "group_read_ms": 0.0, "send_offsets_ms": 0.0,
+                        "rows_ms": 0.0, "commit_ms": 0.0, "new_producers": 0.0}
         self.cfg, self.consumer, self.topic, self.partition = cfg, consumer, topic, partition
         self.until = ranges[(topic, partition)][1]
         timeout = float(cfg["timeout_s"])
@@ -99,24 +103,37 @@ class PartitionWriter:
             producer = _PRODUCERS.pop(self.key, None)
         fresh = producer is None
         while True:
+            t0 = time.perf_counter()
             if producer is None:
                 producer = self._new(conf, timeout)
+                self.timings["new_producers"] += 1
             self.producer = producer
+            t1 = time.perf_counter()
             try:
                 # After the fence (a new producer's init) or with a kept producer nothing else wrote since.
                 self.position = _committed(consumer, topic, partition, timeout)
                 self.committing = commit_position(self.until, None, self.position)
+                t2 = time.perf_counter()
                 producer.begin_transaction()
                 producer.send_offsets_to_transaction(
                     [TopicPartition(topic, partition, self.committing, metadata=mark)],
                     consumer.consumer_group_metadata(), timeout)
+                t3 = time.perf_counter()
+                self._add(init_ms=t1 - t0, group_read_ms=t2 - t1, send_offsets_ms=t3 - t2)
                 break
             except KafkaException:
                 self.abort()
                 if fresh:
                     raise
+                self._add(fenced_ms=time.perf_counter() - t0)  # the kept producer's try, found fenced
                 producer, fresh = None, True  # a newer attempt fenced the kept producer: fence it back
         self.written = self.skipped = 0
+        self.opened = time.perf_counter()
+        self.started = started
+
+    def _add(self, **seconds: float) -> None:
+        for name, value in seconds.items():
+            self.timings[name] += value * 1000
 
     @staticmethod
     def _new(conf: Mapping[str, Any], timeout: float) -> Any:
@@ -147,7 +164,9 @@ class PartitionWriter:
         self.written += 1
 
     def commit(self) -> PartitionRun:
+        t0 = time.perf_counter()
         self.producer.commit_transaction(float(self.cfg["timeout_s"]))
+        self._add(rows_ms=t0 - self.opened, commit_ms=time.perf_counter() - t0)
         with _LOCK:
             _PRODUCERS[self.key] = self.producer  # kept for this partition's next batch
         return PartitionRun(self.topic, self.partition, self.written, self.skipped, self.committing)
@@ -173,9 +192,13 @@ def _consumer(cfg: Mapping[str, Any]) -> Any:
         return _CONSUMERS[key]
 
 
-def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[tuple[str, int, int, int, int]]:
+#: What a task sends back per source partition: (topic, partition, written, skipped, committed position, timings).
+TaskRun = tuple[str, int, int, int, int, dict[str, float]]
+
+
+def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[TaskRun]:
     """``mapPartitions``: the task's rows, sorted by (topic, partition, offset), one transaction per source
-    partition; yields (topic, partition, written, skipped, committed position) per partition.
+    partition; yields (topic, partition, written, skipped, committed position, timings) per partition.
 
     Each row is (topic, partition, offset, value, key, headers, output partition), as the driver selected.
     """
@@ -190,15 +213,47 @@ def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[tu
             if current is None or (current.topic, current.partition) != (topic, partition):
                 if current is not None:
                     done, current = current, None
-                    yield _run(done.commit())
+                    yield _run(done)
                 current = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
             current.write(int(row[2]), row[3], row[4], row[5], row[6])
         if current is not None:
             done, current = current, None
-            yield _run(done.commit())
+            yield _run(done)
     except BaseException:
         if current is not None:
             current.abort()
+        raise
+
+
+def write_assigned(cfg: Mapping[str, Any], index: int, rows: Iterable[Any]) -> Iterator[TaskRun]:
+    """``mapPartitionsWithIndex`` over the batch's own Kafka scan (no shuffle): Spark partition ``index``
+    reads one source partition, ``cfg["assigned"][index]`` (``rules.kafka_sink.scan_assignment`` checked
+    it on the driver), in offset order; one transaction for it, committed even when no row survived.
+
+    Every row must name that partition: one that does not (a job that rewrote the source columns) fails
+    the task before its commit, so no transaction ever holds rows of another partition.
+    """
+    assigned = cfg["assigned"][index]
+    ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
+    writer: PartitionWriter | None = None
+    try:
+        if assigned is not None:
+            # Before the first row is asked for: the JVM reads the split and sends its rows meanwhile, so a new
+            # producer's init_transactions (mostly waiting on the coordinator) overlaps Spark's read.
+            writer = PartitionWriter(cfg, _consumer(cfg), assigned[0], int(assigned[1]), ranges, cfg["mark"])
+        for row in rows:
+            if writer is None or (row[0], int(row[1])) != (writer.topic, writer.partition):
+                raise ValueError(f"a row of {row[0]}[{row[1]}] offset {row[2]} came from Spark's read of "
+                                 f"{'an empty range' if assigned is None else f'{assigned[0]}[{assigned[1]}]'}: "
+                                 f"the sink's topic, partition and offset columns must be the Kafka source's own")
+            writer.write(int(row[2]), row[3], row[4], row[5], row[6])
+        if writer is None:
+            return
+        done, writer = writer, None
+        yield _run(done)
+    except BaseException:
+        if writer is not None:
+            writer.abort()
         raise
 
 
@@ -216,5 +271,6 @@ def commit_empty(cfg: Mapping[str, Any], partitions: Iterable[tuple[str, int]]) 
     return out
 
 
-def _run(run: PartitionRun) -> tuple[str, int, int, int, int]:
-    return (run.topic, run.partition, run.written, run.skipped, run.committed)
+def _run(writer: PartitionWriter) -> TaskRun:
+    run = writer.commit()
+    return (run.topic, run.partition, run.written, run.skipped, run.committed, writer.timings)

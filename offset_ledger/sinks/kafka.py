@@ -36,7 +36,7 @@ from offset_ledger.errors import ConfigError, KafkaError, SinkInputRefused
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.rules.kafka_sink import (Mark, PartitionRun, batch_partitions, default_group, missing_columns,
-                                            refusal, unrecorded)
+                                            refusal, scan_assignment, task_totals, unrecorded)
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc
 from offset_ledger.rules.sink_identity import SinkDecision
@@ -57,7 +57,9 @@ class KafkaSink:
     the sink owns, its position per source partition (default ``offset-ledger-sink.<name>``); never let
     anything else commit to it. ``kafka_config``: librdkafka settings for every client (security);
     ``producer_config``: the producer's on top. ``transaction_timeout_ms``: one source partition's share
-    of a batch must be written within it (docs/sinks.md).
+    of a batch must be written within it (docs/sinks.md). ``skip_shuffle``: write a batch whose Kafka scan
+    reads one whole source partition per Spark partition without a shuffle (checked per batch); False
+    always groups the rows by a shuffle.
     """
 
     kind = "kafka"
@@ -67,7 +69,7 @@ class KafkaSink:
                  group_id: str | None = None, kafka_config: dict[str, Any] | None = None,
                  producer_config: dict[str, Any] | None = None, transaction_timeout_ms: int = 60_000,
                  partition_column: str | None = None, storage_options: dict[str, Any] | None = None,
-                 timeout_s: float = 60.0) -> None:
+                 timeout_s: float = 60.0, skip_shuffle: bool = True) -> None:
         if not topic or not topic.strip():
             raise ConfigError("the Kafka sink needs an output topic")
         if not bootstrap_servers:
@@ -97,10 +99,16 @@ class KafkaSink:
         self.partition_column = partition_column or "output_partition"
         self.storage_options = storage_options
         self.timeout_s = float(timeout_s)
+        # False: always group the rows by a shuffle (the path every batch took before; for comparison).
+        self.skip_shuffle = bool(skip_shuffle)
         self.last: SinkDecision | None = None
         #: What the last batch did per source partition (written, skipped, committed position), for tests and logs.
         self.last_runs: list[PartitionRun] = []
         self.last_timings: dict[str, float] = {}
+        #: How the last batch's rows reached their transactions: "scan" (each Spark partition of the Kafka scan
+        #: is one source partition: no shuffle) or "shuffle".
+        self.last_path = ""
+        self._task_timings: list[dict[str, float]] = []
 
     @property
     def spec(self) -> sink_store.SinkSpec:
@@ -133,7 +141,7 @@ class KafkaSink:
         started = time.perf_counter()
         prepared = prepare_batch(self.spec, self.dsn, self.checkpoint_location, self.storage_options, batch_id)
         decision = prepared.decision
-        self.last, self.last_runs = decision, []
+        self.last, self.last_runs, self.last_path = decision, [], ""
         prepared.refuse_if_fenced(self.spec, batch_id, columns)
         if decision.verdict == "skip":
             return decision
@@ -145,7 +153,9 @@ class KafkaSink:
                     batch_doc(prepared.records[-1].batch, self.checkpoint_location or "") if prepared.records else None)
         cfg = self._task_config(ranges, mark.encode())
         decided = time.perf_counter()
-        runs = self._write_partitions(held_records.without_held(df, prepared.held), columns, cfg, len(ranges))
+        self._task_timings = []
+        runs = self._write_partitions(held_records.without_held(df, prepared.held), columns, cfg, ranges)
+        job_done = time.perf_counter()
         done = {(r.topic, r.partition) for r in runs}
         rest = [tp for tp in ranges if tp not in done]
         if rest:
@@ -157,8 +167,10 @@ class KafkaSink:
         self._record(prepared.ledger, TableCommit(decision.sequence, prepared.generation_id, prepared.query_id,
                                                   batch_id, sum(r.written for r in runs), None), prepared.records)
         self.last_timings = {"prepare_ms": (decided - started) * 1000, "kafka_ms": (written - decided) * 1000,
-                             "record_ms": (time.perf_counter() - written) * 1000}
-        log.debug("sink %s batch %d: %s", self.name, batch_id, self.last_timings)
+                             "job_ms": (job_done - decided) * 1000, "empty_ms": (written - job_done) * 1000,
+                             "record_ms": (time.perf_counter() - written) * 1000,
+                             **task_totals(self._task_timings)}
+        log.debug("sink %s batch %d (%s): %s", self.name, batch_id, self.last_path, self.last_timings)
         return decision
 
     def _task_config(self, ranges: dict[tuple[str, int], tuple[int | None, int]], mark: str) -> dict[str, Any]:
@@ -170,27 +182,40 @@ class KafkaSink:
                 "ranges": [(t, p, f, u) for (t, p), (f, u) in sorted(ranges.items())]}
 
     def _write_partitions(self, df: Any, columns: list[str], cfg: dict[str, Any],
-                          partitions: int) -> list[PartitionRun]:
-        """The executors' transactions: rows grouped by source partition (a shuffle on the JVM side), sorted by
-        offset within it, one task per group of partitions; only the per-partition counts come back."""
+                          ranges: dict[tuple[str, int], tuple[int | None, int]]) -> list[PartitionRun]:
+        """The executors' transactions, one task per source partition; only the per-partition counts come back.
+
+        When the batch's rows are a one-to-one chain over Spark's Kafka scan and each Spark partition reads
+        one whole source partition of the batch (``rules.kafka_sink.scan_assignment``, checked on the
+        lineage, never assumed), each task already is its partition's transaction: no shuffle. Otherwise
+        the rows are grouped by source partition (a shuffle on the JVM side) and sorted by offset.
+        """
         from pyspark.sql import functions as F
 
-        from offset_ledger.sinks._kafka_tx import write_partitions
+        from offset_ledger.sinks._kafka_tx import write_assigned, write_partitions
 
         def col(name: str, cast: str | None = None) -> Any:
             if name not in columns:
                 return F.lit(None).alias(name)
             return F.col(name).cast(cast).alias(name) if cast else F.col(name)
 
-        if partitions == 0:
+        if not ranges:
             return []
-        rows = (df.select(F.col("topic"), F.col("partition"), F.col("offset"), col("value", "binary"),
-                          col("key", "binary"), col("headers"), col(self.partition_column, "int"))
-                .repartition(partitions, "topic", "partition")
-                .sortWithinPartitions("topic", "partition", "offset"))
-        out = self._kafka(lambda: rows.rdd.mapPartitions(partial(write_partitions, cfg)).collect(),
-                          "writing the batch's partitions")
-        return [PartitionRun(t, int(p), int(w), int(s), int(c)) for t, p, w, s, c in out]
+        rows = df.select(F.col("topic"), F.col("partition"), F.col("offset"), col("value", "binary"),
+                         col("key", "binary"), col("headers"), col(self.partition_column, "int"))
+        assigned, why = scan_assignment(_scan_ranges(rows) if self.skip_shuffle else None, ranges)
+        self.last_path = "scan" if assigned is not None else "shuffle"
+        if assigned is not None:
+            job = partial(write_assigned, {**cfg, "assigned": assigned})
+            run = lambda: rows.rdd.mapPartitionsWithIndex(job).collect()  # noqa: E731
+        else:
+            log.debug("sink %s: rows grouped by a shuffle: %s", self.name, why)
+            grouped = rows.repartition(len(ranges), "topic", "partition").sortWithinPartitions(
+                "topic", "partition", "offset")
+            run = lambda: grouped.rdd.mapPartitions(partial(write_partitions, cfg)).collect()  # noqa: E731
+        out = self._kafka(run, "writing the batch's partitions")
+        self._task_timings = [t for *_, t in out]
+        return [PartitionRun(t, int(p), int(w), int(s), int(c)) for t, p, w, s, c, _ in out]
 
     def _kafka(self, call: Any, what: str) -> Any:
         try:
@@ -248,3 +273,52 @@ class KafkaSink:
                         f"{self.topic} (sequences {seqs[0]}-{seqs[-1]}): recorded from consumer group "
                         f"{self.group_id!r}'s commits",
                         details={"sink": self.name, "sequences": seqs}),)
+
+
+def _scan_ranges(rows: Any) -> list[list[tuple[str, int, int, int]]] | None:
+    """Per Spark partition of ``rows``, the Kafka ranges its split of Spark's Kafka scan reads; None when the
+    lineage is not a chain of one-to-one dependencies down to that scan (``rules.kafka_sink.scan_assignment``).
+
+    Read from the JVM's RDD lineage of the rows' plan (a ``foreachBatch`` DataFrame is a scan of the micro-batch's
+    own RDD): a one-to-one dependency keeps partition ``i`` on its parent's ``i``, so the scan's split ``i`` is
+    what Spark partition ``i`` holds. Anything the chain does not show (a Connect plan, another Spark's classes)
+    is None: the shuffle.
+    """
+    try:
+        rdd = rows._jdf.queryExecution().toRdd()
+        count = len(rdd.partitions())
+        while True:
+            deps = rdd.dependencies()
+            if deps.size() == 0:
+                break
+            if deps.size() != 1 or deps.apply(0).getClass().getSimpleName() != "OneToOneDependency":
+                return None
+            rdd = deps.apply(0).rdd()
+            if len(rdd.partitions()) != count:
+                return None
+        if rdd.getClass().getSimpleName() != "DataSourceRDD":
+            return None
+        out = []
+        for split in rdd.partitions():
+            found = []
+            for part in _input_partitions(split):
+                if part.getClass().getSimpleName() != "KafkaBatchInputPartition":
+                    return None
+                r = part.offsetRange()
+                found.append((str(r.topicPartition().topic()), int(r.topicPartition().partition()),
+                              int(r.fromOffset()), int(r.untilOffset())))
+            out.append(found)
+        return out
+    except Exception:  # noqa: BLE001 - a lineage we cannot read is one we do not rely on
+        log.debug("the rows' lineage could not be read: the shuffle groups them", exc_info=True)
+        return None
+
+
+def _input_partitions(split: Any) -> list[Any]:
+    """A ``DataSourceRDDPartition``'s input splits: an Option since Spark 4.2, a Seq in Spark 3.5 to 4.1."""
+    names = {m.getName() for m in split.getClass().getMethods()}
+    if "inputPartition" in names:
+        one = split.inputPartition()
+        return [one.get()] if one.isDefined() else []
+    many = split.inputPartitions()
+    return [many.apply(i) for i in range(many.size())]

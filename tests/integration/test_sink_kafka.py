@@ -40,7 +40,7 @@ class _DiesBeforeTheLedger(KafkaSink):
     def __init__(self, die_at: int | None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         # Lists, shared with the copy bind() makes (the copy is the one foreachBatch calls).
-        self.die_at, self.records, self.verdicts, self.runs = die_at, [0], [], []
+        self.die_at, self.records, self.verdicts, self.runs, self.paths = die_at, [0], [], [], []
 
     def _record(self, *args: Any, **kwargs: Any) -> None:
         self.records[0] += 1
@@ -54,6 +54,7 @@ class _DiesBeforeTheLedger(KafkaSink):
         finally:
             self.verdicts.append((batch_id, self.last.verdict if self.last else None))
             self.runs.append(list(self.last_runs))
+            self.paths.append(self.last_path)
         return done
 
 
@@ -122,6 +123,10 @@ def test_kafka_sink_writes_each_output_once_across_a_lost_ledger_record_a_rerun_
     assert p4.fresh_checkpoint and "sink_reconciled" in {f.kind for f in p4.findings}
     assert _run(spark, bootstrap, source, p4, last.bind(p4.checkpoint_location))
 
+    # Each Spark partition of these batches' Kafka scan is one source partition: no shuffle grouped the rows.
+    # ("" for a batch skipped or fenced before any write.)
+    assert set(first.paths + second.paths + third.paths + upgrade.paths + last.paths) - {""} == {"scan"}
+
     # The oracle: each input's output once, with its key and its source header.
     records = read_topic(bootstrap, out)
     values = Counter(r.value().decode() for r in records)
@@ -163,3 +168,35 @@ def test_a_batch_without_its_source_columns_is_refused_before_anything_is_writte
     assert seen and "no topic, partition, offset column(s)" in str(seen[0])
     assert read_topic(bootstrap, out) == []
     assert sink_outputs(pg_dsn, s.name) == []
+
+
+def test_a_scan_that_splits_a_source_partition_is_grouped_by_the_shuffle_and_written_once(
+        spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
+    """``minPartitions`` splits each source partition's range over several Spark partitions: the sink must see it
+    (the lineage check) and group the rows by a shuffle, else two tasks would commit one partition's position."""
+    source = kafka.create_topic(partitions=2)
+    out = kafka.create_topic(partitions=2)
+    bootstrap = kafka.bootstrap_servers
+    produced = _values("m", 40)
+    produce_keyed(bootstrap, source, produced, 2)
+    s = KafkaSink(topic=out, bootstrap_servers=bootstrap, pipeline="split", dsn=pg_dsn)
+    p = start_from_ledger("split", [source], bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "ck"),
+                          app_version="1", dsn=pg_dsn, first_run="earliest", sinks=[s])
+    bound = s.bind(p.checkpoint_location)
+    paths: list[str] = []
+
+    def write(df, batch_id):  # type: ignore[no-untyped-def]
+        bound.write(df, batch_id)
+        paths.append(bound.last_path)
+
+    df = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap).option("subscribe", source)
+          .option("startingOffsets", p.starting_offsets_json).option("maxOffsetsPerTrigger", "20")
+          .option("minPartitions", "6").load().selectExpr(*TRANSFORM))
+    query = (df.writeStream.foreachBatch(write).option("checkpointLocation", p.checkpoint_location)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert query.exception() is None
+    assert paths and set(paths) == {"shuffle"}
+    values = Counter(r.value().decode() for r in read_topic(bootstrap, out))
+    assert values == Counter(f"out-{v}" for v in produced)
+    assert group_positions(bootstrap, s.group_id) == ledger_positions(pg_dsn, "split")

@@ -15,6 +15,8 @@ from offset_ledger.rules.kafka_sink import (
     commit_position,
     missing_columns,
     refusal,
+    scan_assignment,
+    task_totals,
     to_write,
     transactional_id,
     unrecorded,
@@ -109,3 +111,31 @@ def test_a_batch_is_whole_exactly_when_all_its_partitions_carry_its_mark(n: int,
     marks = {("t", p): (_mark(5, n) if p < committed else _mark(4, 1)) for p in range(n)}
     found = [m.sequence for m in unrecorded(marks, SINK, 4)]
     assert found == ([5] if committed >= n else [])
+
+
+RANGES = {("a", 0): (0, 10), ("a", 1): (5, 9), ("b", 0): (None, 3)}
+
+
+def test_the_scan_is_the_grouping_when_each_spark_partition_reads_one_whole_source_partition() -> None:
+    scan = [[("a", 1, 5, 9)], [("b", 0, 0, 3)], [("a", 0, 0, 10)], [("c", 0, 7, 7)]]
+    assert scan_assignment(scan, RANGES) == ([("a", 1), ("b", 0), ("a", 0), None], "")
+
+
+def test_the_shuffle_stays_unless_the_scan_is_one_whole_source_partition_per_spark_partition() -> None:
+    assert scan_assignment(None, RANGES)[0] is None  # not a one-to-one chain over the scan
+    split = [[("a", 0, 0, 5)], [("a", 0, 5, 10)], [("a", 1, 5, 9)], [("b", 0, 0, 3)]]  # minPartitions
+    assert "a[0] 0-5, the batch 0-10" in scan_assignment(split, RANGES)[1]
+    twice = [[("a", 0, 0, 10)], [("a", 0, 0, 10)], [("a", 1, 5, 9)], [("b", 0, 0, 3)]]
+    assert "more than one Spark partition" in scan_assignment(twice, RANGES)[1]
+    two = [[("a", 0, 0, 10), ("a", 1, 5, 9)], [("b", 0, 0, 3)]]  # a coalesced read
+    assert "reads 2 Kafka ranges" in scan_assignment(two, RANGES)[1]
+    other = [[("a", 0, 0, 10)], [("a", 1, 5, 8)], [("b", 0, 0, 3)]]  # not the batch's own range
+    assert "a[1] 5-8, the batch 5-9" in scan_assignment(other, RANGES)[1]
+    foreign = [[("a", 0, 0, 10)], [("a", 1, 5, 9)], [("b", 0, 0, 3)], [("c", 0, 0, 1)]]
+    assert "do not hold" in scan_assignment(foreign, RANGES)[1]
+
+
+def test_the_tasks_timings_are_summed_per_phase() -> None:
+    got = task_totals([{"init_ms": 2.0, "rows_ms": 5.0}, {"init_ms": 1.0, "new_producers": 1.0}])
+    assert got["tasks_init_ms"] == 3.0 and got["tasks_rows_ms"] == 5.0 and got["tasks_new_producers"] == 1.0
+    assert got["tasks_commit_ms"] == 0.0

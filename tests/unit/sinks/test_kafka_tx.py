@@ -115,6 +115,11 @@ def _cfg(ranges: list[tuple[str, int, int, int]], seq: int = 1) -> dict[str, Any
             "mark": Mark("p:out", seq, 1, seq - 1, "q", len(ranges)).encode(), "ranges": ranges}
 
 
+def _written(runs: Any) -> list[tuple[Any, ...]]:
+    """What the tasks report per partition, without their timings."""
+    return [run[:5] for run in runs]
+
+
 def _rows(part: int, offsets: range) -> list[tuple[Any, ...]]:
     return [("in", part, o, f"v{part}-{o}".encode(), None, None, None) for o in offsets]
 
@@ -126,11 +131,11 @@ def test_a_retried_task_writes_only_the_partitions_and_rows_the_first_attempt_mi
     rows = _rows(0, range(10)) + _rows(1, range(10))
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker, die_after={"p.p:out.in.1": 4}))
     with pytest.raises(RuntimeError, match="executor lost"):
-        list(_kafka_tx.write_partitions(_cfg(ranges), iter(rows)))
+        _written(_kafka_tx.write_partitions(_cfg(ranges), iter(rows)))
     assert len(broker.log) == 10  # partition 0 committed, partition 1's four outputs were never committed
     assert broker.groups[("g", "in", 0)][0] == 10 and ("g", "in", 1) not in broker.groups
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
-    runs = list(_kafka_tx.write_partitions(_cfg(ranges), iter(rows)))
+    runs = _written(_kafka_tx.write_partitions(_cfg(ranges), iter(rows)))
     assert runs == [("in", 0, 0, 10, 10), ("in", 1, 10, 0, 10)]
     assert Counter(v for _, v, *_ in broker.log) == Counter(r[3] for r in rows)  # each output once
     assert Mark.decode(broker.groups[("g", "in", 1)][1]).sequence == 1  # type: ignore[union-attr]
@@ -146,7 +151,7 @@ def test_a_zombie_attempt_cannot_commit_after_the_retry_fenced_it(monkeypatch) -
     for row in _rows(0, range(5)):
         zombie.write(*row[2:])
     # The retry initialises after it (a new epoch), reads the position, writes and commits.
-    assert list(_kafka_tx.write_partitions(_cfg(ranges), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
+    assert _written(_kafka_tx.write_partitions(_cfg(ranges), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
     with pytest.raises(Fenced):
         zombie.commit()
     assert len(broker.log) == 5  # the retry's five, not the zombie's
@@ -157,16 +162,16 @@ def test_a_kept_producer_a_newer_attempt_fenced_is_replaced_before_any_row(  # t
     broker = Broker()
     kafka = fake_kafka(broker)
     monkeypatch.setitem(sys.modules, "confluent_kafka", kafka)
-    assert list(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
+    assert _written(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
     assert len(_kafka_tx._PRODUCERS) == 1 and broker.epochs["p.p:out.in.0"] == 1
     # Another worker's attempt (a zombie of a killed driver, say) initialised since: the kept one is stale.
     other = kafka.Producer({"transactional.id": "p.p:out.in.0"})  # type: ignore[attr-defined]
     other.init_transactions(1)
-    runs = list(_kafka_tx.write_partitions(_cfg([("in", 0, 5, 10)], seq=2), iter(_rows(0, range(5, 10)))))
+    runs = _written(_kafka_tx.write_partitions(_cfg([("in", 0, 5, 10)], seq=2), iter(_rows(0, range(5, 10)))))
     assert runs == [("in", 0, 5, 0, 10)] and broker.epochs["p.p:out.in.0"] == 3  # replaced, fenced back
     assert len(broker.log) == 10
     # The next batch reuses the kept producer: no new epoch.
-    list(_kafka_tx.write_partitions(_cfg([("in", 0, 10, 12)], seq=3), iter(_rows(0, range(10, 12)))))
+    _written(_kafka_tx.write_partitions(_cfg([("in", 0, 10, 12)], seq=3), iter(_rows(0, range(10, 12)))))
     assert broker.epochs["p.p:out.in.0"] == 3 and len(broker.log) == 12
 
 
@@ -174,7 +179,7 @@ def test_a_row_past_the_batchs_end_of_its_partition_is_refused(monkeypatch) -> N
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     with pytest.raises(ValueError, match=r"offset 5 lies past this batch's end"):
-        list(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(6)))))
+        _written(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(6)))))
     assert broker.log == [] and broker.groups == {}
 
 
@@ -182,7 +187,7 @@ def test_rows_of_a_partition_outside_the_batch_are_refused(monkeypatch) -> None:
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     with pytest.raises(ValueError, match=r"in\[3\] offset 0 is not in this batch"):
-        list(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(3, range(1)))))
+        _written(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(3, range(1)))))
     assert broker.log == []
 
 
@@ -191,6 +196,32 @@ def test_a_partition_without_rows_still_commits_the_batch_end(monkeypatch) -> No
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     runs = _kafka_tx.commit_empty(_cfg([("in", 0, 3, 8)]), [("in", 0)])
     assert [(r.written, r.committed) for r in runs] == [(0, 8)] and broker.groups[("g", "in", 0)][0] == 8
+
+
+def test_a_scan_task_is_its_partitions_one_transaction_even_when_no_row_survived(  # type: ignore[no-untyped-def]
+        monkeypatch) -> None:
+    """Without the shuffle each Spark partition of the scan writes the source partition assigned to its index."""
+    broker = Broker()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
+    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4)]), "assigned": [("in", 1), ("in", 0), None]}
+    assert _written(_kafka_tx.write_assigned(cfg, 0, iter(_rows(1, range(4))))) == [("in", 1, 4, 0, 4)]
+    assert _written(_kafka_tx.write_assigned(cfg, 1, iter([]))) == [("in", 0, 0, 0, 5)]  # all filtered out
+    assert _written(_kafka_tx.write_assigned(cfg, 2, iter([]))) == []  # an empty range the batch does not commit
+    assert len(broker.log) == 4 and broker.groups[("g", "in", 0)][0] == 5 and broker.groups[("g", "in", 1)][0] == 4
+    # The retry of the first task: the group holds the partition, nothing is written twice.
+    assert _written(_kafka_tx.write_assigned(cfg, 0, iter(_rows(1, range(4))))) == [("in", 1, 0, 4, 4)]
+    assert len(broker.log) == 4
+
+
+def test_a_scan_task_holding_a_row_of_another_partition_fails_before_its_commit(  # type: ignore[no-untyped-def]
+        monkeypatch) -> None:
+    """A job that rewrote the source columns: the task's transaction is aborted, nothing of it committed."""
+    broker = Broker()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
+    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 5)]), "assigned": [("in", 0), ("in", 1)]}
+    with pytest.raises(ValueError, match=r"a row of in\[1\] offset 2 came from Spark's read of in\[0\]"):
+        _written(_kafka_tx.write_assigned(cfg, 0, iter(_rows(0, range(2)) + _rows(1, range(2, 3)))))
+    assert broker.log == [] and broker.groups == {}
 
 
 def test_a_batch_without_its_source_columns_is_refused_before_the_ledger_or_kafka_is_touched() -> None:
