@@ -151,6 +151,7 @@ def plan_cmd(
     import os
 
     from offset_ledger.cli.support import check_format, operations, require_named
+    from offset_ledger.operate.action_answers import restart_preview_answer
     from offset_ledger.operate.restart_preview import preview_restart
     from offset_ledger.rules.policies import Policies
     from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
@@ -179,7 +180,7 @@ def _print_preview(preview, fmt: str, *, truncate: bool) -> None:  # type: ignor
     from offset_ledger.cli.reset import cost_line
     from offset_ledger.cli.support import emit
 
-    doc = preview.to_dict()
+    doc = restart_preview_answer(preview)
     plan = preview.plan
     costs = {(c.tp.topic, c.tp.partition): c for c in (preview.cost.partitions if preview.cost else ())}
     rows = []
