@@ -217,9 +217,29 @@ def run_answer(r: RunActivity) -> dict[str, Any]:
 
 
 def finding_answer(f: Finding) -> dict[str, Any]:
-    """A finding a verb made (a restart's, a failover's, verify's context); ``details`` as recorded."""
+    """A finding a verb made (a restart's, a failover's) as every face names it."""
     return {"kind": f.kind, "message": f.message, "topic": f.topic, "partition": f.partition,
-            "details": dict(f.details)}
+            "details": details_answer(f.details)}
+
+
+def details_answer(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A finding's details under the answer's camelCase names (``log_start_offset`` -> ``logStartOffset``).
+
+    The ledger stores them as written (``findings.details``, snake_case: the SQL views and
+    ``Finding.details`` keep those names). Its field names are renamed, and those of the records in
+    its lists (a data_loss finding's ``lost`` entries); a map under a field is data keyed by a
+    topic, a sink or a partition (``topic_map``, ``reaches``) and is kept as it is.
+    """
+    if details is None:
+        return None
+    return {_camel(k): _records_camel(v) for k, v in details.items()}
+
+
+def _records_camel(value: Any) -> Any:
+    if isinstance(value, list):
+        return [{_camel(k): _records_camel(v) for k, v in item.items()} if isinstance(item, Mapping)
+                else _records_camel(item) for item in value]
+    return value
 
 
 def ms_iso(ms: int | None) -> str | None:

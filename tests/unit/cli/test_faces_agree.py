@@ -109,6 +109,9 @@ DERIVED = {
     ("resets", "changes"): "the first four partitions' moves",
 }
 CAMEL = re.compile(r"^[a-z][A-Za-z0-9]*$")
+#: A finding's details as the ledger stores them (snake_case), with a list of records and a map keyed by data.
+DETAILS = {"kind": "below_log_start", "log_start_offset": 410,
+           "lost": [{"next_offset": 400, "records_lost": 10}], "topic_map": {"orders_v2": "backup.orders_v2"}}
 
 
 @pytest.fixture
@@ -127,7 +130,8 @@ def dsn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         set_policies(conn, P, {"window": "10m"}, actor="t", reason="windowed since v2")
         conn.execute(insert(findings), [{"pipeline": P, "consumer_group": P, "kind": "gap", "topic": "orders",
                                          "partition": 0, "message": "a gap", "created_at": datetime.now(timezone.utc),
-                                         "expected_offset": 400, "actual_offset": 410}])
+                                         "expected_offset": 400, "actual_offset": 410,
+                                         "details": DETAILS}])
     engine.dispose()
 
     def operations(dsn: str | None, kafka: Any = None) -> Operations:
@@ -165,7 +169,7 @@ def _keys(doc: Any, path: str = "") -> list[str]:
     if isinstance(doc, dict):
         for k, v in doc.items():
             if path.endswith(("/scope", "/offsets", "/newPositions", "/effective", "/sources", "startingOffsets",
-                              "endingOffsets", "/assign")) or str(k).isdigit():
+                              "endingOffsets", "/assign", "/topicMap")) or str(k).isdigit():
                 continue  # keyed by topic, partition or policy name: data, not field names
             out.append(f"{path}/{k}")
             out += _keys(v, f"{path}/{k}")
@@ -342,3 +346,11 @@ def test_every_route_and_command_is_paired_or_says_why(api: TestClient) -> None:
     assert not unpaired_cli, f"commands neither paired with a route nor listed in CLI_ONLY: {sorted(unpaired_cli)}"
     assert not (set(CLI_ONLY) - commands), f"CLI_ONLY lists commands that are gone: {sorted(set(CLI_ONLY) - commands)}"
     assert paired_commands <= commands, sorted(paired_commands - commands)
+
+
+def test_a_findings_details_are_camel_case_under_camel_case_parents(dsn: str, api: TestClient) -> None:
+    """Nested names follow their parents' casing; a map keyed by data (a topic) keeps its keys."""
+    (found,) = api.get(f"/api/v1/pipelines/{P}/findings").json()["findings"]
+    assert found["details"] == {"kind": "below_log_start", "logStartOffset": 410,
+                                "lost": [{"nextOffset": 400, "recordsLost": 10}],
+                                "topicMap": {"orders_v2": "backup.orders_v2"}}
