@@ -151,7 +151,6 @@ def plan_cmd(
     import os
 
     from offset_ledger.cli.support import check_format, operations, require_named
-    from offset_ledger.operate.action_answers import restart_preview_answer
     from offset_ledger.operate.restart_preview import preview_restart
     from offset_ledger.rules.policies import Policies
     from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
@@ -179,6 +178,7 @@ def plan_cmd(
 def _print_preview(preview, fmt: str, *, truncate: bool) -> None:  # type: ignore[no-untyped-def]
     from offset_ledger.cli.reset import cost_line
     from offset_ledger.cli.support import emit
+    from offset_ledger.operate.action_answers import restart_preview_answer
 
     doc = restart_preview_answer(preview)
     plan = preview.plan
