@@ -200,11 +200,12 @@ def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), ba
                                                description="default: the current generation's query"),
                 generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
                 consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
+    from offset_ledger.operate.action_answers import replay_answer
     from offset_ledger.operate.replay import replay
 
     result = replay(_ops(request), pipeline, batch=batch, query_id=queryId, generation=generation,
                     consumer_group=consumerGroup)
-    return {"pipeline": pipeline, "batchId": batch, **result.to_dict()}
+    return {"pipeline": pipeline, "batchId": batch, **replay_answer(result)}
 
 
 # -- service --------------------------------------------------------------------------------

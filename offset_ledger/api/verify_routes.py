@@ -27,10 +27,11 @@ def verify_pipeline_route(
     topic: Optional[str] = Query(None, pattern=TOPIC_PATTERN),
     unexplainedOnly: bool = Query(False, description="list only the stretches nothing explains"),
 ) -> Any:
+    from offset_ledger.operate.action_answers import verify_answer
     from offset_ledger.operate.verifying import verify_pipeline
 
     ops: Operations = request.app.state.operations
-    doc = verify_pipeline(ops, pipeline, consumerGroup, topic=topic).to_dict()
+    doc = verify_answer(verify_pipeline(ops, pipeline, consumerGroup, topic=topic))
     if unexplainedOnly:
         doc["stretches"] = [s for s in doc["stretches"] if not s["explained"]]
     return JSONResponse(doc)

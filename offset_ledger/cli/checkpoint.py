@@ -45,6 +45,7 @@ def mirror_cmd(
 
     from offset_ledger.errors import InvalidInput, KafkaError
     from offset_ledger.kafka.mirror import sync_group
+    from offset_ledger.operate.answers import mirror_decision_answer, sync_answer
     from offset_ledger.operate.operations import resolve_group
 
     fmt = check_format(out.fmt)
@@ -69,9 +70,9 @@ def mirror_cmd(
                 typer.echo(f"not synced yet: {exc.message}", err=True)
             else:
                 if not follow or result.committed:
-                    rows = [d.to_dict() for d in result.decisions]
+                    rows = [mirror_decision_answer(d) for d in result.decisions]
                     emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
-                          result.to_dict(), truncate=out.truncate)
+                          sync_answer(result), truncate=out.truncate)
                 if not follow:
                     typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)
                     return
@@ -145,6 +146,7 @@ def import_checkpoint_cmd(
     import json as _json
 
     from offset_ledger.cli.positional import pipeline_and_checkpoint
+    from offset_ledger.operate.action_answers import adopt_answer
     from offset_ledger.operate.adopt import import_checkpoint
 
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option)
@@ -158,7 +160,7 @@ def import_checkpoint_cmd(
     rows = [{"topic": t, "partition": p, "nextOffset": o}
             for t, parts in result.positions.items() for p, o in parts.items()]
     if fmt == "json":
-        typer.echo(_json.dumps(result.to_dict(), indent=2))
+        typer.echo(_json.dumps(adopt_answer(result), indent=2))
     elif fmt == "csv":
         emit(rows, ["topic", "partition", "nextOffset"], "csv")
     else:
@@ -198,6 +200,7 @@ def replay_cmd(
 
     from offset_ledger.errors import InvalidInput
     from offset_ledger.operate.inputs import parse_timestamp
+    from offset_ledger.operate.action_answers import replay_answer
     from offset_ledger.operate.replay import replay
 
     if fmt not in ("options", "json"):
@@ -211,7 +214,7 @@ def replay_cmd(
     finally:
         ops.close()
     # The API's answer for a batch (GET .../batches/{batch}/range) names the pipeline and the batch too.
-    doc = {"pipeline": pipeline, **({"batchId": batch} if batch is not None else {}), **result.to_dict()}
+    doc = {"pipeline": pipeline, **({"batchId": batch} if batch is not None else {}), **replay_answer(result)}
     if fmt == "json":
         typer.echo(_json.dumps(doc, indent=2))
     else:

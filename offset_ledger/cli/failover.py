@@ -95,7 +95,8 @@ def failover_cmd(
     """
     from offset_ledger.errors import InvalidInput
     from offset_ledger.kafka.client_config import gather
-    from offset_ledger.operate.failover import dumps, fail_over
+    from offset_ledger.operate.action_answers import failover_json
+    from offset_ledger.operate.failover import fail_over
     from offset_ledger.operate.operations import Operations
     from offset_ledger.rules.failover import FailoverRequest
 
@@ -130,7 +131,7 @@ def failover_cmd(
         typer.echo("note: failover is a dry run unless --execute (it wrote by default before this release)",
                    err=True)
     if fmt == "json":
-        typer.echo(dumps(result))
+        typer.echo(failover_json(result))
         return
     rows = [{"targetTopic": p.target_topic, "partition": p.partition, "status": p.status,
              "ledgerNextOffset": p.ledger_next_offset, "checkpointUpstreamOffset": p.checkpoint_upstream_offset,

@@ -173,7 +173,7 @@ def set_cmd(
 @grouped
 def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), ledger: LedgerOptions = LedgerOptions(),
                 out: OutputOptions = OutputOptions()) -> None:
-    """Every change of PIPELINE's policies, oldest first: when, who, why, and the policies after it."""
+    """Every change of PIPELINE's policies, newest first: when, who, why, and the policies after it."""
     import json
 
     from offset_ledger.ledger.policy_store import policy_history
@@ -182,11 +182,13 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), ledger:
     check_name("pipeline", pipeline)
     check_format(out.fmt)
     changes = _with_ledger(ledger.address(), "reading policies", lambda conn: _known(conn, pipeline, policy_history))
-    from offset_ledger.operate.policy_view import to_api
+    from offset_ledger.operate.policy_view import change_dict
 
-    rows = [{"id": c.id, "at": c.created_at, "actor": c.actor, "reason": c.reason,
-             "policies": json.dumps(to_api(c.policies), sort_keys=True)} for c in changes]
-    emit(rows, ["id", "at", "actor", "reason", "policies"], out.fmt, truncate=out.truncate)
+    # The API's answer (GET .../policies/history), newest first; a row per change, its policies in one cell.
+    items = [change_dict(c) for c in reversed(changes)]
+    rows = [{**item, "policies": json.dumps(item["policies"], sort_keys=True)} for item in items]
+    emit(rows, ["id", "createdAt", "actor", "reason", "policies"], out.fmt, {"pipeline": pipeline, "changes": items},
+         truncate=out.truncate)
 
 
 def register(app: typer.Typer) -> None:

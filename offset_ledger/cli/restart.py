@@ -191,8 +191,9 @@ def plan_cmd(
 def _print_preview(preview, fmt: str, *, truncate: bool) -> None:  # type: ignore[no-untyped-def]
     from offset_ledger.cli.reset import cost_line
     from offset_ledger.cli.support import emit
+    from offset_ledger.operate.action_answers import restart_preview_answer
 
-    doc = preview.to_dict()
+    doc = restart_preview_answer(preview)
     plan = preview.plan
     costs = {(c.tp.topic, c.tp.partition): c for c in (preview.cost.partitions if preview.cost else ())}
     rows = []

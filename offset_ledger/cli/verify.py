@@ -39,6 +39,7 @@ def verify_cmd(
 
     Example: offset-ledger verify orders --format json
     """
+    from offset_ledger.operate.action_answers import verify_answer
     from offset_ledger.operate.verifying import verify_pipeline
 
     fmt = check_format(out.fmt)
@@ -51,7 +52,7 @@ def verify_cmd(
     rows = report.table_rows()
     if unexplained_only:
         rows = [r for r in rows if r["status"] != "explained"]
-    document = report.to_dict()
+    document = verify_answer(report)
     if unexplained_only:
         document["stretches"] = [s for s in document["stretches"] if not s["explained"]]
     counts = document["summary"]

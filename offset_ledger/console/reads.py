@@ -50,9 +50,8 @@ class ConsoleReads:
             row["staleRunIds"] = [r.run_id for r in s.runs if r.state == "stale"]
             row["findings"] = counts.get(key, 0)
             row["findingsAttention"] = attention.get(key, 0)  # what the count is coloured by
-            gen = s.generation
+            gen = s.generation  # shown as the API's object (test_faces_agree: same name, same value)
             run = last_runs.get(key)
-            row["generation"] = gen["generation"] if gen else None
             # The running code's version is the newest run's; a generation opened but not yet run
             # still tells which version asked for it.
             row["appVersion"] = (run or {}).get("app_version") or (gen or {}).get("app_version")
@@ -91,16 +90,3 @@ class ConsoleReads:
                 "reason": g["reason"], "createdAt": iso_utc(g["created_at"]), "startingOffsets": g["starting_offsets"],
             } for g in gens],
         }
-
-    def findings(self, pipeline: str, consumer_group: str | None = None, *, limit: int = 100) -> dict[str, Any]:
-        """The pipeline's findings, newest first."""
-        with self._db() as conn:
-            group = resolve_group(conn, pipeline, consumer_group)
-            rows = cq.pipeline_findings(conn, pipeline, group, limit=limit)
-        return {"pipeline": pipeline, "consumerGroup": group, "findings": [{
-            "id": r["id"], "kind": r["kind"], "topic": r["topic"], "partition": r["partition"],
-            "queryId": r["query_id"], "batchId": r["batch_id"], "expectedOffset": r["expected_offset"],
-            "actualOffset": r["actual_offset"], "message": r["message"], "createdAt": iso_utc(r["created_at"]),
-            "occurrences": int(r["occurrences"]), "lastSeenAt": iso_utc(r["last_seen_at"]),
-        } for r in rows]}
-

@@ -61,10 +61,6 @@ class MirrorDecision:
     committed_offset: int | None
     action: Action
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"topic": self.tp.topic, "partition": self.tp.partition, "ledgerOffset": self.ledger_offset,
-                "committedOffset": self.committed_offset, "action": self.action}
-
 
 def metadata(pipeline: str, epoch: int, pos: LedgerPosition) -> str:
     """The offset-commit metadata string: who placed the offset (Kafka keeps it beside the offset)."""
@@ -152,10 +148,6 @@ class SyncResult:
     epoch: int
     decisions: tuple[MirrorDecision, ...]
     committed: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "consumerGroup": self.consumer_group, "epoch": self.epoch,
-                "committed": self.committed, "partitions": [d.to_dict() for d in self.decisions]}
 
 
 def sync_group(engine: Engine, kafka: Any, pipeline: str, group: str) -> SyncResult:

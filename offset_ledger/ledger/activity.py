@@ -66,11 +66,6 @@ class RunActivity:
     follows: str | None = None  # a sink's or watcher's run: the listener run whose state it takes
     heartbeat: bool = False  # judged on the driver's own heartbeat (``rules.liveness``)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"runId": self.run_id, "queryId": self.query_id, "state": self.state,
-                "lastSeen": self.last_seen.isoformat(), "timeoutSeconds": int(self.timeout.total_seconds()),
-                "why": self.why, "inferred": self.inferred, "heartbeat": self.heartbeat}
-
     @classmethod
     def of(cls, lv: Liveness, generation_id: int | None) -> RunActivity:
         return cls(lv.run_id, lv.query_id, lv.state, lv.last_seen, lv.bound, lv.why, generation_id, lv.inferred,

@@ -63,16 +63,6 @@ class AdoptResult:
     def starting_offsets(self) -> dict[str, dict[str, int]]:
         return {t: {str(p): o for p, o in parts.items()} for t, parts in self.positions.items()}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "pipeline": self.pipeline, "consumerGroup": self.consumer_group,
-            "checkpointLocation": self.checkpoint_location, "checkpointRoot": self.checkpoint_root,
-            "queryId": self.query_id, "committedBatchId": self.committed_batch_id,
-            "plannedBatchIds": list(self.planned_batch_ids), "positions": self.starting_offsets,
-            "sourcesUsed": list(self.sources_used), "skipped": list(self.skipped),
-            "executed": self.executed, "generation": self.generation,
-        }
-
 
 def parent_location(location: str) -> str:
     """The directory holding the checkpoint, by string (a URI keeps its scheme and authority)."""

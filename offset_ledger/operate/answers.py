@@ -1,6 +1,10 @@
-"""What the operations answer: plain frozen values the REST API, the CLI and /metrics render.
+"""What the operations answer: plain frozen values the REST API, the CLI and /metrics render, and the
+one writer of each kind of answer's JSON names (camelCase keys, ISO 8601 times).
 
-Each ``to_dict`` is the JSON shape the API returns (camelCase keys, ISO 8601 times).
+The values of ``rules/``, ``ledger/`` and ``kafka/`` carry no JSON names of their own: what a face
+shows of a finding, a move's cost, a run, a failover's partition or a mirror's decision is written
+here, once (``finding_answer``, ``move_cost_answer``, ...); the verbs' outcomes built from them are
+written by ``operate.action_answers``. Each ``to_dict`` below is the JSON shape the API returns.
 """
 
 from __future__ import annotations
@@ -11,11 +15,15 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: a read command does not pay for the reset and cost modules
+    from offset_ledger.kafka.mirror import MirrorDecision, SyncResult
     from offset_ledger.ledger.activity import RunActivity
     from offset_ledger.ledger.reset_store import StoredReset
-    from offset_ledger.rules.move_cost import MoveCost
+    from offset_ledger.rules.failover import FailoverPartition, FailoverProblem
+    from offset_ledger.rules.model import Finding
+    from offset_ledger.rules.move_cost import MoveCost, PartitionCost
     from offset_ledger.rules.resets import PartitionReset, ResetPlan
     from offset_ledger.rules.retention import Headroom
+    from offset_ledger.rules.verify import BatchRef, Reason
 
 
 def iso_utc(value: datetime | None) -> str | None:
@@ -58,7 +66,7 @@ class PipelineSummary:
             "lastEventAt": iso_utc(self.last_event_at),
             "activeRunIds": list(self.active_run_ids), "partitions": self.partitions,
             "lastBatchTime": iso_utc(self.last_batch_time), "lastBatchId": self.last_batch_id, "lag": self.lag,
-            "runs": [r.to_dict() for r in self.runs],
+            "runs": [run_answer(r) for r in self.runs],
             "generation": None if self.generation is None else {
                 "generation": self.generation["generation"], "appVersion": self.generation["app_version"],
                 "checkpointLocation": self.generation["location"]},
@@ -144,7 +152,7 @@ class ResetOutcome:
             "activeRunIds": list(self.stored.active_run_ids),
             "partitions": [partition_reset_dict(p) for p in self.plan.partitions],
             "newPositions": self.plan.new_positions(),
-            "cost": None if self.cost is None else self.cost.to_dict(),
+            "cost": None if self.cost is None else move_cost_answer(self.cost),
         }
 
 
@@ -199,6 +207,109 @@ def audited_partition_dict(p: Mapping[str, Any]) -> dict[str, Any]:
         "beforeNextOffset": p["before_next_offset"], "targetNextOffset": None if refused else after,
         "afterNextOffset": after, "logStartOffset": start, "logEndOffset": end, "refused": refused,
     }
+
+
+def run_answer(r: RunActivity) -> dict[str, Any]:
+    """One unterminated run, its state and why (a pipeline's ``runs``)."""
+    return {"runId": r.run_id, "queryId": r.query_id, "state": r.state,
+            "lastSeen": r.last_seen.isoformat(), "timeoutSeconds": int(r.timeout.total_seconds()),
+            "why": r.why, "inferred": r.inferred, "heartbeat": r.heartbeat}
+
+
+def finding_answer(f: Finding) -> dict[str, Any]:
+    """A finding a verb made (a restart's, a failover's) as every face names it."""
+    return {"kind": f.kind, "message": f.message, "topic": f.topic, "partition": f.partition,
+            "details": details_answer(f.details)}
+
+
+def details_answer(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A finding's details under the answer's camelCase names (``log_start_offset`` -> ``logStartOffset``).
+
+    The ledger stores them as written (``findings.details``, snake_case: the SQL views and
+    ``Finding.details`` keep those names). Its field names are renamed, and those of the records in
+    its lists (a data_loss finding's ``lost`` entries); a map under a field is data keyed by a
+    topic, a sink or a partition (``topic_map``, ``reaches``) and is kept as it is.
+    """
+    if details is None:
+        return None
+    return {_camel(k): _records_camel(v) for k, v in details.items()}
+
+
+def _records_camel(value: Any) -> Any:
+    if isinstance(value, list):
+        return [{_camel(k): _records_camel(v) for k, v in item.items()} if isinstance(item, Mapping)
+                else _records_camel(item) for item in value]
+    return value
+
+
+def ms_iso(ms: int | None) -> str | None:
+    """An epoch-milliseconds record time in the API's time format."""
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
+
+
+def ms_seconds(ms: int | None) -> float | None:
+    return None if ms is None else round(ms / 1000, 3)
+
+
+def partition_cost_answer(p: PartitionCost) -> dict[str, Any]:
+    """One partition of a move's cost: both ends as next offsets, the records between, their span."""
+    return {
+        "topic": p.tp.topic, "partition": p.tp.partition, "direction": p.direction,
+        "fromNextOffset": p.from_next, "toNextOffset": p.to_next, "records": p.records,
+        "approxBytes": p.approx_bytes, "spanSeconds": ms_seconds(p.span_ms),
+        "firstRecordTime": ms_iso(p.first_timestamp_ms), "lastRecordTime": ms_iso(p.last_timestamp_ms),
+    }
+
+
+def move_cost_answer(cost: MoveCost) -> dict[str, Any]:
+    """What a move re-reads and skips, in total and per moving partition."""
+    out: dict[str, Any] = {}
+    for direction, records, size in (("reread", cost.records_reread, cost.bytes_reread),
+                                     ("skip", cost.records_skipped, cost.bytes_skipped)):
+        first, last = cost.span(direction)  # type: ignore[arg-type]
+        out[direction] = {"records": records, "approxBytes": size,
+                          "firstRecordTime": ms_iso(first), "lastRecordTime": ms_iso(last),
+                          "spanSeconds": ms_seconds(None if first is None or last is None else last - first)}
+    out["complete"] = cost.complete
+    out["partitions"] = [partition_cost_answer(p) for p in cost.partitions if p.direction != "none"]
+    return out
+
+
+def failover_partition_answer(p: FailoverPartition) -> dict[str, Any]:
+    """One partition of a failover plan: where the ledger was, what MM2 translated, where the backup starts."""
+    return {"sourceTopic": p.source_topic, "targetTopic": p.target_topic, "partition": p.partition,
+            "status": p.status, "ledgerNextOffset": p.ledger_next_offset,
+            "checkpointUpstreamOffset": p.checkpoint_upstream_offset,
+            "startNextOffset": p.start_next_offset, "behindCheckpoint": p.behind_checkpoint,
+            "rereadMax": p.reread_max, "rereadFromMs": p.reread_from_ms, "rereadUntilMs": p.reread_until_ms}
+
+
+def failover_problem_answer(p: FailoverProblem) -> dict[str, Any]:
+    """A partition a failover cannot start by MM2's translation, and why."""
+    return {"sourceTopic": p.source_topic, "targetTopic": p.target_topic, "partition": p.partition,
+            "reason": p.reason, "detail": p.detail}
+
+
+def reason_answer(r: Reason) -> dict[str, Any]:
+    """Why a verify stretch is accounted for: a reset or a finding, with its id."""
+    return {"kind": r.kind, "id": r.id, "detail": r.detail}
+
+
+def batch_ref_answer(ref: BatchRef, generation: int | None) -> dict[str, Any]:
+    """A batch bordering or reading a verify stretch, with the checkpoint generation its query ran in."""
+    return {"queryId": ref.query_id, "batchId": ref.batch_id, "generation": generation}
+
+
+def mirror_decision_answer(d: MirrorDecision) -> dict[str, Any]:
+    """What the group mirror does with one partition."""
+    return {"topic": d.tp.topic, "partition": d.tp.partition, "ledgerOffset": d.ledger_offset,
+            "committedOffset": d.committed_offset, "action": d.action}
+
+
+def sync_answer(r: SyncResult) -> dict[str, Any]:
+    """One sync of a Kafka group to the ledger's positions."""
+    return {"pipeline": r.pipeline, "consumerGroup": r.consumer_group, "epoch": r.epoch,
+            "committed": r.committed, "partitions": [mirror_decision_answer(d) for d in r.decisions]}
 
 
 @dataclass(frozen=True)

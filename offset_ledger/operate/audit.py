@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.tables import findings
-from offset_ledger.operate.answers import iso_utc
+from offset_ledger.operate.answers import details_answer, iso_utc
 from offset_ledger.operate.inputs import MAX_LIMIT, check_limit
 from offset_ledger.operate.operations import resolve_group
 from offset_ledger.operate.visibility import current_scope
@@ -77,6 +77,6 @@ def list_findings(
         "occurrences": int(r["occurrences"] or 1), "kind": r["kind"], "topic": r["topic"],
         "partition": r["partition"], "expectedOffset": r["expected_offset"], "actualOffset": r["actual_offset"],
         "queryId": r["query_id"], "batchId": r["batch_id"], "runId": r["run_id"],
-        "generationId": r["generation_id"], "message": r["message"], "details": r["details"],
+        "generationId": r["generation_id"], "message": r["message"], "details": details_answer(r["details"]),
     } for r in rows]
     return group, out, (rows[-1]["id"] if more else None)

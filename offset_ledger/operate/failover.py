@@ -15,7 +15,6 @@ refused (``not_translated_back``) unless started from the original topic's log s
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,16 +94,6 @@ class FailoverResult:
     @property
     def reread_max(self) -> int:
         return self.plan.reread_max
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"pipeline": self.pipeline, "consumerGroup": self.consumer_group, "sourceAlias": self.source_alias,
-                "targetBootstrap": self.target_bootstrap, "targetClusterId": self.target_cluster_id,
-                "dryRun": self.dry_run, "topics": self.topics, "topicMap": dict(self.plan.topic_map),
-                "startingOffsets": self.starting_offsets, "checkpointLocation": self.checkpoint_location,
-                "generation": self.generation, "rereadMax": self.reread_max,
-                "partitions": [p.to_dict() for p in self.plan.partitions],
-                "problems": [p.to_dict() for p in self.plan.problems],
-                "findings": [f.to_dict() for f in self.findings]}
 
 
 def failover(
@@ -305,8 +294,3 @@ def _record(engine: Any, result: FailoverResult, before: Mapping[TopicPartition,
     log.info("pipeline %s failed over to %s: generation %s at %s, at most %d record(s) re-read", pipeline,
              result.target_bootstrap, generation.generation, generation.location, result.reread_max)
     return replace(result, checkpoint_location=generation.location, generation=generation.generation)
-
-
-def dumps(result: FailoverResult) -> str:
-    """The result as indented JSON (the CLI's --json)."""
-    return json.dumps(result.to_dict(), indent=2, sort_keys=False)

@@ -80,18 +80,6 @@ class ReplayRange:
         return {"assign": self.assign_json, "startingOffsets": self.starting_offsets_json,
                 "endingOffsets": self.ending_offsets_json}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "startingOffsets": self.starting_offsets, "endingOffsets": self.ending_offsets,
-            "assign": self.assign, "records": self.records,
-            "batches": [{"queryId": q, "batchId": b} for q, b in self.batches],
-            "warnings": list(self.warnings), "lost": [dict(x) for x in self.lost],
-            "retentionChecked": self.retention_checked,
-            "outputs": [{"queryId": o["query_id"], "batchId": o["batch_id"], "sink": o["sink"], "target": o["target"],
-                         "sequence": o["sequence"], "rowCount": o["row_count"], "tableVersion": o["table_version"]}
-                        for o in self.outputs],
-        }
-
 
 # (query id, batch id, source index, topic, partition) of one recorded range.
 RangeKey = tuple[str, int, int, str, int]

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from offset_ledger.ledger.generations import generation_location
 from offset_ledger.operate.move_cost import plan_cost
@@ -53,22 +52,6 @@ class RestartPreview:
     positions: Mapping[tuple[str, int], int]  # the ledger's positions the plan starts from
     pending_reset_ids: tuple[int, ...]
     cost: MoveCost | None  # on a fresh checkpoint: what starting there re-reads or skips
-
-    def to_dict(self) -> dict[str, Any]:
-        p = self.plan
-        return {
-            "pipeline": p.pipeline, "consumerGroup": p.consumer_group,
-            "checkpoint": {"fresh": p.fresh_checkpoint, "reason": self.reason, "why": self.why,
-                           "location": p.checkpoint_location, "generation": p.generation},
-            "startingOffsets": {t: dict(parts) for t, parts in p.starting_offsets.items()},
-            "eventTimeFloor": p.event_time_floor.isoformat() if p.event_time_floor is not None else None,
-            "findings": [{"kind": f.kind, "topic": f.topic, "partition": f.partition, "message": f.message}
-                         for f in p.findings],
-            "pendingResets": list(self.pending_reset_ids),
-            "cost": self.cost.to_dict() if self.cost is not None else None,
-            "policies": dict(p.policies),
-            "written": False,
-        }
 
 
 def preview_restart(ops: Operations, ref: PipelineRef, options: RestartOptions,

@@ -53,12 +53,12 @@ class VerifyReport:
     def ok(self) -> bool:
         return all(s.explained for s in self.stretches) and not self.sink_gaps
 
-    def _batch(self, ref: BatchRef | None) -> dict[str, Any] | None:
-        if ref is None:
-            return None
-        return {**ref.to_dict(), "generation": self.inputs.generation_of_query.get(ref.query_id)}
+    def generation_of(self, ref: BatchRef) -> int | None:
+        """The checkpoint generation the batch's query ran in (None: not known to the ledger)."""
+        return self.inputs.generation_of_query.get(ref.query_id)
 
-    def _notes(self, s: Stretch) -> list[str]:
+    def notes(self, s: Stretch) -> list[str]:
+        """What the ledger adds about a stretch (the recorder's own findings, pruned batches, ...)."""
         notes = []
         if s.kind == "loss" or (s.kind == "unknown" and s.before is None
                                 and (s.topic, s.partition, s.from_offset) in self.loss_notes):
@@ -85,16 +85,6 @@ class VerifyReport:
                 notes.append("at or after the current position: read already, and to be read again")
         return notes
 
-    def stretch_dict(self, s: Stretch) -> dict[str, Any]:
-        return {
-            "topic": s.topic, "partition": s.partition, "incarnation": s.incarnation,
-            "fromOffset": s.from_offset, "untilOffset": s.until_offset, "records": s.records, "kind": s.kind,
-            "times": s.times, "explained": s.explained, "reasons": [r.to_dict() for r in s.reasons],
-            "before": self._batch(s.before), "after": self._batch(s.after),
-            "batches": [self._batch(b) for b in s.batches], "beyondPosition": s.beyond_position,
-            "notes": self._notes(s),
-        }
-
     def summary(self) -> dict[str, Any]:
         counts: dict[str, Any] = {**summarize(self.results), "seconds": round(self.seconds, 3)}
         if self.sink_gaps:  # each an unexplained stretch of its own sink's output
@@ -102,46 +92,27 @@ class VerifyReport:
             counts["sinkGaps"] = len(self.sink_gaps)
         return counts
 
-    def to_dict(self) -> dict[str, Any]:
-        gaps = {"sinkGaps": [{"sink": g.sink, "topic": g.topic, "partition": g.partition, "fromOffset": g.from_offset,
-                              "untilOffset": g.until_offset, "records": g.until_offset - g.from_offset,
-                              "heldBy": list(g.held_by), "message": g.message()} for g in self.sink_gaps]} \
-            if self.sink_gaps else {}
-        return {
-            "pipeline": self.pipeline, "consumerGroup": self.consumer_group, "topic": self.topic, "ok": self.ok,
-            "summary": self.summary(), **gaps,
-            "stretches": [self.stretch_dict(s) for s in self.stretches],
-            "partitions": [{
-                "topic": r.topic, "partition": r.partition, "incarnation": r.incarnation,
-                "firstOffset": r.first_offset, "endOffset": r.end_offset, "position": r.position,
-                "ranges": r.ranges, "unknownStarts": r.unknown_starts,
-                "unexplained": sum(1 for s in r.stretches if not s.explained),
-                "explained": sum(1 for s in r.stretches if s.explained),
-                "context": [c.to_dict() for c in self.inputs.context.get((r.topic, r.partition, r.incarnation), ())],
-            } for r in self.results],
-        }
-
     def table_rows(self) -> list[dict[str, Any]]:
         """One row per stretch, for the table and CSV formats."""
         out = []
         for s in self.stretches:
             if s.kind == "unknown" and s.before is None and (s.topic, s.partition, s.from_offset) in self.loss_notes:
-                borders = "read by " + ", ".join(_label(self._batch(b)) for b in s.batches)  # a row count unknown
+                borders = "read by " + ", ".join(_label(self, b) for b in s.batches)  # a row count unknown
             elif s.kind == "unknown":
-                borders = (f"after {_label(self._batch(s.before))}; " if s.before else "") + \
-                    "start unknown: " + ", ".join(_label(self._batch(b)) for b in s.batches)
+                borders = (f"after {_label(self, s.before)}; " if s.before else "") + \
+                    "start unknown: " + ", ".join(_label(self, b) for b in s.batches)
             elif s.kind == "gap":
-                around = [f"after {_label(self._batch(s.before))}" if s.before else None,
-                          f"before {_label(self._batch(s.after))}" if s.after else "before the position"]
+                around = [f"after {_label(self, s.before)}" if s.before else None,
+                          f"before {_label(self, s.after)}" if s.after else "before the position"]
                 borders = "; ".join(x for x in around if x)
             else:
-                borders = "read by " + ", ".join(_label(self._batch(b)) for b in s.batches)
+                borders = "read by " + ", ".join(_label(self, b) for b in s.batches)
             out.append({
                 "status": "explained" if s.explained else "UNEXPLAINED", "topic": s.topic,
                 "partition": s.partition, "incarnation": s.incarnation, "fromOffset": s.from_offset,
                 "untilOffset": s.until_offset, "records": s.records, "kind": s.kind, "times": s.times,
                 "explanation": "; ".join(r.label() for r in s.reasons) or None, "borders": borders,
-                "notes": "; ".join(self._notes(s)) or None,
+                "notes": "; ".join(self.notes(s)) or None,
             })
         for g in self.sink_gaps:
             out.append({
@@ -153,11 +124,12 @@ class VerifyReport:
         return out
 
 
-def _label(batch: dict[str, Any] | None) -> str:
-    if batch is None:
+def _label(report: VerifyReport, ref: BatchRef | None) -> str:
+    if ref is None:
         return "-"
-    gen = f" (gen {batch['generation']})" if batch.get("generation") is not None else ""
-    return f"batch {batch['batchId']} of {batch['queryId'][:8]}{gen}"
+    generation = report.generation_of(ref)
+    gen = f" (gen {generation})" if generation is not None else ""
+    return f"batch {ref.batch_id} of {ref.query_id[:8]}{gen}"
 
 
 def verify_pipeline(ops: Operations, pipeline: str, consumer_group: str | None = None, *,

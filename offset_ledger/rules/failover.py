@@ -245,7 +245,8 @@ class FailoverPartition:
     reread_from_ms: int | None = None
     reread_until_ms: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def details(self) -> dict[str, Any]:
+        """This partition as the failover finding records it (stored in the ledger: the names never change)."""
         return {"sourceTopic": self.source_topic, "targetTopic": self.target_topic, "partition": self.partition,
                 "status": self.status, "ledgerNextOffset": self.ledger_next_offset,
                 "checkpointUpstreamOffset": self.checkpoint_upstream_offset,
@@ -264,7 +265,8 @@ class FailoverProblem:
     reason: Literal["no_checkpoint", "not_translated_back", "checkpoint_ahead", "below_log_start", "beyond_log_end"]
     detail: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def details(self) -> dict[str, Any]:
+        """This problem as a refusal's ``problems`` and a finding's details record it (stored: names fixed)."""
         return {"sourceTopic": self.source_topic, "targetTopic": self.target_topic, "partition": self.partition,
                 "reason": self.reason, "detail": self.detail}
 
@@ -366,13 +368,13 @@ def plan_failover(
             "back onto the original topic; waiting does not help); choose --uncheckpointed "
             "earliest to read the original topic from its log start (nothing skipped; the plan states how many "
             "records are read again)",
-            reason="uncheckpointed", problems=[x.to_dict() for x in problems])
+            reason="uncheckpointed", problems=[x.details() for x in problems])
     if problems and uncheckpointed == "fail":
         names = ", ".join(f"{x.target_topic}:{x.partition} ({x.reason})" for x in problems)
         raise FailoverRefused(
             f"no safe MM2 translation for {len(problems)} partition(s): {names}; wait for MirrorMaker 2 to "
             "checkpoint them, or choose --uncheckpointed earliest to read them from the start of the backup's log",
-            reason="uncheckpointed", problems=[x.to_dict() for x in problems])
+            reason="uncheckpointed", problems=[x.details() for x in problems])
     return FailoverPlan(dict(topic_map), tuple(parts), tuple(problems))
 
 
@@ -434,7 +436,7 @@ def failover_findings(plan: FailoverPlan, *, source_alias: str, target_bootstrap
         details={"source_alias": source_alias, "target_bootstrap": target_bootstrap,
                  "source_cluster_id": source_cluster_id, "target_cluster_id": target_cluster_id,
                  "topic_map": dict(plan.topic_map), "reread_max": plan.reread_max, "reread_span_ms": span_ms,
-                 "partitions": [p.to_dict() for p in plan.partitions]})
+                 "partitions": [p.details() for p in plan.partitions]})
     extra = tuple(Finding("failover", f"{x.target_topic}:{x.partition} starts at the target's log start: {x.detail}",
-                          topic=x.target_topic, partition=x.partition, details=x.to_dict()) for x in plan.problems)
+                          topic=x.target_topic, partition=x.partition, details=x.details()) for x in plan.problems)
     return (summary, *extra)

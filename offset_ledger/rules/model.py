@@ -133,10 +133,6 @@ class Finding:
     partition: int | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message, "topic": self.topic,
-                "partition": self.partition, "details": dict(self.details)}
-
 
 StartingOffsets = dict[str, dict[str, int]]
 

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Literal
 
 from offset_ledger.rules.model import TopicPartition, Watermarks
 
@@ -49,14 +48,6 @@ class PartitionCost:
         if self.first_timestamp_ms is None or self.last_timestamp_ms is None:
             return None
         return max(0, self.last_timestamp_ms - self.first_timestamp_ms)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "topic": self.tp.topic, "partition": self.tp.partition, "direction": self.direction,
-            "fromNextOffset": self.from_next, "toNextOffset": self.to_next, "records": self.records,
-            "approxBytes": self.approx_bytes, "spanSeconds": _seconds(self.span_ms),
-            "firstRecordTime": _iso(self.first_timestamp_ms), "lastRecordTime": _iso(self.last_timestamp_ms),
-        }
 
 
 @dataclass(frozen=True)
@@ -98,18 +89,6 @@ class MoveCost:
     def complete(self) -> bool:
         return all(p.records == 0 or (p.approx_bytes is not None and p.span_ms is not None)
                    for p in self.partitions)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for direction, records, size in (("reread", self.records_reread, self.bytes_reread),
-                                         ("skip", self.records_skipped, self.bytes_skipped)):
-            first, last = self.span(direction)  # type: ignore[arg-type]
-            out[direction] = {"records": records, "approxBytes": size,
-                              "firstRecordTime": _iso(first), "lastRecordTime": _iso(last),
-                              "spanSeconds": _seconds(None if first is None or last is None else last - first)}
-        out["complete"] = self.complete
-        out["partitions"] = [p.to_dict() for p in self.partitions if p.direction != "none"]
-        return out
 
 
 def moved_range(move: Move, marks: Watermarks | None) -> tuple[Direction, int, int]:
@@ -156,14 +135,6 @@ def move_cost(
             times.get((move.tp, first)) if records else None,
             times.get((move.tp, end - 1)) if records else None))
     return MoveCost(tuple(out))
-
-
-def _iso(ms: int | None) -> str | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat()
-
-
-def _seconds(ms: int | None) -> float | None:
-    return None if ms is None else round(ms / 1000, 3)
 
 
 def human_bytes(n: int | None) -> str:

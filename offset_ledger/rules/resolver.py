@@ -77,7 +77,8 @@ class _LossRecord:
             return "topic_recreated"
         return "below_log_start" if self.next_offset < self.watermarks.log_start_offset else "above_log_end"
 
-    def as_dict(self) -> dict[str, Any]:
+    def details(self) -> dict[str, Any]:
+        """The loss as a data_loss finding and DataLossError record it (stored: its snake_case names are data)."""
         w = self.watermarks
         d: dict[str, Any] = {
             "topic": self.tp.topic, "partition": self.tp.partition, "kind": self.kind,
@@ -211,13 +212,13 @@ def resolve(
         raise DataLossError(
             f"pipeline {pipeline!r}: {len(losses)} partition(s) cannot resume where the ledger says "
             f"(on_data_loss='fail'): " + "; ".join(loss.describe() for loss in losses),
-            lost=[loss.as_dict() for loss in losses])
+            lost=[loss.details() for loss in losses])
     for loss in losses:
         clamped = loss.watermarks.log_start_offset
         chosen[loss.tp.topic][loss.tp.partition] = clamped
         findings.append(Finding(
             "data_loss", f"{loss.describe()}; resuming at log-start {clamped}",
-            loss.tp.topic, loss.tp.partition, {**loss.as_dict(), "resumed_at": clamped}))
+            loss.tp.topic, loss.tp.partition, {**loss.details(), "resumed_at": clamped}))
 
     # ``chosen`` follows ``current``: topics and partitions already sorted.
     starting: StartingOffsets = {

@@ -42,7 +42,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 Effect = Literal["skip", "reread"]
 StretchKind = Literal["gap", "overlap", "loss", "unknown"]
@@ -67,9 +67,6 @@ class Reason:
     def label(self) -> str:
         head = f"{self.kind} {self.id}" if self.id is not None else self.kind
         return f"{head} ({self.detail})" if self.detail else head
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "id": self.id, "detail": self.detail}
 
 
 class RangeRow(NamedTuple):
@@ -110,9 +107,6 @@ class BatchRef:
 
     query_id: str
     batch_id: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"queryId": self.query_id, "batchId": self.batch_id}
 
 
 @dataclass

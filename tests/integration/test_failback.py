@@ -36,6 +36,7 @@ from tests.integration.test_failover import (  # noqa: F401 - clusters: the fixt
 )
 from tests.integration.test_failover_short import _cli
 from tests.integration.test_listener import listeners, position_map, register  # noqa: F401 - fixtures
+from offset_ledger.operate.action_answers import failover_answer
 
 pytestmark = pytest.mark.long
 
@@ -154,7 +155,7 @@ def test_failing_back_to_the_primary_after_a_failover(
     assert dry.exit_code == 0, dry.output
     result = failover(pipeline, to_bootstrap=primary.bootstrap_servers, source_alias="backup",
                       target_alias="primary", uncheckpointed="earliest", dsn=dsn)
-    print(result.to_dict())
+    print(failover_answer(result))
     assert result.topics == [topic] and result.generation == 3
     assert {p.status for p in result.plan.partitions} == {"earliest"}
     assert position_map(ledger, pipeline) == {(topic, int(p)): o for p, o in result.starting_offsets[topic].items()}
@@ -300,7 +301,7 @@ def test_an_identity_policy_failback_is_refused_and_reads_the_copy_mm2_appended(
     assert {p["reason"] for p in refused.value.details["problems"]} == {"not_translated_back"}
     result = failover(pipeline, to_bootstrap=primary.bootstrap_servers, source_alias="backup", target_alias="primary",
                       replication_policy="identity", uncheckpointed="earliest", dsn=dsn)
-    print(result.to_dict()["findings"][0]["message"])
+    print(failover_answer(result)["findings"][0]["message"])
     spark.streams.removeListener(listeners[1])
     listeners[1].close(10)
     register(spark, listeners, tmp_path, dsn=dsn, pipeline=pipeline, commit_to_kafka=True,

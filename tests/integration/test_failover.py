@@ -33,6 +33,7 @@ from offset_ledger.kafka.mm2_checkpoints import read_checkpoints
 from offset_ledger.rules.failover import checkpoints_topic
 from tests.integration.kafka_helper import KafkaHelper
 from tests.integration.test_listener import listeners, position_map, register  # noqa: F401 - fixtures
+from offset_ledger.operate.action_answers import failover_answer
 
 pytestmark = pytest.mark.long
 
@@ -185,7 +186,7 @@ def test_a_mirrored_pipeline_fails_over_to_the_backup_without_skipping(
     assert position_map(ledger, pipeline) == ledger_before  # nothing written
 
     result = failover(pipeline, to_bootstrap=backup.bootstrap_servers, source_alias="primary", dsn=dsn)
-    print(result.to_dict())
+    print(failover_answer(result))
     assert result.topics == [remote]
     assert {p.status for p in result.plan.partitions} == {"translated"}
     assert result.generation == 2 and result.checkpoint_location

@@ -21,6 +21,7 @@ from offset_ledger import start_from_ledger
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import metadata, positions
 from offset_ledger.rules.plan import RestartPlan
+from offset_ledger.operate.answers import move_cost_answer
 
 CLI = [sys.executable, "-c", "from offset_ledger.cli.main import main; main()"]
 
@@ -52,7 +53,7 @@ def _compare(preview: dict[str, Any], done: RestartPlan) -> None:
     assert preview["consumerGroup"] == done.consumer_group
     assert [(f["kind"], f["topic"], f["partition"], f["message"]) for f in preview["findings"]] == \
         [(f.kind, f.topic, f.partition, f.message) for f in done.findings]
-    expected = done.cost.to_dict() if done.cost is not None else None
+    expected = move_cost_answer(done.cost) if done.cost is not None else None
     assert preview["cost"] == expected
 
 

@@ -31,7 +31,7 @@
       item("Consumer group", row.consumerGroup), item("State", [stateBadge(row.state), row.stateReason ? el("span", { class: "muted small state-reason" }, " " + row.stateReason) : null]),
       item("Lag (records)", num(row.lag)), item("Retention headroom", headroomBadge(row)),
       item("Last batch", time(row.lastBatchTime, true)),
-      item("App version", row.appVersion || "—"), item("Generation", num(row.generation)),
+      item("App version", row.appVersion || "—"), item("Generation", num(row.generation ? row.generation.generation : null)),
       item("Findings", num(row.findings)),
       // Records the batches never read (issue 41): the pipeline's status is ERR while there are any.
       item("Records lost", row.recordsLost
@@ -91,7 +91,8 @@
       el("td", { class: "num" }, num(p.logEndOffset)), el("td", { class: "num" }, num(p.lag)),
       el("td", { class: "num", "data-col": "headroom" }, lag ? headroomBadge(p) : "—"),
       el("td", { class: "bar-col" }, bar(p)),
-      el("td", {}, p.placedBy === "reset" ? `reset #${p.resetId}` : p.placedBy === "batch" ? `batch ${p.batchId}` : "no position yet"),
+      el("td", {}, p.placedBy === "reset" ? `reset #${p.resetId}` : p.placedBy === "batch" ? `batch ${p.batchId}`
+        : p.placedBy === "generation" ? "generation start" : "no position yet"),
     )), "No positions recorded.", 9);
     const seen = [...new Set(rows.map((r) => r.topic))].sort();
     if (seen.join() !== topics.join()) {

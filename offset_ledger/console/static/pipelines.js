@@ -14,8 +14,11 @@
       ? `${base}?group=${encodeURIComponent(p.consumerGroup)}` : base;
   }
 
+  // The generation is the API's object ({generation, appVersion, checkpointLocation}): sort by its number.
+  const sortValue = (p) => (sortKey === "generation" ? (p.generation ? p.generation.generation : null) : p[sortKey]);
+
   function compare(a, b) {
-    const x = a[sortKey], y = b[sortKey];
+    const x = sortValue(a), y = sortValue(b);
     // Unknown values (no lag, no batch yet) sort last whichever the direction.
     if (x === null || x === undefined) return y === null || y === undefined ? 0 : 1;
     if (y === null || y === undefined) return -1;
@@ -40,7 +43,7 @@
         title: p.findings ? `${p.findingsAttention || 0} need a look (first_run and new_partition are informational)` : null },
       num(p.findings)),
       el("td", { "data-col": "appVersion" }, p.appVersion || "—"),
-      el("td", { class: "num", "data-col": "generation" }, num(p.generation)),
+      el("td", { class: "num", "data-col": "generation" }, num(p.generation ? p.generation.generation : null)),
     )), "No pipelines.", 9);
     document.getElementById("pipelines-empty").hidden = rows.length > 0;
     for (const th of document.querySelectorAll("#pipelines thead th")) {

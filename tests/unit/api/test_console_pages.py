@@ -114,7 +114,8 @@ def test_console_reads_state_findings_generation_and_runs(engine) -> None:  # ty
     rows = {p["pipeline"]: p for p in c.get("/api/v1/console/pipelines").json()["pipelines"]}
     assert {k: v["state"] for k, v in rows.items()} == {"orders": "stopped", "crashed": "stale", "live": "running"}
     assert rows["crashed"]["staleRunIds"] == [crashed["run_id"]]
-    assert (rows["orders"]["findings"], rows["orders"]["generation"], rows["orders"]["appVersion"]) == (2, 2, "2.0")
+    assert (rows["orders"]["findings"], rows["orders"]["generation"]["generation"], rows["orders"]["appVersion"]) == (
+        2, 2, "2.0")
     assert rows["orders"]["lag"] == (1000 - 500) + (1000 - 600)  # stand-in log-end 1000
     assert (rows["live"]["findings"], rows["live"]["generation"], rows["live"]["appVersion"]) == (0, None, None)
 

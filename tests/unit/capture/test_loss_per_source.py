@@ -23,6 +23,7 @@ from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import findings
 from offset_ledger.rules.progress import parse_progress
 from offset_ledger.rules.read_shortfall import READ_SHORTFALL, read_shortfalls
+from offset_ledger.operate.action_answers import verify_answer
 
 T0 = datetime(2026, 11, 28, 12, 0, tzinfo=timezone.utc)
 RATE = "RateStreamV2[rowsPerSecond=60, rampUpTimeSeconds=0, numPartitions=default"
@@ -165,7 +166,7 @@ def test_an_unknown_count_is_a_finding_and_an_unknown_stretch_in_verify(tmp_path
     assert not report.ok
     (unknown,) = report.stretches
     assert (unknown.kind, unknown.from_offset, unknown.until_offset, unknown.explained) == ("unknown", 50, 100, False)
-    doc = report.to_dict()
+    doc = verify_answer(report)
     assert doc["summary"]["unknown"] == 1 and doc["summary"]["recordsLost"] == 0
     assert "no row count" in doc["stretches"][0]["notes"][0]
     (row,) = report.table_rows()

@@ -17,6 +17,7 @@ from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import findings
 from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 from offset_ledger.rules.read_shortfall import READ_SHORTFALL, read_shortfalls
+from offset_ledger.operate.action_answers import verify_answer
 
 T0 = datetime(2026, 11, 26, 12, 0, tzinfo=timezone.utc)
 
@@ -127,7 +128,7 @@ def test_verify_and_the_pipelines_list_report_the_loss_without_kafka(tmp_path: P
     (loss,) = [s for s in report.stretches if s.kind == "loss"]
     assert (loss.topic, loss.partition, loss.from_offset, loss.until_offset, loss.records, loss.explained) == (
         "t", 0, 300, 350, 47, False)
-    doc = report.to_dict()
+    doc = verify_answer(report)
     assert doc["summary"]["unexplainedLosses"] == 1 and doc["summary"]["recordsLost"] == 47
     assert doc["stretches"][0]["notes"][0].startswith("Kafka not configured")
     assert [s.kind for s in report.stretches] == ["loss"]  # the planned ranges tile: no gap

@@ -1,13 +1,18 @@
-"""The CLI and the REST API are two faces of one answer (issue 51): for every command/route pair the
-CLI's JSON holds what the API's does, under the same names with the same values, nested keys in the
-same camelCase; and each column the CLI's CSV prints is a name of that answer with its value, or one
-of the few documented labels the table derives (``DERIVED``).
+"""The CLI, the REST API and the console are three faces of one answer (issue 51): for every
+command/route pair the CLI's JSON holds what the API's does, under the same names with the same values,
+nested keys in the same camelCase; each column the CLI's CSV prints is a name of that answer with its
+value, or one of the few documented labels the table derives (``DERIVED``); a table header is that
+name upper-cased (``support.header``).
 
-The console renders the API's JSON itself (``console/static``), so it shares the API's names.
+The console renders the API's JSON itself (``console/static``), so it shares the API's names; its one
+data endpoint of its own (``/api/v1/console/pipelines``) is held to the pipelines route's names and
+values below. ``test_every_route_and_command_is_paired_or_says_why`` fails when a route or a command
+appears that is neither in ``PAIRS`` nor listed as one face's own with a reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import io
@@ -23,7 +28,11 @@ from fastapi.testclient import TestClient
 from sqlalchemy import insert
 
 import offset_ledger.cli as cli_package
+from offset_ledger.cli.main import app as cli_app
+from offset_ledger.cli.support import header
 from offset_ledger.ledger.engine import make_engine, upgrade
+from offset_ledger.ledger.generations import create_generation
+from offset_ledger.ledger.policy_store import set_policies
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.reset_operations import reset
@@ -45,18 +54,63 @@ PAIRS = [
     (["verify", P], f"/api/v1/pipelines/{P}/verify", "partitions", "partitions"),
     (["policy", "show", P], f"/api/v1/pipelines/{P}/policies", None, None),
     (["replay", P, "--batch", "1"], f"/api/v1/pipelines/{P}/batches/1/range", None, None),
+    (["policy", "history", P], f"/api/v1/pipelines/{P}/policies/history", "changes", "changes"),
+    (["topic", "orders"], "/api/v1/topics/orders", None, None),
 ]
+#: Commands that ask only Kafka (no --dsn).
+NO_LEDGER = {"topic"}
+#: The pairs tested elsewhere in this file or beside it: (command, (method, route)).
+PAIRED_ELSEWHERE = {
+    "offsets": ("GET", "/api/v1/pipelines/{pipeline}/offsets"),  # test_offsets_csv_rows_are_the_api_positions
+    "reset": ("POST", "/api/v1/pipelines/{pipeline}/resets"),  # test_reset_one_shape.py
+    "policy set": ("PUT", "/api/v1/pipelines/{pipeline}/policies"),  # test_policy_set_is_the_put_answer
+}
+#: Routes only the API (or the console) has, and why no command answers the same question.
+API_ONLY = {
+    ("GET", "/v1/getCurrentOffsets"): "legacy endpoint kept exactly; `offsets -f json` prints the same map",
+    ("GET", "/v1/getTopicDetails"): "legacy endpoint kept exactly; `topic -f json` is the same document",
+    ("GET", "/v1/resetOffsetOfAllPartitionsToEarliest"): "legacy endpoint (executes at once); `reset --to-earliest`",
+    ("POST", "/v1/resetOffsetOfAllPartitionsToEarliest"): "legacy endpoint (executes at once); `reset --to-earliest`",
+    ("GET", "/v1/resetOffsetOfAllPartitionsToLatest"): "legacy endpoint (executes at once); `reset --to-latest`",
+    ("POST", "/v1/resetOffsetOfAllPartitionsToLatest"): "legacy endpoint (executes at once); `reset --to-latest`",
+    ("GET", "/v1/resetOffsetOfPartitions"): "legacy endpoint (executes at once); `reset --to-offsets`",
+    ("POST", "/v1/resetOffsetOfPartitions"): "legacy endpoint (executes at once); `reset --to-offsets`",
+    ("GET", "/healthz"): "a probe of the server itself",
+    ("GET", "/livez"): "a probe of the server itself",
+    ("GET", "/metrics"): "Prometheus text for a scraper, not an answer a person asks",
+    ("GET", "/api/v1/console/pipelines"): "the console's list: held to /api/v1/pipelines by test_console_list_is_the_pipelines_answer",
+    ("GET", "/api/v1/pipelines/{pipeline}/runs"): "the console's runs and generations table; no command lists runs",
+}
+#: Commands only the CLI has, and why no route answers the same question.
+CLI_ONLY = {
+    "alerts": "writes Prometheus alert rules to a file",
+    "db access": "administers the ledger database's roles",
+    "db grant": "administers the ledger database's roles",
+    "db upgrade": "migrates the ledger's schema",
+    "failover": "changes which cluster a pipeline reads: an operator's deliberate step, not served over HTTP",
+    "import-checkpoint": "reads a Spark checkpoint from the operator's storage",
+    "mirror": "commits to a Kafka consumer group",
+    "plan": "previews a restart with the job's own options (the restart's inputs live in the job)",
+    "resolve": "prints the startingOffsets JSON to paste into a job",
+    "prune": "deletes history (maintenance)",
+    "serve": "starts the server itself",
+    "watch": "runs a checkpoint watcher",
+}
 #: Table/CSV columns that are labels the CLI derives for people, not facts of the answer under
 #: another name (each documented in docs/cli.md).
 DERIVED = {
     ("pipelines", "generation"): "the generation object as N(appVersion)",
     ("pipelines", "foreignRuns"): "FOREIGN:<run ids> when foreignRunIds is not empty",
     ("pipelines", "headroom"): "headroomSeconds and headroomStatus in one cell",
+    ("lag", "headroom"): "headroomSeconds and headroomStatus in one cell (the table's; CSV has the three fields)",
     ("resets", "kind"): "DRY RUN or reset, from dryRun",
     ("resets", "partitions"): "the number of partitions (the JSON lists them)",
     ("resets", "changes"): "the first four partitions' moves",
 }
 CAMEL = re.compile(r"^[a-z][A-Za-z0-9]*$")
+#: A finding's details as the ledger stores them (snake_case), with a list of records and a map keyed by data.
+DETAILS = {"kind": "below_log_start", "log_start_offset": 410,
+           "lost": [{"next_offset": 400, "records_lost": 10}], "topic_map": {"orders_v2": "backup.orders_v2"}}
 
 
 @pytest.fixture
@@ -71,9 +125,12 @@ def dsn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     reset(ops, P, ResetRequest("shift", shift_by=-20, out_of_range="clamp"), actor="t", reason="replay",
           dry_run=False)
     with engine.begin() as conn:
+        set_policies(conn, P, {"on_data_loss": "earliest"}, actor="t", reason="retention is short")
+        set_policies(conn, P, {"window": "10m"}, actor="t", reason="windowed since v2")
         conn.execute(insert(findings), [{"pipeline": P, "consumer_group": P, "kind": "gap", "topic": "orders",
                                          "partition": 0, "message": "a gap", "created_at": datetime.now(timezone.utc),
-                                         "expected_offset": 400, "actual_offset": 410}])
+                                         "expected_offset": 400, "actual_offset": 410,
+                                         "details": DETAILS}])
     engine.dispose()
 
     def operations(ledger: Any, kafka: Any = None) -> Operations:
@@ -83,6 +140,8 @@ def dsn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         mod = importlib.import_module(f"offset_ledger.cli.{module.name}")
         if hasattr(mod, "open_operations"):
             monkeypatch.setattr(mod, "open_operations", operations)
+        if hasattr(mod, "kafka_adapter"):  # `topic`: the API's stand-in cluster, reached the CLI's way
+            monkeypatch.setattr(mod, "kafka_adapter", lambda address: contextlib.nullcontext(StandInKafka()))
     return url
 
 
@@ -102,8 +161,8 @@ def _keys(doc: Any, path: str = "") -> list[str]:
     if isinstance(doc, dict):
         for k, v in doc.items():
             if path.endswith(("/scope", "/offsets", "/newPositions", "/effective", "/sources", "startingOffsets",
-                              "endingOffsets", "/assign")):
-                continue  # keyed by topic or policy name: data, not field names
+                              "endingOffsets", "/assign", "/topicMap")) or str(k).isdigit():
+                continue  # keyed by topic, partition or policy name: data, not field names
             out.append(f"{path}/{k}")
             out += _keys(v, f"{path}/{k}")
     elif isinstance(doc, list):
@@ -125,7 +184,8 @@ def _without_timing(doc: Any) -> Any:
 def test_the_cli_json_is_the_api_answer(dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str],
                                         argv: list[str], route: str, api_items: str | None,
                                         cli_items: str | None) -> None:
-    code, out, err = run_cli(capsys, *argv, "--dsn", dsn, "-f", "json")
+    ledger = [] if argv[0] in NO_LEDGER else ["--dsn", dsn]
+    code, out, err = run_cli(capsys, *argv, *ledger, "-f", "json")
     assert code == 0, err
     from_cli = _without_timing(json.loads(out))
     r = api.get(route)
@@ -142,7 +202,7 @@ def test_the_cli_json_is_the_api_answer(dsn: str, api: TestClient, capsys: pytes
 # replay prints options or JSON; policy show its own rows (policy, value, source); verify one row per
 # stretch, none on an exact ledger (test_verify's own CSV tests).
 CSV_COMMANDS = [(argv, api_items) for argv, _route, api_items, _c in PAIRS
-                if argv[0] not in ("replay", "policy", "verify")]
+                if argv[0] not in ("replay", "verify", "topic") and argv[:2] != ["policy", "show"]]
 
 
 @pytest.mark.parametrize("argv, items", CSV_COMMANDS, ids=[" ".join(a[:2]) for a, _ in CSV_COMMANDS])
@@ -182,3 +242,107 @@ def test_offsets_csv_rows_are_the_api_positions(dsn: str, api: TestClient, capsy
             assert shown == ("" if item[column] is None else str(item[column])), (column, shown, item[column])
     code, out, _ = run_cli(capsys, "offsets", P, "--dsn", dsn, "-f", "json")
     assert json.loads(out) == {"orders": {str(i["partition"]): i["nextOffset"] for i in items}}
+
+
+def test_topic_rows_are_the_api_partitions(dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """``topic``'s CSV rows are the route's partitions (a map keyed by partition: the legacy shape), one
+    row each with the same firstOffset (log-start) and lastOffset (log-end, kept from getTopicDetails)."""
+    doc = api.get("/api/v1/topics/orders").json()
+    code, out, err = run_cli(capsys, "topic", "orders", "-f", "csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert [(int(r["partition"]), int(r["firstOffset"]), int(r["lastOffset"])) for r in rows] == [
+        (int(p), v["firstOffset"], v["lastOffset"]) for p, v in doc["partitions"].items()]
+
+
+def test_table_headers_are_the_names_upper_cased(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each table header is a CSV column's name in upper snake case (``support.header``): the table may
+    show fewer columns than the CSV (it fits a terminal), never another name."""
+    for argv, _items in CSV_COMMANDS:
+        code, out, _ = run_cli(capsys, *argv, "--dsn", dsn, "-f", "csv")
+        columns = next(csv.reader(io.StringIO(out)))
+        assert all(header(c) == re.sub(r"(?<!^)([A-Z])", r"_\1", c).upper() for c in columns), columns
+        code, out, err = run_cli(capsys, *argv, "--dsn", dsn, "-f", "table", "--no-truncate")
+        assert code == 0, err
+        shown = out.splitlines()[0].split()
+        named = {header(c) for c in columns} | {header(c) for cmd, c in DERIVED if cmd == argv[0]}
+        assert shown and set(shown) <= named, (argv[0], sorted(set(shown) - named))
+
+
+def test_policy_set_is_the_put_answer(dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
+    """``policy set`` prints the policies after the change with the same names and values as PUT's answer."""
+    code, out, err = run_cli(capsys, "policy", "set", P, "--slide", "5m", "--reason", "r", "--dsn", dsn)
+    assert code == 0, err
+    shown = {line.split()[0]: line.split()[1:] for line in out.splitlines()[1:] if line.strip()}
+    put = api.put(f"/api/v1/pipelines/{P}/policies", json={"policies": {"slide": "5m"}, "dryRun": True})
+    assert put.status_code == 200, put.text
+    effective = put.json()["effective"]
+    assert set(shown) == set(effective), (shown, effective)
+    for name, cells in shown.items():
+        assert cells[0] == ("-" if effective[name] is None else str(effective[name])), (name, cells, effective[name])
+
+
+def test_console_list_is_the_pipelines_answer(dsn: str, api: TestClient) -> None:
+    """The console's list is the pipelines route's items, name for name and value for value, plus the
+    few facts only the console shows (each listed here)."""
+    console_only = {"staleRunIds", "appVersion", "groupCount"}
+    engine = make_engine(dsn)
+    with engine.begin() as conn:  # a checkpoint generation: the list's generation object is filled
+        create_generation(conn, pipeline=P, consumer_group=P, checkpoint_root="/tmp/ckpt", app_version="2.0",
+                          reason="first", starting_offsets={"orders": {"0": 480, "1": 600, "2": 700}},
+                          resolved_offsets={"orders": {"0": 480, "1": 600, "2": 700}})
+    engine.dispose()
+    listed = api.get("/api/v1/pipelines?lag=false").json()["pipelines"]
+    shown = api.get("/api/v1/console/pipelines").json()["pipelines"]
+    assert len(shown) == len(listed) >= 1
+    assert listed[0]["generation"]["generation"] == 1, listed[0]
+    for item, row in zip(listed, shown):
+        assert set(row) - set(item) == console_only
+        for name, value in item.items():
+            if name in ("lag", "status", "headroomSeconds", "headroomStatus", "headroomBasis"):
+                continue  # the console asks Kafka (the list above was asked without lag)
+            assert row[name] == value, (name, row[name], value)
+
+
+def _commands(group: Any, prefix: str = "") -> set[str]:
+    import typer.main
+
+    click = typer.main.get_command(group) if prefix == "" else group
+    out: set[str] = set()
+    for name, sub in getattr(click, "commands", {}).items():
+        if sub.hidden:
+            continue
+        if getattr(sub, "commands", None):
+            out |= _commands(sub, f"{prefix}{name} ")
+        else:
+            out.add(f"{prefix}{name}")
+    return out
+
+
+def test_every_route_and_command_is_paired_or_says_why(api: TestClient) -> None:
+    """A new route or command joins ``PAIRS`` (and the comparisons above) or says why it is one face's own."""
+    paired_commands = {" ".join(argv[:2]) if argv[0] == "policy" else argv[0] for argv, *_ in PAIRS}
+    paired_routes = {("GET", re.sub(r"/(orders-etl|orders|1)(?=/|$|\?)", lambda m: {
+        P: "/{pipeline}", "orders": "/{topic}", "1": "/{batch}"}[m.group(1)], route.split("?")[0]))
+        for _argv, route, *_ in PAIRS}
+    paired_commands |= set(PAIRED_ELSEWHERE)
+    paired_routes |= set(PAIRED_ELSEWHERE.values())
+    routes = {(method.upper(), path) for path, ops in api.get("/openapi.json").json()["paths"].items()
+              for method in ops}
+    unpaired = routes - paired_routes - set(API_ONLY)
+    assert not unpaired, f"routes neither paired with a command nor listed in API_ONLY: {sorted(unpaired)}"
+    assert not (set(API_ONLY) - routes), f"API_ONLY lists routes that are gone: {sorted(set(API_ONLY) - routes)}"
+    assert paired_routes <= routes, sorted(paired_routes - routes)
+    commands = _commands(cli_app)
+    unpaired_cli = commands - paired_commands - set(CLI_ONLY)
+    assert not unpaired_cli, f"commands neither paired with a route nor listed in CLI_ONLY: {sorted(unpaired_cli)}"
+    assert not (set(CLI_ONLY) - commands), f"CLI_ONLY lists commands that are gone: {sorted(set(CLI_ONLY) - commands)}"
+    assert paired_commands <= commands, sorted(paired_commands - commands)
+
+
+def test_a_findings_details_are_camel_case_under_camel_case_parents(dsn: str, api: TestClient) -> None:
+    """Nested names follow their parents' casing; a map keyed by data (a topic) keeps its keys."""
+    (found,) = api.get(f"/api/v1/pipelines/{P}/findings").json()["findings"]
+    assert found["details"] == {"kind": "below_log_start", "logStartOffset": 410,
+                                "lost": [{"nextOffset": 400, "recordsLost": 10}],
+                                "topicMap": {"orders_v2": "backup.orders_v2"}}

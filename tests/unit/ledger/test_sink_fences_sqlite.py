@@ -21,6 +21,7 @@ from offset_ledger.operate.restart_plan import LedgerView, sink_plan_of
 from offset_ledger.rules.model import Position
 from offset_ledger.rules.restart_options import GroupRef
 from offset_ledger.rules.sink_ahead import SinkCommitRange, sink_plan
+from offset_ledger.operate.action_answers import verify_answer
 
 T0 = datetime(2026, 11, 1, tzinfo=timezone.utc)
 
@@ -202,7 +203,7 @@ def test_verify_is_not_ok_when_a_sink_lacks_records_another_sink_committed(ledge
     (gap,) = report.sink_gaps
     assert (gap.sink, gap.topic, gap.partition, gap.from_offset, gap.until_offset, gap.held_by) == (
         "p:b", "t", 0, 10, 20, ("p:a",))
-    doc = report.to_dict()
+    doc = verify_answer(report)
     assert doc["summary"]["sinkGaps"] == 1 and doc["summary"]["unexplained"] >= 1
     assert doc["sinkGaps"][0]["message"] == (
         "sink 'p:b' lacks t[0] 10-20 (10 records), which 'p:a' committed: a plan started past records this "

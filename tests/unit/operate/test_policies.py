@@ -151,6 +151,7 @@ def test_the_policy_commands_set_show_and_audit(tmp_path: Path, capsys: pytest.C
     assert shown["pipeline"] == "orders" and shown["policies"] == {"onDataLoss": "earliest"}
     assert shown["effective"]["onDataLoss"] == "earliest" and shown["sources"]["window"] == "default"
     assert run("policy", "history", "orders", "-f", "json") == 0
-    history = json.loads(capsys.readouterr().out)
-    assert [(h["actor"], h["reason"], json.loads(h["policies"])) for h in history] == [
-        ("alice", "v2", {"onDataLoss": "earliest", "window": "10m"}), ("bob", "v3", {"onDataLoss": "earliest"})]
+    history = json.loads(capsys.readouterr().out)  # the API's GET .../policies/history answer: newest first
+    assert history["pipeline"] == "orders"
+    assert [(h["actor"], h["reason"], h["policies"]) for h in history["changes"]] == [
+        ("bob", "v3", {"onDataLoss": "earliest"}), ("alice", "v2", {"onDataLoss": "earliest", "window": "10m"})]

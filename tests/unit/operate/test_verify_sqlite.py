@@ -27,6 +27,7 @@ from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.verifying import verify_pipeline
 from tests.unit.cli.test_cli_toolbox import cli
 from tests.unit.ledger.test_recorder_sqlite import T0, batch, rec, start
+from offset_ledger.operate.action_answers import verify_answer
 
 
 @pytest.fixture
@@ -97,7 +98,7 @@ def test_a_reset_explains_its_stretch_and_names_who_and_why(engine: Engine) -> N
     recorder.record([start(run="r2", query="q2", at=T0 + timedelta(hours=2))])
     recorder.record([rec(batch(0, {("t", 0): (30, 60), ("t", 1): (70, 80)}, query="q2", run="r2"))])
     report = _verify(engine)
-    assert report.ok, report.to_dict()
+    assert report.ok, verify_answer(report)
     got = [(s.partition, s.from_offset, s.until_offset, s.kind, s.explained, [r.label() for r in s.reasons])
            for s in report.stretches]
     assert got == [(0, 30, 50, "overlap", True, ["reset 1 (offsets by alice: replay the incident)"]),
@@ -124,7 +125,7 @@ def test_a_foreign_run_accounts_for_what_it_read_again_and_data_loss_for_what_re
     recorder.record([start(run="r3", query="q3", at=T0 + timedelta(hours=2))])
     recorder.record([rec(batch(0, {("t", 0): (65, 70)}, query="q3", run="r3"))])
     report = _verify(engine)
-    assert report.ok, report.to_dict()
+    assert report.ok, verify_answer(report)
     got = [(s.from_offset, s.until_offset, s.kind, [r.kind for r in s.reasons]) for s in report.stretches]
     # The recorder itself saw the zombie end behind the position (a regression finding, the first on that run).
     assert got == [(10, 20, "overlap", ["regression"]), (50, 65, "gap", ["data_loss"])]
@@ -152,10 +153,10 @@ def test_a_recreated_topic_starts_a_new_incarnation(engine: Engine) -> None:
     recorder.record([start(run="r2", query="q2", at=T0 + timedelta(hours=2))])
     recorder.record([rec(batch(0, {("t", 0): (0, 8)}, query="q2", run="r2"))])
     report = _verify(engine)
-    assert report.ok, json.dumps(report.to_dict(), default=str)
+    assert report.ok, json.dumps(verify_answer(report), default=str)
     assert [(r.incarnation, r.first_offset, r.end_offset, r.position) for r in report.results] == [
         (0, 0, 50, 50), (1, 0, 8, 8)]
-    assert [c["kind"] for c in report.to_dict()["partitions"][1]["context"]] == ["data_loss"]
+    assert [c["kind"] for c in verify_answer(report)["partitions"][1]["context"]] == ["data_loss"]
 
 
 def test_the_command_formats_and_exit_codes(engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
@@ -251,7 +252,7 @@ def test_a_first_batch_recorded_without_its_start_begins_where_its_generation_re
     got = [(s.from_offset, s.until_offset, s.kind, s.explained) for s in report.stretches]
     assert got == [(45, 50, "overlap", False)]
     assert report.results[0].unknown_starts == 0
-    (s,) = report.to_dict()["stretches"]
+    (s,) = verify_answer(report)["stretches"]
     assert {b["queryId"]: b["generation"] for b in s["batches"]} == {"q1": None, "q2": 1}
 
 
@@ -271,7 +272,7 @@ def test_a_stateful_rewind_explains_what_its_generation_reads_again(engine: Engi
     recorder.record([start(run="r2", query="q2", at=T0 + timedelta(hours=2))])
     recorder.record([rec(batch(0, {("t", 0): (None, 55)}, query="q2", run="r2"))])
     report = _verify(engine)
-    assert report.ok, json.dumps(report.to_dict(), default=str)
+    assert report.ok, json.dumps(verify_answer(report), default=str)
     (s,) = report.stretches
     assert (s.from_offset, s.until_offset, s.kind, [r.kind for r in s.reasons]) == (40, 50, "overlap", ["state_rewind"])
 
@@ -305,7 +306,7 @@ def test_failing_back_onto_the_same_topic_explains_its_reread_and_never_a_skip(e
     _tiling(engine, partitions=1)  # [0, 50) on t
     _failback(engine, topic_id="id-t", back_at=0)
     report = _verify(engine)
-    assert report.ok, json.dumps(report.to_dict(), default=str)
+    assert report.ok, json.dumps(verify_answer(report), default=str)
     (s,) = report.stretches
     assert (s.from_offset, s.until_offset, s.kind, [r.kind for r in s.reasons]) == (0, 50, "overlap", ["failover"])
 
@@ -333,10 +334,10 @@ def test_a_start_nobody_knows_is_an_unknown_stretch_and_exit_6(engine: Engine, c
         conn.execute(update(positions).values(next_offset=70))
     report = _verify(engine)
     assert not report.ok and report.results[0].unknown_starts == 1
-    (s,) = report.to_dict()["stretches"]
+    (s,) = verify_answer(report)["stretches"]
     assert (s["kind"], s["fromOffset"], s["untilOffset"], s["records"], s["explained"]) == ("unknown", 50, 60, 10, False)
     assert s["before"]["batchId"] == 4 and [b["queryId"] for b in s["batches"]] == ["9f1c2b7e-hand"]
-    assert report.to_dict()["summary"]["unknown"] == 1
+    assert verify_answer(report)["summary"]["unknown"] == 1
     code, out, err = cli(["verify", "orders", "--no-truncate", "--dsn", str(engine.url)], capsys)
     print(out, err)  # the docs' transcript (docs/operations.md)
     assert code == 6, (out, err)

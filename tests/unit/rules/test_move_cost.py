@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.move_cost import Move, human_bytes, human_span, move_cost, wanted_timestamps
+from offset_ledger.operate.answers import move_cost_answer
 
 TP = TopicPartition("orders", 0)
 
@@ -55,7 +56,7 @@ def test_totals_and_unknowns() -> None:
     assert cost.bytes_reread == 500 and cost.bytes_skipped is None  # b's size unknown
     assert cost.span("reread") == (5_000, 9_000) and cost.span("skip") == (None, None)
     assert not cost.complete
-    doc = cost.to_dict()
+    doc = move_cost_answer(cost)
     assert doc["reread"]["records"] == 50 and doc["reread"]["spanSeconds"] == 4.0
     assert doc["skip"]["approxBytes"] is None and doc["complete"] is False
     assert [p["partition"] for p in doc["partitions"]] == [0, 1]

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from offset_ledger.operate.move_cost import cost_of_moves, moves_between, plan_cost
 from offset_ledger.rules.model import Position, TopicPartition, Watermarks
+from offset_ledger.operate.answers import move_cost_answer
 
 
 class _Cluster:
@@ -45,7 +46,7 @@ def test_plan_cost_reports_what_costing_every_partition_reports(case) -> None:  
              if TopicPartition(t, int(p)) in before}
     every = cost_of_moves(_Cluster(), moves_between(before, after, marks), marks)
     fast = plan_cost(_Cluster(), starting, positions, marks)
-    assert fast.to_dict() == every.to_dict()
+    assert move_cost_answer(fast) == move_cost_answer(every)  # the answer omits partitions that stay
     assert [p for p in fast.partitions if p.direction != "none"] == \
         [p for p in every.partitions if p.direction != "none"]
     # Partitions asked to start where they stand are no rows at all.
