@@ -71,8 +71,8 @@ def _sink_commit(engine: Any, run: Run, batch_id: int) -> str:
                    current_generation_id=sink_store.current_generation_id(conn, "orders", "orders"),
                    committed_sequence=sink_store.committed_sequence(conn, SPEC.sink, gen, batch_id))
         if d.verdict == "commit":
-            sink_store.record_commit(conn, SPEC, sequence=d.sequence or 0, generation_id=gen, query_id=run.query_id,
-                                     batch_id=batch_id, row_count=None, table_version=None, committed_at=now, now=now)
+            sink_store.record_commit(conn, SPEC, sink_store.SinkCommit(d.sequence or 0, gen, run.query_id, batch_id),
+                                     committed_at=now, now=now)
     return d.verdict
 
 
