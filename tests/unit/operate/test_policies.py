@@ -11,7 +11,8 @@ import pytest
 from offset_ledger.errors import InvalidRestartOptions
 from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
 from offset_ledger.operate.operations import Operations
-from offset_ledger.operate.restart import restart_with
+from offset_ledger.operate.restart import restart
+from offset_ledger.rules.restart_request import RestartRequest
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.policies import Policies, check_policies, merged
 from offset_ledger.rules.stateful import WindowSpec
@@ -29,9 +30,9 @@ def _set(world: World, **changes: object) -> None:
 def _restart(world: World, tmp_path: Path, version: str, new_checkpoint: bool = False,
              **given: object):  # type: ignore[no-untyped-def]
     engine, cluster, _ = world
-    return restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
+    return restart(Operations(engine, kafka=cluster), RestartRequest(PipelineRef("orders"), RestartOptions(
         topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version=version, new_checkpoint=new_checkpoint),
-        Policies(**given))  # type: ignore[arg-type]
+        Policies(**given)))  # type: ignore[arg-type]
 
 
 def test_policies_are_checked_and_merged() -> None:
