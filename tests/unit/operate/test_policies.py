@@ -108,8 +108,19 @@ def test_a_stored_window_rewinds_on_an_upgrade_only(tmp_path: Path, world: World
     _set(world, window="10 seconds", watermark_delay="10 seconds")
     same = _restart(world, tmp_path, "1")
     assert not same.fresh_checkpoint and same.event_time_floor is None  # nothing to upgrade: no rewind
+    reads: list[tuple[str, ...]] = []
+    real_snapshot = cluster.snapshot
+
+    def snapshot(topics):  # type: ignore[no-untyped-def]
+        reads.append(tuple(topics))
+        return real_snapshot(topics)
+
+    cluster.snapshot = snapshot  # type: ignore[method-assign]
     upgraded = _restart(world, tmp_path, "2")
     assert upgraded.fresh_checkpoint and upgraded.event_time_floor is not None
+    # Issue 51: the stored window composes the plan again from the same reads; the cluster is read once.
+    assert reads == [(TOPIC,)]
+    cluster.snapshot = real_snapshot  # type: ignore[method-assign]
     assert [f.kind for f in upgraded.findings if f.kind == "state_rewind"] == ["state_rewind"]
     again = _restart(world, tmp_path, "2")
     assert not again.fresh_checkpoint and again.event_time_floor == upgraded.event_time_floor
