@@ -141,42 +141,49 @@ def sink_batch_floor(conn: Connection) -> int:
     return int(conn.execute(select(func.coalesce(func.max(sink_batches.c.id), 0))).scalar_one())
 
 
-def create_generation(
-    conn: Connection,
-    *,
-    pipeline: str,
-    consumer_group: str,
-    checkpoint_root: str,
-    app_version: str | None,
-    reason: str,
-    starting_offsets: Mapping[str, Mapping[str, int]],
-    resolved_offsets: Mapping[str, Mapping[str, int]] | None = None,
-    topic_ids: Mapping[str, str] | None = None,
-    watermarks: Mapping[str, Mapping[str, list[int]]] | None = None,
-    dropped_partitions: Sequence[tuple[str, int]] = (),
-    restart_findings: Sequence[Finding] = (),
-    consume_reset_ids: Sequence[int] = (),
-    now: datetime | None = None,
-    location: str | None = None,
-    query_id: str | None = None,
-    stateful: Mapping[str, Any] | None = None,
-    group_defaulted: bool = False,
-) -> tuple[CheckpointGeneration, list[int]]:
-    """Record generation n+1, make it the pipeline's authority, and consume ``consume_reset_ids``.
+@dataclass(frozen=True)
+class NewGeneration:
+    """Generation n+1 of a pipeline as ``create_generation`` records it (n is the ledger's, under the lock).
 
-    Call inside one transaction. The generation's ``resolved_offsets`` (numbers, no sentinels)
-    become the pipeline's positions, also where they are lower than before (a clamp, a reset, a
-    re-created topic): from now on only runs on this generation's checkpoint move them.
-    ``dropped_partitions`` (gone from the cluster) lose their positions; ``restart_findings`` are
-    stored with the generation. Returns the generation and the reset ids actually consumed (a reset
-    another restart consumed meanwhile is left alone). Only resets the caller read *before* reading
-    positions may be passed: their moves are then guaranteed to be in the plan being recorded.
-
-    ``location`` overrides the fresh ``<root>/gen-<n>-<id>`` path, and ``query_id`` binds the
-    generation to a query up front: both for adopting an existing checkpoint (``offset_ledger.operate.adopt``),
-    whose running query's runs must match the generation by that checkpoint's path.
+    ``resolved_offsets`` (numbers, no sentinels) become the pipeline's positions; ``dropped_partitions``
+    (gone from the cluster) lose theirs; ``restart_findings`` are stored with the generation;
+    ``consume_reset_ids`` are the pending resets it applies. ``location`` overrides the fresh
+    ``<root>/gen-<n>-<id>`` path and ``query_id`` binds the generation to a query up front: both for
+    adopting an existing checkpoint (``offset_ledger.operate.adopt``), whose running query's runs must
+    match the generation by that checkpoint's path.
     """
-    at = now or datetime.now(timezone.utc)
+
+    pipeline: str
+    consumer_group: str
+    checkpoint_root: str
+    app_version: str | None
+    reason: str
+    starting_offsets: Mapping[str, Mapping[str, int]]
+    resolved_offsets: Mapping[str, Mapping[str, int]] | None = None
+    topic_ids: Mapping[str, str] | None = None
+    watermarks: Mapping[str, Mapping[str, list[int]]] | None = None
+    dropped_partitions: Sequence[tuple[str, int]] = ()
+    restart_findings: Sequence[Finding] = ()
+    consume_reset_ids: Sequence[int] = ()
+    now: datetime | None = None
+    location: str | None = None
+    query_id: str | None = None
+    stateful: Mapping[str, Any] | None = None
+    group_defaulted: bool = False
+
+
+def create_generation(conn: Connection, new: NewGeneration) -> tuple[CheckpointGeneration, list[int]]:
+    """Record generation n+1 (``new``), make it the pipeline's authority, and consume ``new.consume_reset_ids``.
+
+    Call inside one transaction. The generation's ``resolved_offsets`` become the pipeline's
+    positions, also where they are lower than before (a clamp, a reset, a re-created topic): from now
+    on only runs on this generation's checkpoint move them. Returns the generation and the reset ids
+    actually consumed (a reset another restart consumed meanwhile is left alone). Only resets the
+    caller read *before* reading positions may be passed: their moves are then guaranteed to be in the
+    plan being recorded.
+    """
+    pipeline, consumer_group, checkpoint_root = new.pipeline, new.consumer_group, new.checkpoint_root
+    at = new.now or datetime.now(timezone.utc)
     # Two restarts of one pipeline at once must not both take generation n+1, and a reset or a
     # recorder must not move positions between our read of them and the baseline written here.
     lock_pipeline(conn, pipeline, consumer_group)
@@ -186,47 +193,48 @@ def create_generation(
                checkpoint_generations.c.consumer_group == consumer_group)
     ).scalar()
     number = (latest or 0) + 1
+    location = new.location
     if location is None:
         location = generation_location(checkpoint_root, number, uuid.uuid4().hex[:8])
-    offsets = {t: dict(parts) for t, parts in starting_offsets.items()}
-    resolved = {t: dict(parts) for t, parts in (resolved_offsets or {}).items()}
+    offsets = {t: dict(parts) for t, parts in new.starting_offsets.items()}
+    resolved = {t: dict(parts) for t, parts in (new.resolved_offsets or {}).items()}
+    topic_ids = dict(new.topic_ids) if new.topic_ids else None
+    watermarks = {t: dict(p) for t, p in new.watermarks.items()} if new.watermarks else None
+    stateful = dict(new.stateful) if new.stateful else None
     try:
         gen_id = conn.execute(insert(checkpoint_generations).values(
             pipeline=pipeline, consumer_group=consumer_group, generation=number,
-            checkpoint_root=checkpoint_root, location=location, app_version=app_version,
-            reason=reason, created_at=at, starting_offsets=offsets, resolved_offsets=resolved or None,
-            topic_ids=dict(topic_ids) if topic_ids else None,
-            watermarks={t: dict(p) for t, p in watermarks.items()} if watermarks else None,
-            query_id=query_id, stateful=dict(stateful) if stateful else None,
-            group_defaulted=True if group_defaulted else None,
+            checkpoint_root=checkpoint_root, location=location, app_version=new.app_version,
+            reason=new.reason, created_at=at, starting_offsets=offsets, resolved_offsets=resolved or None,
+            topic_ids=topic_ids, watermarks=watermarks, query_id=new.query_id, stateful=stateful,
+            group_defaulted=True if new.group_defaulted else None,
             sink_batch_floor=sink_batch_floor(conn),
         ).returning(checkpoint_generations.c.id)).scalar_one()
     except IntegrityError as exc:  # SQLite has no advisory lock: a concurrent restart won
         raise LedgerError(f"another restart of {pipeline!r} created generation {number} concurrently; retry",
                           pipeline=pipeline) from exc
     consumed: list[int] = []
-    if consume_reset_ids:
+    if new.consume_reset_ids:
         done = conn.execute(
             update(resets)
-            .where(resets.c.id.in_(list(consume_reset_ids)), resets.c.status == "pending")
+            .where(resets.c.id.in_(list(new.consume_reset_ids)), resets.c.status == "pending")
             .values(status="consumed", consumed_at=at, consumed_by_generation=gen_id)
             .returning(resets.c.id)
         )
         consumed = sorted(r.id for r in done)
-    _write_baseline(conn, pipeline, consumer_group, gen_id, resolved, dropped_partitions, at)
-    if restart_findings:
+    _write_baseline(conn, pipeline, consumer_group, gen_id, resolved, new.dropped_partitions, at)
+    if new.restart_findings:
         conn.execute(insert(findings), [{
             "pipeline": pipeline, "consumer_group": consumer_group, "kind": f.kind, "topic": f.topic,
             "partition": f.partition, "message": f.message, "details": dict(f.details), "created_at": at,
             "generation_id": gen_id, "expected_offset": _int_or_none(f.details.get("next_offset")),
             "actual_offset": _int_or_none(f.details.get("resumed_at")),
-        } for f in restart_findings])
+        } for f in new.restart_findings])
     log.info("checkpoint generation %s of %s/%s at %s (reason %s, resets consumed %s)",
-             number, pipeline, consumer_group, location, reason, consumed)
+             number, pipeline, consumer_group, location, new.reason, consumed)
     return CheckpointGeneration(gen_id, pipeline, consumer_group, number, checkpoint_root, location,
-                                app_version, reason, at, offsets, resolved or None,
-                                dict(topic_ids) if topic_ids else None, watermarks, query_id,
-                                dict(stateful) if stateful else None, group_defaulted), consumed
+                                new.app_version, new.reason, at, offsets, resolved or None, topic_ids,
+                                new.watermarks, new.query_id, stateful, new.group_defaulted), consumed
 
 
 def _int_or_none(value: object) -> int | None:

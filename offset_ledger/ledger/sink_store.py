@@ -157,9 +157,21 @@ def last_sequence(conn: Connection, sink: str) -> int:
                             .where(sink_batches.c.sink == sink)).scalar_one())
 
 
+@dataclass(frozen=True)
+class SinkCommit:
+    """One batch a sink committed, as ``sink_batches`` records it: under which sequence, on which generation
+    and query, and what the target says it wrote (rows; Delta's table version, Iceberg's snapshot id)."""
+
+    sequence: int
+    generation_id: int
+    query_id: str
+    batch_id: int
+    row_count: int | None = None
+    table_version: int | None = None
+
+
 def record_commit(
-    conn: Connection, spec: SinkSpec, *, sequence: int, generation_id: int, query_id: str, batch_id: int,
-    row_count: int | None, table_version: int | None, committed_at: datetime, now: datetime,
+    conn: Connection, spec: SinkSpec, commit: SinkCommit, *, committed_at: datetime, now: datetime,
     records: Sequence[Record] = (),
 ) -> RecordOutcome | None:
     """Record one committed batch of the sink, advance its fence row, and write ``records`` (the batch).
@@ -167,10 +179,12 @@ def record_commit(
     ``records`` go through the recorder's own rules (``recorder.record_in_transaction``: authority,
     forward-only positions, gaps) on this connection, so they commit with the sink's rows or not at all.
     """
+    sequence, generation_id, batch_id = commit.sequence, commit.generation_id, commit.batch_id
     conn.execute(_insert(conn)(sink_batches).values(
         sink=spec.sink, pipeline=spec.pipeline, consumer_group=spec.consumer_group, sequence=sequence,
-        generation_id=generation_id, query_id=query_id, batch_id=batch_id, target=spec.target,
-        row_count=row_count, table_version=table_version, committed_at=utc(committed_at), recorded_at=utc(now)))
+        generation_id=generation_id, query_id=commit.query_id, batch_id=batch_id, target=spec.target,
+        row_count=commit.row_count, table_version=commit.table_version, committed_at=utc(committed_at),
+        recorded_at=utc(now)))
     conn.execute(update(sinks).where(sinks.c.sink == spec.sink, sinks.c.last_sequence < sequence).values(
         last_sequence=sequence, generation_id=generation_id, batch_id=batch_id, updated_at=utc(now)))
     if not records:

@@ -134,11 +134,11 @@ def adopt(
     if not execute:
         return result
     offsets = result.starting_offsets
-    generation, _ = gens.create_generation(
-        conn, pipeline=pipeline, consumer_group=consumer_group, checkpoint_root=checkpoint_root,
+    generation, _ = gens.create_generation(conn, gens.NewGeneration(
+        pipeline=pipeline, consumer_group=consumer_group, checkpoint_root=checkpoint_root,
         app_version=app_version, reason="adopted", starting_offsets=offsets, resolved_offsets=offsets,
         topic_ids={t: i for t, i in (topic_ids or {}).items() if t in offsets} or None,
-        restart_findings=[finding], location=state.location, query_id=state.query_id)
+        restart_findings=[finding], location=state.location, query_id=state.query_id))
     log.info("adopted checkpoint %s of query %s at %s as generation %s of %s/%s", state.location,
              state.query_id, state.describe_batch(), generation.generation, pipeline, consumer_group)
     return AdoptResult(**{**result.__dict__, "executed": True, "generation": generation.generation})

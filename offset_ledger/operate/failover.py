@@ -284,11 +284,11 @@ def _record(engine: Any, result: FailoverResult, before: Mapping[TopicPartition,
             wm_json: dict[str, dict[str, list[int]]] = {}
             for tp, wm in watermarks.items():
                 wm_json.setdefault(tp.topic, {})[str(tp.partition)] = [wm.log_start_offset, wm.log_end_offset]
-            generation, _ = gens.create_generation(
-                conn, pipeline=pipeline, consumer_group=group, checkpoint_root=root, app_version=version,
+            generation, _ = gens.create_generation(conn, gens.NewGeneration(
+                pipeline=pipeline, consumer_group=group, checkpoint_root=root, app_version=version,
                 reason="failover", starting_offsets=result.starting_offsets, resolved_offsets=result.starting_offsets,
                 topic_ids={t: i for t, i in topic_ids.items() if t in targets}, watermarks=wm_json,
-                dropped_partitions=dropped, restart_findings=list(result.findings))
+                dropped_partitions=dropped, restart_findings=list(result.findings)))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording the failover generation") from exc
     log.info("pipeline %s failed over to %s: generation %s at %s, at most %d record(s) re-read", pipeline,

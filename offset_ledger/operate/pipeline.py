@@ -1,7 +1,8 @@
 """``Pipeline``: one object for a pipeline's listener and its restart, so the plan cannot be half applied.
 
-A thin layer over :class:`~offset_ledger.capture.listener.OffsetLedgerListener` and
-:func:`~offset_ledger.operate.restart.start_from_ledger`: the pipeline's name, ledger, topics, Kafka settings
+A thin layer over :class:`~offset_ledger.capture.listener.OffsetLedgerListener` and the restart
+(``operate.restart.restart_at``, what ``start_from_ledger`` calls too, with the same
+``RestartRequest``): the pipeline's name, ledger, topics, Kafka settings
 and application version are given once; :meth:`Pipeline.start` plans the restart and configures the
 Kafka reader with everything the plan says (the subscription the plan was made for, the bootstrap
 servers and Kafka options, ``startingOffsets``), and hands back the checkpoint location to write with.
@@ -12,27 +13,33 @@ does not import PySpark.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import KW_ONLY, dataclass, field, fields
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.operate.inputs import check_name
-from offset_ledger.rules.policies import Policies
+from offset_ledger.rules.policies import POLICY_KEYS, Policies
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
+from offset_ledger.rules.restart_request import RestartRequest
 
 if TYPE_CHECKING:
     from offset_ledger.capture.listener import OffsetLedgerListener
     from offset_ledger.rules.plan import RestartPlan
 
-#: ``start_from_ledger``'s arguments that are no value's field: where the ledger and the cluster
-#: are, and the sinks it reconciles before it plans (used at the edge; they never reach the plan).
-EDGE_ARGUMENTS = frozenset({"dsn", "bootstrap_servers", "kafka_options", "sinks"})
+#: What the pipeline holds of a restart (``start_from_ledger``'s names; ``name`` is ``pipeline``): given
+#: once, to the listener and to every restart.
+HELD = frozenset({"pipeline", "topics", "topic_pattern", "dsn", "bootstrap_servers", "kafka_options",
+                  "consumer_group", "app_version"})
+#: The restart's switches a call of :meth:`Pipeline.plan` / :meth:`Pipeline.start` may give beside
+#: ``checkpoint_root`` and the policies (``POLICY_KEYS``, which override the stored ones for that call).
+SWITCHES = frozenset({"new_checkpoint", "allow_first_run", "adopt_checkpoint", "sinks"})
 
 
-def restart_arguments() -> frozenset[str]:
-    """Every ``start_from_ledger`` argument: the values' fields (``PipelineRef``, ``RestartOptions``,
-    ``Policies``) and the edge's (``tests/unit/test_pipeline_surface.py`` holds the signature to it)."""
-    return frozenset(f.name for value in (PipelineRef, RestartOptions, Policies) for f in fields(value)) \
-        | EDGE_ARGUMENTS
+def call_arguments() -> frozenset[str]:
+    """What a call of :meth:`Pipeline.plan` / :meth:`Pipeline.start` may give: ``checkpoint_root``, the
+    policies and the switches (``tests/unit/operate/test_pipeline_surface.py`` holds them, with ``HELD``,
+    to ``start_from_ledger``'s signature)."""
+    return frozenset({"checkpoint_root", *POLICY_KEYS, *SWITCHES})
 
 
 def check_overrides(overrides: Mapping[str, Any], what: str) -> None:
@@ -40,7 +47,7 @@ def check_overrides(overrides: Mapping[str, Any], what: str) -> None:
     allowed = call_arguments()
     unknown = sorted(set(overrides) - allowed)
     if unknown:
-        held = sorted(set(unknown) & restart_arguments())
+        held = sorted(set(unknown) & HELD)
         why = f" ({', '.join(held)} belong(s) to the Pipeline)" if held else ""
         raise TypeError(f"{what}() got unexpected keyword argument(s) {', '.join(unknown)}{why}; "
                         f"it takes {', '.join(sorted(allowed))}")
@@ -107,11 +114,6 @@ class Pipeline:
     app_version: str | None = None
     _options: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
-    @classmethod
-    def held_arguments(cls) -> frozenset[str]:
-        """The ``start_from_ledger`` arguments the pipeline holds (its fields; ``name`` is ``pipeline``)."""
-        return frozenset("pipeline" if f.name == "name" else f.name for f in fields(cls) if f.init)
-
     def __post_init__(self) -> None:
         check_name("pipeline", self.name)
         if self.consumer_group is not None:
@@ -157,23 +159,40 @@ class Pipeline:
         ``overrides``: any ``start_from_ledger`` argument the pipeline does not hold (``call_arguments``):
         the policies for this call, ``new_checkpoint``, ``sinks=[sink]``, ...
         """
-        from offset_ledger.operate.restart import start_from_ledger
-
         check_overrides(overrides, "plan")
-        return start_from_ledger(
-            self.name, list(self.topics) if self.topics is not None else None, topic_pattern=self.topic_pattern,
-            bootstrap_servers=self.bootstrap_servers, checkpoint_root=checkpoint_root,
-            app_version=self.app_version, dsn=self.dsn, consumer_group=self.consumer_group,
-            kafka_options=self._options or None, **overrides)
+        return self._restart(checkpoint_root, overrides, self.kafka_address())
 
-    def reader_options(self, plan: RestartPlan) -> dict[str, str]:
+    def kafka_address(self) -> KafkaAddress:
+        """Where the pipeline's cluster is: ``bootstrap_servers``, else ``kafka.bootstrap.servers`` in
+        ``kafka_options``, else ``OFFSET_LEDGER_BOOTSTRAP_SERVERS`` (``KafkaAddress.resolve``)."""
+        return KafkaAddress.resolve(self.bootstrap_servers, self._options)
+
+    def request(self, checkpoint_root: str, overrides: Mapping[str, Any]) -> RestartRequest:
+        """The ``RestartRequest`` this pipeline makes with a call's ``overrides`` (checked: ``check_overrides``)."""
+        from offset_ledger.operate.restart import absolute_root, sink_names
+
+        return RestartRequest(
+            PipelineRef(self.name, self.consumer_group),
+            RestartOptions(topics=self.topics, topic_pattern=self.topic_pattern,  # type: ignore[arg-type]
+                           checkpoint_root=absolute_root(checkpoint_root), app_version=self.app_version,
+                           new_checkpoint=bool(overrides.get("new_checkpoint", False)),
+                           allow_first_run=bool(overrides.get("allow_first_run", False)),
+                           adopt_checkpoint=overrides.get("adopt_checkpoint")),
+            Policies(**{k: overrides[k] for k in POLICY_KEYS if k in overrides}),
+            sinks=sink_names(overrides.get("sinks") or ()))
+
+    def _restart(self, checkpoint_root: str, overrides: Mapping[str, Any], kafka: KafkaAddress) -> RestartPlan:
+        from offset_ledger.operate.restart import restart_at
+
+        request = self.request(checkpoint_root, overrides)
+        return restart_at(LedgerAddress.resolve(self.dsn), kafka, request, tuple(overrides.get("sinks") or ()))
+
+    def reader_options(self, plan: RestartPlan, kafka: KafkaAddress | None = None) -> dict[str, str]:
         """Every option :meth:`start` sets on the reader for ``plan``: Kafka settings, subscription, startingOffsets."""
-        from offset_ledger.config import settings
-
         options = spark_kafka_options(self._options)
-        servers = self.bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
+        servers = (kafka or self.kafka_address()).bootstrap_servers
         if servers:
-            options["kafka.bootstrap.servers"] = str(servers)
+            options["kafka.bootstrap.servers"] = servers
         if self.topics is not None:
             options["subscribe"] = ",".join(self.topics)
         else:
@@ -199,16 +218,10 @@ class Pipeline:
         reader = source.readStream if hasattr(source, "readStream") else source
         if not hasattr(reader, "option") or not hasattr(reader, "load"):
             raise TypeError(f"start() needs a SparkSession or a DataStreamReader, not {type(source).__name__}")
-        plan = self.plan(checkpoint_root=checkpoint_root, **overrides)
-        assert plan.checkpoint_location is not None  # start_from_ledger always hands one out
+        kafka = self.kafka_address()  # resolved once: the restart and the reader reach the same cluster
+        plan = self._restart(checkpoint_root, overrides, kafka)
+        assert plan.checkpoint_location is not None  # a restart always hands one out
         reader = reader.format("kafka")
-        for key, value in self.reader_options(plan).items():
+        for key, value in self.reader_options(plan, kafka).items():
             reader = reader.option(key, value)
         return PipelineStart(plan=plan, reader=reader, checkpoint_location=plan.checkpoint_location)
-
-
-def call_arguments() -> frozenset[str]:
-    """What a call of :meth:`Pipeline.plan` / :meth:`Pipeline.start` may give: every ``start_from_ledger``
-    argument the pipeline does not hold (``checkpoint_root``, the policies, which override the stored
-    ones for that call, ``sinks``, ...), derived from the values so it cannot drift."""
-    return restart_arguments() - Pipeline.held_arguments()

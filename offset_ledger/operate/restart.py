@@ -1,11 +1,12 @@
-"""start_from_ledger: reconcile with the checkpoint, plan, and decide under the pipeline lock.
+"""start_from_ledger: reconcile with the checkpoint, plan once, and write under the pipeline lock.
 
-Planning is read-only (``offset_ledger.operate.restart_plan``); the verb ``restart_with(ops, ...)``
-reconciles the current generation with its checkpoint first, and writes the new checkpoint
-generation and the resets it consumes in one transaction, under the lock, only when what the plan
-read still holds. ``start_from_ledger`` is the user's entry: its arguments become values
-(``rules.restart_options``, ``rules.policies``) and a context (``operate.operations.Operations``)
-over its ledger and Kafka cluster, and it calls the verb.
+``start_from_ledger`` (and ``Pipeline``) turn their arguments into a ``RestartRequest``
+(``rules.restart_request``) and two addresses (``offset_ledger.addresses``), open the context
+(``Operations.open``) and call the one verb, ``restart(ops, request)``: reconcile the job's sinks
+and the current generation with its checkpoint, plan (read-only, ``operate.restart_plan``: the
+reads once, and the requirements the plan rests on), and under the lock check the requirements
+(``rules.restart_requirements``) and write the new checkpoint generation and the resets it consumes
+in one transaction, or plan again when the ledger moved.
 """
 
 from __future__ import annotations
@@ -22,27 +23,23 @@ from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-# Imported with this module, not on a restart's first call (it was 26 ms of a 10,000-partition
-# restart there, issue 27): `from offset_ledger import start_from_ledger` pays it before timing matters.
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.capture.reconcile import CurrentGeneration, reconcile
-from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError, PlanConflict
-from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
-from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.engine import ensure_schema, translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
-from offset_ledger.ledger.position_check import positions_moved
+from offset_ledger.ledger.restart_state import ledger_now
 from offset_ledger.ledger.tables import checkpoint_generations, sink_batches
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart_plan import (
-    ClusterView,
     LedgerView,
-    ledger_changes,
-    plan_restart,
-    read_ledger_on,
+    PlanInputs,
+    compose,
+    read_inputs,
     resolve_ref,
     resolve_ref_on,
     resolved_offsets,
@@ -54,6 +51,8 @@ from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.policies import Policies
 from offset_ledger.rules.resolver import new_generation_reason
 from offset_ledger.rules.restart_options import GroupRef, PipelineRef, RestartOptions
+from offset_ledger.rules.restart_request import RestartRequest
+from offset_ledger.rules.restart_requirements import unmet
 
 if TYPE_CHECKING:  # the annotation only: a restart imports no sink code until a sink is passed
     from offset_ledger.sinks.protocol import Sink
@@ -142,120 +141,125 @@ def start_from_ledger(
     ledger lacks (a driver lost between the two commits) are recorded, so the plan starts from what
     the sink committed (a ``sink_reconciled`` finding says so).
     """
-    # The arguments as values, each checked once (bad input raises here, before any connection):
-    # everything below takes these (``offset_ledger.rules.restart_options``, ``rules.policies``).
+    # The arguments as values, each checked once (bad input raises here, before any connection).
+    named = tuple(topics) if topics is not None and not isinstance(topics, str) else topics
+    request = RestartRequest(
+        PipelineRef(pipeline, consumer_group),
+        RestartOptions(topics=named, topic_pattern=topic_pattern, checkpoint_root=absolute_root(checkpoint_root),
+                       app_version=app_version, new_checkpoint=new_checkpoint, allow_first_run=allow_first_run,
+                       adopt_checkpoint=adopt_checkpoint),
+        Policies(first_run=first_run, on_data_loss=on_data_loss, window=window, slide=slide,  # type: ignore[arg-type]
+                 watermark_delay=watermark_delay, event_time_is_kafka_timestamp=event_time_is_kafka_timestamp,
+                 commit_to_kafka=commit_to_kafka),
+        sinks=sink_names(sinks))
+    return restart_at(LedgerAddress.resolve(dsn), KafkaAddress.resolve(bootstrap_servers, kafka_options), request,
+                      tuple(sinks))
+
+
+def restart_at(ledger: LedgerAddress, kafka: KafkaAddress, request: RestartRequest,
+               sinks: Sequence[Sink] = ()) -> RestartPlan:
+    """``restart(ops, request, sinks)`` in a context opened over the two addresses and closed after:
+    the last step of ``start_from_ledger`` and of ``Pipeline.plan``/``start``."""
+    kafka.require()
+    # The collector paused for the call: 10,000 partitions' reads and writes make ~100,000
+    # short-lived objects, and collections walking the caller's whole heap would each scan it all.
+    with gc_paused():
+        started = time.perf_counter()
+        ops = Operations.open(ledger, kafka)
+        try:
+            # The Kafka handshake (connect, API versions) overlaps the schema check and the ledger
+            # reads; the cluster is only asked after the ledger was read (the plan's order).
+            ops.kafka.connect_in_background()
+            ensure_schema(ops.engine)
+            done = restart(ops, request, sinks)
+        finally:
+            ops.close()
+        log.debug("start_from_ledger(%s): %.1f ms", request.pipeline, (time.perf_counter() - started) * 1000)
+        return done
+
+
+def absolute_root(checkpoint_root: str | None) -> str:
+    """``checkpoint_root`` as Spark reports it: a relative local root is where this process runs."""
     if not checkpoint_root or not str(checkpoint_root).strip():
         raise ConfigError("checkpoint_root is required")
     root = str(checkpoint_root)
-    if "://" not in root and not root.startswith(("/", "file:")):
-        # A relative local root is where this process runs; Spark reports the absolute location.
-        root = os.path.abspath(root)
-    ref = PipelineRef(pipeline, consumer_group)
-    restart = RestartOptions(
-        topics=tuple(topics) if topics is not None and not isinstance(topics, str) else topics,  # type: ignore[arg-type]
-        topic_pattern=topic_pattern, checkpoint_root=root, app_version=app_version, new_checkpoint=new_checkpoint,
-        allow_first_run=allow_first_run, adopt_checkpoint=adopt_checkpoint)
-    given = Policies(first_run=first_run, on_data_loss=on_data_loss, window=window, slide=slide,  # type: ignore[arg-type]
-                     watermark_delay=watermark_delay, event_time_is_kafka_timestamp=event_time_is_kafka_timestamp,
-                     commit_to_kafka=commit_to_kafka)
-    targets = tuple(sinks)
-    if targets:
-        from offset_ledger.sinks.protocol import Sink
-
-        strays = [type(s).__name__ for s in targets if not isinstance(s, Sink)]
-        if strays:
-            # Refused before the ledger is touched (a missing reconcile would fail half way).
-            raise ConfigError(f"sinks: {', '.join(strays)} is not a sink (offset_ledger.sinks.Sink: spec, bind, "
-                              f"write, reconcile); pass the sink objects the query writes with")
-    options = dict(kafka_options or {})
-    servers = bootstrap_servers or options.get("kafka.bootstrap.servers") or settings().bootstrap_servers
-    if not servers:
-        raise ConfigError("no Kafka bootstrap servers (bootstrap_servers or OFFSET_LEDGER_BOOTSTRAP_SERVERS)")
-
-    from offset_ledger.ledger.engine import ensure_schema, make_engine
-
-    # The collector paused for the call: 10,000 partitions' reads and writes make ~100,000
-    # short-lived objects, and collections walking the caller's whole heap cost tens of ms each
-    # (``offset_ledger.operate.gc_pause``).
-    with gc_paused():
-        started = time.perf_counter()
-        adapter = KafkaAdapter(servers, options)
-        # The Kafka handshake (connect, API versions) overlaps the engine, the schema check and the
-        # ledger reads; the cluster is only asked after the ledger was read (the plan's order).
-        adapter.connect_in_background()
-        ops = Operations(make_engine(dsn), kafka=adapter)
-        try:
-            ensure_schema(ops.engine)
-            sink_findings = tuple(f for sink in targets for f in sink.reconcile(ops.engine))
-            with adapter:
-                if restart.adopt_checkpoint is not None:
-                    from offset_ledger.operate.adopt import adopt_if_unknown
-
-                    adopt_if_unknown(ops, ref, restart)
-                # The job's sinks, by name: each is judged on its own commits (rules.sink_ahead.sink_plan).
-                named = [s.spec.sink for s in targets] if targets else None
-                done = restart_with(ops, ref, restart, given, sinks=named)
-            if sink_findings:
-                done = replace(done, findings=(*sink_findings, *done.findings))
-            log.debug("start_from_ledger(%s): %.1f ms", pipeline, (time.perf_counter() - started) * 1000)
-            return _mirrored(done, ops.engine, servers, options, pipeline, done.consumer_group or pipeline) \
-                if done.policies.get("commit_to_kafka") else done
-        finally:
-            # The adapter is closed already unless the schema check failed (it waits for the handshake).
-            ops.close()
+    return root if "://" in root or root.startswith(("/", "file:")) else os.path.abspath(root)
 
 
-def restart_with(
-    ops: Operations, ref: PipelineRef, options: RestartOptions, given: Policies = Policies(),
-    sinks: Sequence[str] | None = None,
-) -> RestartPlan:
-    """The verb of ``start_from_ledger`` over the context's ledger and Kafka cluster: reconcile, plan,
-    decide under the lock.
+def sink_names(sinks: Sequence[Any]) -> tuple[str, ...] | None:
+    """The names of the job's sinks (None: none passed); refused before the ledger is touched when one is
+    not a sink (a missing ``reconcile`` would fail half way)."""
+    if not sinks:
+        return None
+    from offset_ledger.sinks.protocol import Sink
 
-    ``given``: the policies the call gave (None: not given); they take the pipeline's stored
-    policies (``offset_ledger.rules.policies``) where not given, then the defaults; one given where
-    a stored policy differs is used for this call and reported (``policy_override``). A stored
-    window applies when a fresh generation is opened anyway (an upgrade); ``window=`` given in the
-    call asks for one, as before. ``sinks``: the names of the sinks the job writes with (None: every sink
-    that committed since the last deliberate start); each is judged on its own commits
-    (``rules.sink_ahead.sink_plan``).
+    strays = [type(s).__name__ for s in sinks if not isinstance(s, Sink)]
+    if strays:
+        raise ConfigError(f"sinks: {', '.join(strays)} is not a sink (offset_ledger.sinks.Sink: spec, bind, "
+                          f"write, reconcile); pass the sink objects the query writes with")
+    return tuple(s.spec.sink for s in sinks)
+
+
+def restart(ops: Operations, request: RestartRequest, sinks: Sequence[Sink] = ()) -> RestartPlan:
+    """The verb of ``start_from_ledger`` and ``Pipeline`` over the context's ledger and Kafka cluster.
+
+    In order: each of ``sinks`` (the objects ``request.sinks`` names) reconciles its target with the
+    ledger; ``adopt_checkpoint`` is imported when the ledger does not know the pipeline; the current
+    generation is reconciled with its checkpoint; then the plan is computed once and written under the
+    lock when its requirements hold, else planned again (``PlanConflict`` after ``PLAN_ATTEMPTS``).
+    ``request.given`` takes the pipeline's stored policies where not given, then the defaults; one
+    given where a stored policy differs is used for this call and reported (``policy_override``).
     """
-    if options.checkpoint_root is None:
-        raise ConfigError("checkpoint_root is required")
-    engine = ops.engine
-    use, overrides = policies_in_effect(ops, ref.pipeline, given)
-    window = use.window_spec()
-    asked = given.window is not None
+    reconciled = tuple(f for sink in sinks for f in sink.reconcile(ops.engine))
+    if request.options.adopt_checkpoint is not None:
+        from offset_ledger.operate.adopt import adopt_if_unknown
+
+        adopt_if_unknown(ops, request.ref, request.options)
+    use, overrides = policies_in_effect(ops, request.pipeline, request.given)
     # Ground truth first: what the current generation's checkpoint committed and the
     # listener never delivered is recorded before anything is planned from the ledger.
-    t0 = time.perf_counter()
-    truth = reconcile_current(engine, ref)
-    log.debug("reconciled %s with its checkpoint in %.1f ms", ref.pipeline, (time.perf_counter() - t0) * 1000)
+    truth = reconcile_current(ops.engine, request.ref)
+    plan, inputs, written = plan_and_write(ops, request, use, truth)
+    # What starting away from the ledger's positions costs; Spark ignores startingOffsets
+    # when it resumes a checkpoint, so only a fresh one moves anything.
+    cost = plan_cost(ops.kafka, plan.starting_offsets, inputs.ledger.positions, inputs.cluster.watermarks) \
+        if written.fresh else None
+    group = plan.consumer_group or request.pipeline
+    policies = use.as_dict()
+    mirrored = mirror(ops, request.pipeline, group) if policies.get("commit_to_kafka") else ()
+    # Reconciliation findings were stored when found; the plan shows them too.
+    return replace(plan, checkpoint_location=written.location, fresh_checkpoint=written.fresh,
+                   generation=written.generation, policies=policies, cost=cost,
+                   findings=(*reconciled, *truth.findings, *overrides, *plan.findings, *written.findings,
+                             *mirrored))
+
+
+def plan_and_write(ops: Operations, request: RestartRequest, use: Policies,
+                   truth: CheckpointTruth) -> tuple[RestartPlan, PlanInputs, Written]:
+    """The plan, computed once per attempt, and what the write step under the lock made of it; planned
+    again (up to ``PLAN_ATTEMPTS``) while a requirement fails: the ledger moved since it was read."""
+    window = use.window_spec()
     group = truth.group
     changes: list[str] = []
-    for attempt in range(1, _PLAN_ATTEMPTS + 1):
+    for attempt in range(1, PLAN_ATTEMPTS + 1):
         if attempt > 1 and not group.named:
-            group = resolve_ref(engine, ref)  # what moved may be the pipeline's groups
-        rewind = asked
-        plan, ledger, cluster = plan_restart(ops, group, options, use, window if rewind else None, sinks)
-        if window is not None and not asked and not ledger.pending_reset_ids and _generation_reason(
-                plan, ledger, options, truth) not in (None, "first"):
+            group = resolve_ref(ops.engine, request.ref)  # what moved may be the pipeline's groups
+        inputs = read_inputs(ops, group, request.options, use, request.sinks)
+        rewind = request.window_asked
+        plan, ledger = compose(ops, inputs, use, window if rewind else None)
+        if window is not None and not rewind and not ledger.pending_reset_ids and generation_reason(
+                plan, ledger, request.options, truth) not in (None, "first"):
             # The stored window applies to this upgrade: the rewind needs the fresh generation anyway.
+            # The same reads: only the rewind and the pure resolve run again.
             rewind = True
-            plan, ledger, cluster = plan_restart(ops, group, options, use, window, sinks)
-        done = _decide_under_lock(engine, plan, ledger, cluster, options, truth, rewind=rewind)
-        if isinstance(done, RestartPlan):
-            # What starting away from the ledger's positions costs; Spark ignores startingOffsets
-            # when it resumes a checkpoint, so only a fresh one moves anything.
-            cost = plan_cost(ops.kafka, done.starting_offsets, ledger.positions, cluster.watermarks) \
-                if done.fresh_checkpoint else None
-            # Reconciliation findings were stored when found; the plan shows them too.
-            return replace(done, findings=(*truth.findings, *overrides, *done.findings), policies=use.as_dict(),
-                           cost=cost)
-        changes = done
+            plan, ledger = compose(ops, inputs, use, window)
+        written = write_under_lock(ops.engine, plan, ledger, inputs, request.options, truth, rewind=rewind)
+        if isinstance(written, Written):
+            return plan, inputs, written
+        changes = written
         log.info("start_from_ledger(%s): the ledger changed while planning (%s); planning again (%d/%d)",
-                 ref.pipeline, "; ".join(changes), attempt, _PLAN_ATTEMPTS)
-    raise PlanConflict(ref.pipeline, _PLAN_ATTEMPTS, changes)
+                 request.pipeline, "; ".join(changes), attempt, PLAN_ATTEMPTS)
+    raise PlanConflict(request.pipeline, PLAN_ATTEMPTS, changes)
 
 
 def policies_in_effect(ops: Operations, pipeline: str, given: Policies) -> tuple[Policies, tuple[Finding, ...]]:
@@ -282,8 +286,8 @@ class CheckpointTruth:
     incarnation: Incarnation = "same"
 
 
-def _generation_reason(plan: RestartPlan, ledger: LedgerView, options: RestartOptions, truth: CheckpointTruth,
-                       *, new_checkpoint: bool = False) -> str | None:
+def generation_reason(plan: RestartPlan, ledger: LedgerView, options: RestartOptions, truth: CheckpointTruth,
+                      *, new_checkpoint: bool = False) -> str | None:
     """Why this plan needs a fresh checkpoint generation (``resolver.new_generation_reason``), or None.
 
     A lost checkpoint (``truth``) counts while its generation is the current one.
@@ -301,7 +305,7 @@ def _generation_reason(plan: RestartPlan, ledger: LedgerView, options: RestartOp
 
 
 #: How often a restart plans again when the ledger moved under it before it gives up (PlanConflict).
-_PLAN_ATTEMPTS = 3
+PLAN_ATTEMPTS = 3
 
 
 def reconcile_current(engine: Engine, ref: PipelineRef) -> CheckpointTruth:
@@ -334,20 +338,33 @@ def reconcile_current(engine: Engine, ref: PipelineRef) -> CheckpointTruth:
     return CheckpointTruth(group, done.findings, current.id, done.incarnation)
 
 
-def _decide_under_lock(
-    engine: Engine, plan: RestartPlan, ledger: LedgerView, cluster: ClusterView, options: RestartOptions,
-    truth: CheckpointTruth, *, rewind: bool,
-) -> RestartPlan | list[str]:
-    """Under the pipeline lock: the final plan (a new generation written, or the current one reused),
-    or what changed since ``ledger`` was read (nothing written; the caller plans again).
+@dataclass(frozen=True)
+class Written:
+    """What the write step made of a plan under the lock: the generation it runs on, fresh or resumed, and
+    the ``reset_consumed`` findings of the resets a fresh one consumed."""
 
-    The lock is the one resets and the recorder take: no batch, reset or other restart can commit
-    between the check that the plan's inputs still hold and the generation written from them. So a
-    reset is consumed only by the generation whose positions carry it. A rewind only takes effect on
-    an empty checkpoint (the old one holds the state it replaces): ``rewind`` asks for a fresh one.
+    location: str
+    generation: int
+    fresh: bool
+    findings: tuple[Finding, ...] = ()
+
+
+def write_under_lock(
+    engine: Engine, plan: RestartPlan, ledger: LedgerView, inputs: PlanInputs, options: RestartOptions,
+    truth: CheckpointTruth, *, rewind: bool,
+) -> Written | list[str]:
+    """Under the pipeline lock: the generation the plan runs on (a new one written, or the current one
+    reused), or what changed since the plan's inputs were read (its failed requirements; nothing written,
+    the caller plans again).
+
+    The lock is the one resets, the recorder and the sinks take: no batch, reset, sink commit or other
+    restart can commit between the check that the plan's requirements hold and the generation written
+    from them. So a reset is consumed only by the generation whose positions carry it. A rewind only
+    takes effect on an empty checkpoint (the old one holds the state it replaces): ``rewind`` asks for
+    a fresh one. ``ledger``: the view ``compose`` returned (with the stateful inputs to store).
     """
     pipeline, group = ledger.group.pipeline, ledger.consumer_group
-    app_version = options.app_version
+    requirements = inputs.requirements()
     # Nobody named the group: it stays the helper's guess until a run reports its own.
     defaulted_group = not ledger.group.named and (
         not ledger.footprint or bool(ledger.generation and ledger.generation.group_defaulted))
@@ -355,72 +372,59 @@ def _decide_under_lock(
     try:
         with engine.begin() as conn:
             lock_pipeline(conn, pipeline, group)
-            now = read_ledger_on(conn, ledger.group, list(cluster.topics), with_positions=False)
-            moved = positions_moved(conn, pipeline, now.consumer_group, cluster.topics, ledger.positions)
-            changes = ledger_changes(ledger, now, cluster.topics, moved=moved)
+            changes = unmet(requirements, ledger_now(conn, pipeline, group, requirements))
             t1 = time.perf_counter()
             if changes:
                 return changes
             current = ledger.generation
-            reason = _generation_reason(plan, ledger, options, truth, new_checkpoint=rewind)
+            reason = generation_reason(plan, ledger, options, truth, new_checkpoint=rewind)
             if reason is None:
                 assert current is not None
                 log.info("resuming checkpoint generation %s of %s at %s; Spark ignores startingOffsets",
                          current.generation, pipeline, current.location)
-                return replace(plan, checkpoint_location=current.location, fresh_checkpoint=False,
-                               generation=current.generation)
+                return Written(current.location, current.generation, fresh=False)
             dropped = [(f.topic, f.partition) for f in plan.findings
                        if f.kind == "removed_partition" and f.topic is not None and f.partition is not None]
             consumed_findings = [
                 Finding("reset_consumed", f"pending reset {rid} applied through a fresh checkpoint generation",
                         details={"reset_id": rid}) for rid in ledger.pending_reset_ids]
-            generation, consumed = gens.create_generation(
-                conn, pipeline=pipeline, consumer_group=group, checkpoint_root=str(options.checkpoint_root),
-                app_version=app_version if app_version is not None else (current.app_version if current else None),
+            generation, consumed = gens.create_generation(conn, gens.NewGeneration(
+                pipeline=pipeline, consumer_group=group, checkpoint_root=str(options.checkpoint_root),
+                app_version=options.app_version if options.app_version is not None else (
+                    current.app_version if current else None),
                 reason=reason, starting_offsets=plan.starting_offsets,
-                resolved_offsets=resolved_offsets(plan, cluster), topic_ids=cluster.topic_ids,
-                watermarks=watermarks_json(cluster), dropped_partitions=dropped,
+                resolved_offsets=resolved_offsets(plan, inputs.cluster), topic_ids=inputs.cluster.topic_ids,
+                watermarks=watermarks_json(inputs.cluster), dropped_partitions=dropped,
                 restart_findings=list(plan.findings) + consumed_findings,
                 consume_reset_ids=ledger.pending_reset_ids, stateful=ledger.next_stateful,
-                group_defaulted=defaulted_group)
+                group_defaulted=defaulted_group))
             t2 = time.perf_counter()
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording the checkpoint generation") from exc
-    log.debug("new generation of %s under the lock: re-read and compare %.1f ms, generation and baseline %.1f ms, "
+    log.debug("new generation of %s under the lock: requirements %.1f ms, generation and baseline %.1f ms, "
               "commit %.1f ms", pipeline, (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
-    findings = list(plan.findings) + [
+    return Written(generation.location, generation.generation, fresh=True, findings=tuple(
         Finding("reset_consumed",
                 f"pending reset {rid} applied through fresh checkpoint generation {generation.generation}",
                 details={"reset_id": rid, "generation": generation.generation,
                          "checkpoint_location": generation.location})
-        for rid in consumed
-    ]
-    return replace(plan, checkpoint_location=generation.location, fresh_checkpoint=True,
-                   findings=tuple(findings), generation=generation.generation)
+        for rid in consumed))
 
 
-def _mirrored(plan: RestartPlan, engine: Any, servers: str, options: Mapping[str, Any], pipeline: str,
-              group: str) -> RestartPlan:
-    """The plan after mirroring the ledger's positions into the Kafka group; problems become findings."""
+def mirror(ops: Operations, pipeline: str, group: str) -> tuple[Finding, ...]:
+    """Mirror the ledger's positions into the Kafka group (``commit_to_kafka``); problems become findings."""
     from offset_ledger.errors import KafkaError, MirrorRefused
     from offset_ledger.kafka.mirror import record_refusal, sync_group
 
     try:
-        with KafkaAdapter(servers, options) as adapter:
-            sync_group(engine, adapter, pipeline, group)
-        return plan
+        sync_group(ops.engine, ops.kafka, pipeline, group)
+        return ()
     except MirrorRefused as exc:
         log.error("offset-ledger mirror: %s", exc.message)
-        record_refusal(engine, pipeline, group, exc.message, exc.members)
-        extra = Finding("mirror_refused", exc.message, details={"consumer_group": group})
+        record_refusal(ops.engine, pipeline, group, exc.message, exc.members)
+        return (Finding("mirror_refused", exc.message, details={"consumer_group": group}),)
     except KafkaError as exc:
         # The generation is recorded; a listener with commit_to_kafka (or `offset-ledger mirror`) catches up.
         log.warning("offset-ledger mirror: consumer group %s not synced: %s", group, exc.message)
-        extra = Finding("mirror_pending", f"consumer group {group!r} not synced: {exc.message}",
-                        details={"consumer_group": group})
-    return replace(plan, findings=tuple(plan.findings) + (extra,))
-
-
-#: The fresh-or-resume decision, public for ``operate.restart_preview`` (``offset-ledger plan``), which
-#: previews it without writing: one decision, never a second copy of it.
-generation_reason = _generation_reason
+        return (Finding("mirror_pending", f"consumer group {group!r} not synced: {exc.message}",
+                        details={"consumer_group": group}),)

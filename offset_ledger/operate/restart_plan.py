@@ -1,9 +1,11 @@
 """The read-only half of a restart: read the ledger and the cluster, resolve startingOffsets.
 
-``read_ledger`` (one connection) -> ``read_cluster`` (the Kafka adapter) -> ``resolver.resolve``
-(pure), joined by the verb ``plan_restart(ops, ...)`` over the ``Operations`` context (its ledger
-and its Kafka); the CLI's ``resolve`` calls it, the benchmarks time its steps.
-``offset_ledger.operate.restart`` decides and writes under the pipeline lock.
+``read_ledger`` (one connection) -> ``read_cluster`` (the Kafka adapter), joined by ``read_inputs``;
+then ``compose`` (the stateful rewind, ``resolver.resolve``, pure) and the inputs' ``requirements``
+(``rules.restart_requirements``): what the plan rests on. ``plan_restart(ops, ...)`` is both steps
+over the ``Operations`` context (its ledger and its Kafka); the CLI's ``resolve`` calls it, the
+benchmarks time its steps. ``offset_ledger.operate.restart`` decides and writes under the pipeline
+lock, once the requirements still hold.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection, Engine
@@ -23,6 +25,7 @@ from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.queries import current_positions, pipeline_footprint
+from offset_ledger.ledger.restart_state import sink_fences
 from offset_ledger.ledger.sink_store import generation_start, registered_sinks, sink_commits_in_window
 from offset_ledger.operate.restart_stateful import state_rewind, stateful_record, stored_stateful
 from offset_ledger.rules.model import (
@@ -36,6 +39,14 @@ from offset_ledger.rules.model import (
 from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.policies import Policies
 from offset_ledger.rules.resolver import TopicIncarnation, is_first_run, resolve
+from offset_ledger.rules.restart_requirements import (
+    GenerationUnchanged,
+    GroupsUnchanged,
+    PendingResetsUnchanged,
+    PositionsUnchanged,
+    Requirement,
+    SinkFence,
+)
 from offset_ledger.rules.restart_options import (
     FirstRun,
     FirstRunTimestamp,
@@ -63,8 +74,10 @@ class LedgerView:
     generation: gens.CheckpointGeneration | None
     #: everything the ledger holds for the pipeline, per consumer group (``queries.pipeline_footprint``)
     footprint: Mapping[str, Mapping[str, Any]] | None = None
-    #: set by ``plan_restart``: the stateful inputs a generation opened from this plan stores
+    #: set by ``compose``: the stateful inputs a generation opened from this plan stores
     next_stateful: Mapping[str, Any] | None = None
+    #: each of the pipeline's sinks' fence, its last committed sequence (``ledger.restart_state.sink_fences``)
+    sink_fences: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def consumer_group(self) -> str:
@@ -106,47 +119,20 @@ def read_ledger(engine: Engine, group: GroupRef, topics: Sequence[str] | None) -
         raise translate_db_error(exc, "reading positions") from exc
 
 
-def read_ledger_on(
-    conn: Connection, group: GroupRef, topics: Sequence[str] | None, *, with_positions: bool = True,
-) -> LedgerView:
-    """``read_ledger`` on an open connection (the restart reads again under the pipeline lock, where
-    ``with_positions=False`` leaves the positions out: ``ledger.position_check`` compares them)."""
+def read_ledger_on(conn: Connection, group: GroupRef, topics: Sequence[str] | None) -> LedgerView:
+    """``read_ledger`` on an open connection."""
     pipeline, name = group.pipeline, group.consumer_group
     footprint = pipeline_footprint(conn, pipeline)
+    # The sinks' fences before their commits are read (``sink_plan_of``): a commit in between then
+    # fails its fence under the lock (the restart plans again) instead of hiding behind it.
+    fences = sink_fences(conn, pipeline, name)
     # Resets are read before positions: a reset committed in between then stays pending
     # (a later restart applies it again, harmlessly) instead of being marked consumed
     # without its positions being in this plan.
     pending = gens.pending_reset_ids(conn, pipeline, name)
-    positions = current_positions(conn, pipeline, name, topics) if with_positions else []
+    positions = current_positions(conn, pipeline, name, topics)
     generation = gens.current_generation(conn, pipeline, name, offsets=False)
-    return LedgerView(group, tuple(positions), tuple(pending), generation, footprint)
-
-
-def ledger_changes(before: LedgerView, after: LedgerView, topics: Sequence[str], *,
-                   moved: int | None = None) -> list[str]:
-    """What differs between two reads of the ledger that a plan depends on (empty: nothing).
-
-    ``moved``: the position rows that differ, counted by the database (``ledger.position_check``);
-    None compares the two views' positions here."""
-    wanted = set(topics)
-    changed = []
-    if not before.group.named and sorted(before.footprint or ()) != sorted(after.footprint or ()):
-        # The group was the ledger's choice among these: planning again resolves it again.
-        changed.append(f"consumer groups {sorted(before.footprint or ())} -> {sorted(after.footprint or ())}")
-    old_gen = before.generation.id if before.generation else None
-    new_gen = after.generation.id if after.generation else None
-    if old_gen != new_gen:
-        changed.append("another restart opened checkpoint generation "
-                       f"{after.generation.generation if after.generation else '?'}")
-    if before.pending_reset_ids != after.pending_reset_ids:
-        changed.append(f"pending resets {list(before.pending_reset_ids)} -> {list(after.pending_reset_ids)}")
-    if moved is None:
-        mine = [p for p in before.positions if p.topic in wanted]
-        theirs = [p for p in after.positions if p.topic in wanted]
-        moved = len(set(theirs) ^ set(mine)) if mine != theirs else 0
-    if moved:
-        changed.append(f"{moved} position row(s) moved (a batch or a reset committed)")
-    return changed
+    return LedgerView(group, tuple(positions), tuple(pending), generation, footprint, sink_fences=fences)
 
 
 def choose_group(pipeline: str, footprint: Mapping[str, Any]) -> str:
@@ -203,24 +189,45 @@ def recreated_topics(
             for topic, old_id, new_id in changed]
 
 
-def plan_restart(
-    ops: Operations, group: GroupRef, options: RestartOptions, policies: Policies, window: WindowSpec | None = None,
-    sinks: Sequence[str] | None = None,
-) -> tuple[RestartPlan, LedgerView, ClusterView]:
-    """The verb: a read-only plan (``checkpoint_location=None``) over the context's ledger and Kafka
-    cluster, and the ledger and cluster views it was built from.
+@dataclass(frozen=True)
+class PlanInputs:
+    """What a plan is computed from, read once: the ledger, the requested topics, where the job's sinks
+    stand, and the cluster. ``positions``: the ledger's on the requested topics, moved to where the sink
+    furthest behind stopped (``sink_ahead``)."""
 
-    ``policies`` are the ones in effect (``Policies.over``). Refuses (FirstRunRefused) to treat a
-    pipeline the ledger knows as a first run, unless ``first_run`` is given and ``allow_first_run``
-    is True. With ``window`` the positions are rewound for a windowed pipeline
-    (``offset_ledger.rules.stateful``) and the plan carries the event-time floor. ``sinks``: the names
-    of the sinks the job writes with (None: every sink that committed since the last deliberate start);
-    the plan starts each partition where the sink furthest behind stopped (``rules.sink_ahead.sink_plan``).
-    """
+    ledger: LedgerView
+    requested: tuple[str, ...]
+    positions: tuple[Position, ...]
+    ahead: SinkPlan
+    first: bool
+    cluster: ClusterView
+    #: the sinks the plan weighed (``sink_plan_of``), with their fences: None when none were weighed
+    sinks: tuple[str, ...] | None = None
+
+    def requirements(self) -> tuple[Requirement, ...]:
+        """What the plan rests on, checked under the lock before its generation is written."""
+        ledger = self.ledger
+        out: list[Requirement] = []
+        if not ledger.group.named:
+            out.append(GroupsUnchanged(tuple(sorted(ledger.footprint or ()))))
+        out += [GenerationUnchanged(ledger.generation.id if ledger.generation else None),
+                PendingResetsUnchanged(ledger.pending_reset_ids),
+                PositionsUnchanged.of(self.cluster.topics, ledger.positions)]
+        if self.sinks is not None:
+            out += [SinkFence(name, ledger.sink_fences.get(name, 0)) for name in self.sinks]
+        return tuple(out)
+
+
+def read_inputs(
+    ops: Operations, group: GroupRef, options: RestartOptions, policies: Policies,
+    sinks: Sequence[str] | None = None,
+) -> PlanInputs:
+    """The reads of a plan, in the plan's order: the ledger (resets before positions), the sinks' commits,
+    then the cluster. Refuses (FirstRunRefused) to treat a pipeline the ledger knows as a first run,
+    unless ``first_run`` is given and ``allow_first_run`` is True."""
     engine, adapter = ops.engine, ops.kafka
     pipeline = group.pipeline
     policy: FirstRun = policies.first_run_policy
-    loss: OnDataLoss = parse_on_data_loss(policies.on_data_loss or "fail")
     if options.allow_first_run and policies.first_run is None:
         raise InvalidRestartOptions("allow_first_run needs first_run too: say where the pipeline starts over",
                                     option="allow_first_run")
@@ -243,35 +250,68 @@ def plan_restart(
     timestamp_ms = policy.timestamp_ms if isinstance(policy, FirstRunTimestamp) and first else None
     t1 = time.perf_counter()
     cluster = read_cluster(adapter, requested, timestamp_ms=timestamp_ms)
-    t2 = time.perf_counter()
+    log.debug("reads for %s over %d partitions: ledger %.1f ms, cluster %.1f ms", pipeline,
+              len(cluster.watermarks), (t1 - t0) * 1000, (time.perf_counter() - t1) * 1000)
+    # The sinks sink_plan_of weighed (none with a reset pending or no generation yet): their fences hold.
+    weighed = None if ledger.pending_reset_ids or ledger.generation is None else (
+        tuple(sorted(set(sinks))) if sinks is not None else tuple(sorted(ledger.sink_fences)))
+    return PlanInputs(ledger, tuple(requested), tuple(positions), ahead, first, cluster, weighed)
+
+
+def compose(
+    ops: Operations, inputs: PlanInputs, policies: Policies, window: WindowSpec | None = None,
+) -> tuple[RestartPlan, LedgerView]:
+    """The plan from ``inputs`` (read-only, ``checkpoint_location=None``), and the ledger view with the
+    stateful inputs a generation opened from it stores. With ``window`` the positions are rewound for a
+    windowed pipeline (``offset_ledger.rules.stateful``) and the plan carries the event-time floor."""
+    engine, ledger, cluster = ops.engine, inputs.ledger, inputs.cluster
+    group, pipeline = ledger.group, ledger.group.pipeline
+    wanted = set(inputs.requested)
+    positions = list(inputs.positions)
+    t0 = time.perf_counter()
     rewind = None
     stored = stored_stateful(ledger.generation)
-    if window is not None and not first:  # a first run has no windows open yet: nothing to rewind
-        rewind = state_rewind(engine, adapter, group, ledger.generation, ledger.pending_reset_ids, positions,
+    if window is not None and not inputs.first:  # a first run has no windows open yet: nothing to rewind
+        rewind = state_rewind(engine, ops.kafka, group, ledger.generation, ledger.pending_reset_ids, positions,
                               window, stored)
         positions = [Position(tp.topic, tp.partition, o) for tp, o in sorted(rewind[1].offsets.items())
                      if o >= 0 and tp.topic in wanted]
+
     def watermarks_of(generation_id: int) -> Any:
         with engine.connect() as conn:
             return gens.generation_watermarks(conn, generation_id)
 
-    plan = resolve(pipeline, requested, positions, cluster.watermarks, first_run=policy,
-                   on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
+    loss: OnDataLoss = parse_on_data_loss(policies.on_data_loss or "fail")
+    plan = resolve(pipeline, list(inputs.requested), positions, cluster.watermarks,
+                   first_run=policies.first_run_policy, on_data_loss=loss, offsets_for_time=cluster.offsets_for_time,
                    recreated=recreated_topics(ledger.generation, cluster, watermarks_of))
-    if ahead.findings:
-        plan = replace(plan, findings=(*ahead.findings, *plan.findings))
+    findings = (*inputs.ahead.findings, *plan.findings)
+    floor = plan.event_time_floor
     if rewind is not None:
-        plan = replace(plan, findings=(*plan.findings, rewind[1].finding(rewind[0])),
-                       event_time_floor=rewind[1].event_time_floor)
+        findings, floor = (*findings, rewind[1].finding(rewind[0])), rewind[1].event_time_floor
     elif stored is not None and stored.event_time_floor is not None:
         # The generation was opened by a stateful restart: its floor holds for every later start,
         # with or without window= (records before it were emitted in windows already).
-        plan = replace(plan, findings=(*plan.findings, stored.kept_finding()),
-                       event_time_floor=stored.event_time_floor)
-    log.debug("plan for %s over %d partitions: ledger %.1f ms, cluster %.1f ms, resolve %.1f ms", pipeline,
-              len(cluster.watermarks), (t1 - t0) * 1000, (t2 - t1) * 1000, (time.perf_counter() - t2) * 1000)
-    ledger = replace(ledger, next_stateful=stateful_record(rewind, stored, window))
-    return replace(plan, consumer_group=ledger.consumer_group), ledger, cluster
+        findings, floor = (*findings, stored.kept_finding()), stored.event_time_floor
+    log.debug("plan for %s: resolve %.1f ms", pipeline, (time.perf_counter() - t0) * 1000)
+    return (replace(plan, findings=findings, event_time_floor=floor, consumer_group=ledger.consumer_group),
+            replace(ledger, next_stateful=stateful_record(rewind, stored, window)))
+
+
+def plan_restart(
+    ops: Operations, group: GroupRef, options: RestartOptions, policies: Policies, window: WindowSpec | None = None,
+    sinks: Sequence[str] | None = None,
+) -> tuple[RestartPlan, LedgerView, ClusterView]:
+    """The read-only plan (``checkpoint_location=None``) over the context's ledger and Kafka cluster, and
+    the ledger and cluster views it was built from: ``read_inputs`` then ``compose``.
+
+    ``policies`` are the ones in effect (``Policies.over``). ``sinks``: the names of the sinks the job
+    writes with (None: every sink that committed since the last deliberate start); the plan starts each
+    partition where the sink furthest behind stopped (``rules.sink_ahead.sink_plan``).
+    """
+    inputs = read_inputs(ops, group, options, policies, sinks)
+    plan, ledger = compose(ops, inputs, policies, window)
+    return plan, ledger, inputs.cluster
 
 
 def sink_plan_of(engine: Engine, pipeline: str, ledger: LedgerView, sinks: Sequence[str] | None = None) -> SinkPlan:
@@ -313,8 +353,8 @@ def resolved_offsets(plan: RestartPlan, cluster: ClusterView) -> dict[str, dict[
 
 
 def _marks_by_topic(cluster: ClusterView) -> dict[str, dict[int, Watermarks]]:
-    """topic -> partition -> watermarks: plain keys, where a ``TopicPartition`` per look-up (a frozen
-    dataclass, built and hashed field by field) cost ~25 ms at 10,000 partitions."""
+    """topic -> partition -> watermarks: plain keys, not a ``TopicPartition`` built and hashed per look-up
+    (docs/benchmarks.md, "The restart's steps")."""
     out: dict[str, dict[int, Watermarks]] = {}
     for tp, w in cluster.watermarks.items():
         out.setdefault(tp.topic, {})[tp.partition] = w
@@ -322,7 +362,6 @@ def _marks_by_topic(cluster: ClusterView) -> dict[str, dict[int, Watermarks]]:
 
 
 def watermarks_json(cluster: ClusterView) -> dict[str, dict[str, list[int]]]:
-    # Sorted by topic, then partition number, as before; sorting TopicPartition objects through
-    # their generated __lt__ cost ~50 ms at 10,000 partitions, sorting plain keys a few.
+    # Sorted by topic, then partition number, on plain keys (not TopicPartition's generated __lt__).
     return {topic: {str(p): [w.log_start_offset, w.log_end_offset] for p, w in sorted(parts.items())}
             for topic, parts in sorted(_marks_by_topic(cluster).items())}

@@ -1,8 +1,8 @@
 """``offset-ledger plan``: the restart ``start_from_ledger`` would make, computed and written nowhere.
 
 The same planning as the restart itself, called, not copied: ``restart.policies_in_effect`` (the
-call's policies over the stored ones), ``restart_plan.plan_restart`` (positions, cluster, first run,
-data loss, stateful rewind), ``restart.generation_reason`` (fresh or resumed checkpoint, and why)
+call's policies over the stored ones), ``restart_plan.read_inputs`` and ``compose`` (positions,
+cluster, first run, data loss, stateful rewind), ``restart.generation_reason`` (fresh or resumed checkpoint, and why)
 and ``move_cost.plan_cost`` (records re-read or skipped). What it leaves out is what writes: the
 reconciliation with the old checkpoint (batches it committed that the ledger lacks are recorded
 by ``start_from_ledger`` first; ``offset-ledger watch PIPELINE CHECKPOINT --once`` records them
@@ -18,7 +18,7 @@ from offset_ledger.ledger.generations import generation_location
 from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart import CheckpointTruth, generation_reason, policies_in_effect
-from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
+from offset_ledger.operate.restart_plan import compose, read_inputs, resolve_ref
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.move_cost import MoveCost
 from offset_ledger.rules.plan import RestartPlan
@@ -56,9 +56,9 @@ class RestartPreview:
 
 def preview_restart(ops: Operations, ref: PipelineRef, options: RestartOptions,
                     given: Policies = Policies()) -> RestartPreview:
-    """What ``restart_with(ops, ref, options, given)`` would answer now, read-only.
+    """What ``restart(ops, RestartRequest(ref, options, given))`` would answer now, read-only.
 
-    Its planning, step by step as ``restart.restart_with`` takes it (a stored window rewinds an
+    Its planning, step by step as ``restart.plan_and_write`` takes it (a stored window rewinds an
     upgrade that opens a fresh generation anyway); the checkpoint is taken as the ledger knows it.
     """
     use, overrides = policies_in_effect(ops, ref.pipeline, given)
@@ -67,11 +67,13 @@ def preview_restart(ops: Operations, ref: PipelineRef, options: RestartOptions,
     group = resolve_ref(ops.engine, ref)
     truth = CheckpointTruth(group)  # not reconciled: reconciling records batches, and this writes nothing
     rewind = asked
-    plan, ledger, cluster = plan_restart(ops, group, options, use, window if rewind else None)
+    inputs = read_inputs(ops, group, options, use)
+    cluster = inputs.cluster
+    plan, ledger = compose(ops, inputs, use, window if rewind else None)
     if window is not None and not asked and not ledger.pending_reset_ids and generation_reason(
             plan, ledger, options, truth) not in (None, "first"):
         rewind = True
-        plan, ledger, cluster = plan_restart(ops, group, options, use, window)
+        plan, ledger = compose(ops, inputs, use, window)
     reason = generation_reason(plan, ledger, options, truth, new_checkpoint=rewind)
     current = ledger.generation
     positions = {(p.topic, p.partition): p.next_offset for p in ledger.positions}

@@ -5,7 +5,8 @@
 FRONT_DOOR = frozenset({
     "authority", "checkpoint", "coalesce", "delta_log", "durations", "failover",
     "iceberg_snapshots", "incarnation", "kafka_sink", "liveness", "model", "move_cost", "plan", "policies",
-    "progress", "pruned", "read_shortfall", "resets", "resolver", "restart_options", "retention",
+    "progress", "pruned", "read_shortfall", "resets", "resolver", "restart_options", "restart_request",
+    "restart_requirements", "retention",
     "scope", "sink_ahead", "sink_batch", "sink_copy", "sink_identity", "spark_connector", "stateful", "status",
     "verify"
 })

@@ -238,8 +238,8 @@ class PostgresSink:
                     assert decision.sequence is not None
                     rows = 0 if stage_table is None else self._move(conn, staging, stage_table, columns)
                     sink_store.record_commit(
-                        conn, self.spec, sequence=decision.sequence, generation_id=generation_id,
-                        query_id=query_id, batch_id=batch.batch_id, row_count=rows, table_version=None,
+                        conn, self.spec, sink_store.SinkCommit(decision.sequence, generation_id, query_id,
+                                                               batch.batch_id, row_count=rows),
                         committed_at=now, now=now, records=self._records(conn, query_id, batch, now))
                 if decision.verdict != "fenced":  # a zombie never touches the live generation's staged rows
                     staging.clean(conn, generation_id, batch.batch_id)
@@ -313,9 +313,9 @@ class PostgresSink:
                     return
                 assert decision.sequence is not None
                 sink_store.record_commit(
-                    conn, self.spec, sequence=decision.sequence, generation_id=generation_id, query_id=query_id,
-                    batch_id=batch.batch_id, row_count=rows, table_version=None, committed_at=now, now=now,
-                    records=self._records(conn, query_id, batch, now))
+                    conn, self.spec, sink_store.SinkCommit(decision.sequence, generation_id, query_id,
+                                                           batch.batch_id, row_count=rows),
+                    committed_at=now, now=now, records=self._records(conn, query_id, batch, now))
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"recording batch {batch.batch_id} of {self.name} in the ledger") from exc
 
@@ -347,10 +347,10 @@ class PostgresSink:
                                                        row.committed_at,
                                                        checkpoint_location=doc.get("checkpoint_location")))
                     sink_store.record_commit(
-                        conn, self.spec, sequence=int(row.sequence), generation_id=int(row.generation_id),
-                        query_id=row.query_id, batch_id=int(row.batch_id), row_count=row.row_count,
-                        table_version=None, committed_at=row.committed_at, now=datetime.now(timezone.utc),
-                        records=records)
+                        conn, self.spec, sink_store.SinkCommit(int(row.sequence), int(row.generation_id),
+                                                               row.query_id, int(row.batch_id),
+                                                               row_count=row.row_count),
+                        committed_at=row.committed_at, now=datetime.now(timezone.utc), records=records)
         except SQLAlchemyError as exc:
             raise translate_db_error(exc, f"reconciling sink {self.name} with its target") from exc
         if not missing:

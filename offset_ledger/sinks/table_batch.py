@@ -146,6 +146,6 @@ def record_found_commit(ledger: Engine, spec: sink_store.SinkSpec, commit: Table
 
 def _record(conn: Connection, spec: sink_store.SinkSpec, commit: TableCommit, records: list[Any],
             now: datetime) -> None:
-    sink_store.record_commit(conn, spec, sequence=commit.sequence, generation_id=commit.generation_id,
-                             query_id=commit.query_id, batch_id=commit.batch_id, row_count=commit.row_count,
-                             table_version=commit.table_version, committed_at=now, now=now, records=records)
+    sink_store.record_commit(conn, spec, sink_store.SinkCommit(commit.sequence, commit.generation_id, commit.query_id,
+                                                               commit.batch_id, commit.row_count, commit.table_version),
+                             committed_at=now, now=now, records=records)

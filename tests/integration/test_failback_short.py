@@ -29,9 +29,10 @@ def test_failing_back_is_refused_by_name_then_starts_the_original_topic_at_its_l
     pipeline = f"fbs_{uuid.uuid4().hex[:6]}"
     root = str(tmp_path / "checkpoints")
     with ledger.begin() as conn:  # the pipeline after its failover: on the backup's replica of the topic
-        gens.create_generation(conn, pipeline=pipeline, consumer_group=pipeline, checkpoint_root=root,
+        gens.create_generation(conn, gens.NewGeneration(
+                               pipeline=pipeline, consumer_group=pipeline, checkpoint_root=root,
                                app_version="1", reason="failover", starting_offsets={f"{home}.{topic}": {"0": 3, "1": 4}},
-                               resolved_offsets={f"{home}.{topic}": {"0": 3, "1": 4}})
+                               resolved_offsets={f"{home}.{topic}": {"0": 3, "1": 4}}))
     base = ["failover", pipeline, "--to-bootstrap", kafka.bootstrap_servers, "--source-alias", f"bk{home[2:]}",
             "--target-alias", home, "--dsn", dsn]
 

@@ -38,9 +38,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 def _seed(ledger: Engine, pipeline: str, root: str) -> None:
     """A pipeline that read ``orders`` on the old cluster up to 6 and 5 (a generation, as restarts write)."""
     with ledger.begin() as conn:
-        gens.create_generation(conn, pipeline=pipeline, consumer_group=pipeline, checkpoint_root=root,
+        gens.create_generation(conn, gens.NewGeneration(
+                               pipeline=pipeline, consumer_group=pipeline, checkpoint_root=root,
                                app_version="1", reason="first", starting_offsets={"orders": {"0": 6, "1": 5}},
-                               resolved_offsets={"orders": {"0": 6, "1": 5}})
+                               resolved_offsets={"orders": {"0": 6, "1": 5}}))
 
 
 def test_failover_cli_refuses_uncheckpointed_partitions_then_records_the_generation(

@@ -179,9 +179,10 @@ def test_the_one_statement_path_keeps_foreign_runs_off_every_position(ledger: En
     from tests.unit.ledger.test_recorder_sqlite import T0, finding_rows
 
     with ledger.begin() as conn:
-        gen, _ = gens.create_generation(conn, pipeline="orders", consumer_group="orders", checkpoint_root="/c",
+        gen, _ = gens.create_generation(conn, gens.NewGeneration(
+                                        pipeline="orders", consumer_group="orders", checkpoint_root="/c",
                                         app_version="1", reason="test", starting_offsets={"t": {"0": 0}},
-                                        resolved_offsets={"t": {"0": 0}})
+                                        resolved_offsets={"t": {"0": 0}}))
     fast_calls = []
     record_fast = FastBatchPath.record
 

@@ -56,14 +56,14 @@ def test_no_generation_before_the_first_restart(engine: Engine) -> None:
 def test_generations_number_up_with_unique_locations_and_record_what_was_chosen(engine: Engine) -> None:
     offsets = {"t": {"0": 12, "1": -2}}
     with engine.begin() as conn:
-        g1, consumed = gens.create_generation(
-            conn, pipeline="p", consumer_group="p", checkpoint_root="s3a://b/cp", app_version="1.0",
-            reason="first", starting_offsets=offsets, now=T0)
+        g1, consumed = gens.create_generation(conn, gens.NewGeneration(
+            pipeline="p", consumer_group="p", checkpoint_root="s3a://b/cp", app_version="1.0",
+            reason="first", starting_offsets=offsets, now=T0))
     assert consumed == []
     with engine.begin() as conn:
-        g2, _ = gens.create_generation(
-            conn, pipeline="p", consumer_group="p", checkpoint_root="s3a://b/cp", app_version="2.0",
-            reason="app_version", starting_offsets={"t": {"0": 20, "1": 3}}, now=T0)
+        g2, _ = gens.create_generation(conn, gens.NewGeneration(
+            pipeline="p", consumer_group="p", checkpoint_root="s3a://b/cp", app_version="2.0",
+            reason="app_version", starting_offsets={"t": {"0": 20, "1": 3}}, now=T0))
     assert (g1.generation, g2.generation) == (1, 2)
     assert g1.location.startswith("s3a://b/cp/gen-1-") and g2.location.startswith("s3a://b/cp/gen-2-")
     assert g1.location != g2.location
@@ -78,10 +78,11 @@ def test_generations_number_up_with_unique_locations_and_record_what_was_chosen(
 
 def test_generations_are_per_pipeline_and_consumer_group(engine: Engine) -> None:
     with engine.begin() as conn:
-        gens.create_generation(conn, pipeline="p", consumer_group="g1", checkpoint_root="/cp",
-                               app_version=None, reason="first", starting_offsets={})
-        g, _ = gens.create_generation(conn, pipeline="p", consumer_group="g2", checkpoint_root="/cp",
-                                      app_version=None, reason="first", starting_offsets={})
+        gens.create_generation(conn, gens.NewGeneration(pipeline="p", consumer_group="g1", checkpoint_root="/cp",
+                               app_version=None, reason="first", starting_offsets={}))
+        g, _ = gens.create_generation(conn, gens.NewGeneration(
+                                      pipeline="p", consumer_group="g2", checkpoint_root="/cp",
+                                      app_version=None, reason="first", starting_offsets={}))
         assert g.generation == 1
         assert gens.current_generation(conn, "q", "q") is None
 
@@ -95,9 +96,9 @@ def test_pending_resets_are_found_and_consumed_with_the_generation(engine: Engin
         pending = gens.pending_reset_ids(conn, "p", "p")
     assert pending == [first, second]
     with engine.begin() as conn:
-        gen, consumed = gens.create_generation(
-            conn, pipeline="p", consumer_group="p", checkpoint_root="/cp", app_version="1",
-            reason="reset", starting_offsets={"t": {"0": 0}}, consume_reset_ids=pending, now=T0)
+        gen, consumed = gens.create_generation(conn, gens.NewGeneration(
+            pipeline="p", consumer_group="p", checkpoint_root="/cp", app_version="1",
+            reason="reset", starting_offsets={"t": {"0": 0}}, consume_reset_ids=pending, now=T0))
     assert consumed == [first, second]
     with engine.connect() as conn:
         rows = {r.id: r for r in conn.execute(select(resets))}
@@ -112,13 +113,15 @@ def test_pending_resets_are_found_and_consumed_with_the_generation(engine: Engin
 def test_a_reset_consumed_meanwhile_is_not_consumed_twice(engine: Engine) -> None:
     rid = _reset(engine)
     with engine.begin() as conn:
-        _, consumed = gens.create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root="/cp",
+        _, consumed = gens.create_generation(conn, gens.NewGeneration(
+                                             pipeline="p", consumer_group="p", checkpoint_root="/cp",
                                              app_version=None, reason="reset", starting_offsets={},
-                                             consume_reset_ids=[rid])
+                                             consume_reset_ids=[rid]))
     with engine.begin() as conn:
-        g2, consumed_again = gens.create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root="/cp",
+        g2, consumed_again = gens.create_generation(conn, gens.NewGeneration(
+                                                    pipeline="p", consumer_group="p", checkpoint_root="/cp",
                                                     app_version=None, reason="reset", starting_offsets={},
-                                                    consume_reset_ids=[rid])
+                                                    consume_reset_ids=[rid]))
     assert consumed == [rid] and consumed_again == []
     with engine.connect() as conn:
         row = conn.execute(select(resets).where(resets.c.id == rid)).one()
@@ -129,9 +132,10 @@ def test_a_failed_transaction_leaves_neither_generation_nor_consumed_reset(engin
     rid = _reset(engine)
     with pytest.raises(RuntimeError):
         with engine.begin() as conn:
-            gens.create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root="/cp",
+            gens.create_generation(conn, gens.NewGeneration(
+                                   pipeline="p", consumer_group="p", checkpoint_root="/cp",
                                    app_version=None, reason="reset", starting_offsets={},
-                                   consume_reset_ids=[rid])
+                                   consume_reset_ids=[rid]))
             raise RuntimeError("boom")
     with engine.connect() as conn:
         assert gens.pending_reset_ids(conn, "p", "p") == [rid]

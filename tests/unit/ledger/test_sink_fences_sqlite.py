@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import insert, select, update
 
 from offset_ledger.ledger.engine import make_engine, upgrade
-from offset_ledger.ledger.generations import create_generation, current_generation
+from offset_ledger.ledger.generations import NewGeneration, create_generation, current_generation
 from offset_ledger.ledger.sink_store import planned_reach, sink_commits_in_window
 from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches, sinks
 from offset_ledger.operate.restart_plan import LedgerView, sink_plan_of
@@ -35,9 +35,10 @@ class Ledger:
 
     def open(self, reason: str, start: int, findings: Any = (), root: str = "/ck") -> int:
         with self.engine.begin() as conn:
-            gen, _ = create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root=root, app_version=reason,
+            gen, _ = create_generation(conn, NewGeneration(
+                                       pipeline="p", consumer_group="p", checkpoint_root=root, app_version=reason,
                                        reason=reason, starting_offsets={"t": {"0": start}},
-                                       resolved_offsets={"t": {"0": start}}, restart_findings=list(findings), now=T0)
+                                       resolved_offsets={"t": {"0": start}}, restart_findings=list(findings), now=T0))
         self.current = gen.id
         return gen.id
 
@@ -119,9 +120,9 @@ def test_a_driver_fenced_between_two_sinks_plans_from_the_sink_behind_and_the_ot
         assert planned_reach(conn, g2, "p:b") == {} and planned_reach(conn, g1, "p:a") == {}
     # A weightier reason may open the generation (a clamp, a lost checkpoint): the sinks hold what they hold.
     with ledger.engine.begin() as conn:
-        other, _ = create_generation(conn, pipeline="p2", consumer_group="p2", checkpoint_root="/ck",
+        other, _ = create_generation(conn, NewGeneration(pipeline="p2", consumer_group="p2", checkpoint_root="/ck",
                                      app_version="x", reason="data_loss", starting_offsets={"t": {"0": 20}},
-                                     resolved_offsets={"t": {"0": 20}}, restart_findings=list(plan.findings), now=T0)
+                                     resolved_offsets={"t": {"0": 20}}, restart_findings=list(plan.findings), now=T0))
         assert planned_reach(conn, other.id, "p:a") == {("t", 0): 30}
     ledger.commit("p:a", g2, 0, (20, 25))  # skipped whole (no rows), recorded
     ledger.commit("p:b", g2, 0, (20, 25))
@@ -283,3 +284,29 @@ def test_a_delta_sink_records_a_batch_it_holds_whole_and_refuses_one_it_cannot_s
         sink.write(_Frame(["value"]), 2)  # 25-35: 25-30 held, 30-35 not
     with ledger.engine.connect() as conn:
         assert conn.execute(select(positions.c.next_offset)).scalar_one() == 25  # nothing recorded
+
+
+def test_a_zombie_commit_between_plan_and_write_fails_its_sink_fence_though_no_position_moved(ledger: Ledger) -> None:
+    """Issue 51: the plan weighs the sinks' commits (``sink_plan_of``); a fenced driver of the old generation
+    committing after the plan read them moves no position, and only the sink's fence says the plan is stale."""
+    from offset_ledger.ledger.restart_state import ledger_now
+    from offset_ledger.operate.restart_plan import ClusterView, PlanInputs, read_ledger
+    from offset_ledger.rules.restart_requirements import unmet
+
+    g1 = ledger.open("first", 0)
+    ledger.commit("p:a", g1, 0, (0, 10))
+    ledger.open("app_version", 10)
+    view = read_ledger(ledger.engine, GroupRef("p", "p", True), ["t"])
+    assert view.sink_fences == {"p:a": 1}
+    inputs = PlanInputs(view, ("t",), view.positions, sink_plan_of(ledger.engine, "p", view), False,
+                        ClusterView(("t",), {}, None), ("p:a",))
+    requirements = inputs.requirements()
+
+    def changes() -> list[str]:
+        with ledger.engine.begin() as conn:
+            return unmet(requirements, ledger_now(conn, "p", "p", requirements))
+
+    assert changes() == []
+    ledger.commit("p:a", g1, 1, (10, 20))  # the zombie: its generation is not the current one, positions stay
+    assert read_ledger(ledger.engine, GroupRef("p", "p", True), ["t"]).positions == view.positions
+    assert changes() == ["sink 'p:a' committed sequence 2 (the plan read 1)"]

@@ -31,9 +31,10 @@ def engine(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def _generation(engine, location: str) -> int:  # type: ignore[no-untyped-def]
     with engine.begin() as conn:
-        g, _ = gens.create_generation(conn, pipeline="orders", consumer_group="orders", checkpoint_root="/ck",
+        g, _ = gens.create_generation(conn, gens.NewGeneration(
+                                   pipeline="orders", consumer_group="orders", checkpoint_root="/ck",
                                    app_version="1", reason="first", starting_offsets={"t": {"0": 0}},
-                                   resolved_offsets={"t": {"0": 0}}, location=location)
+                                   resolved_offsets={"t": {"0": 0}}, location=location))
     return g.id
 
 
@@ -55,9 +56,9 @@ def _commit(engine, generation_id: int, batch_id: int, rows: int, location: str)
                    current_generation_id=sink_store.current_generation_id(conn, "orders", "orders"),
                    committed_sequence=sink_store.committed_sequence(conn, SPEC.sink, generation_id, batch_id))
         if d.verdict == "commit":
-            sink_store.record_commit(conn, SPEC, sequence=d.sequence, generation_id=generation_id, query_id="q1",
-                                     batch_id=batch_id, row_count=rows, table_version=None, committed_at=T0,
-                                     now=T0, records=_records(location, batch_id, batch_id * 10, batch_id * 10 + 10))
+            sink_store.record_commit(conn, SPEC, sink_store.SinkCommit(d.sequence, generation_id, "q1", batch_id,
+                                                                       row_count=rows),
+                                     committed_at=T0, now=T0, records=_records(location, batch_id, batch_id * 10, batch_id * 10 + 10))
     return d
 
 

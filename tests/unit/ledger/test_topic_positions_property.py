@@ -96,11 +96,15 @@ class Ledger:
         offsets: dict[str, dict[str, int]] = {}
         for (t, p), o in resolved.items():
             offsets.setdefault(t, {})[str(p)] = o
-        with self.engine.begin() as conn:
-            self.m["generations"].create_generation(
-                conn, pipeline="p", consumer_group=group, checkpoint_root="/ck", app_version="1", reason="failover",
-                starting_offsets=offsets, resolved_offsets=offsets, dropped_partitions=dropped, now=at,
-                group_defaulted=defaulted)
+        new = dict(pipeline="p", consumer_group=group, checkpoint_root="/ck", app_version="1", reason="failover",
+                   starting_offsets=offsets, resolved_offsets=offsets, dropped_partitions=dropped, now=at,
+                   group_defaulted=defaulted)
+        gens = self.m["generations"]
+        with self.engine.begin() as conn:  # the release before issue 51 took the fields as keywords
+            if hasattr(gens, "NewGeneration"):
+                gens.create_generation(conn, gens.NewGeneration(**new))
+            else:
+                gens.create_generation(conn, **new)
 
     def adopt(self, at: datetime) -> None:
         with self.engine.begin() as conn:

@@ -31,7 +31,8 @@ from offset_ledger.ledger.tables import (
 )
 from offset_ledger.operate import failover as fo
 from offset_ledger.operate.operations import Operations
-from offset_ledger.operate.restart import restart_with
+from offset_ledger.operate.restart import restart
+from offset_ledger.rules.restart_request import RestartRequest
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.failover import Mm2Checkpoint
 from offset_ledger.rules.model import TopicPartition, Watermarks
@@ -74,7 +75,7 @@ class FakeCluster:
     def record_timestamps(self, wanted: Any, **_: Any) -> dict[tuple[TopicPartition, int], int]:
         return {(tp, o): 1_000 * (o + 1) for tp, o in wanted}  # record time: one second per offset
 
-    # -- what restart_with asks
+    # -- what the restart asks
     def snapshot(self, topics: Sequence[str]) -> ClusterSnapshot:
         return ClusterSnapshot(self.partitions(topics), self.topic_ids(topics), self.watermarks(topics))
 
@@ -95,9 +96,10 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Eng
     engine = make_engine(dsn)
     ensure_schema(engine)
     with engine.begin() as conn:
-        gens.create_generation(conn, pipeline="orders", consumer_group="orders", checkpoint_root=str(tmp_path / "ck"),
+        gens.create_generation(conn, gens.NewGeneration(
+                               pipeline="orders", consumer_group="orders", checkpoint_root=str(tmp_path / "ck"),
                                app_version="1", reason="first", starting_offsets={"orders": {"0": 6, "1": 5}},
-                               resolved_offsets={"orders": {"0": 6, "1": 5}}, topic_ids={"orders": "id-primary"})
+                               resolved_offsets={"orders": {"0": 6, "1": 5}}, topic_ids={"orders": "id-primary"}))
     backup = FakeCluster("backup-cluster")
     backup.add_topic("primary.orders", {0: (0, 8), 1: (0, 7)}, "id-backup")
     backup.checkpoints["primary"] = [Mm2Checkpoint("orders", "primary.orders", 0, 4, 4),
@@ -207,8 +209,8 @@ def test_an_uncheckpointed_partition_is_refused_or_starts_at_the_log_start(world
 def test_a_restart_after_the_failover_resumes_its_generation(world: Any, tmp_path: Path) -> None:
     engine, dsn, backup = world
     result = fo.failover("orders", to_bootstrap=BACKUP, source_alias="primary", dsn=dsn)
-    plan = restart_with(Operations(engine, kafka=backup), PipelineRef("orders"), RestartOptions(
-        topics=("primary.orders",), checkpoint_root=str(tmp_path / "ck"), app_version="1"))
+    plan = restart(Operations(engine, kafka=backup), RestartRequest(PipelineRef("orders"), RestartOptions(
+        topics=("primary.orders",), checkpoint_root=str(tmp_path / "ck"), app_version="1")))
     assert plan.checkpoint_location == result.checkpoint_location and plan.generation == 2
     assert plan.starting_offsets == {"primary.orders": {"0": 4, "1": 5}}
     assert len(_generations(engine)) == 2

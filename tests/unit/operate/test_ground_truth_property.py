@@ -5,7 +5,7 @@ whatever prune removed.
 A simulated Spark job writes real checkpoint files (``offsets/N``, ``commits/N``, ``metadata``,
 ``sources/0/0`` in Spark's v1 format) under the locations the restart hands out; the listener's
 events for it are delivered to the real ``Recorder`` or dropped, at random. Resets go through the
-real ``Operations.reset``; restarts through the real ``restart_with`` on an SQLite ledger. The
+real ``Operations.reset``; restarts through the real ``restart`` verb on an SQLite ledger. The
 cluster is an in-memory stand-in (pure logic under test here; tests/integration has the real one).
 Interleavings are drawn by hypothesis, including a reset or a batch landing while a restart plans.
 """
@@ -30,7 +30,8 @@ from offset_ledger.ledger.prune import prune
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.operate.operations import Operations
-from offset_ledger.operate.restart import restart_with
+from offset_ledger.operate.restart import restart
+from offset_ledger.rules.restart_request import RestartRequest
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.model import (
     EARLIEST,
@@ -125,8 +126,8 @@ World = tuple[Any, Cluster, Recorder]
 
 def _restart(world: World, tmp_path: Path, version: str) -> Any:
     engine, cluster, _ = world
-    return restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
-        topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version=version))
+    return restart(Operations(engine, kafka=cluster), RestartRequest(PipelineRef("orders"), RestartOptions(
+        topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version=version)))
 
 
 def _first_run(world: World, tmp_path: Path, log_end: dict[int, int]) -> tuple[Any, Job]:
@@ -217,8 +218,8 @@ def test_a_restart_starts_exactly_at_the_checkpoint_or_the_reset(tmp_path_factor
                     cluster.during_snapshot = lambda: reset("latest")
                 elif op[2] == "batch" and job is not None:
                     cluster.during_snapshot = lambda: commit(True)
-                plan = restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
-                    topics=(TOPIC,), checkpoint_root=str(tmp / "ck"), app_version=str(version)))
+                plan = restart(Operations(engine, kafka=cluster), RestartRequest(PipelineRef("orders"), RestartOptions(
+                    topics=(TOPIC,), checkpoint_root=str(tmp / "ck"), app_version=str(version))))
                 cluster.during_snapshot = None
                 if plan.fresh_checkpoint:
                     start = {int(p): (0 if o == EARLIEST else cluster.log_end[int(p)] if o == LATEST else o)
@@ -302,8 +303,8 @@ def test_a_ledger_that_keeps_moving_is_a_retryable_refusal_and_writes_nothing(tm
     busy = Busy()
     busy.log_end = dict(cluster.log_end)
     try:
-        restart_with(Operations(engine, kafka=busy), PipelineRef("orders"), RestartOptions(
-            topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version="2"))
+        restart(Operations(engine, kafka=busy), RestartRequest(PipelineRef("orders"), RestartOptions(
+            topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version="2")))
     except PlanConflict as exc:
         assert exc.retriable and "3 times" in exc.message and "position" in exc.message
     else:
@@ -332,8 +333,8 @@ def test_a_defaulted_group_yields_to_the_group_the_runs_report(tmp_path: Path, w
         groups = {r[0] for r in conn.execute(text("SELECT DISTINCT consumer_group FROM checkpoint_generations"))}
         assert groups == {"orders-etl"}
     # A group someone named is never taken over.
-    plan3 = restart_with(Operations(engine, kafka=cluster), PipelineRef("other", "named"), RestartOptions(
-        topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck2"), app_version="1"))
+    plan3 = restart(Operations(engine, kafka=cluster), RestartRequest(PipelineRef("other", "named"), RestartOptions(
+        topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck2"), app_version="1")))
     job3 = Job(plan3.checkpoint_location or "", {0: 0, 1: 0})
     s3 = job3.start_event()
     recorder.record([RunStart("other", "theirs", s3.query_id, s3.run_id, None, s3.started_at,

@@ -35,7 +35,8 @@ from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import BatchRecord
 from offset_ledger.operate.operations import Operations
-from offset_ledger.operate.restart import restart_with
+from offset_ledger.operate.restart import restart
+from offset_ledger.rules.restart_request import RestartRequest
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.operate.verifying import verify_pipeline
 from offset_ledger.rules.model import EARLIEST, LATEST, BatchOffsets, PartitionRange, SourceProgress
@@ -71,8 +72,8 @@ def _sink_commit(engine: Any, run: Run, batch_id: int) -> str:
                    current_generation_id=sink_store.current_generation_id(conn, "orders", "orders"),
                    committed_sequence=sink_store.committed_sequence(conn, SPEC.sink, gen, batch_id))
         if d.verdict == "commit":
-            sink_store.record_commit(conn, SPEC, sequence=d.sequence or 0, generation_id=gen, query_id=run.query_id,
-                                     batch_id=batch_id, row_count=None, table_version=None, committed_at=now, now=now)
+            sink_store.record_commit(conn, SPEC, sink_store.SinkCommit(d.sequence or 0, gen, run.query_id, batch_id),
+                                     committed_at=now, now=now)
     return d.verdict
 
 
@@ -146,8 +147,8 @@ def _check(tmp: Path, ops: list[tuple[Any, ...]]) -> None:
             elif op[0] == "restart":
                 if op[1]:
                     version += 1
-                plan = restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
-                    topics=(TOPIC,), checkpoint_root=str(tmp / "ck"), app_version=str(version)))
+                plan = restart(Operations(engine, kafka=cluster), RestartRequest(PipelineRef("orders"), RestartOptions(
+                    topics=(TOPIC,), checkpoint_root=str(tmp / "ck"), app_version=str(version))))
                 where = plan.checkpoint_location or ""
                 if location is not None and not Path(location, "metadata").exists():
                     # A query ran there (every start writes metadata): the checkpoint is lost, and the

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
 from offset_ledger import Pipeline
 from offset_ledger.errors import InvalidInput
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
+from offset_ledger.errors import ConfigError
+from offset_ledger.ledger.sink_store import SinkSpec
 from offset_ledger.operate.pipeline import PipelineStart, call_arguments, spark_kafka_options
 from offset_ledger.operate.restart import start_from_ledger as real_start_from_ledger  # before any fake
 from offset_ledger.rules.plan import RestartPlan
+from offset_ledger.rules.policies import Policies
+from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
+from offset_ledger.rules.restart_request import RestartRequest
 
 
 class FakeReader:
@@ -52,36 +58,66 @@ PLAN = RestartPlan(pipeline="orders", starting_offsets={"orders": {"0": 12, "1":
                    checkpoint_location="/ck/orders/gen-2-abc", fresh_checkpoint=True, generation=2)
 
 
-@pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
-    seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+class FakeSink:
+    """Enough of a ``Sink`` for the protocol check; nothing here writes."""
 
-    def fake_start(*args: Any, **kwargs: Any) -> RestartPlan:
-        seen.append((args, kwargs))
+    def __init__(self, name: str = "orders:out") -> None:
+        self.spec = SinkSpec(name, "orders", "orders", "postgres", "out")
+
+    def bind(self, checkpoint_location: str) -> FakeSink:
+        return self
+
+    def write(self, df: Any, batch_id: int) -> Any:
+        return None
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        return None
+
+    def reconcile(self, ledger: Any) -> tuple[Any, ...]:
+        return ()
+
+
+class Call(NamedTuple):
+    ledger: LedgerAddress
+    kafka: KafkaAddress
+    request: RestartRequest
+    sinks: tuple[Any, ...]
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[Call]:
+    """What reached the restart (``operate.restart.restart_at``) from a Pipeline or from start_from_ledger."""
+    seen: list[Call] = []
+
+    def fake_restart_at(ledger: LedgerAddress, kafka: KafkaAddress, request: RestartRequest,
+                        sinks: tuple[Any, ...] = ()) -> RestartPlan:
+        seen.append(Call(ledger, kafka, request, tuple(sinks)))
         return PLAN
 
-    monkeypatch.setattr("offset_ledger.operate.restart.start_from_ledger", fake_start)
+    monkeypatch.setattr("offset_ledger.operate.restart.restart_at", fake_restart_at)
     return seen
 
 
-def test_plan_is_start_from_ledger_with_the_pipeline_arguments(calls) -> None:  # type: ignore[no-untyped-def]
+def test_plan_is_the_restart_request_with_the_pipeline_arguments(calls) -> None:  # type: ignore[no-untyped-def]
     p = Pipeline("orders", topics=["orders", "refunds"], dsn="sqlite:///x.db", bootstrap_servers="b:9092",
                  kafka_options={"kafka.security.protocol": "SSL"}, consumer_group="etl", app_version="2.0")
     assert p.plan(checkpoint_root="/ck/orders", on_data_loss="earliest", new_checkpoint=True) is PLAN
-    (args, kwargs), = calls
-    assert args == ("orders", ["orders", "refunds"])
-    assert kwargs == {"topic_pattern": None, "bootstrap_servers": "b:9092", "checkpoint_root": "/ck/orders",
-                      "app_version": "2.0", "dsn": "sqlite:///x.db", "consumer_group": "etl",
-                      "kafka_options": {"kafka.security.protocol": "SSL"}, "on_data_loss": "earliest",
-                      "new_checkpoint": True}
+    (ledger, kafka, request, sinks), = calls
+    assert request == RestartRequest(
+        PipelineRef("orders", "etl"),
+        RestartOptions(topics=("orders", "refunds"), checkpoint_root="/ck/orders", app_version="2.0",
+                       new_checkpoint=True),
+        Policies(on_data_loss="earliest"))
+    assert ledger == LedgerAddress("sqlite:///x.db") and sinks == ()
+    assert kafka.bootstrap_servers == "b:9092" and dict(kafka.options) == {"kafka.security.protocol": "SSL"}
 
 
 def test_a_call_passes_only_the_overrides_it_was_given_so_stored_policies_apply(calls) -> None:  # type: ignore[no-untyped-def]
     Pipeline("orders", topic_pattern="orders-.*").plan(checkpoint_root="/ck")
-    (args, kwargs), = calls
-    assert args == ("orders", None) and kwargs["topic_pattern"] == "orders-.*"
+    (_, _, request, _), = calls
+    assert request.options.topic_pattern == "orders-.*" and request.options.topics is None
     # None of first_run, on_data_loss, window...: stored ones apply
-    assert not set(kwargs) & (call_arguments() - {"checkpoint_root"})
+    assert request.given == Policies() and request.sinks is None and not request.options.new_checkpoint
 
 
 def test_start_sets_the_subscription_the_kafka_settings_and_starting_offsets(calls) -> None:  # type: ignore[no-untyped-def]
@@ -99,7 +135,8 @@ def test_start_sets_the_subscription_the_kafka_settings_and_starting_offsets(cal
     }
     assert started.checkpoint_location == "/ck/orders/gen-2-abc"
     assert started.starting_offsets_json == PLAN.starting_offsets_json
-    assert calls[0][1]["first_run"] == "latest"
+    assert calls[0].request.given.first_run == "latest"
+    assert calls[0].kafka.bootstrap_servers == "b:9092"  # the one address the restart and the reader share
 
 
 def test_start_takes_a_session_and_write_stream_carries_the_checkpoint(calls) -> None:  # type: ignore[no-untyped-def]
@@ -146,55 +183,43 @@ def test_bad_arguments_are_refused_before_anything_runs(calls) -> None:  # type:
     assert calls == []
 
 
-def _a_value_for(name: str) -> object:
-    """Something ``start_from_ledger`` would take for the argument (the fake records it as it is)."""
-    return {"sinks": [object()], "checkpoint_root": "/ck"}.get(name, f"<{name}>")
+#: A valid value of each per-call argument (the values check them when the request is built).
+VALUES: dict[str, Any] = {
+    "checkpoint_root": "/ck", "first_run": "latest", "on_data_loss": "earliest", "window": "10 minutes",
+    "watermark_delay": "1 minute", "event_time_is_kafka_timestamp": True, "commit_to_kafka": True,
+    "new_checkpoint": True, "allow_first_run": True, "adopt_checkpoint": "/old/ck", "sinks": [FakeSink()]}
 
 
-def test_every_start_from_ledger_argument_is_held_by_the_pipeline_or_taken_by_plan_and_start(calls) -> None:  # type: ignore[no-untyped-def]
-    """Read from the signature: a new ``start_from_ledger`` argument that ``Pipeline`` neither holds nor
-    passes through fails here (issue 36: ``plan(..., sinks=[sink])`` once raised TypeError)."""
-    import dataclasses
+def _given(name: str) -> dict[str, Any]:
+    extra = {"window": "10 minutes"} if name in ("slide", "watermark_delay") else {}
+    return {"checkpoint_root": "/ck", **extra, name: VALUES.get(name, "5 minutes")}
+
+
+def test_a_pipeline_and_start_from_ledger_make_the_same_request_for_every_argument(calls) -> None:  # type: ignore[no-untyped-def]
+    """Read from the signature: each ``start_from_ledger`` argument the pipeline does not hold is taken by
+    ``plan`` and ``start`` and reaches the restart exactly as ``start_from_ledger`` sends it (issue 36:
+    ``plan(..., sinks=[sink])`` once raised TypeError); the pipeline's own are refused per call."""
     import inspect
+
+    from offset_ledger.operate.pipeline import HELD
 
     arguments = [n for n in inspect.signature(real_start_from_ledger).parameters if n not in ("pipeline", "topics")]
-    held = {f.name for f in dataclasses.fields(Pipeline) if f.init} | {"pipeline"}
-    per_call = [n for n in arguments if n not in held]
+    per_call = [n for n in arguments if n not in HELD]
     assert "sinks" in per_call and "checkpoint_root" in per_call
-    p = Pipeline("orders", topics=["orders"])
+    p = Pipeline("orders", topics=["orders"], bootstrap_servers="b:9092")
     for name in per_call:
         calls.clear()
-        p.plan(**{"checkpoint_root": "/ck", name: _a_value_for(name)})  # type: ignore[arg-type]
-        assert calls[0][1][name] == _a_value_for(name) or name == "sinks", name
-        calls.clear()
-        p.start(FakeReader(), **{"checkpoint_root": "/ck", name: _a_value_for(name)})  # type: ignore[arg-type]
-        assert name in calls[0][1], name
-    for name in set(arguments) & held:  # the pipeline's own: refused per call, they would contradict it
+        p.plan(**_given(name))
+        p.start(FakeReader(), **_given(name))
+        real_start_from_ledger("orders", ["orders"], bootstrap_servers="b:9092", **_given(name))
+        planned, started, direct = calls
+        assert planned.request == started.request == direct.request, name
+        assert planned.sinks == direct.sinks and planned.ledger == direct.ledger, name
+        assert planned.request != RestartRequest(PipelineRef("orders"), RestartOptions(topics=("orders",),
+                                                 checkpoint_root="/ck")) or name == "checkpoint_root", name
+    for name in set(arguments) & HELD:  # the pipeline's own: refused per call, they would contradict it
         with pytest.raises(TypeError, match="belong"):
-            p.plan(checkpoint_root="/ck", **{name: _a_value_for(name)})  # type: ignore[arg-type]
-
-
-def test_the_pipeline_plans_with_its_sinks(calls) -> None:  # type: ignore[no-untyped-def]
-    sink = object()
-    Pipeline("orders", ["orders"]).plan(checkpoint_root="/ck", sinks=[sink])
-    assert calls[0][1]["sinks"] == [sink]
-
-
-def test_start_from_ledger_takes_exactly_the_values_fields() -> None:
-    """The signature and the values (``PipelineRef``, ``RestartOptions``, ``Policies`` and the edge's
-    ledger, cluster and sinks) name the same arguments: one cannot grow without the other."""
-    import inspect
-
-    from offset_ledger.operate.pipeline import restart_arguments
-
-    assert set(inspect.signature(real_start_from_ledger).parameters) == restart_arguments()
-
-
-def test_spark_kafka_options_prefix_and_spell_values_as_spark_does() -> None:
-    assert spark_kafka_options({"security.protocol": "SSL", "kafka.request.timeout.ms": 5000,
-                                "kafka.ssl.endpoint.identification.algorithm": "", "x.flag": True}) == {
-        "kafka.security.protocol": "SSL", "kafka.request.timeout.ms": "5000",
-        "kafka.ssl.endpoint.identification.algorithm": "", "kafka.x.flag": "true"}
+            p.plan(checkpoint_root="/ck", **{name: "x"})
 
 
 def test_listener_is_the_offset_ledger_listener_for_the_pipeline(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -11,7 +11,8 @@ import pytest
 from offset_ledger.errors import InvalidRestartOptions
 from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
 from offset_ledger.operate.operations import Operations
-from offset_ledger.operate.restart import restart_with
+from offset_ledger.operate.restart import restart
+from offset_ledger.rules.restart_request import RestartRequest
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.policies import Policies, check_policies, merged
 from offset_ledger.rules.stateful import WindowSpec
@@ -29,9 +30,9 @@ def _set(world: World, **changes: object) -> None:
 def _restart(world: World, tmp_path: Path, version: str, new_checkpoint: bool = False,
              **given: object):  # type: ignore[no-untyped-def]
     engine, cluster, _ = world
-    return restart_with(Operations(engine, kafka=cluster), PipelineRef("orders"), RestartOptions(
+    return restart(Operations(engine, kafka=cluster), RestartRequest(PipelineRef("orders"), RestartOptions(
         topics=(TOPIC,), checkpoint_root=str(tmp_path / "ck"), app_version=version, new_checkpoint=new_checkpoint),
-        Policies(**given))  # type: ignore[arg-type]
+        Policies(**given)))  # type: ignore[arg-type]
 
 
 def test_policies_are_checked_and_merged() -> None:
@@ -107,8 +108,19 @@ def test_a_stored_window_rewinds_on_an_upgrade_only(tmp_path: Path, world: World
     _set(world, window="10 seconds", watermark_delay="10 seconds")
     same = _restart(world, tmp_path, "1")
     assert not same.fresh_checkpoint and same.event_time_floor is None  # nothing to upgrade: no rewind
+    reads: list[tuple[str, ...]] = []
+    real_snapshot = cluster.snapshot
+
+    def snapshot(topics):  # type: ignore[no-untyped-def]
+        reads.append(tuple(topics))
+        return real_snapshot(topics)
+
+    cluster.snapshot = snapshot  # type: ignore[method-assign]
     upgraded = _restart(world, tmp_path, "2")
     assert upgraded.fresh_checkpoint and upgraded.event_time_floor is not None
+    # Issue 51: the stored window composes the plan again from the same reads; the cluster is read once.
+    assert reads == [(TOPIC,)]
+    cluster.snapshot = real_snapshot  # type: ignore[method-assign]
     assert [f.kind for f in upgraded.findings if f.kind == "state_rewind"] == ["state_rewind"]
     again = _restart(world, tmp_path, "2")
     assert not again.fresh_checkpoint and again.event_time_floor == upgraded.event_time_floor

@@ -102,11 +102,11 @@ class Ledger:
 
     def generation(self, resolved: dict[int, int], consume: list[int] = ()) -> gens.CheckpointGeneration:
         with self.engine.begin() as conn:
-            gen, _ = gens.create_generation(
-                conn, pipeline="p", consumer_group="p", checkpoint_root="/ckpt", app_version="1", reason="test",
+            gen, _ = gens.create_generation(conn, gens.NewGeneration(
+                pipeline="p", consumer_group="p", checkpoint_root="/ckpt", app_version="1", reason="test",
                 starting_offsets={"t": {str(k): v for k, v in resolved.items()}},
                 resolved_offsets={"t": {str(k): v for k, v in resolved.items()}},
-                consume_reset_ids=list(consume), now=self.now())
+                consume_reset_ids=list(consume), now=self.now()))
         return gen
 
     def start(self, query: str, location: str | None) -> str:

@@ -131,7 +131,7 @@ def test_which_commits_came_after_a_generation_opened_is_the_ledgers_order_never
     from sqlalchemy import insert, update
 
     from offset_ledger.ledger.engine import make_engine, upgrade
-    from offset_ledger.ledger.generations import create_generation
+    from offset_ledger.ledger.generations import NewGeneration, create_generation
     from offset_ledger.ledger.sink_store import older_commits_ahead
     from offset_ledger.ledger.tables import batch_offsets, checkpoint_generations, positions, sink_batches
 
@@ -141,9 +141,10 @@ def test_which_commits_came_after_a_generation_opened_is_the_ledgers_order_never
 
     def opened(reason: str, at: datetime, position: int) -> int:
         with engine.begin() as conn:
-            gen, _ = create_generation(conn, pipeline="p", consumer_group="p", checkpoint_root="/ck", app_version=reason,
+            gen, _ = create_generation(conn, NewGeneration(
+                                       pipeline="p", consumer_group="p", checkpoint_root="/ck", app_version=reason,
                                        reason=reason, starting_offsets={"t": {"0": position}},
-                                       resolved_offsets={"t": {"0": position}}, now=at)
+                                       resolved_offsets={"t": {"0": position}}, now=at))
             return gen.id
 
     current = 0
