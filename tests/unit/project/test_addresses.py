@@ -37,10 +37,8 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "s
 MAKES_ENGINES = {("ledger/engine.py", "engine_for")}
 #: Calls still outstanding, by module: {path: (calls, who converts them)}. It only shrinks: an entry
 #: whose module no longer calls ``make_engine`` that often fails the test until it is lowered or
-#: removed (the coordinator empties it as the other parts of issue 51 merge).
-OUTSTANDING = {
-    "operate/restart.py": (1, "the restart helper (start_from_ledger onto Operations.open)"),
-}
+#: removed. Empty since every face opens through ``Operations.open``/``engine_for`` (issue 51).
+OUTSTANDING: dict[str, tuple[int, str]] = {}
 
 
 def make_engine_calls(source: str) -> list[tuple[int, str | None]]:
@@ -100,10 +98,7 @@ def test_the_static_check_can_fail() -> None:
 #: The bootstrap-servers fallback (``kafka.bootstrap.servers`` in the options, else
 #: ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``) lives in ``KafkaAddress.resolve``; copies still outstanding, by
 #: module, shrinking like ``OUTSTANDING``.
-FALLBACK_OUTSTANDING = {
-    "operate/pipeline.py": (2, "the restart helper"),
-    "operate/restart.py": (2, "the restart helper"),
-}
+FALLBACK_OUTSTANDING: dict[str, tuple[int, str]] = {}
 
 
 def fallback_copies(source: str) -> list[int]:
