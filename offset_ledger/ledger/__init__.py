@@ -5,5 +5,6 @@
 FRONT_DOOR = frozenset({
     "activity", "batch_ranges", "console_queries", "engine", "generations", "heartbeats", "locks", "loss_reads",
     "partitions", "policy_store", "position_check", "prune", "queries", "recorder", "records",
-    "reset_store", "row_security", "sink_store", "tables", "verify_reads", "verify_rows"
+    "reset_store", "row_security", "sink_store", "sink_target", "tables", "target_copy", "verify_reads",
+    "verify_rows"
 })

@@ -35,7 +35,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.capture.reconcile import batch_records
 from offset_ledger.errors import ConfigError, SinkFenced
-from offset_ledger.ledger import sink_store
+from offset_ledger.ledger import sink_store, sink_target
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import runs, sink_batches
@@ -44,7 +44,6 @@ from offset_ledger.rules.sink_ahead import BatchHolding, SinkCommitRange, late_c
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
 from offset_ledger.sinks import held as held_records
-from offset_ledger.sinks import target_log
 from offset_ledger.sinks.staging import StageMode, Staging
 
 log = logging.getLogger(__name__)
@@ -168,8 +167,8 @@ class PostgresSink:
             held = self._held(ledger, generation_id, query_id, batch)
             with target.connect() as conn:
                 if self.target_dsn is not None:
-                    target_log.ensure_tables(conn)
-                    committed = committed or target_log.committed_sequence(conn, self.name, generation_id, batch_id)
+                    sink_target.ensure_tables(conn)
+                    committed = committed or sink_target.committed_sequence(conn, self.name, generation_id, batch_id)
                 early = decide(sink_store.SinkState(), generation_id=generation_id, batch_id=batch_id,
                                current_generation_id=current, committed_sequence=committed)
                 if early.verdict == "commit":
@@ -257,15 +256,15 @@ class PostgresSink:
             _, current, _ = self._read_ledger(ledger, batch.batch_id, query_id)
             known, ahead = self._older_commits(ledger)
             with target.begin() as conn:
-                state = target_log.lock(conn, self.name)
+                state = sink_target.lock(conn, self.name)
                 decision = decide(state, generation_id=generation_id, batch_id=batch.batch_id,
-                                  current_generation_id=current, committed_sequence=target_log.committed_sequence(
+                                  current_generation_id=current, committed_sequence=sink_target.committed_sequence(
                                       conn, self.name, generation_id, batch.batch_id))
                 if decision.verdict == "commit":
                     # A zombie's commit that landed after this generation opened, known to the ledger or
                     # only to the target's log (it died before telling the ledger): rules.sink_ahead.
                     why = late_commit([*ahead, *self._unrecorded_ahead(
-                        ledger, target_log.commits_after(conn, self.name, known))], self.name)
+                        ledger, sink_target.commits_after(conn, self.name, known))], self.name)
                     if why is not None:
                         decision = SinkDecision("fenced", None, why)
                         if stage_table is not None:
@@ -277,7 +276,7 @@ class PostgresSink:
                     records = self._records(None, query_id, batch, now)
                     doc = batch_doc(records[-1].batch, self.checkpoint_location or "") if records else {
                         "query_id": query_id, "batch_id": batch.batch_id, "sources": []}
-                    target_log.record(conn, self.name, sequence=decision.sequence, generation_id=generation_id,
+                    sink_target.record(conn, self.name, sequence=decision.sequence, generation_id=generation_id,
                                       query_id=query_id, batch_id=batch.batch_id, row_count=rows, batch=doc,
                                       committed_at=now)
                 if decision.verdict != "fenced":
@@ -329,7 +328,7 @@ class PostgresSink:
                 known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
                                      .where(sink_batches.c.sink == self.name)).scalar_one()
             with target.connect() as conn:
-                missing = target_log.commits_after(conn, self.name, int(known))
+                missing = sink_target.commits_after(conn, self.name, int(known))
             for row in missing:
                 doc = row.batch if isinstance(row.batch, dict) else json.loads(row.batch)
                 with ledger.begin() as conn:
