@@ -25,15 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
+from offset_ledger.ledger import audit_store, reconcile_store
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import BatchRecord, RunEnd, RunStart
-from offset_ledger.ledger.tables import batches, findings, pruned_ranges, runs
 from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.rules.incarnation import Incarnation, checkpoint_incarnation, incarnation_finding
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
@@ -148,10 +147,8 @@ def reconcile(
     baseline = current.baseline if current is not None else None
     try:
         with engine.connect() as conn:
-            recorded_on_location = conn.execute(
-                select(runs.c.run_id).where(runs.c.pipeline == pipeline, runs.c.consumer_group == consumer_group,
-                                            runs.c.query_id == expected_query_id).limit(1)
-            ).first() is not None if expected_query_id else False
+            recorded_on_location = reconcile_store.query_ran(
+                conn, pipeline, consumer_group, expected_query_id) if expected_query_id else False
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading runs") from exc
     try:
@@ -184,21 +181,14 @@ def reconcile(
         return Reconciliation(location, query_id, True, findings=(finding,))
     try:
         with engine.connect() as conn:
-            first_recorded, last_recorded = conn.execute(
-                select(func.min(batches.c.batch_id), func.max(batches.c.batch_id))
-                .where(batches.c.query_id == query_id)).one()
-            # Only the ids the checkpoint still holds matter (a long-running query has many more).
-            recorded = set(conn.execute(select(batches.c.batch_id).where(
-                batches.c.query_id == query_id, batches.c.batch_id >= (available[0] if available else 0))).scalars())
-            # Batches prune deleted (their islands name them): pruned, not missed.
-            pruned = [(r.from_batch_id, r.until_batch_id) for r in conn.execute(
-                select(pruned_ranges.c.from_batch_id, pruned_ranges.c.until_batch_id).distinct().where(
-                    pruned_ranges.c.query_id == query_id,
-                    pruned_ranges.c.until_batch_id >= (available[0] if available else 0)))]
-            run_known = conn.execute(select(runs.c.run_id).where(runs.c.run_id == checkpoint_run_id(query_id))
-                                     ).first() is not None
+            # Only the ids the checkpoint still holds matter (a long-running query has many more);
+            # batches prune deleted (their islands name them) are pruned, not missed.
+            held = reconcile_store.recorded_batches(conn, query_id, available[0] if available else 0,
+                                                    checkpoint_run_id(query_id))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading batch history") from exc
+    first_recorded, last_recorded, recorded, pruned = (held.first_batch_id, held.last_batch_id, held.recorded,
+                                                       held.pruned)
     last_committed = available[-1] if available else None
     # Below the oldest batch the ledger still has, a missing one was pruned (prune keeps each
     # partition's newest batch), not missed: only holes above it and the tail are backfilled.
@@ -219,7 +209,7 @@ def reconcile(
             return Reconciliation(location, query_id, True, last_committed, last_recorded)
     records = batch_records(pipeline, consumer_group, query_id, missing, fallback_time=at)
     head: list[Any] = []
-    if not run_known:
+    if not held.run_known:
         head.append(RunStart(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), None,
                              records[0].batch.batch_time if records else at, checkpoint_location=location))
     tail: list[Any] = []
@@ -305,10 +295,7 @@ def _unreadable(engine: Engine, location: str, pipeline: str, group: str, why: s
 def _store(engine: Engine, pipeline: str, group: str, found: Sequence[Finding], at: datetime) -> None:
     try:
         with engine.begin() as conn:
-            conn.execute(insert(findings), [{
-                "pipeline": pipeline, "consumer_group": group, "kind": f.kind, "topic": f.topic,
-                "partition": f.partition, "message": f.message, "details": dict(f.details), "created_at": at}
-                for f in found])
+            audit_store.add_findings(conn, pipeline, group, found, at)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording findings") from exc
 
