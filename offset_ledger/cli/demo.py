@@ -106,16 +106,13 @@ class Demo(DemoStack):
             engine.dispose()
 
     def _batches(self) -> int:
-        from sqlalchemy import func, select
-
+        from offset_ledger.ledger.demo_reads import batch_count
         from offset_ledger.ledger.engine import make_engine
-        from offset_ledger.ledger.tables import batches
 
         engine = make_engine(self.dsn)
         try:
             with engine.connect() as conn:
-                return int(conn.execute(select(func.count()).select_from(batches).where(
-                    batches.c.pipeline == PIPELINE)).scalar_one())
+                return batch_count(conn, PIPELINE)
         except Exception:  # noqa: BLE001 - before the first batch the schema may not exist yet
             return 0
         finally:
@@ -222,18 +219,13 @@ class Demo(DemoStack):
 
     def _ledger_summary(self) -> None:
         """The same story told by the ledger, with the audit view of docs/audit.md."""
-        from sqlalchemy import text
-
+        from offset_ledger.ledger.demo_reads import batches_by_app_version
         from offset_ledger.ledger.engine import make_engine
 
-        sql = ("SELECT r.app_version, COUNT(DISTINCT h.batch_id) AS batches, "
-               "MIN(h.batch_time) AS first_batch, MAX(h.batch_time) AS last_batch "
-               "FROM v_batch_history h JOIN runs r ON r.run_id = h.run_id "
-               "WHERE h.pipeline = :p GROUP BY r.app_version ORDER BY r.app_version")
         engine = make_engine(self.dsn)
         try:
             with engine.connect() as conn:
-                rows = conn.execute(text(sql), {"p": PIPELINE}).fetchall()
+                rows = batches_by_app_version(conn, PIPELINE)
         finally:
             engine.dispose()
         table = Table(title="the ledger (SQL over the v_batch_history audit view)")
