@@ -59,6 +59,32 @@ class CurrentGeneration:
 
 
 @dataclass(frozen=True)
+class PassMode:
+    """How a pass books what it did: a restart's (the default) or a watcher's (``WATCH_PASS``)."""
+
+    #: close the synthetic run: a restart's pass runs while the job is stopped; a watcher's keeps it
+    #: open while the job runs
+    end_run: bool = True
+    #: findings into the ledger; a watcher, which passes every few seconds, logs what it recorded instead
+    store_findings: bool = True
+
+
+RESTART_PASS = PassMode()
+WATCH_PASS = PassMode(end_run=False, store_findings=False)
+
+
+@dataclass(frozen=True)
+class _Book:
+    """Where one pass's findings go: the pipeline's group in the ledger (when ``store``), stamped ``at``."""
+
+    engine: Engine
+    pipeline: str
+    consumer_group: str
+    store: bool
+    at: datetime
+
+
+@dataclass(frozen=True)
 class Reconciliation:
     """What one pass over a checkpoint found and recorded."""
 
@@ -125,14 +151,14 @@ def _open(location: str, storage_options: Any) -> CheckpointFiles:
 
 def reconcile(
     engine: Engine, location: str, *, pipeline: str, consumer_group: str, current: CurrentGeneration | None = None,
-    files: CheckpointFiles | None = None, storage_options: Any = None, end_run: bool = True,
-    store_findings: bool = True, recorder: Recorder | None = None, now: datetime | None = None,
+    files: CheckpointFiles | None = None, storage_options: Any = None, mode: PassMode = RESTART_PASS,
+    recorder: Recorder | None = None, now: datetime | None = None,
 ) -> Reconciliation:
     """Record every batch ``location`` committed that the ledger lacks; the findings say what was done.
 
     An unreadable checkpoint is a ``checkpoint_unreadable`` finding, never an exception: the caller
-    plans from the ledger and says so. ``end_run`` closes the synthetic run (a restart's pass: the
-    job is stopped); a watcher keeps it open while the job runs.
+    plans from the ledger and says so. ``mode``: a restart's pass (the default: the job is stopped,
+    the synthetic run is closed and the findings stored) or a watcher's (``WATCH_PASS``).
 
     ``current`` (a restart's pass over the pipeline's current generation): a checkpoint that is
     gone, empty or holds another query than ``current.query_id`` (when it ran, or the ledger has
@@ -141,6 +167,7 @@ def reconcile(
     generation instead of reusing this one's batch ids.
     """
     at = now or datetime.now(timezone.utc)
+    book = _Book(engine, pipeline, consumer_group, mode.store_findings, at)
     expected_query_id = current.query_id if current is not None else None
     generation = current.number if current is not None else None
     ran = current.ran if current is not None else False
@@ -159,15 +186,15 @@ def reconcile(
         message = getattr(exc, "message", None) or str(exc)
         missing = isinstance(exc, CheckpointFormatError) and "no such directory" in message
         if missing and generation is not None:
-            return _incarnation(engine, location, pipeline, consumer_group, generation, expected_query_id, None,
-                                exists=False, ran=ran or recorded_on_location, store=store_findings, at=at)
+            return _incarnation(book, location, generation, expected_query_id, None,
+                                exists=False, ran=ran or recorded_on_location)
         if missing and not recorded_on_location:
             return Reconciliation(location, None, True)  # handed out, never started
-        return _unreadable(engine, location, pipeline, consumer_group, message, store_findings, at)
+        return _unreadable(book, location, message)
     if generation is not None and (query_id is None or (expected_query_id is not None
                                                          and query_id != expected_query_id)):
-        return _incarnation(engine, location, pipeline, consumer_group, generation, expected_query_id, query_id,
-                            exists=True, ran=ran or recorded_on_location, store=store_findings, at=at)
+        return _incarnation(book, location, generation, expected_query_id, query_id,
+                            exists=True, ran=ran or recorded_on_location)
     if query_id is None:
         return Reconciliation(location, None, True)
     if expected_query_id is not None and query_id != expected_query_id:
@@ -176,8 +203,8 @@ def reconcile(
             f"checkpoint {location} now belongs to query {query_id}, not to query {expected_query_id} that ran "
             f"on it; its batches are not recorded (was the directory replaced or copied over?)",
             details={"checkpoint_location": location, "query_id": query_id, "expected_query_id": expected_query_id})
-        if store_findings:
-            _store(engine, pipeline, consumer_group, [finding], at)
+        if book.store:
+            _store(book, [finding])
         return Reconciliation(location, query_id, True, findings=(finding,))
     try:
         with engine.connect() as conn:
@@ -200,8 +227,7 @@ def reconcile(
     try:
         _, missing = read_committed_batches(location, reader, only=set(lacking))
     except (CheckpointFormatError, ConfigError, OSError) as exc:
-        return _unreadable(engine, location, pipeline, consumer_group, getattr(exc, "message", None) or str(exc),
-                           store_findings, at)
+        return _unreadable(book, location, getattr(exc, "message", None) or str(exc))
     start = baseline() if baseline is not None and missing else None
     if start:
         missing = [b for b in missing if not _before(b, start)]
@@ -213,7 +239,7 @@ def reconcile(
         head.append(RunStart(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), None,
                              records[0].batch.batch_time if records else at, checkpoint_location=location))
     tail: list[Any] = []
-    if end_run:
+    if mode.end_run:
         tail.append(RunEnd(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), at))
     own = recorder is None
     writer = recorder or Recorder(engine)
@@ -241,17 +267,16 @@ def reconcile(
         "checkpoint_location": location, "query_id": query_id, "batch_ids": list(moved or ids),
         "last_recorded_batch_id": last_recorded, "last_committed_batch_id": last_committed,
         "purged_from_checkpoint": [last_recorded + 1, earliest - 1] if purged else None})
-    if store_findings:
-        _store(engine, pipeline, consumer_group, [finding], at)
+    if book.store:
+        _store(book, [finding])
         log.warning("offset-ledger: %s", text)
     else:
         log.info("offset-ledger watch: recorded %s of %s from %s", _span(ids), pipeline, location)
     return Reconciliation(location, query_id, True, last_committed, last_recorded, ids, (finding,))
 
 
-def _incarnation(engine: Engine, location: str, pipeline: str, group: str, generation: int,
-                 expected_query_id: str | None, found_query_id: str | None, *, exists: bool, ran: bool,
-                 store: bool, at: datetime) -> Reconciliation:
+def _incarnation(book: _Book, location: str, generation: int, expected_query_id: str | None,
+                 found_query_id: str | None, *, exists: bool, ran: bool) -> Reconciliation:
     """The checkpoint is gone, empty or another query's: which incarnation, and the finding saying so."""
     which = checkpoint_incarnation(ran=ran, exists=exists, claimed_query_id=expected_query_id,
                                    found_query_id=found_query_id)
@@ -259,8 +284,8 @@ def _incarnation(engine: Engine, location: str, pipeline: str, group: str, gener
                                   claimed_query_id=expected_query_id, found_query_id=found_query_id)
     if finding is None:
         return Reconciliation(location, found_query_id, True)
-    if store:
-        _store(engine, pipeline, group, [finding], at)
+    if book.store:
+        _store(book, [finding])
     log.warning("offset-ledger: %s", finding.message)
     return Reconciliation(location, found_query_id, True, findings=(finding,), incarnation=which)
 
@@ -279,23 +304,22 @@ def _span(ids: Sequence[int]) -> str:
     return f"batches {ids[0]}-{ids[-1]}" if contiguous else "batches " + ", ".join(map(str, ids))
 
 
-def _unreadable(engine: Engine, location: str, pipeline: str, group: str, why: str, store: bool,
-                at: datetime) -> Reconciliation:
+def _unreadable(book: _Book, location: str, why: str) -> Reconciliation:
     finding = Finding(
         "checkpoint_unreadable",
         f"checkpoint {location} could not be read ({why}); the plan trusts the ledger, which may lack batches "
         f"the listener never delivered",
         details={"checkpoint_location": location, "error": why})
-    if store:
-        _store(engine, pipeline, group, [finding], at)
+    if book.store:
+        _store(book, [finding])
     log.warning("offset-ledger: %s", finding.message)
     return Reconciliation(location, None, False, findings=(finding,))
 
 
-def _store(engine: Engine, pipeline: str, group: str, found: Sequence[Finding], at: datetime) -> None:
+def _store(book: _Book, found: Sequence[Finding]) -> None:
     try:
-        with engine.begin() as conn:
-            audit_store.add_findings(conn, pipeline, group, found, at)
+        with book.engine.begin() as conn:
+            audit_store.add_findings(conn, book.pipeline, book.consumer_group, found, book.at)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording findings") from exc
 
@@ -316,8 +340,7 @@ def watch(
         while True:
             try:
                 last = reconcile(engine, location, pipeline=pipeline, consumer_group=consumer_group,
-                                 storage_options=storage_options, end_run=False, store_findings=False,
-                                 recorder=recorder)
+                                 storage_options=storage_options, mode=WATCH_PASS, recorder=recorder)
                 if on_pass is not None:
                     on_pass(last)
             except LedgerError as exc:
