@@ -81,9 +81,10 @@ try:
                              ("moved arrays", lambda: positions_moved(c, "bench", "bench", topics, a))):
                 t0 = time.perf_counter(); fn(); res[name].append((time.perf_counter() - t0) * 1000)
     from datetime import timedelta
-    from offset_ledger.operate.lag_insight import positions_and_window, _positions_and_window_stmt
+    from offset_ledger.ledger.lag_window import _positions_and_window_stmt
+    from offset_ledger.operate.lag_insight import positions_and_window
     since = datetime.now(timezone.utc) - timedelta(minutes=5)
-    import offset_ledger.operate.lag_insight as li
+    import offset_ledger.ledger.lag_window as li
     def old_pw(c, since):  # the read before: the per-partition statement over v_positions
         try:
             orig = li.positions_and_window_pg

@@ -25,15 +25,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, insert, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
+from offset_ledger.ledger import audit_store, reconcile_store
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import BatchRecord, RunEnd, RunStart
-from offset_ledger.ledger.tables import batches, findings, pruned_ranges, runs
 from offset_ledger.rules.checkpoint import CheckpointFiles, CommittedBatch, committed_batch_ids, read_committed_batches
 from offset_ledger.rules.incarnation import Incarnation, checkpoint_incarnation, incarnation_finding
 from offset_ledger.rules.model import BatchOffsets, Finding, PartitionRange, SourceProgress
@@ -57,6 +56,32 @@ class CurrentGeneration:
     #: the positions it started from, asked only when batches are missing: batches ending at or before
     #: them are the checkpoint's history before the ledger adopted it, not batches the listener missed
     baseline: Callable[[], Mapping[tuple[str, int], int]] | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class PassMode:
+    """How a pass books what it did: a restart's (the default) or a watcher's (``WATCH_PASS``)."""
+
+    #: close the synthetic run: a restart's pass runs while the job is stopped; a watcher's keeps it
+    #: open while the job runs
+    end_run: bool = True
+    #: findings into the ledger; a watcher, which passes every few seconds, logs what it recorded instead
+    store_findings: bool = True
+
+
+RESTART_PASS = PassMode()
+WATCH_PASS = PassMode(end_run=False, store_findings=False)
+
+
+@dataclass(frozen=True)
+class _Book:
+    """Where one pass's findings go: the pipeline's group in the ledger (when ``store``), stamped ``at``."""
+
+    engine: Engine
+    pipeline: str
+    consumer_group: str
+    store: bool
+    at: datetime
 
 
 @dataclass(frozen=True)
@@ -126,14 +151,14 @@ def _open(location: str, storage_options: Any) -> CheckpointFiles:
 
 def reconcile(
     engine: Engine, location: str, *, pipeline: str, consumer_group: str, current: CurrentGeneration | None = None,
-    files: CheckpointFiles | None = None, storage_options: Any = None, end_run: bool = True,
-    store_findings: bool = True, recorder: Recorder | None = None, now: datetime | None = None,
+    files: CheckpointFiles | None = None, storage_options: Any = None, mode: PassMode = RESTART_PASS,
+    recorder: Recorder | None = None, now: datetime | None = None,
 ) -> Reconciliation:
     """Record every batch ``location`` committed that the ledger lacks; the findings say what was done.
 
     An unreadable checkpoint is a ``checkpoint_unreadable`` finding, never an exception: the caller
-    plans from the ledger and says so. ``end_run`` closes the synthetic run (a restart's pass: the
-    job is stopped); a watcher keeps it open while the job runs.
+    plans from the ledger and says so. ``mode``: a restart's pass (the default: the job is stopped,
+    the synthetic run is closed and the findings stored) or a watcher's (``WATCH_PASS``).
 
     ``current`` (a restart's pass over the pipeline's current generation): a checkpoint that is
     gone, empty or holds another query than ``current.query_id`` (when it ran, or the ledger has
@@ -142,16 +167,15 @@ def reconcile(
     generation instead of reusing this one's batch ids.
     """
     at = now or datetime.now(timezone.utc)
+    book = _Book(engine, pipeline, consumer_group, mode.store_findings, at)
     expected_query_id = current.query_id if current is not None else None
     generation = current.number if current is not None else None
     ran = current.ran if current is not None else False
     baseline = current.baseline if current is not None else None
     try:
         with engine.connect() as conn:
-            recorded_on_location = conn.execute(
-                select(runs.c.run_id).where(runs.c.pipeline == pipeline, runs.c.consumer_group == consumer_group,
-                                            runs.c.query_id == expected_query_id).limit(1)
-            ).first() is not None if expected_query_id else False
+            recorded_on_location = reconcile_store.query_ran(
+                conn, pipeline, consumer_group, expected_query_id) if expected_query_id else False
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading runs") from exc
     try:
@@ -162,15 +186,15 @@ def reconcile(
         message = getattr(exc, "message", None) or str(exc)
         missing = isinstance(exc, CheckpointFormatError) and "no such directory" in message
         if missing and generation is not None:
-            return _incarnation(engine, location, pipeline, consumer_group, generation, expected_query_id, None,
-                                exists=False, ran=ran or recorded_on_location, store=store_findings, at=at)
+            return _incarnation(book, location, generation, expected_query_id, None,
+                                exists=False, ran=ran or recorded_on_location)
         if missing and not recorded_on_location:
             return Reconciliation(location, None, True)  # handed out, never started
-        return _unreadable(engine, location, pipeline, consumer_group, message, store_findings, at)
+        return _unreadable(book, location, message)
     if generation is not None and (query_id is None or (expected_query_id is not None
                                                          and query_id != expected_query_id)):
-        return _incarnation(engine, location, pipeline, consumer_group, generation, expected_query_id, query_id,
-                            exists=True, ran=ran or recorded_on_location, store=store_findings, at=at)
+        return _incarnation(book, location, generation, expected_query_id, query_id,
+                            exists=True, ran=ran or recorded_on_location)
     if query_id is None:
         return Reconciliation(location, None, True)
     if expected_query_id is not None and query_id != expected_query_id:
@@ -179,26 +203,19 @@ def reconcile(
             f"checkpoint {location} now belongs to query {query_id}, not to query {expected_query_id} that ran "
             f"on it; its batches are not recorded (was the directory replaced or copied over?)",
             details={"checkpoint_location": location, "query_id": query_id, "expected_query_id": expected_query_id})
-        if store_findings:
-            _store(engine, pipeline, consumer_group, [finding], at)
+        if book.store:
+            _store(book, [finding])
         return Reconciliation(location, query_id, True, findings=(finding,))
     try:
         with engine.connect() as conn:
-            first_recorded, last_recorded = conn.execute(
-                select(func.min(batches.c.batch_id), func.max(batches.c.batch_id))
-                .where(batches.c.query_id == query_id)).one()
-            # Only the ids the checkpoint still holds matter (a long-running query has many more).
-            recorded = set(conn.execute(select(batches.c.batch_id).where(
-                batches.c.query_id == query_id, batches.c.batch_id >= (available[0] if available else 0))).scalars())
-            # Batches prune deleted (their islands name them): pruned, not missed.
-            pruned = [(r.from_batch_id, r.until_batch_id) for r in conn.execute(
-                select(pruned_ranges.c.from_batch_id, pruned_ranges.c.until_batch_id).distinct().where(
-                    pruned_ranges.c.query_id == query_id,
-                    pruned_ranges.c.until_batch_id >= (available[0] if available else 0)))]
-            run_known = conn.execute(select(runs.c.run_id).where(runs.c.run_id == checkpoint_run_id(query_id))
-                                     ).first() is not None
+            # Only the ids the checkpoint still holds matter (a long-running query has many more);
+            # batches prune deleted (their islands name them) are pruned, not missed.
+            held = reconcile_store.recorded_batches(conn, query_id, available[0] if available else 0,
+                                                    checkpoint_run_id(query_id))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading batch history") from exc
+    first_recorded, last_recorded, recorded, pruned = (held.first_batch_id, held.last_batch_id, held.recorded,
+                                                       held.pruned)
     last_committed = available[-1] if available else None
     # Below the oldest batch the ledger still has, a missing one was pruned (prune keeps each
     # partition's newest batch), not missed: only holes above it and the tail are backfilled.
@@ -210,8 +227,7 @@ def reconcile(
     try:
         _, missing = read_committed_batches(location, reader, only=set(lacking))
     except (CheckpointFormatError, ConfigError, OSError) as exc:
-        return _unreadable(engine, location, pipeline, consumer_group, getattr(exc, "message", None) or str(exc),
-                           store_findings, at)
+        return _unreadable(book, location, getattr(exc, "message", None) or str(exc))
     start = baseline() if baseline is not None and missing else None
     if start:
         missing = [b for b in missing if not _before(b, start)]
@@ -219,11 +235,11 @@ def reconcile(
             return Reconciliation(location, query_id, True, last_committed, last_recorded)
     records = batch_records(pipeline, consumer_group, query_id, missing, fallback_time=at)
     head: list[Any] = []
-    if not run_known:
+    if not held.run_known:
         head.append(RunStart(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), None,
                              records[0].batch.batch_time if records else at, checkpoint_location=location))
     tail: list[Any] = []
-    if end_run:
+    if mode.end_run:
         tail.append(RunEnd(pipeline, consumer_group, query_id, checkpoint_run_id(query_id), at))
     own = recorder is None
     writer = recorder or Recorder(engine)
@@ -251,17 +267,16 @@ def reconcile(
         "checkpoint_location": location, "query_id": query_id, "batch_ids": list(moved or ids),
         "last_recorded_batch_id": last_recorded, "last_committed_batch_id": last_committed,
         "purged_from_checkpoint": [last_recorded + 1, earliest - 1] if purged else None})
-    if store_findings:
-        _store(engine, pipeline, consumer_group, [finding], at)
+    if book.store:
+        _store(book, [finding])
         log.warning("offset-ledger: %s", text)
     else:
         log.info("offset-ledger watch: recorded %s of %s from %s", _span(ids), pipeline, location)
     return Reconciliation(location, query_id, True, last_committed, last_recorded, ids, (finding,))
 
 
-def _incarnation(engine: Engine, location: str, pipeline: str, group: str, generation: int,
-                 expected_query_id: str | None, found_query_id: str | None, *, exists: bool, ran: bool,
-                 store: bool, at: datetime) -> Reconciliation:
+def _incarnation(book: _Book, location: str, generation: int, expected_query_id: str | None,
+                 found_query_id: str | None, *, exists: bool, ran: bool) -> Reconciliation:
     """The checkpoint is gone, empty or another query's: which incarnation, and the finding saying so."""
     which = checkpoint_incarnation(ran=ran, exists=exists, claimed_query_id=expected_query_id,
                                    found_query_id=found_query_id)
@@ -269,8 +284,8 @@ def _incarnation(engine: Engine, location: str, pipeline: str, group: str, gener
                                   claimed_query_id=expected_query_id, found_query_id=found_query_id)
     if finding is None:
         return Reconciliation(location, found_query_id, True)
-    if store:
-        _store(engine, pipeline, group, [finding], at)
+    if book.store:
+        _store(book, [finding])
     log.warning("offset-ledger: %s", finding.message)
     return Reconciliation(location, found_query_id, True, findings=(finding,), incarnation=which)
 
@@ -289,26 +304,22 @@ def _span(ids: Sequence[int]) -> str:
     return f"batches {ids[0]}-{ids[-1]}" if contiguous else "batches " + ", ".join(map(str, ids))
 
 
-def _unreadable(engine: Engine, location: str, pipeline: str, group: str, why: str, store: bool,
-                at: datetime) -> Reconciliation:
+def _unreadable(book: _Book, location: str, why: str) -> Reconciliation:
     finding = Finding(
         "checkpoint_unreadable",
         f"checkpoint {location} could not be read ({why}); the plan trusts the ledger, which may lack batches "
         f"the listener never delivered",
         details={"checkpoint_location": location, "error": why})
-    if store:
-        _store(engine, pipeline, group, [finding], at)
+    if book.store:
+        _store(book, [finding])
     log.warning("offset-ledger: %s", finding.message)
     return Reconciliation(location, None, False, findings=(finding,))
 
 
-def _store(engine: Engine, pipeline: str, group: str, found: Sequence[Finding], at: datetime) -> None:
+def _store(book: _Book, found: Sequence[Finding]) -> None:
     try:
-        with engine.begin() as conn:
-            conn.execute(insert(findings), [{
-                "pipeline": pipeline, "consumer_group": group, "kind": f.kind, "topic": f.topic,
-                "partition": f.partition, "message": f.message, "details": dict(f.details), "created_at": at}
-                for f in found])
+        with book.engine.begin() as conn:
+            audit_store.add_findings(conn, book.pipeline, book.consumer_group, found, book.at)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording findings") from exc
 
@@ -329,8 +340,7 @@ def watch(
         while True:
             try:
                 last = reconcile(engine, location, pipeline=pipeline, consumer_group=consumer_group,
-                                 storage_options=storage_options, end_run=False, store_findings=False,
-                                 recorder=recorder)
+                                 storage_options=storage_options, mode=WATCH_PASS, recorder=recorder)
                 if on_pass is not None:
                     on_pass(last)
             except LedgerError as exc:

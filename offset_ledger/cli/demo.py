@@ -113,16 +113,13 @@ class Demo(DemoStack):
             ops.close()
 
     def _batches(self) -> int:
-        from sqlalchemy import func, select
-
-        from offset_ledger.ledger.tables import batches
+        from offset_ledger.ledger.demo_reads import batch_count
 
         ops = self._ledger()
         engine = ops.engine
         try:
             with engine.connect() as conn:
-                return int(conn.execute(select(func.count()).select_from(batches).where(
-                    batches.c.pipeline == PIPELINE)).scalar_one())
+                return batch_count(conn, PIPELINE)
         except Exception:  # noqa: BLE001 - before the first batch the schema may not exist yet
             return 0
         finally:
@@ -229,16 +226,12 @@ class Demo(DemoStack):
 
     def _ledger_summary(self) -> None:
         """The same story told by the ledger, with the audit view of docs/audit.md."""
-        from sqlalchemy import text
+        from offset_ledger.ledger.demo_reads import batches_by_app_version
 
-        sql = ("SELECT r.app_version, COUNT(DISTINCT h.batch_id) AS batches, "
-               "MIN(h.batch_time) AS first_batch, MAX(h.batch_time) AS last_batch "
-               "FROM v_batch_history h JOIN runs r ON r.run_id = h.run_id "
-               "WHERE h.pipeline = :p GROUP BY r.app_version ORDER BY r.app_version")
         ops = self._ledger()
         try:
             with ops.engine.connect() as conn:
-                rows = conn.execute(text(sql), {"p": PIPELINE}).fetchall()
+                rows = batches_by_app_version(conn, PIPELINE)
         finally:
             ops.close()
         table = Table(title="the ledger (SQL over the v_batch_history audit view)")

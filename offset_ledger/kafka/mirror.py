@@ -29,12 +29,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import KafkaError, LedgerError, MirrorRefused, OffsetLedgerError
-from offset_ledger.ledger.tables import checkpoint_generations, findings, positions, resets
-from offset_ledger.rules.model import TopicPartition
+from offset_ledger.ledger.audit_store import add_findings
+from offset_ledger.ledger.mirror_reads import mirror_positions
+from offset_ledger.rules.model import Finding, TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +115,8 @@ def plan_commits(
 
 def read_ledger(conn: Connection, pipeline: str, group: str) -> tuple[int, dict[TopicPartition, LedgerPosition]]:
     """(epoch, positions) of one pipeline and group, read in one short transaction."""
-    epoch = conn.execute(select(func.max(checkpoint_generations.c.id)).where(
-        checkpoint_generations.c.pipeline == pipeline, checkpoint_generations.c.consumer_group == group)).scalar()
-    rows = conn.execute(
-        select(positions.c.topic, positions.c.partition, positions.c.next_offset, positions.c.query_id,
-               positions.c.batch_id, resets.c.status)
-        .select_from(positions.outerjoin(resets, resets.c.id == positions.c.reset_id))
-        .where(positions.c.pipeline == pipeline, positions.c.consumer_group == group))
-    return int(epoch or 0), {
+    epoch, rows = mirror_positions(conn, pipeline, group)
+    return epoch, {
         TopicPartition(r.topic, r.partition): LedgerPosition(int(r.next_offset), r.query_id, r.batch_id,
                                                              r.status == "pending")
         for r in rows}
@@ -132,9 +126,9 @@ def record_refusal(engine: Engine, pipeline: str, group: str, message: str, memb
     """A ``mirror_refused`` finding in the ledger (best effort: the refusal is logged either way)."""
     try:
         with engine.begin() as conn:
-            conn.execute(findings.insert().values(
-                pipeline=pipeline, consumer_group=group, kind="mirror_refused", message=message,
-                details={"members": members, "kafka_group": group}, created_at=datetime.now(timezone.utc)))
+            add_findings(conn, pipeline, group, [Finding("mirror_refused", message,
+                                                         details={"members": members, "kafka_group": group})],
+                         datetime.now(timezone.utc))
     except Exception as exc:  # noqa: BLE001 - the finding is a courtesy; the log line already says it
         log.warning("offset-ledger: could not store the mirror_refused finding: %s", exc)
 

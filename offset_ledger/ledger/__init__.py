@@ -3,7 +3,9 @@
 #: The front door: the modules of this layer that other layers may import (tests/unit/project/
 #: test_layers.py holds every import to it). The rest are this layer's own rooms.
 FRONT_DOOR = frozenset({
-    "activity", "batch_ranges", "console_queries", "engine", "generations", "heartbeats", "locks", "loss_reads",
-    "partitions", "policy_store", "position_check", "prune", "queries", "recorder", "records", "restart_state",
-    "reset_store", "row_security", "sink_store", "tables", "verify_reads", "verify_rows"
+    "activity", "audit_store", "batch_ranges", "catalog", "console_queries", "demo_reads", "engine",
+    "generations", "heartbeats", "lag_window", "locks", "loss_reads", "mirror_reads", "partitions",
+    "policy_store", "position_check", "prune", "queries", "reconcile_store", "recorder", "records",
+    "reset_store", "restart_state", "row_security", "sink_store", "sink_target", "tables", "target_copy", "verify_reads",
+    "verify_rows"
 })

@@ -261,7 +261,7 @@ def _window(conn: Connection, pipeline: str, consumer_group: str) -> tuple[Any, 
 def unrecorded_commits_ahead(conn: Connection, pipeline: str, consumer_group: str, sink: str,
                              commits: Sequence[Any]) -> list[SinkCommitRange]:
     """The partition ranges past the ledger's positions of ``commits`` of ``sink`` that a remote target's own
-    log holds and the ledger lacks (``sinks.target_log.commits_after``: sequence, generation_id, batch_id,
+    log holds and the ledger lacks (``ledger.sink_target.commits_after``: sequence, generation_id, batch_id,
     batch).
 
     The target's log is the truth of what committed there: a zombie that committed after this

@@ -11,12 +11,11 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.ledger import audit_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.answers import details_answer, iso_utc
 from offset_ledger.operate.inputs import MAX_LIMIT, check_limit
 from offset_ledger.operate.operations import resolve_group
@@ -45,13 +44,10 @@ INFORMATIONAL_FINDINGS = frozenset({"first_run", "new_partition"})
 def findings_counts(ops: Operations, *, informational: bool = True) -> dict[tuple[str, str], int]:
     """Findings recorded per (pipeline, consumer group); a repeated finding counts once.
     ``informational=False``: only those that need a look (not ``INFORMATIONAL_FINDINGS``)."""
-    stmt = select(findings.c.pipeline, findings.c.consumer_group, func.count()).group_by(
-        findings.c.pipeline, findings.c.consumer_group)
-    if not informational:
-        stmt = stmt.where(findings.c.kind.not_in(sorted(INFORMATIONAL_FINDINGS)))
     scope = current_scope()
     with _read(ops) as conn:
-        return {(p, g): int(n) for p, g, n in conn.execute(stmt) if scope.allows(p)}
+        counts = audit_store.findings_counts(conn, except_kinds=() if informational else INFORMATIONAL_FINDINGS)
+    return {(p, g): n for p, g, n in counts if scope.allows(p)}
 
 
 def list_findings(
@@ -62,14 +58,9 @@ def list_findings(
     check_limit(limit)
     with _read(ops) as conn:
         group = resolve_group(conn, pipeline, consumer_group)
-        stmt = select(findings).where(findings.c.pipeline == pipeline, findings.c.consumer_group == group)
-        if kind is not None:
-            stmt = stmt.where(findings.c.kind == kind)
-        if since is not None:
-            stmt = stmt.where(func.coalesce(findings.c.last_seen_at, findings.c.created_at) >= since)
-        if before_id is not None:
-            stmt = stmt.where(findings.c.id < before_id)
-        rows = [dict(r._mapping) for r in conn.execute(stmt.order_by(findings.c.id.desc()).limit(limit + 1))]
+        # one more than a page: whether there is a next one
+        rows = audit_store.findings_page(conn, pipeline, group, kind=kind, since=since, before_id=before_id,
+                                         limit=limit + 1)
     more = len(rows) > limit
     rows = rows[:limit]
     out = [{

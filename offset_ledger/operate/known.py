@@ -8,19 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select, union
 from sqlalchemy.engine import Connection
 
 from offset_ledger.errors import UnknownConsumerGroup, UnknownPipeline, UnknownTopic
-from offset_ledger.ledger import queries
-from offset_ledger.ledger.tables import pipeline_policies, positions, runs
+from offset_ledger.ledger import catalog, queries
 from offset_ledger.operate.visibility import current_scope
 
 
 def pipeline_names(conn: Connection) -> list[str]:
     """Every pipeline the ledger has positions or runs of and the caller may see, sorted."""
-    stmt = union(select(positions.c.pipeline).distinct(), select(runs.c.pipeline).distinct())
-    return current_scope().visible(sorted(r[0] for r in conn.execute(stmt)))
+    return current_scope().visible(catalog.pipeline_names(conn))
 
 
 def require_visible(conn: Connection, pipeline: str) -> None:
@@ -40,8 +37,7 @@ def require_pipeline(conn: Connection, pipeline: str, *, with_policies: bool = F
     groups = queries.consumer_groups(conn, pipeline)
     if groups:
         return groups
-    if with_policies and conn.execute(
-            select(pipeline_policies.c.pipeline).where(pipeline_policies.c.pipeline == pipeline).limit(1)).first():
+    if with_policies and catalog.has_stored_policy(conn, pipeline):
         return []
     raise UnknownPipeline(pipeline, pipeline_names(conn))
 
@@ -55,9 +51,7 @@ def require_group(conn: Connection, pipeline: str, consumer_group: str) -> None:
 
 def pipeline_topics(conn: Connection, pipeline: str, consumer_group: str) -> list[str]:
     """The topics the pipeline has a position on under ``consumer_group``, sorted."""
-    stmt = (select(positions.c.topic).distinct()
-            .where(positions.c.pipeline == pipeline, positions.c.consumer_group == consumer_group))
-    return sorted(r[0] for r in conn.execute(stmt))
+    return catalog.pipeline_topics(conn, pipeline, consumer_group)
 
 
 def require_topics(conn: Connection, pipeline: str, consumer_group: str, topics: Iterable[str]) -> None:

@@ -23,15 +23,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import Select, and_, bindparam, case, func, select
 from sqlalchemy.engine import Connection
 
 from offset_ledger.errors import KafkaError
-from offset_ledger.ledger.queries import positions_and_window_pg
-from offset_ledger.ledger.tables import batch_offsets, batches, offset_ranges, positions
+from offset_ledger.ledger.lag_window import window_rows
 from offset_ledger.rules.model import Position, TopicPartition
 from offset_ledger.rules.status import status_of
 
@@ -70,23 +67,17 @@ def positions_and_window(
     """Positions (of every pipeline, or of one pipeline and group), sorted, and per position what the
     window's batches tell: records read, an end past the position (a rewind), whether one moved it.
 
-    One statement: the position is read with the batches (read apart, a batch committed in between
-    would end past an older position and look like a rewind), and a list costs one round trip.
+    One statement (``ledger.lag_window.window_rows``): the position is read with the batches, and a
+    list costs one round trip.
     """
-    params: dict[str, Any] = {"since": since}
-    if pipeline is not None:
-        params.update(pipeline=pipeline, consumer_group=consumer_group)
     positions_by: dict[tuple[str, str], list[Position]] = {}
     out: dict[Key, WindowFacts] = {}
     mine: list[Position] = []
     key: tuple[str, str] | None = None
     # One fetchall and tuple unpacking (rows come sorted by pipeline and group): a third of the
     # time of attribute access and a dict look-up per row at 10,000 positions.
-    if conn.dialect.name == "postgresql":  # one row per topic, unrolled (issue 49)
-        rows: Any = positions_and_window_pg(conn, since, pipeline, consumer_group)
-    else:
-        rows = conn.execute(_positions_and_window_stmt(pipeline is not None, False), params).all()
-    for pipe, group, topic, partition, next_offset, moved, lo, hi in rows:
+    for pipe, group, topic, partition, next_offset, moved, lo, hi in window_rows(conn, since, pipeline,
+                                                                                 consumer_group):
         if (pipe, group) != key:
             key = (pipe, group)
             mine = positions_by.setdefault(key, [])
@@ -103,78 +94,6 @@ def _facts(lo: int | None, hi: int, position: int | None, moved: bool) -> Window
     # Only an end beyond the position as of the same statement says "rewound" (the rule's REWOUND).
     rewound_past = int(hi) if position is not None and int(hi) > int(position) else None
     return WindowFacts(max(0, int(hi) - int(lo)), rewound_past, moved)
-
-
-def _window(g: Any, since: Any) -> Any:
-    """Per partition of the (pipeline, group, topic) triples ``g``: lowest start and highest end of the
-    window's batches (SQLite, through the view; PostgreSQL: ``_window_compact``).
-
-    Driven from the triples that have positions, so each is one range scan of the (pipeline, topic,
-    consumer_group, batch_time) index: filtered on batch_time alone, the planner scanned the whole
-    history (80 ms per pipelines list at 1,000,000 rows, window empty). Partitions without a
-    position are never asked about.
-    """
-    return (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
-                   batch_offsets.c.partition, func.min(batch_offsets.c.from_offset).label("lo"),
-                   func.max(batch_offsets.c.until_offset).label("hi"))
-            .select_from(g.join(batch_offsets, and_(
-                batch_offsets.c.pipeline == g.c.pipeline, batch_offsets.c.topic == g.c.topic,
-                batch_offsets.c.consumer_group == g.c.consumer_group, batch_offsets.c.batch_time >= since)))
-            .group_by(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
-                      batch_offsets.c.partition)).subquery("w")
-
-
-def _window_compact(g: Any, since: Any) -> Any:
-    """PostgreSQL: ``_window`` read from ``offset_ranges`` itself, per (triple number ``g.n``, partition).
-
-    Same answer as through ``v_batch_offsets``, in half the time at 300 window batches x 100
-    partitions (7 against 15 ms, docs/benchmarks.md): the arrays are unnested in the select list (a
-    ProjectSet, where the view's ``LATERAL unnest`` fills a tuplestore per row) and the 30,000
-    elements are grouped on two integers instead of the pipeline's, group's and topic's text. The
-    window's batches are still found from each triple's (pipeline, consumer_group, batch_time) index
-    range on ``batches``; their compact rows by primary key.
-    """
-    x = (select(g.c.n, func.unnest(offset_ranges.c.partitions).label("partition"),
-                func.unnest(offset_ranges.c.from_offsets).label("from_offset"),
-                func.unnest(offset_ranges.c.until_offsets).label("until_offset"))
-         .select_from(g.join(batches, and_(
-             batches.c.pipeline == g.c.pipeline, batches.c.consumer_group == g.c.consumer_group,
-             batches.c.batch_time >= since)).join(offset_ranges, and_(
-                 offset_ranges.c.batch_pk == batches.c.id, offset_ranges.c.topic == g.c.topic)))).subquery("x")
-    return (select(x.c.n, x.c.partition, func.min(x.c.from_offset).label("lo"), func.max(x.c.until_offset).label("hi"))
-            .group_by(x.c.n, x.c.partition)).subquery("w")
-
-
-@cache
-def _positions_and_window_stmt(one_pipeline: bool, compact: bool = False) -> Select[Any]:
-    since = bindparam("since")
-    triples = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic).distinct()
-    stmt = select(positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition,
-                  positions.c.next_offset)
-    if one_pipeline:
-        mine = (positions.c.pipeline == bindparam("pipeline"), positions.c.consumer_group == bindparam("consumer_group"))
-        triples = triples.where(*mine)
-        stmt = stmt.where(*mine)
-    moved = case((and_(positions.c.updated_at >= since, positions.c.query_id.is_not(None)), 1), else_=0)
-    stmt = stmt.add_columns(moved.label("moved"))
-    order = (positions.c.pipeline, positions.c.consumer_group, positions.c.topic, positions.c.partition)
-    if compact:
-        # Each position finds its triple's number (the positions' primary key starts with the triple).
-        t = triples.subquery("d")
-        g = select(t.c.pipeline, t.c.consumer_group, t.c.topic, func.row_number().over().label("n")).cte("g")
-        w = _window_compact(g, since)
-        return (stmt.add_columns(w.c.lo, w.c.hi)
-                .select_from(positions.join(g, and_(
-                    g.c.pipeline == positions.c.pipeline, g.c.consumer_group == positions.c.consumer_group,
-                    g.c.topic == positions.c.topic)).outerjoin(w, and_(
-                        w.c.n == g.c.n, w.c.partition == positions.c.partition)))
-                .order_by(*order))
-    w = _window(triples.subquery("g"), since)
-    return (stmt.add_columns(w.c.lo, w.c.hi)
-            .select_from(positions.outerjoin(w, and_(
-                w.c.pipeline == positions.c.pipeline, w.c.consumer_group == positions.c.consumer_group,
-                w.c.topic == positions.c.topic, w.c.partition == positions.c.partition)))
-            .order_by(*order))
 
 
 _NO_FACTS = WindowFacts()

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine import Connection
 
-from offset_ledger.errors import InvalidInput, KafkaError, UnknownTopic
-from offset_ledger.ledger import queries
+from offset_ledger.errors import KafkaError, UnknownTopic
+from offset_ledger.ledger import catalog, queries
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.loss_reads import shortfall_findings
 from offset_ledger.operate.audit import findings_counts
@@ -41,10 +41,8 @@ log = logging.getLogger("offset_ledger.operate.operations")
 
 def ping(ops: Operations) -> None:
     """Raise LedgerUnavailable when the ledger database cannot be reached."""
-    from sqlalchemy import text
-
     with ops.reading() as conn:
-        conn.execute(text("SELECT 1"))
+        catalog.ping(conn)
 
 
 def schema_revision(ops: Operations) -> str:

@@ -19,7 +19,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -27,11 +26,11 @@ from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.capture.reconcile import CurrentGeneration, reconcile
 from offset_ledger.errors import ConfigError, PlanConflict
 from offset_ledger.ledger import generations as gens
+from offset_ledger.ledger import reconcile_store, sink_store
 from offset_ledger.ledger.engine import ensure_schema, translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.restart_state import ledger_now
-from offset_ledger.ledger.tables import checkpoint_generations, sink_batches
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.operations import Operations
@@ -318,18 +317,15 @@ def reconcile_current(engine: Engine, ref: PipelineRef) -> CheckpointTruth:
             group = resolve_ref_on(conn, ref)
             current = gens.current_generation(conn, group.pipeline, group.consumer_group, offsets=False)
             # A sink's commit names the generation too: a query ran there even if no listener said so.
-            ran = current is not None and (current.query_id is not None or conn.execute(
-                select(sink_batches.c.id).where(sink_batches.c.generation_id == current.id).limit(1)
-            ).first() is not None)
+            ran = current is not None and (current.query_id is not None
+                                           or reconcile_store.generation_has_sink_commits(conn, current.id))
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading the current generation") from exc
     if current is None:
         return CheckpointTruth(group)
     def baseline() -> dict[tuple[str, int], int]:
         with engine.connect() as conn:
-            raw = conn.execute(select(checkpoint_generations.c.resolved_offsets)
-                               .where(checkpoint_generations.c.id == current.id)).scalar() or {}
-        return {(t, int(p)): int(o) for t, parts in raw.items() for p, o in parts.items()}
+            return sink_store.generation_start(conn, current.id)
 
     done = reconcile(engine, current.location, pipeline=group.pipeline, consumer_group=group.consumer_group,
                      current=CurrentGeneration(current.generation, current.query_id, ran, baseline))

@@ -5,7 +5,7 @@ verbs (``operate``) or a face. ``docs/sinks.md`` states the guarantee and its li
 is a ``Sink`` (``offset_ledger.sinks.protocol``): what ``foreachBatch`` and a restart call on it.
 
 The names are imported lazily: Spark's Python workers unpickle the executors' staging function
-from ``offset_ledger.sinks._copy``, and importing this package must not pull the driver side
+from ``offset_ledger.ledger.target_copy``, and importing this package must not pull the driver side
 (SQLAlchemy, the ledger) into every worker.
 """
 

@@ -22,14 +22,12 @@ import copy
 import json
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import ConfigError, SinkFenced
-from offset_ledger.ledger import sink_store
+from offset_ledger.ledger import reconcile_store, sink_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.tables import sink_batches
 from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc
@@ -144,10 +142,7 @@ class DeltaSink:
             return ()  # no table yet
         try:
             with ledger.connect() as conn:
-                known, last_version = conn.execute(
-                    select(func.coalesce(func.max(sink_batches.c.sequence), 0),
-                           func.coalesce(func.max(sink_batches.c.table_version), -1))
-                    .where(sink_batches.c.sink == self.name)).one()
+                known, last_version = reconcile_store.sink_sequence_and_version(conn, self.name)
             missing = [c for c in self._commits(int(last_version)) if c.txn_app_id == self.name
                        and c.txn_version is not None and c.txn_version > int(known)]
             for commit in missing:

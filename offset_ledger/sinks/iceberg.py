@@ -25,14 +25,12 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import CheckpointFormatError, ConfigError, SinkFenced
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.tables import sink_batches
 from offset_ledger.rules.iceberg_snapshots import (
     IcebergSnapshot,
     carrying,
@@ -184,8 +182,7 @@ class IcebergSink:
             return ()
         try:
             with ledger.connect() as conn:
-                known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
-                                     .where(sink_batches.c.sink == self.name)).scalar_one()
+                known = sink_store.last_sequence(conn, self.name)
             missing = not_recorded(snapshots, self.name, int(known))
             for snap in missing:
                 doc = snap.doc()

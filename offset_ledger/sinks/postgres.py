@@ -29,22 +29,19 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import func, select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.capture.reconcile import batch_records
 from offset_ledger.errors import ConfigError, SinkFenced
-from offset_ledger.ledger import sink_store
+from offset_ledger.ledger import reconcile_store, sink_store, sink_target
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
-from offset_ledger.ledger.tables import runs, sink_batches
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_ahead import BatchHolding, SinkCommitRange, late_commit
 from offset_ledger.rules.sink_batch import batch_doc, batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
 from offset_ledger.sinks import held as held_records
-from offset_ledger.sinks import target_log
 from offset_ledger.sinks.staging import StageMode, Staging
 
 log = logging.getLogger(__name__)
@@ -169,8 +166,8 @@ class PostgresSink:
             held = self._held(ledger, generation_id, query_id, batch)
             with target.connect() as conn:
                 if self.target_dsn is not None:
-                    target_log.ensure_tables(conn)
-                    committed = committed or target_log.committed_sequence(conn, self.name, generation_id, batch_id)
+                    sink_target.ensure_tables(conn)
+                    committed = committed or sink_target.committed_sequence(conn, self.name, generation_id, batch_id)
                 early = decide(sink_store.SinkState(), generation_id=generation_id, batch_id=batch_id,
                                current_generation_id=current, committed_sequence=committed)
                 if early.verdict == "commit":
@@ -258,15 +255,15 @@ class PostgresSink:
             _, current, _ = self._read_ledger(ledger, batch.batch_id, query_id)
             known, ahead = self._older_commits(ledger)
             with target.begin() as conn:
-                state = target_log.lock(conn, self.name)
+                state = sink_target.lock(conn, self.name)
                 decision = decide(state, generation_id=generation_id, batch_id=batch.batch_id,
-                                  current_generation_id=current, committed_sequence=target_log.committed_sequence(
+                                  current_generation_id=current, committed_sequence=sink_target.committed_sequence(
                                       conn, self.name, generation_id, batch.batch_id))
                 if decision.verdict == "commit":
                     # A zombie's commit that landed after this generation opened, known to the ledger or
                     # only to the target's log (it died before telling the ledger): rules.sink_ahead.
                     why = late_commit([*ahead, *self._unrecorded_ahead(
-                        ledger, target_log.commits_after(conn, self.name, known))], self.name)
+                        ledger, sink_target.commits_after(conn, self.name, known))], self.name)
                     if why is not None:
                         decision = SinkDecision("fenced", None, why)
                         if stage_table is not None:
@@ -278,7 +275,7 @@ class PostgresSink:
                     records = self._records(None, query_id, batch, now)
                     doc = batch_doc(records[-1].batch, self.checkpoint_location or "") if records else {
                         "query_id": query_id, "batch_id": batch.batch_id, "sources": []}
-                    target_log.record(conn, self.name, sequence=decision.sequence, generation_id=generation_id,
+                    sink_target.record(conn, self.name, sequence=decision.sequence, generation_id=generation_id,
                                       query_id=query_id, batch_id=batch.batch_id, row_count=rows, batch=doc,
                                       committed_at=now)
                 if decision.verdict != "fenced":
@@ -292,9 +289,8 @@ class PostgresSink:
         past the positions): read before the target's log, so a commit the ledger learns in between is in
         the target's log above that sequence."""
         with ledger.connect() as conn:
-            known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
-                                 .where(sink_batches.c.sink == self.name)).scalar_one()
-            return int(known), sink_store.older_commits_ahead(conn, self.pipeline, self.consumer_group)[0]
+            known = sink_store.last_sequence(conn, self.name)
+            return known, sink_store.older_commits_ahead(conn, self.pipeline, self.consumer_group)[0]
 
     def _unrecorded_ahead(self, ledger: Engine, commits: list[Any]) -> list[SinkCommitRange]:
         if not commits:
@@ -327,10 +323,9 @@ class PostgresSink:
         target = sink_engine(self.target_dsn, ledger=False)
         try:
             with ledger.connect() as conn:
-                known = conn.execute(select(func.coalesce(func.max(sink_batches.c.sequence), 0))
-                                     .where(sink_batches.c.sink == self.name)).scalar_one()
+                known = sink_store.last_sequence(conn, self.name)
             with target.connect() as conn:
-                missing = target_log.commits_after(conn, self.name, int(known))
+                missing = sink_target.commits_after(conn, self.name, known)
             for row in missing:
                 doc = row.batch if isinstance(row.batch, dict) else json.loads(row.batch)
                 with ledger.begin() as conn:
@@ -342,7 +337,7 @@ class PostgresSink:
                         run_id = sink_run_id(row.query_id)
                         records = [BatchRecord(self.pipeline, self.consumer_group,
                                                batch_from_doc(doc, run_id, SINK_SOURCE))]
-                        if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+                        if not reconcile_store.run_recorded(conn, run_id):
                             records.insert(0, RunStart(self.pipeline, self.consumer_group, row.query_id, run_id, None,
                                                        row.committed_at,
                                                        checkpoint_location=doc.get("checkpoint_location")))
@@ -404,8 +399,7 @@ def batch_ledger_records(conn: Connection | None, pipeline: str, consumer_group:
     run_id = sink_run_id(query_id)
     records: list[Any] = [replace(r, batch=replace(r.batch, run_id=run_id, recorded_by=SINK_SOURCE))
                           for r in batch_records(pipeline, consumer_group, query_id, [batch], fallback_time=now)]
-    if records and conn is not None and conn.execute(
-            select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+    if records and conn is not None and not reconcile_store.run_recorded(conn, run_id):
         records.insert(0, RunStart(pipeline, consumer_group, query_id, run_id, None, now,
                                    checkpoint_location=checkpoint_location))
     return records

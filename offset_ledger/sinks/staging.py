@@ -16,12 +16,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Literal
 
-from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
 from offset_ledger.errors import ConfigError
+from offset_ledger.ledger import sink_target
+from offset_ledger.ledger.target_copy import copy_partition, psycopg2_args
 from offset_ledger.rules.sink_copy import quote_ident
-from offset_ledger.sinks._copy import copy_partition, psycopg2_args
 
 StageMode = Literal["copy", "jdbc"]
 
@@ -39,9 +39,7 @@ class Staging:
         return f"{self.schema}.{bare}" if self.schema else bare
 
     def create(self, conn: Connection, name: str, columns: list[str]) -> None:
-        names = ", ".join(quote_ident(c) for c in columns)
-        conn.execute(text(f"CREATE UNLOGGED TABLE {quote_ident(name)} AS SELECT {names} "
-                          f"FROM {quote_ident(self.table)} WITH NO DATA"))
+        sink_target.create_staging(conn, self.table, name, columns)
 
     def write(self, df: Any, name: str, columns: list[str], mode: StageMode, dsn: str) -> None:
         """The executors' part: every partition of ``df`` into the staging table (nothing through the driver)."""
@@ -56,28 +54,21 @@ class Staging:
 
     def move(self, conn: Connection, name: str, columns: list[str]) -> int:
         """Staged rows into the target, the staging table dropped: in the caller's commit transaction."""
-        names = ", ".join(quote_ident(c) for c in columns)
-        result = conn.execute(text(f"INSERT INTO {quote_ident(self.table)} ({names}) SELECT {names} "
-                                   f"FROM {quote_ident(name)}"))
-        conn.execute(text(f"DROP TABLE {quote_ident(name)}"))
-        return int(result.rowcount)
+        return sink_target.move_staged(conn, self.table, name, columns)
 
     def drop(self, conn: Connection, name: str) -> None:
         """This attempt's staging table, when its batch is refused (another attempt's is not ours to drop)."""
-        conn.execute(text(f"DROP TABLE IF EXISTS {quote_ident(name)}"))
+        sink_target.drop_staging(conn, name)
 
     def clean(self, conn: Connection, generation_id: int, batch_id: int) -> None:
         """Drop leftovers of attempts that died: this batch's and earlier ones, and other generations'."""
-        rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = COALESCE(:s, current_schema()) "
-                                 "AND left(tablename, :n) = :p"),
-                            {"s": self.schema, "n": len(self.prefix), "p": self.prefix}).scalars()
-        for bare in rows:
+        for bare in sink_target.staging_tables(conn, self.schema, self.prefix):
             parts = bare[len(self.prefix):].split("_")
             if len(parts) != 3 or not (parts[0].isdigit() and parts[1].isdigit()):
                 continue
             gen, batch = int(parts[0]), int(parts[1])
             if gen != generation_id or batch <= batch_id:
-                conn.execute(text(f"DROP TABLE IF EXISTS {quote_ident(f'{self.schema}.{bare}' if self.schema else bare)}"))
+                sink_target.drop_staging(conn, f"{self.schema}.{bare}" if self.schema else bare)
 
 
 def instants_as_micros(df: Any, columns: list[str]) -> tuple[Any, frozenset[int]]:

@@ -15,15 +15,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.errors import ConfigError, SinkFenced
-from offset_ledger.ledger import sink_store
+from offset_ledger.ledger import reconcile_store, sink_store
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
-from offset_ledger.ledger.tables import runs
 from offset_ledger.rules.sink_ahead import BatchHolding, late_commit
 from offset_ledger.rules.sink_batch import batch_from_doc, running_batch
 from offset_ledger.rules.sink_identity import SinkDecision, decide
@@ -138,7 +136,7 @@ def record_found_commit(ledger: Engine, spec: sink_store.SinkSpec, commit: Table
         if batch:
             run_id = sink_run_id(batch["query_id"])
             records = [BatchRecord(spec.pipeline, spec.consumer_group, batch_from_doc(batch, run_id, SINK_SOURCE))]
-            if conn.execute(select(runs.c.run_id).where(runs.c.run_id == run_id)).first() is None:
+            if not reconcile_store.run_recorded(conn, run_id):
                 records.insert(0, RunStart(spec.pipeline, spec.consumer_group, batch["query_id"], run_id,
                                            None, now, checkpoint_location=batch.get("checkpoint_location")))
         _record(conn, spec, commit, records, now)

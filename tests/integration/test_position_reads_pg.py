@@ -1,5 +1,5 @@
 """``ledger.queries.positions_and_window_pg`` (a row per topic, unrolled in Python) against the
-per-partition statement over ``v_positions`` it replaced on PostgreSQL (``lag_insight``'s, the oracle)."""
+per-partition statement over ``v_positions`` it replaced on PostgreSQL (``ledger.lag_window``'s, the oracle)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from sqlalchemy.engine import Engine
 from offset_ledger.ledger import position_store
 from offset_ledger.ledger.queries import positions_and_window_pg
 from offset_ledger.ledger.position_store import Placed
-from offset_ledger.operate.lag_insight import _positions_and_window_stmt, positions_and_window
+from offset_ledger.ledger.lag_window import _positions_and_window_stmt
+from offset_ledger.operate.lag_insight import positions_and_window
 
 NOW = datetime.now(timezone.utc)
 SINCE = NOW - timedelta(minutes=5)

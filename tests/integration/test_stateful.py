@@ -11,7 +11,7 @@ over 3 partitions; a final "flush" record an hour later pushes the watermark pas
 from __future__ import annotations
 
 from collections import Counter
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 

@@ -15,9 +15,8 @@ import pytest
 from offset_ledger import Pipeline
 from offset_ledger.errors import InvalidInput
 from offset_ledger.addresses import KafkaAddress, LedgerAddress
-from offset_ledger.errors import ConfigError
 from offset_ledger.ledger.sink_store import SinkSpec
-from offset_ledger.operate.pipeline import PipelineStart, call_arguments, spark_kafka_options
+from offset_ledger.operate.pipeline import PipelineStart
 from offset_ledger.operate.restart import start_from_ledger as real_start_from_ledger  # before any fake
 from offset_ledger.rules.plan import RestartPlan
 from offset_ledger.rules.policies import Policies

@@ -12,6 +12,9 @@ Each folder of ``offset_ledger`` is a layer, and the folder says the rule:
 - no module imports another module's ``_private`` name: what another module needs gets a public
   name (or the helper becomes a member of the class that uses it), so a private name is safe to
   change by reading one file.
+- SQL lives only in ``ledger/``: no other module imports the ledger's tables, builds a query with
+  SQLAlchemy (only ``sqlalchemy.engine`` types and ``sqlalchemy.exc`` pass) or calls ``.execute`` and
+  its kin; ``test_the_sql_check_can_fail`` proves it bites.
 
 The contract is read from the source with ``ast`` (nothing is imported), so it also holds for the
 optional extras a machine may lack. ``test_the_contract_can_fail`` proves it bites.
@@ -175,10 +178,80 @@ def test_the_contract_can_fail() -> None:
     assert {v.split()[0] for v in violations(bad)} == {name for name, _ in bad}
 
 
+#: What a module outside ``ledger/`` may take from SQLAlchemy: the types a signature names
+#: (``sqlalchemy.engine``: ``Engine``, ``Connection``, ``make_url``) and the exceptions a layer
+#: translates (``sqlalchemy.exc``). Everything else of it builds a query (``select``, ``text``,
+#: ``func``, ``sqlalchemy.sql``, ``sqlalchemy.dialects.postgresql.insert``...).
+SQLALCHEMY_OUTSIDE_LEDGER = {"sqlalchemy.engine", "sqlalchemy.exc"}
+#: Methods that send SQL to a database: SQLAlchemy's ``Connection`` and a DB-API cursor (psycopg2's COPY
+#: included). No Spark or Kafka client the package uses has a method of these names.
+SENDS_SQL = {"execute", "executemany", "exec_driver_sql", "scalar", "scalars", "cursor", "copy_expert",
+             "copy_from", "copy_to"}
+
+
+def sql_outside_ledger(modules: Iterable[tuple[str, str]]) -> list[str]:
+    """SQL in a module outside ``ledger/``: the ledger's tables imported, a query built or sent.
+
+    Every statement the package sends to a database lives in ``ledger/`` behind a named function
+    (issue 51), the sinks' target-database SQL included (``ledger.sink_target``): a schema change
+    finds every reader of a table by reading one folder. No exception: devstack only waits for its
+    Postgres to accept a connection, the tests make their databases themselves."""
+    found = []
+    for name, source in modules:
+        if layer_of(name) == "ledger":
+            continue
+        package = name.split(".") if name.endswith("__init__") else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                if isinstance(node, ast.Import):
+                    taken = [a.name for a in node.names]
+                else:
+                    base = node.module or ""
+                    if node.level:
+                        base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+                    taken = [f"{base}.{a.name}" for a in node.names]
+                for imported in taken:
+                    if imported == "offset_ledger.ledger.tables" or imported.startswith("offset_ledger.ledger.tables."):
+                        found.append(f"{name} imports the ledger's tables: {imported}")
+                    elif imported.split(".")[0] == "sqlalchemy" and ".".join(
+                            imported.split(".")[:2]) not in SQLALCHEMY_OUTSIDE_LEDGER:
+                        found.append(f"{name} builds SQL: imports {imported}")
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in SENDS_SQL):
+                found.append(f"{name} sends SQL: .{node.func.attr}(...) on line {node.lineno}")
+    return found
+
+
+def test_only_the_ledger_holds_sql() -> None:
+    everything = [(module_name(p), p.read_text()) for p in sorted(PACKAGE.rglob("*.py")) if "migrations" not in p.parts]
+    assert sql_outside_ledger(everything) == []
+
+
+def test_the_sql_check_can_fail() -> None:
+    planted = [("offset_ledger.operate.reads", "from offset_ledger.ledger.tables import runs\n"),
+               ("offset_ledger.operate.known", "from ..ledger import tables\n"),
+               ("offset_ledger.capture.reconcile", "from sqlalchemy import func, select\n"),
+               ("offset_ledger.sinks.staging", "def f():\n    from sqlalchemy.sql import text\n"),
+               ("offset_ledger.operate.adopt", "import sqlalchemy as sa\n"),
+               ("offset_ledger.sinks.postgres", "from sqlalchemy.dialects.postgresql import insert\n"),
+               ("offset_ledger.kafka.mirror", "def f(conn):\n    return conn.execute(q).all()\n"),
+               ("offset_ledger.cli.demo", "def f(engine):\n    engine.connect().exec_driver_sql('SELECT 1')\n"),
+               ("offset_ledger.operate.audit", "def f(conn, q):\n    return conn.scalar(q)\n"),
+               ("offset_ledger.devstack.postgres", "def f(c):\n    c.cursor().execute('CREATE DATABASE x')\n")]
+    assert sorted({v.split()[0] for v in sql_outside_ledger(planted)}) == sorted(name for name, _ in planted)
+    # the types a signature names and the exceptions a layer translates pass; the ledger itself may do anything
+    fine = [("offset_ledger.operate.restart", "from sqlalchemy.engine import Connection, Engine\n"
+                                              "from sqlalchemy.exc import SQLAlchemyError\n"),
+            ("offset_ledger.sinks.postgres", "def f(dsn):\n    from sqlalchemy.engine import make_url\n"),
+            ("offset_ledger.ledger.queries", "from sqlalchemy import select\nfrom offset_ledger.ledger.tables import runs\n"
+                                             "def f(conn):\n    return conn.execute(select(runs)).all()\n")]
+    assert sql_outside_ledger(fine) == []
+
+
 def import_graph(modules: Iterable[tuple[str, str]]) -> dict[str, set[str]]:
     """Which package modules each module imports, function-local imports included.
 
-    ``from offset_ledger.sinks import target_log`` inside ``offset_ledger.sinks.postgres`` imports
+    ``from offset_ledger.sinks import held`` inside ``offset_ledger.sinks.postgres`` imports
     the submodule, not its package's ``__init__`` (which Python is already running): no edge to
     the package for that."""
     sources = dict(modules)

@@ -2,7 +2,9 @@
 
 Runs in Spark's Python workers (never on the driver's collect path): the function and everything
 it needs are importable module members and plain values, so it pickles the same way on classic
-Spark and on Spark Connect.
+Spark and on Spark Connect. It is SQL (a ``COPY``), so it lives in ``ledger/`` beside the rest of the
+target's SQL (``ledger.sink_target``), but apart from it: a worker imports this module and
+``rules.sink_copy`` only, never SQLAlchemy or the ledger's tables.
 """
 
 from __future__ import annotations
