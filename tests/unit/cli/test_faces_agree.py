@@ -31,7 +31,7 @@ import offset_ledger.cli as cli_package
 from offset_ledger.cli.main import app as cli_app
 from offset_ledger.cli.support import header
 from offset_ledger.ledger.engine import make_engine, upgrade
-from offset_ledger.ledger.generations import create_generation
+from offset_ledger.ledger.generations import NewGeneration, create_generation
 from offset_ledger.ledger.policy_store import set_policies
 from offset_ledger.ledger.tables import findings
 from offset_ledger.operate.operations import Operations
@@ -288,9 +288,10 @@ def test_console_list_is_the_pipelines_answer(dsn: str, api: TestClient) -> None
     console_only = {"staleRunIds", "appVersion", "groupCount"}
     engine = make_engine(dsn)
     with engine.begin() as conn:  # a checkpoint generation: the list's generation object is filled
-        create_generation(conn, pipeline=P, consumer_group=P, checkpoint_root="/tmp/ckpt", app_version="2.0",
-                          reason="first", starting_offsets={"orders": {"0": 480, "1": 600, "2": 700}},
-                          resolved_offsets={"orders": {"0": 480, "1": 600, "2": 700}})
+        create_generation(conn, NewGeneration(
+            pipeline=P, consumer_group=P, checkpoint_root="/tmp/ckpt", app_version="2.0", reason="first",
+            starting_offsets={"orders": {"0": 480, "1": 600, "2": 700}},
+            resolved_offsets={"orders": {"0": 480, "1": 600, "2": 700}}))
     engine.dispose()
     listed = api.get("/api/v1/pipelines?lag=false").json()["pipelines"]
     shown = api.get("/api/v1/console/pipelines").json()["pipelines"]
