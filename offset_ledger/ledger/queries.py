@@ -175,18 +175,6 @@ def _current_generations_stmt() -> Select[Any]:
                      newest.c.n == checkpoint_generations.c.generation))
 
 
-def active_runs_by_group(
-    conn: Connection, *, now: datetime | None = None,
-) -> dict[tuple[str, str], list[str]]:
-    """Active run ids (see ``active_run_ids``) of every pipeline at once."""
-    out: dict[tuple[str, str], list[str]] = {}
-    for key, acts in open_runs(conn, now=now).items():
-        active = [a.run_id for a in acts if a.state == "active"]
-        if active:
-            out[key] = active
-    return out
-
-
 def position_details(conn: Connection, pipeline: str, consumer_group: str) -> list[dict[str, Any]]:
     """Positions with what placed them (batch or reset) and when, sorted by topic and partition."""
     stmt = select(
@@ -389,7 +377,7 @@ def positions_and_window_pg(conn: Connection, since: datetime, pipeline: str | N
                             consumer_group: str | None = None) -> Iterator[WindowRow]:
     """(pipeline, group, topic, partition, next offset, moved 0/1, window's lowest start or None, its highest
     end or None) per position, sorted by pipeline, group, topic and partition: the rows of the per-partition
-    statement over ``v_positions`` (``lag_insight._positions_and_window_stmt``), PostgreSQL only."""
+    statement over ``v_positions`` (``ledger.lag_window``), PostgreSQL only."""
     params: dict[str, object] = {"since": since}
     if pipeline is not None:
         params.update(pipeline=pipeline, consumer_group=consumer_group)
