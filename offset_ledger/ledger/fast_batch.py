@@ -143,7 +143,13 @@ SELECT (CASE WHEN (SELECT count(*) FROM new_batches) = cardinality($6)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
 # The pipeline lock comes first, as on the general path (ledger.locks); exclusive (see above).
-_BATCHES_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
+# The plan is the prepared generic one from the first call: Postgres' default plans the first five
+# executions on a connection afresh for their parameters (custom plans), which here cost twice the
+# write itself and take a lock on every index the planner looks at, before it settles on the generic
+# plan anyway; a fleet's listener pays those five on every new pooled connection. SET LOCAL keeps the
+# setting to this transaction (the connection's other transactions keep the server's default).
+_GENERIC = "SET LOCAL plan_cache_mode = force_generic_plan; "
+_BATCHES_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
                  f"EXECUTE {_BATCHES} ({', '.join(['%s'] * 26)}); COMMIT")
 
 
@@ -188,7 +194,7 @@ SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1
               AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT t) FROM unnest($14) t)
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
-_ONE_BATCH_CALL = (f"BEGIN; SELECT pg_advisory_xact_lock(%s); "
+_ONE_BATCH_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
                    f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
 
 

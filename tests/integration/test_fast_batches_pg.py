@@ -403,3 +403,32 @@ def test_the_general_path_and_the_one_statement_path_writing_the_same_batches_at
     assert {(t, p): n for t, p, n, *_ in got["positions"]} == ends
     assert sum(w for w, _ in outcomes[True] + outcomes[False]) == 59  # each batch written by one of them
     assert got["findings"] == []
+
+
+def test_the_statement_runs_its_generic_plan_from_the_first_call_and_leaves_the_setting_alone(
+        engine: Engine, counting: _Counter) -> None:
+    """Postgres plans a prepared statement's first five executions afresh (custom plans: twice the write's
+    cost, a lock on every index the planner looks at); the path asks for the generic plan from the first
+    call, for this transaction only: the connection's other transactions keep the server's setting."""
+    own = make_engine(str(engine.url.render_as_string(hide_password=False)), pool_size=1)
+    try:
+        with own.connect() as conn:
+            default = conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one()
+        recorder = Recorder(own)
+        parts = {("t", p): (None, 10) for p in range(8)}
+        recorder.record([_record("generic", s) for s in [("start", "q1", "r1", -1), ("batch", "q1", "r1", 0, parts)]])
+        single_before, folded_before = counting.single, counting.folded
+        for b in range(1, 8):  # seven one-batch calls, then a folded one
+            recorder.record([_record("generic", ("batch", "q1", "r1", b, {("t", p): (10 * b, 10 * b + 10)
+                                                                          for p in range(8)}))])
+        recorder.record([_record("generic", ("batch", "q1", "r1", b, {("t", p): (10 * b, 10 * b + 10)
+                                                                      for p in range(8)})) for b in range(8, 11)])
+        recorder.close()
+        assert (counting.single - single_before, counting.folded - folded_before) == (7, 1)
+        with own.connect() as conn:  # the pool's one connection: the recorder's, with its prepared statements
+            plans = dict(conn.exec_driver_sql(
+                "SELECT name, ARRAY[generic_plans, custom_plans] FROM pg_prepared_statements").all())
+            assert conn.exec_driver_sql("SHOW plan_cache_mode").scalar_one() == default
+        assert plans == {"offset_ledger_record_batch_v4": [7, 0], "offset_ledger_record_batches_v4": [1, 0]}
+    finally:
+        own.dispose()
