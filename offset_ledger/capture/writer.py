@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Put on the queue by ``close`` to end the writer thread's idle wait; never written, never counted.
+_WAKE = Event("wake", "", 0.0, None, None, None)
+
 
 @dataclass(frozen=True)
 class WriterOptions:
@@ -212,6 +215,7 @@ class EventWriter:
         self._closing.set()
         if not flushed:
             self._abandon.set()  # the writer spools what it holds instead of retrying forever
+        self._wake()
         if self._thread.is_alive():
             self._thread.join(max(0.5, deadline - time.monotonic()))
         elif self._thread.ident is None:
@@ -254,17 +258,39 @@ class EventWriter:
     def _next_events(self) -> list[Event]:
         events: list[Event] = []
         try:
-            events.append(self._queue.get(timeout=0.05))
+            first = self._queue.get(timeout=self._idle_wait())
+            if first is not _WAKE:
+                events.append(first)
         except queue.Empty:
             pass
         while events and len(events) < self._max_batch:
             try:
-                events.append(self._queue.get_nowait())
+                event = self._queue.get_nowait()
             except queue.Empty:
                 break
+            if event is not _WAKE:
+                events.append(event)
         if events:
             return events
         return self._next_spooled()
+
+    def _idle_wait(self) -> float:
+        """How long the thread may sleep on an empty queue (seconds): briefly while the spool has events or
+        the writer closes, else until the next health report, at most a second. A listener lives in every
+        Spark driver for as long as the job runs, mostly idle between batches: a thread that woke 20 times a
+        second to look took CPU and the GIL from the driver (and, in bench_fleet, from the batch path).
+        A new event ends the wait at once; ``close`` wakes it (``_wake``)."""
+        if self._spooling or self._spool.replay_open or self._closing.is_set():
+            return 0.05
+        until_health = self._last_health + self._health_interval - time.monotonic()
+        return min(max(until_health, 0.05), 1.0)
+
+    def _wake(self) -> None:
+        """End the thread's idle wait now (``close``); a full queue needs no wake: the thread is busy."""
+        try:
+            self._queue.put_nowait(_WAKE)
+        except queue.Full:
+            pass
 
     def _next_spooled(self) -> list[Event]:
         """The next events from the spool, oldest file first; only called when the queue is empty."""
@@ -293,9 +319,11 @@ class EventWriter:
         with self._lock:
             while True:
                 try:
-                    rest.append(self._queue.get_nowait())
+                    event = self._queue.get_nowait()
                 except queue.Empty:
                     break
+                if event is not _WAKE:
+                    rest.append(event)
             if rest:
                 self._spool.write_held(rest)
                 self._counts["spilled"] += len(rest)
