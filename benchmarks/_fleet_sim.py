@@ -3,6 +3,7 @@ real writer (or the naive pattern), started together on a go signal, reporting b
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import threading
@@ -160,9 +161,34 @@ def _naive_pipeline(dsn: str, pipeline: str, partitions: int, batches: int, spoo
 
 
 _CPU_AT_GO = [0.0]
+#: The driver's full collections during the step: [count, longest pause in seconds] (``_count_full_gc``).
+_FULL_GC = [0, 0.0]
+
+
+def _count_full_gc() -> None:
+    started = [0.0]
+
+    def seen(phase: str, info: dict) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            _FULL_GC[0] += 1
+            _FULL_GC[1] = max(_FULL_GC[1], time.perf_counter() - started[0])
+
+    gc.callbacks.append(seen)
 
 
 def _ready(conn: multiprocessing.connection.Connection) -> tuple[float, float, float, float]:
+    # A driver that has run a while: its start-up's full collection (every object the imports made,
+    # 15-25 ms of pause on this machine) is behind it. Without this, each of a short step's freshly
+    # forked drivers met that one collection during its few measured batches, and the step's p99 was
+    # those pauses (~1 batch in 100). In steady state the writer leaves almost nothing for the
+    # collector (one young collection in 2,000 batches measured): full collections are counted and
+    # reported per step, so a pause that still lands in the step shows.
+    gc.collect()
+    _count_full_gc()
     conn.send("ready")
     plan = conn.recv()  # (go wall time, phase, interval, drain)
     cpu = os.times()
@@ -185,6 +211,7 @@ def _child(method: str, dsn: str, pipeline: str, partitions: int, batches: int, 
             result = _writer_pipeline(dsn, pipeline, partitions, batches, spool, conn, beat=method == "beat")
         cpu = os.times()
         result["cpu"] = cpu.user + cpu.system - _CPU_AT_GO[0]
+        result["full_gc"], result["full_gc_max"] = _FULL_GC
         conn.send(result)
     except Exception as exc:  # noqa: BLE001 - reported by the parent
         conn.send({"error": repr(exc)})

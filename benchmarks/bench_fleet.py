@@ -264,6 +264,8 @@ def run_step(method: str, dsn: str, pipelines: int, partitions: int, interval: f
         "record_calls": sum(len(r.get("recorder", [])) for r in results),
         "fast_calls": sum(len(r.get("fast", [])) for r in results),
         "statements": statements,
+        "full_gc": sum(r.get("full_gc", 0) for r in results),
+        "full_gc_max": max((r.get("full_gc_max", 0.0) for r in results), default=0.0),
     }
 
 
@@ -327,6 +329,8 @@ def print_steps(steps: list[dict]) -> None:
                   f" {fmt_ms(s['record_p99'])} ms; one-statement writes {s['fast_calls']}, p50 / p99"
                   f" {fmt_ms(s['fast_p50'])} / {fmt_ms(s['fast_p99'])} ms (the rest of batch -> durable: threads,"
                   " queue, CPU waits)")
+        print(f"       the drivers' full garbage collections during the step: {s.get('full_gc', 0)}"
+              f" (longest pause {fmt_ms(s.get('full_gc_max', 0.0))} ms; each driver ran one after its warm-up)")
         for q, calls, mean, total in s.get("statements") or []:
             print(f"       server: {calls:>6} x {mean:6.3f} ms = {total / 1000:6.2f} s  {q}")
         if s["unsettled"] or s["failed"] or s["retried"] or s["last_error"]:
