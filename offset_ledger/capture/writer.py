@@ -102,6 +102,7 @@ class EventWriter:
         self._terminated: set[str] = set()
         self._closing = threading.Event()
         self._abandon = threading.Event()
+        self._ended = threading.Event()  # the thread left its loop: nothing settles any more
         self._last_health = 0.0
         LIVE_WRITERS.add(self.listener_id)
         self._adopt_orphans()
@@ -194,9 +195,10 @@ class EventWriter:
         with self._cond:
             while not predicate():
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or not self._thread.is_alive():
+                if remaining <= 0 or self._ended.is_set() or not self._thread.is_alive():
                     return predicate()
-                self._cond.wait(min(remaining, 0.1))
+                # Woken by every settle and by the thread's end; the cap only bounds a wake that was missed.
+                self._cond.wait(min(remaining, 1.0))
         return True
 
     def flush(self, timeout: float = 30.0) -> bool:
@@ -248,6 +250,9 @@ class EventWriter:
                     self._last_error = f"writer error: {exc!r}"
                 time.sleep(0.1)
         self._maybe_report_health(force=True)
+        self._ended.set()
+        with self._cond:
+            self._cond.notify_all()  # waiters re-check: nothing will settle any more
         close = getattr(self._store, "close", None)
         if close is not None:
             try:

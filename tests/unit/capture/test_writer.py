@@ -269,3 +269,28 @@ def test_closing_a_writer_that_never_ran_keeps_its_events(tmp_path: Path) -> Non
     again = writer(store, tmp_path)
     assert again.close(5)
     assert store.batch_ids() == [0]
+
+
+def test_an_idle_writer_sleeps_until_an_event_comes(tmp_path: Path) -> None:
+    """A listener lives as long as its job, mostly between batches: its thread must not poll the queue."""
+    store = FakeStore()
+    w = writer(store, tmp_path)
+    looks = []
+    look = w._next_spooled
+    w._next_spooled = lambda: (looks.append(1), look())[1]  # type: ignore[method-assign]  # runs on every empty wake
+    time.sleep(1.5)
+    assert len(looks) <= 3, f"{len(looks)} wakes of an idle writer in 1.5 s"
+    w.submit(ev("progress", progress(0)))
+    assert w.flush(5) and store.batch_ids() == [0]
+    assert w.close(5) and not w._thread.is_alive()
+
+
+def test_a_waiter_returns_when_the_thread_ends_not_at_its_deadline(tmp_path: Path) -> None:
+    w = writer(FakeStore(), tmp_path)
+    returned: list[bool] = []
+    waiter = threading.Thread(target=lambda: returned.append(w.wait_for(lambda: False, time.monotonic() + 60)))
+    waiter.start()
+    time.sleep(0.2)  # waiting: nothing will ever satisfy it, nothing settles
+    assert w.close(5)
+    waiter.join(10)
+    assert returned == [False], "wait_for still waiting after the writer thread ended"
