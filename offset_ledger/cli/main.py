@@ -12,6 +12,7 @@ from offset_ledger import __version__
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, kafka_adapter, open_operations
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, plain_help
+from offset_ledger.cli.support import emit_error, json_requested
 from offset_ledger.errors import OffsetLedgerError
 
 plain_help()
@@ -440,6 +441,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     except OffsetLedgerError as exc:
         if _state["traceback"]:
             raise
+        if not exc.after_answer and json_requested(sys.argv[1:] if argv is None else argv):
+            emit_error(exc)
         print(f"offset-ledger: error: {' '.join(exc.message.split())}", file=sys.stderr)
         sys.exit(exit_code(exc))
     except (typer.Abort, KeyboardInterrupt):

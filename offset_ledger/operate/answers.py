@@ -15,6 +15,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: a read command does not pay for the reset and cost modules
+    from offset_ledger.errors import OffsetLedgerError
     from offset_ledger.kafka.mirror import MirrorDecision, SyncResult
     from offset_ledger.ledger.activity import RunActivity
     from offset_ledger.ledger.reset_store import StoredReset
@@ -233,6 +234,15 @@ def details_answer(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if details is None:
         return None
     return {_camel(k): _records_camel(v) for k, v in details.items()}
+
+
+def error_answer(exc: OffsetLedgerError) -> dict[str, Any]:
+    """An error as every face writes it (the API's error body, the CLI's ``-f json`` on a failure):
+    ``{"error": <class name>, "message": ..., **details}``, the details under the answers' camelCase
+    names by the rule of ``details_answer`` (``log_start_offset`` -> ``logStartOffset``, in the records
+    of a list too; a map under a field is data and kept). The exception keeps its Python names
+    (``exc.details``): this is only how the faces write them."""
+    return {"error": type(exc).__name__, "message": exc.message, **(details_answer(exc.details) or {})}
 
 
 def _records_camel(value: Any) -> Any:

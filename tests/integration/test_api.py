@@ -98,7 +98,7 @@ def test_legacy_endpoints_exact_shapes(ledger, pg_dsn: str, kafka) -> None:  # t
         # A body that misses a partition, or names an unknown one, is a 400 and changes nothing.
         status, err = srv.raw("POST", "/v1/resetOffsetOfPartitions?pipelineName=orders",
                               json.dumps({topic: {"0": 1, "1": 40}}).encode(), CURL)
-        assert status == 400 and err["missing_partitions"] == [2]
+        assert status == 400 and err["missingPartitions"] == [2]
         status, err = srv.raw("POST", "/v1/resetOffsetOfPartitions?pipelineName=orders",
                               json.dumps({topic: {"0": 1, "1": 40, "2": 1, "3": 1}}).encode(), CURL)
         assert status == 400 and err["error"] == "UnknownPartition"
