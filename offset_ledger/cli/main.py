@@ -191,15 +191,14 @@ def topic_cmd(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
     kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
-    """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
+    """Partitions of a topic with their log-start and log-end offsets (logEndOffset: the next offset to be written)."""
     from offset_ledger.operate.reads import describe_topic
 
     fmt = check_format(out.fmt)
     with kafka_adapter(kafka.address()) as adapter:
         details = describe_topic(adapter, topic)
-    rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
-            for p, v in details["partitions"].items()]
-    emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=out.truncate)
+    rows = [{"partition": int(p), **v} for p, v in details["partitions"].items()]
+    emit(rows, ["partition", "logStartOffset", "logEndOffset"], fmt, details, truncate=out.truncate)
 
 
 @_app.command("lag")

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # annotations only: a read command does not pay for the reset
     from offset_ledger.ledger.activity import RunActivity
     from offset_ledger.ledger.reset_store import StoredReset
     from offset_ledger.rules.failover import FailoverPartition, FailoverProblem
-    from offset_ledger.rules.model import Finding
+    from offset_ledger.rules.model import Finding, TopicPartition, Watermarks
     from offset_ledger.rules.move_cost import MoveCost, PartitionCost
     from offset_ledger.rules.resets import PartitionReset, ResetPlan
     from offset_ledger.rules.retention import Headroom
@@ -208,6 +208,22 @@ def audited_partition_dict(p: Mapping[str, Any]) -> dict[str, Any]:
         "beforeNextOffset": p["before_next_offset"], "targetNextOffset": None if refused else after,
         "afterNextOffset": after, "logStartOffset": start, "logEndOffset": end, "refused": refused,
     }
+
+
+def topic_answer(topic: str, marks: Mapping[TopicPartition, Watermarks]) -> dict[str, Any]:
+    """A topic's partitions with their log bounds, named by convention: ``logEndOffset`` is the next
+    offset Kafka writes (the lag answers' name for it), never a record's."""
+    return {"name": topic, "partitions": {
+        str(tp.partition): {"logStartOffset": m.log_start_offset, "logEndOffset": m.log_end_offset}
+        for tp, m in sorted(marks.items())}}
+
+
+def legacy_topic_answer(topic: str, marks: Mapping[TopicPartition, Watermarks]) -> dict[str, Any]:
+    """The legacy ``/v1/getTopicDetails`` answer, pinned as the tool it replaces wrote it: ``firstOffset``
+    the log-start, ``lastOffset`` the log-end (the next offset to be written, despite the name)."""
+    return {"name": topic, "partitions": {
+        str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
+        for tp, m in sorted(marks.items())}}
 
 
 def run_answer(r: RunActivity) -> dict[str, Any]:

@@ -68,7 +68,7 @@ PAIRED_ELSEWHERE = {
 #: Routes only the API (or the console) has, and why no command answers the same question.
 API_ONLY = {
     ("GET", "/v1/getCurrentOffsets"): "legacy endpoint kept exactly; `offsets -f json` prints the same map",
-    ("GET", "/v1/getTopicDetails"): "legacy endpoint kept exactly; `topic -f json` is the same document",
+    ("GET", "/v1/getTopicDetails"): "legacy endpoint kept exactly (firstOffset, lastOffset); `topic` is /api/v1/topics/{topic}",
     ("GET", "/v1/resetOffsetOfAllPartitionsToEarliest"): "legacy endpoint (executes at once); `reset --to-earliest`",
     ("POST", "/v1/resetOffsetOfAllPartitionsToEarliest"): "legacy endpoint (executes at once); `reset --to-earliest`",
     ("GET", "/v1/resetOffsetOfAllPartitionsToLatest"): "legacy endpoint (executes at once); `reset --to-latest`",
@@ -245,14 +245,19 @@ def test_offsets_csv_rows_are_the_api_positions(dsn: str, api: TestClient, capsy
 
 
 def test_topic_rows_are_the_api_partitions(dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
-    """``topic``'s CSV rows are the route's partitions (a map keyed by partition: the legacy shape), one
-    row each with the same firstOffset (log-start) and lastOffset (log-end, kept from getTopicDetails)."""
+    """``topic``'s CSV rows are the route's partitions (a map keyed by partition), one row each with the
+    same logStartOffset and logEndOffset; the legacy getTopicDetails has the same values under its own
+    names (firstOffset, lastOffset: the log-end, kept exactly)."""
     doc = api.get("/api/v1/topics/orders").json()
     code, out, err = run_cli(capsys, "topic", "orders", "-f", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [(int(r["partition"]), int(r["firstOffset"]), int(r["lastOffset"])) for r in rows] == [
-        (int(p), v["firstOffset"], v["lastOffset"]) for p, v in doc["partitions"].items()]
+    assert list(rows[0]) == ["partition", "logStartOffset", "logEndOffset"]
+    assert [(int(r["partition"]), int(r["logStartOffset"]), int(r["logEndOffset"])) for r in rows] == [
+        (int(p), v["logStartOffset"], v["logEndOffset"]) for p, v in doc["partitions"].items()]
+    legacy = api.get("/v1/getTopicDetails", params={"topicName": "orders"}).json()
+    assert legacy == {"name": "orders", "partitions": {
+        p: {"firstOffset": v["logStartOffset"], "lastOffset": v["logEndOffset"]} for p, v in doc["partitions"].items()}}
 
 
 def test_table_headers_are_the_names_upper_cased(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
