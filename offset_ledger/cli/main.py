@@ -222,7 +222,7 @@ def lag_cmd(
         ops.close()
     rows = [p.to_dict() for p in parts]
     columns = ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag", "lagSeconds",
-               "committedOffset", "drift", "status"]
+               "committedNextOffset", "drift", "status"]
     if fmt == "table":
         for row in rows:
             row["headroom"] = _headroom_cell(row, fmt)

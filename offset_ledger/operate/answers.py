@@ -109,7 +109,7 @@ class PartitionLag:
         return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
                 "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag,
                 "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
-                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status,
+                "committedNextOffset": self.committed_offset, "drift": self.drift, "status": self.status,
                 **_headroom_dict(self.headroom)}
 
 
@@ -262,7 +262,8 @@ def error_answer(exc: OffsetLedgerError) -> dict[str, Any]:
 
 
 def _records_camel(value: Any) -> Any:
-    if isinstance(value, list):
+    # A tuple too: an error's details are Python values (a finding's come back from JSON as lists).
+    if isinstance(value, (list, tuple)):
         return [{_camel(k): _records_camel(v) for k, v in item.items()} if isinstance(item, Mapping)
                 else _records_camel(item) for item in value]
     return value
@@ -328,8 +329,9 @@ def batch_ref_answer(ref: BatchRef, generation: int | None) -> dict[str, Any]:
 
 def mirror_decision_answer(d: MirrorDecision) -> dict[str, Any]:
     """What the group mirror does with one partition."""
-    return {"topic": d.tp.topic, "partition": d.tp.partition, "ledgerOffset": d.ledger_offset,
-            "committedOffset": d.committed_offset, "action": d.action}
+    # Both are next offsets (a Kafka commit is the next offset to consume): the names say so.
+    return {"topic": d.tp.topic, "partition": d.tp.partition, "ledgerNextOffset": d.ledger_offset,
+            "committedNextOffset": d.committed_offset, "action": d.action}
 
 
 def sync_answer(r: SyncResult) -> dict[str, Any]:

@@ -470,3 +470,32 @@ def test_the_cli_writes_no_error_json_unless_asked(dsn: str, capsys: pytest.Capt
         assert code == 2 and json.loads(out)["error"] == "UnknownPipeline", (spelling, out)
     code, out, _ = run_cli(capsys, "lag", "nosuch", "--dsn", dsn, "-f", "json", "-f", "csv")
     assert out == ""
+
+
+#: The ``...Offset`` names an answer may use besides ``nextOffset`` and ``<something>NextOffset``, each
+#: with the convention it carries (STYLE.md: names say which offset convention they carry).
+OFFSET_NAMES = {
+    "logStartOffset": "the first offset still in the log",
+    "logEndOffset": "the next offset Kafka writes (log-end)",
+    "fromOffset": "a range's first offset, inclusive (Spark's OffsetRange name)",
+    "untilOffset": "a range's end, exclusive (Spark's OffsetRange name)",
+    "firstOffset": "verify: the first offset the recorded history read, inclusive",
+    "endOffset": "verify: the end of what was read, exclusive (an end, like logEndOffset)",
+    # Findings: next offsets (a position, a range's start or end) under names that do not say so. Left:
+    # expectedNextOffset / actualNextOffset widen the findings table past a 120-column terminal.
+    "expectedOffset": "findings: the next offset expected (a position or a batch's end)",
+    "actualOffset": "findings: the next offset seen instead (a batch's start or end, where a restart resumed)",
+}
+
+
+def test_each_offset_name_says_its_convention(dsn: str, api: TestClient) -> None:
+    """Every ``...Offset`` key of every paired answer (and a reset's) is a next offset named so, or a
+    name listed in ``OFFSET_NAMES`` with its convention: no ``lastOffset`` that carries a log-end,
+    no ``committedOffset`` that is a next offset under a bare name."""
+    docs = [api.get(route).json() for _argv, route, *_ in PAIRS]
+    docs.append(api.post(f"/api/v1/pipelines/{P}/resets", json={"mode": "earliest"}).json())
+    names = {k.rsplit("/", 1)[-1] for doc in docs for k in _keys(doc)}
+    offsets = {n for n in names if n.endswith("Offset")}
+    assert {"nextOffset", "logEndOffset", "beforeNextOffset"} <= offsets, offsets  # the check sees answers
+    unsaid = sorted(n for n in offsets if not (n == "nextOffset" or n.endswith("NextOffset")) and n not in OFFSET_NAMES)
+    assert not unsaid, f"offset names that do not say their convention: {unsaid}"
