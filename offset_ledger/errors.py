@@ -37,7 +37,9 @@
 ``exit_code`` maps the tree onto the command line's exit codes (one table, docs/cli.md).
 
 Driver errors (SQLAlchemy, kafka-python) are translated at the adapter edge with ``raise ... from``.
-Exceptions carry the data they talk about, so the API and CLI can render them without parsing text.
+Exceptions carry the data they talk about (``details``, under their Python names), so the API and CLI
+can render them without parsing text; how the faces write them (camelCase JSON) is
+``offset_ledger.operate.answers.error_answer``'s, not this tree's.
 """
 
 from __future__ import annotations
@@ -51,15 +53,14 @@ class OffsetLedgerError(Exception):
 
     #: Whether retrying the same call later may succeed (read by retry loops instead of type lists).
     retriable: bool = False
+    #: Whether the command printed its answer before raising (verify's report): the error is then only
+    #: the exit code and a line on stderr, not a second answer (the CLI's ``-f json`` error body).
+    after_answer: bool = False
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
         self.message = message
         self.details: dict[str, Any] = details
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready body: ``{"error": <class name>, "message": ..., **details}``."""
-        return {"error": type(self).__name__, "message": self.message, **self.details}
 
 
 class ConfigError(OffsetLedgerError):
@@ -304,6 +305,8 @@ class DataLossError(OffsetLedgerError):
 
 class HistoryUnverified(OffsetLedgerError):
     """``verify`` found stretches of the recorded history (gaps, overlaps) that nothing explains."""
+
+    after_answer = True
 
 
 class LedgerError(OffsetLedgerError):

@@ -1,6 +1,7 @@
 """The FastAPI application: middleware (paths, auth, body size), error mapping and the routers.
 
-Error mapping (every error body is JSON ``{"error": <type>, "message": ..., ...details}``):
+Error mapping (every error body is JSON ``{"error": <type>, "message": ..., ...details}``, the details
+camelCase like every answer: ``operate.answers.error_answer``, the CLI's ``-f json`` error too):
 UnknownPipeline / UnknownTopic / UnknownBatch -> 404, other InvalidInput -> 400, ActiveRunConflict -> 409,
 LedgerUnavailable / KafkaUnavailable / other ledger, Kafka or configuration failures -> 503,
 request validation -> 400 on the legacy ``/v1`` endpoints and for malformed JSON, 422 otherwise;
@@ -42,6 +43,7 @@ from offset_ledger.errors import (
     UnknownTopic,
 )
 from offset_ledger.operate import reads
+from offset_ledger.operate.answers import error_answer
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.visibility import bound, current_scope
 
@@ -150,7 +152,7 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         too_big = {"error": "PayloadTooLarge", "message": f"request body exceeds {self.max_bytes} bytes",
-                   "max_bytes": self.max_bytes}
+                   "maxBytes": self.max_bytes}
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -256,7 +258,7 @@ def create_app(
         headers = {"Retry-After": "5"} if status == 503 else None
         if status >= 500:
             log.warning("%s: %s", type(exc).__name__, exc.message)
-        return JSONResponse(safe_json(_jsonable(exc.to_dict())), status_code=status, headers=headers)
+        return JSONResponse(safe_json(_jsonable(error_answer(exc))), status_code=status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

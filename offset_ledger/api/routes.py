@@ -59,7 +59,7 @@ def get_current_offsets(request: Request, pipelineName: str = Query(pattern=NAME
 
 @legacy.get("/v1/getTopicDetails", summary="Log-start (firstOffset) and log-end (lastOffset) per partition (legacy)")
 def get_topic_details(request: Request, topicName: str = Query(pattern=TOPIC_PATTERN)) -> Any:
-    return reads.topic_details(_ops(request), topicName)
+    return reads.legacy_topic_details(_ops(request), topicName)
 
 
 def _legacy_reset(request: Request, pipeline: str, reset: ResetRequest, x_actor: str | None, label: str) -> Any:
@@ -169,7 +169,8 @@ def pipeline_lag(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), c
             "partitions": [r.to_dict() for r in rows]}
 
 
-@resource.get("/topics/{topic:name}", summary="Partitions with log-start (firstOffset) and log-end (lastOffset)")
+@resource.get("/topics/{topic:name}", summary="Partitions with logStartOffset and logEndOffset (the next offset "
+                                            "to be written)")
 def topic_details(request: Request, topic: str = Path(pattern=TOPIC_PATTERN)) -> Any:
     return reads.topic_details(_ops(request), topic)
 

@@ -71,7 +71,7 @@ def mirror_cmd(
             else:
                 if not follow or result.committed:
                     rows = [mirror_decision_answer(d) for d in result.decisions]
-                    emit(rows, ["topic", "partition", "ledgerOffset", "committedOffset", "action"], fmt,
+                    emit(rows, ["topic", "partition", "ledgerNextOffset", "committedNextOffset", "action"], fmt,
                           sync_answer(result), truncate=out.truncate)
                 if not follow:
                     typer.echo(f"consumer group {group!r}: {result.committed} partition(s) committed", err=True)

@@ -12,6 +12,7 @@ from offset_ledger import __version__
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, kafka_adapter, open_operations
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, plain_help
+from offset_ledger.cli.support import emit_error, json_requested
 from offset_ledger.errors import OffsetLedgerError
 
 plain_help()
@@ -190,15 +191,14 @@ def topic_cmd(
     topic: str = typer.Argument(..., metavar="TOPIC", help="Topic name."),
     kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
-    """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
+    """Partitions of a topic with their log-start and log-end offsets (logEndOffset: the next offset to be written)."""
     from offset_ledger.operate.reads import describe_topic
 
     fmt = check_format(out.fmt)
     with kafka_adapter(kafka.address()) as adapter:
         details = describe_topic(adapter, topic)
-    rows = [{"partition": int(p), "firstOffset": v["firstOffset"], "lastOffset": v["lastOffset"]}
-            for p, v in details["partitions"].items()]
-    emit(rows, ["partition", "firstOffset", "lastOffset"], fmt, details, truncate=out.truncate)
+    rows = [{"partition": int(p), **v} for p, v in details["partitions"].items()]
+    emit(rows, ["partition", "logStartOffset", "logEndOffset"], fmt, details, truncate=out.truncate)
 
 
 @_app.command("lag")
@@ -222,7 +222,7 @@ def lag_cmd(
         ops.close()
     rows = [p.to_dict() for p in parts]
     columns = ["topic", "partition", "nextOffset", "logStartOffset", "logEndOffset", "lag", "lagSeconds",
-               "committedOffset", "drift", "status"]
+               "committedNextOffset", "drift", "status"]
     if fmt == "table":
         for row in rows:
             row["headroom"] = _headroom_cell(row, fmt)
@@ -440,6 +440,8 @@ def main(argv: Optional[list[str]] = None) -> None:
     except OffsetLedgerError as exc:
         if _state["traceback"]:
             raise
+        if not exc.after_answer and json_requested(sys.argv[1:] if argv is None else argv):
+            emit_error(exc)
         print(f"offset-ledger: error: {' '.join(exc.message.split())}", file=sys.stderr)
         sys.exit(exit_code(exc))
     except (typer.Abort, KeyboardInterrupt):

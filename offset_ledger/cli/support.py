@@ -18,6 +18,9 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from offset_ledger.errors import OffsetLedgerError
+from offset_ledger.operate.answers import error_answer
+
 def plain_help() -> None:
     """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
     from typer import core
@@ -174,6 +177,30 @@ def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, do
                        for row in rows) for c in columns]
     typer.echo(render([header(c) for c in columns], cells, numeric, [c in PROSE for c in columns],
                       truncate=truncate))
+
+
+def json_requested(words: Sequence[str]) -> bool:
+    """Whether a command line asks for ``--format json`` (``-f json``, ``--format=json``, ``-fjson``; the
+    last one given wins, as the option parser has it). Read from the words, not the parsed options: an
+    error can come before (or instead of) the command's own parsing."""
+    fmt = None
+    for i, word in enumerate(words):
+        if word == "--":
+            break
+        if word in ("-f", "--format") and i + 1 < len(words):
+            fmt = words[i + 1]
+        elif word.startswith("--format="):
+            fmt = word.split("=", 1)[1]
+        elif word.startswith("-f") and not word.startswith("--") and len(word) > 2:
+            fmt = word[2:]
+    return fmt == "json"
+
+
+def emit_error(exc: OffsetLedgerError) -> None:
+    """An error under ``-f json``: its answer on stdout, the API's error body name for name and value
+    (``operate.answers.error_answer``), so a script reads what was refused (the partitions out of range,
+    the active runs) instead of parsing the one line on stderr, which is printed as well."""
+    emit([], [], "json", error_answer(exc))
 
 
 def header(column: str) -> str:

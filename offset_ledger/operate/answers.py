@@ -15,11 +15,12 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: a read command does not pay for the reset and cost modules
+    from offset_ledger.errors import OffsetLedgerError
     from offset_ledger.kafka.mirror import MirrorDecision, SyncResult
     from offset_ledger.ledger.activity import RunActivity
     from offset_ledger.ledger.reset_store import StoredReset
     from offset_ledger.rules.failover import FailoverPartition, FailoverProblem
-    from offset_ledger.rules.model import Finding
+    from offset_ledger.rules.model import Finding, TopicPartition, Watermarks
     from offset_ledger.rules.move_cost import MoveCost, PartitionCost
     from offset_ledger.rules.resets import PartitionReset, ResetPlan
     from offset_ledger.rules.retention import Headroom
@@ -108,7 +109,7 @@ class PartitionLag:
         return {"topic": self.topic, "partition": self.partition, "nextOffset": self.next_offset,
                 "logStartOffset": self.log_start_offset, "logEndOffset": self.log_end_offset, "lag": self.lag,
                 "lagSeconds": None if self.lag_seconds is None else round(self.lag_seconds, 3),
-                "committedOffset": self.committed_offset, "drift": self.drift, "status": self.status,
+                "committedNextOffset": self.committed_offset, "drift": self.drift, "status": self.status,
                 **_headroom_dict(self.headroom)}
 
 
@@ -209,6 +210,22 @@ def audited_partition_dict(p: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def topic_answer(topic: str, marks: Mapping[TopicPartition, Watermarks]) -> dict[str, Any]:
+    """A topic's partitions with their log bounds, named by convention: ``logEndOffset`` is the next
+    offset Kafka writes (the lag answers' name for it), never a record's."""
+    return {"name": topic, "partitions": {
+        str(tp.partition): {"logStartOffset": m.log_start_offset, "logEndOffset": m.log_end_offset}
+        for tp, m in sorted(marks.items())}}
+
+
+def legacy_topic_answer(topic: str, marks: Mapping[TopicPartition, Watermarks]) -> dict[str, Any]:
+    """The legacy ``/v1/getTopicDetails`` answer, pinned as the tool it replaces wrote it: ``firstOffset``
+    the log-start, ``lastOffset`` the log-end (the next offset to be written, despite the name)."""
+    return {"name": topic, "partitions": {
+        str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
+        for tp, m in sorted(marks.items())}}
+
+
 def run_answer(r: RunActivity) -> dict[str, Any]:
     """One unterminated run, its state and why (a pipeline's ``runs``)."""
     return {"runId": r.run_id, "queryId": r.query_id, "state": r.state,
@@ -235,8 +252,18 @@ def details_answer(details: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return {_camel(k): _records_camel(v) for k, v in details.items()}
 
 
+def error_answer(exc: OffsetLedgerError) -> dict[str, Any]:
+    """An error as every face writes it (the API's error body, the CLI's ``-f json`` on a failure):
+    ``{"error": <class name>, "message": ..., **details}``, the details under the answers' camelCase
+    names by the rule of ``details_answer`` (``log_start_offset`` -> ``logStartOffset``, in the records
+    of a list too; a map under a field is data and kept). The exception keeps its Python names
+    (``exc.details``): this is only how the faces write them."""
+    return {"error": type(exc).__name__, "message": exc.message, **(details_answer(exc.details) or {})}
+
+
 def _records_camel(value: Any) -> Any:
-    if isinstance(value, list):
+    # A tuple too: an error's details are Python values (a finding's come back from JSON as lists).
+    if isinstance(value, (list, tuple)):
         return [{_camel(k): _records_camel(v) for k, v in item.items()} if isinstance(item, Mapping)
                 else _records_camel(item) for item in value]
     return value
@@ -302,8 +329,9 @@ def batch_ref_answer(ref: BatchRef, generation: int | None) -> dict[str, Any]:
 
 def mirror_decision_answer(d: MirrorDecision) -> dict[str, Any]:
     """What the group mirror does with one partition."""
-    return {"topic": d.tp.topic, "partition": d.tp.partition, "ledgerOffset": d.ledger_offset,
-            "committedOffset": d.committed_offset, "action": d.action}
+    # Both are next offsets (a Kafka commit is the next offset to consume): the names say so.
+    return {"topic": d.tp.topic, "partition": d.tp.partition, "ledgerNextOffset": d.ledger_offset,
+            "committedNextOffset": d.committed_offset, "action": d.action}
 
 
 def sync_answer(r: SyncResult) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.loss_reads import shortfall_findings
 from offset_ledger.operate.audit import findings_counts
 from offset_ledger.operate.answers import HistoryPage, PartitionLag, PipelineSummary, iso_utc
+from offset_ledger.operate.answers import legacy_topic_answer, topic_answer
 from offset_ledger.operate.inputs import check_limit, check_topic, decode_cursor, encode_cursor
 from offset_ledger.operate.loss_status import per_pipeline
 from offset_ledger.operate.operations import Operations, resolve_group
@@ -261,24 +262,27 @@ def lag(ops: Operations, pipeline: str, consumer_group: str | None = None) -> tu
 
 
 def topic_details(ops: Operations, topic: str) -> dict[str, Any]:
-    """``{"name": T, "partitions": {"0": {"firstOffset": log_start, "lastOffset": log_end}}}``."""
-    return describe_topic(ops.kafka, topic)
+    """``{"name": T, "partitions": {"0": {"logStartOffset": a, "logEndOffset": b}}}``: the resource route's answer."""
+    return topic_answer(topic, topic_watermarks(ops.kafka, topic))
+
+
+def legacy_topic_details(ops: Operations, topic: str) -> dict[str, Any]:
+    """The legacy getTopicDetails answer, kept exactly: ``lastOffset`` is the log-end offset."""
+    return legacy_topic_answer(topic, topic_watermarks(ops.kafka, topic))
 
 
 def describe_topic(kafka: KafkaAdapter, topic: str) -> dict[str, Any]:
-    """The legacy getTopicDetails answer from Kafka alone (the CLI's ``topic`` needs no ledger)."""
+    """The topic's answer from Kafka alone (the CLI's ``topic`` needs no ledger)."""
+    return topic_answer(topic, topic_watermarks(kafka, topic))
+
+
+def topic_watermarks(kafka: KafkaAdapter, topic: str) -> dict[TopicPartition, Watermarks]:
+    """Log-start and log-end offsets of every partition of ``topic``; UnknownTopic when it does not exist."""
     check_topic(topic)
     seen = kafka.snapshot([topic])
     if topic not in seen.partitions:
         raise UnknownTopic(topic)
-    marks = seen.watermarks
-    return {
-        "name": topic,
-        "partitions": {
-            str(tp.partition): {"firstOffset": m.log_start_offset, "lastOffset": m.log_end_offset}
-            for tp, m in sorted(marks.items())
-        },
-    }
+    return dict(seen.watermarks)
 
 
 def watermarks_or_none(ops: Operations, topics: set[str]) -> dict[TopicPartition, Watermarks] | None:

@@ -77,6 +77,11 @@ def test_legacy_endpoints_exact_shapes(ledger, pg_dsn: str, kafka) -> None:  # t
             "name": topic,
             "partitions": {"0": {"firstOffset": 0, "lastOffset": 100}, "1": {"firstOffset": 30, "lastOffset": 100},
                            "2": {"firstOffset": 0, "lastOffset": 100}}})
+        # The resource route: the same facts under names that say the convention (log-end: the next offset).
+        assert srv.raw("GET", f"/api/v1/topics/{topic}", headers=CURL) == (200, {
+            "name": topic, "partitions": {"0": {"logStartOffset": 0, "logEndOffset": 100},
+                                          "1": {"logStartOffset": 30, "logEndOffset": 100},
+                                          "2": {"logStartOffset": 0, "logEndOffset": 100}}})
         assert srv.raw("GET", "//v1/resetOffsetOfAllPartitionsToEarliest/?pipelineName=orders", headers=CURL) == (
             200, {topic: {"0": 0, "1": 30, "2": 0}})
         assert srv.raw("GET", "/v1/getCurrentOffsets?pipelineName=orders") == (200, {topic: {"0": 0, "1": 30, "2": 0}})
@@ -98,7 +103,7 @@ def test_legacy_endpoints_exact_shapes(ledger, pg_dsn: str, kafka) -> None:  # t
         # A body that misses a partition, or names an unknown one, is a 400 and changes nothing.
         status, err = srv.raw("POST", "/v1/resetOffsetOfPartitions?pipelineName=orders",
                               json.dumps({topic: {"0": 1, "1": 40}}).encode(), CURL)
-        assert status == 400 and err["missing_partitions"] == [2]
+        assert status == 400 and err["missingPartitions"] == [2]
         status, err = srv.raw("POST", "/v1/resetOffsetOfPartitions?pipelineName=orders",
                               json.dumps({topic: {"0": 1, "1": 40, "2": 1, "3": 1}}).encode(), CURL)
         assert status == 400 and err["error"] == "UnknownPartition"

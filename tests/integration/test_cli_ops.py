@@ -70,8 +70,8 @@ def test_read_commands_in_every_format(pg_dsn: str, kafka) -> None:  # type: ign
     assert not r.stderr
 
     r = run(env, "topic", topic, "--format", "json")
-    assert json.loads(r.stdout) == {"name": topic, "partitions": {"0": {"firstOffset": 0, "lastOffset": 20},
-                                                                   "1": {"firstOffset": 0, "lastOffset": 20}}}
+    assert json.loads(r.stdout) == {"name": topic, "partitions": {"0": {"logStartOffset": 0, "logEndOffset": 20},
+                                                                   "1": {"logStartOffset": 0, "logEndOffset": 20}}}
     r = run(env, "lag", "etl", "--format", "json")
     assert [(x["partition"], x["lag"]) for x in json.loads(r.stdout)] == [(0, 8), (1, 0)]
 

@@ -521,3 +521,24 @@ def test_policies_are_changed_from_the_console_after_a_dry_run_and_with_a_reason
     wait_for(browser, lambda d: css(d, "#policy-message").text.startswith("Refused: 400"), what="the refusal")
     assert "policies.slide" in css(browser, "#policy-message").text
     assert len(httpx.get(url + "/history").json()["changes"]) == changes_before + 1
+
+
+def test_a_pipeline_of_several_groups_offers_each_group_as_a_link(
+        browser, served: Served, recorded: Ledger) -> None:  # type: ignore[no-untyped-def]
+    """No group named and the ledger has two: the API refuses (400 AmbiguousConsumerGroup, its
+    ``consumerGroups`` camelCase like every answer's names) and the page links each group."""
+    from tests.ops_seed import seed_pipeline
+
+    engine = make_engine(recorded.dsn)
+    try:
+        for group in ("two-a", "two-b"):
+            seed_pipeline(engine, "two-groups", {recorded.topic: {0: 10}}, consumer_group=group)
+    finally:
+        engine.dispose()
+    refused = httpx.get(f"{served.url}/api/v1/pipelines/two-groups/offsets")
+    assert refused.status_code == 400 and refused.json()["consumerGroups"] == ["two-a", "two-b"], refused.text
+    browser.get(served.url + "/pipelines/two-groups")
+    wait_for(browser, lambda d: len(css_all(d, "#page-error a")) == 2, what="a link per consumer group")
+    assert [a.text for a in css_all(browser, "#page-error a")] == ["two-a", "two-b"]
+    click(browser, "#page-error a")
+    wait_for(browser, lambda d: d.current_url.endswith("/pipelines/two-groups?group=two-a"), what="the group's page")

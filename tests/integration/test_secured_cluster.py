@@ -85,8 +85,8 @@ def test_commands_and_restart_on_a_sasl_listener(pg_dsn: str, kafka, sasl: str, 
     # topic and replay, through OFFSET_LEDGER_KAFKA_* alone.
     r = run(env_secured, "topic", topic, "--format", "json")
     assert r.returncode == 0, r.stderr
-    assert json.loads(r.stdout)["partitions"] == {"0": {"firstOffset": 0, "lastOffset": 20},
-                                                  "1": {"firstOffset": 0, "lastOffset": 20}}
+    assert json.loads(r.stdout)["partitions"] == {"0": {"logStartOffset": 0, "logEndOffset": 20},
+                                                  "1": {"logStartOffset": 0, "logEndOffset": 20}}
     r = run(env_secured, "replay", "etl", "--batch", "2", "--format", "json")
     assert r.returncode == 0, r.stderr
     replay = json.loads(r.stdout)

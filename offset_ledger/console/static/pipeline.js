@@ -172,7 +172,7 @@
       showError(error, err);
       // An unknown pipeline has nothing to show or reset: only the message stays.
       if (err instanceof ApiError && err.status === 404) showSections(false);
-      const groups = err instanceof ApiError && err.status === 400 ? err.body.consumer_groups : null;
+      const groups = err instanceof ApiError && err.status === 400 ? err.body.consumerGroups : null;
       if (Array.isArray(groups)) {
         // Several consumer groups and none named: offer each as a bookmarkable link.
         error.append(" Choose one: ", ...groups.flatMap((g, i) => [i ? ", " : "",

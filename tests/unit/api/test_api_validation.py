@@ -237,7 +237,7 @@ def test_active_run_blocks_executed_resets_until_its_heartbeat_is_stale(engine) 
     client = _client(engine)
     body = {"mode": "latest", "dryRun": False, "reason": "catch up"}
     r = client.post("/api/v1/pipelines/live/resets", json=body)
-    assert r.status_code == 409 and r.json()["run_ids"] == [ids["run_id"]]
+    assert r.status_code == 409 and r.json()["runIds"] == [ids["run_id"]]
     # A driver killed without QueryTerminated: no heartbeat for longer than the window.
     old = datetime.now(timezone.utc) - RUN_STALENESS - timedelta(minutes=1)
     with engine.begin() as conn:

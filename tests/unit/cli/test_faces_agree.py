@@ -68,7 +68,7 @@ PAIRED_ELSEWHERE = {
 #: Routes only the API (or the console) has, and why no command answers the same question.
 API_ONLY = {
     ("GET", "/v1/getCurrentOffsets"): "legacy endpoint kept exactly; `offsets -f json` prints the same map",
-    ("GET", "/v1/getTopicDetails"): "legacy endpoint kept exactly; `topic -f json` is the same document",
+    ("GET", "/v1/getTopicDetails"): "legacy endpoint kept exactly (firstOffset, lastOffset); `topic` is /api/v1/topics/{topic}",
     ("GET", "/v1/resetOffsetOfAllPartitionsToEarliest"): "legacy endpoint (executes at once); `reset --to-earliest`",
     ("POST", "/v1/resetOffsetOfAllPartitionsToEarliest"): "legacy endpoint (executes at once); `reset --to-earliest`",
     ("GET", "/v1/resetOffsetOfAllPartitionsToLatest"): "legacy endpoint (executes at once); `reset --to-latest`",
@@ -245,14 +245,19 @@ def test_offsets_csv_rows_are_the_api_positions(dsn: str, api: TestClient, capsy
 
 
 def test_topic_rows_are_the_api_partitions(dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str]) -> None:
-    """``topic``'s CSV rows are the route's partitions (a map keyed by partition: the legacy shape), one
-    row each with the same firstOffset (log-start) and lastOffset (log-end, kept from getTopicDetails)."""
+    """``topic``'s CSV rows are the route's partitions (a map keyed by partition), one row each with the
+    same logStartOffset and logEndOffset; the legacy getTopicDetails has the same values under its own
+    names (firstOffset, lastOffset: the log-end, kept exactly)."""
     doc = api.get("/api/v1/topics/orders").json()
     code, out, err = run_cli(capsys, "topic", "orders", "-f", "csv")
     assert code == 0, err
     rows = list(csv.DictReader(io.StringIO(out)))
-    assert [(int(r["partition"]), int(r["firstOffset"]), int(r["lastOffset"])) for r in rows] == [
-        (int(p), v["firstOffset"], v["lastOffset"]) for p, v in doc["partitions"].items()]
+    assert list(rows[0]) == ["partition", "logStartOffset", "logEndOffset"]
+    assert [(int(r["partition"]), int(r["logStartOffset"]), int(r["logEndOffset"])) for r in rows] == [
+        (int(p), v["logStartOffset"], v["logEndOffset"]) for p, v in doc["partitions"].items()]
+    legacy = api.get("/v1/getTopicDetails", params={"topicName": "orders"}).json()
+    assert legacy == {"name": "orders", "partitions": {
+        p: {"firstOffset": v["logStartOffset"], "lastOffset": v["logEndOffset"]} for p, v in doc["partitions"].items()}}
 
 
 def test_table_headers_are_the_names_upper_cased(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -347,3 +352,150 @@ def test_a_findings_details_are_camel_case_under_camel_case_parents(dsn: str, ap
     assert found["details"] == {"kind": "below_log_start", "logStartOffset": 410,
                                 "lost": [{"nextOffset": 400, "recordsLost": 10}],
                                 "topicMap": {"orders_v2": "backup.orders_v2"}}
+
+
+# -- errors: one shape on every face ------------------------------------------------------------
+
+#: A value for each parameter an error class's constructor takes, by name (a new class with a new
+#: parameter fails ``test_an_errors_details_are_the_same_on_the_api_and_the_cli_json`` until it has one):
+#: snake_case records in lists and a map keyed by data, so the nesting rule is exercised.
+ERROR_ARGS: dict[str, Any] = {
+    "message": "refused on purpose", "pipeline": P, "consumer_group": "orders_etl", "topic": "orders",
+    "partition": 3, "known": ["orders", "payments"], "existing": [0, 1], "text": "ten minits", "name": "window",
+    "reason": "not a checkpoint", "value": "-7", "path": "/ck/offsets/3", "group": "orders_etl", "members": 2,
+    "detail": "2 members", "attempts": 3, "changed": ["positions of orders"], "groups": ["orders_etl", "orders-b"],
+    "topics": ["orders"], "run_ids": ["0374a913"], "evidence": "last event 12 s ago",
+    "out_of_range": [{"topic": "orders", "partition": 0, "requested": 5, "log_start_offset": 10,
+                      "log_end_offset": 20, "kind": "below_log_start"}],
+    "lost": [{"topic": "orders", "partition": 1, "next_offset": 4, "log_start_offset": 9, "log_end_offset": 30}],
+    "unknown_starts": [{"query_id": "q-1", "batch_id": 7, "topic": "orders", "partition": 0, "until_offset": 40}],
+}
+#: What a class whose parameter of that name means another thing gets (a footprint per group, or one group's).
+ERROR_ARGS_OF = {
+    "AdoptionRefused": {"footprint": {"topics": ["orders"], "generations": 1, "batches": 4, "runs": 1}},
+    "FirstRunRefused": {"footprint": {"orders_etl": {"topics": ["orders"], "batches": 4, "runs": 1,
+                                                     "generations": 0}}},
+}
+#: The details a class given ``**details`` (raised with keyword arguments at its call sites) gets.
+SNAKE_DETAILS: dict[str, Any] = {
+    "checkpoint_location": "/ck/gen-2", "query_id": "q-1", "missing_partitions": [2],
+    "earliest_partitions": [{"topic": "orders", "partition": 0, "log_start_offset": 10}],
+    "topic_map": {"orders_v2": "backup.orders_v2"},
+}
+#: Maps keyed by data under an error's field (consumer groups), kept as they are.
+ERROR_DATA_MAPS = {("FirstRunRefused", "/ledger")}
+
+
+def _error_classes() -> list[type]:
+    from offset_ledger.errors import OffsetLedgerError
+
+    found, todo = [], [OffsetLedgerError]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    return sorted({c for c in found if c.__module__ == "offset_ledger.errors"}, key=lambda c: c.__name__)
+
+
+def _error_of(cls: type) -> Any:
+    import inspect
+
+    args: dict[str, Any] = {}
+    for name, param in inspect.signature(cls).parameters.items():
+        if param.kind is param.VAR_KEYWORD:
+            args.update(SNAKE_DETAILS)
+            continue
+        samples = {**ERROR_ARGS, **ERROR_ARGS_OF.get(cls.__name__, {})}
+        if name in samples:
+            args[name] = samples[name]
+        else:
+            assert param.default is not param.empty, f"{cls.__name__}({name}=...): add a sample to ERROR_ARGS"
+    return cls(**args)
+
+
+def _leaves(doc: Any) -> list[str]:
+    """Every value of a document (not its names), as JSON text, sorted: what a renaming must keep."""
+    if isinstance(doc, dict):
+        return sorted(x for v in doc.values() for x in _leaves(v))
+    if isinstance(doc, list):
+        return sorted(x for v in doc for x in _leaves(v))
+    return [json.dumps(doc)]
+
+
+@pytest.mark.parametrize("cls", _error_classes(), ids=lambda c: c.__name__)
+def test_an_errors_details_are_the_same_on_the_api_and_the_cli_json(
+        dsn: str, api: TestClient, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        cls: type) -> None:
+    """Every class of the exception tree, raised under the lag route and the ``lag`` command: the API's
+    error body and the CLI's ``-f json`` error are one document, with the error's details under
+    camelCase names (in the records of its lists too), every value as the exception holds it."""
+    from offset_ledger.errors import exit_code
+    from offset_ledger.operate import reads
+
+    exc = _error_of(cls)
+    assert exc.details, f"{cls.__name__}: the sample gives it no details"
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise exc
+
+    monkeypatch.setattr(reads, "lag", refuse)
+    r = api.get(f"/api/v1/pipelines/{P}/lag")
+    body = r.json()
+    assert r.status_code >= 400 and (body["error"], body["message"]) == (cls.__name__, exc.message)
+    code, out, err = run_cli(capsys, "lag", P, "--dsn", dsn, "-f", "json")
+    assert code == exit_code(exc) != 0 and err.startswith("offset-ledger: error: "), err
+    if exc.after_answer:  # verify's verdict: the report was the answer, the error is the exit code
+        assert out == ""
+        return
+    assert json.loads(out) == body
+    data = {path for name, path in ERROR_DATA_MAPS if name == cls.__name__}
+    names = [k for k in _keys(body) if not any(k.startswith(d + "/") for d in data)]
+    bad = [k for k in names if not CAMEL.match(k.rsplit("/", 1)[-1])]
+    assert not bad, f"{cls.__name__}: keys not in camelCase: {bad}"
+    # The same values: only names changed; a map keyed by data keeps its keys.
+    assert _leaves({k: v for k, v in body.items() if k not in ("error", "message")}) == _leaves(exc.details)
+    if "topic_map" in exc.details:
+        assert body["topicMap"] == {"orders_v2": "backup.orders_v2"}
+    if cls.__name__ == "FirstRunRefused":
+        assert list(body["ledger"]) == ["orders_etl"]
+
+
+def test_the_cli_writes_no_error_json_unless_asked(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without ``-f json`` an error is one line on stderr and nothing on stdout; ``--format=json`` and
+    ``-fjson`` ask as ``-f json`` does."""
+    code, out, err = run_cli(capsys, "lag", "nosuch", "--dsn", dsn)
+    assert (code, out) == (2, "") and err.count("\n") == 1, err
+    for spelling in (["--format=json"], ["-fjson"], ["--format", "json"]):
+        code, out, err = run_cli(capsys, "lag", "nosuch", "--dsn", dsn, *spelling)
+        assert code == 2 and json.loads(out)["error"] == "UnknownPipeline", (spelling, out)
+    code, out, _ = run_cli(capsys, "lag", "nosuch", "--dsn", dsn, "-f", "json", "-f", "csv")
+    assert out == ""
+
+
+#: The ``...Offset`` names an answer may use besides ``nextOffset`` and ``<something>NextOffset``, each
+#: with the convention it carries (STYLE.md: names say which offset convention they carry).
+OFFSET_NAMES = {
+    "logStartOffset": "the first offset still in the log",
+    "logEndOffset": "the next offset Kafka writes (log-end)",
+    "fromOffset": "a range's first offset, inclusive (Spark's OffsetRange name)",
+    "untilOffset": "a range's end, exclusive (Spark's OffsetRange name)",
+    "firstOffset": "verify: the first offset the recorded history read, inclusive",
+    "endOffset": "verify: the end of what was read, exclusive (an end, like logEndOffset)",
+    # Findings: next offsets (a position, a range's start or end) under names that do not say so. Left:
+    # expectedNextOffset / actualNextOffset widen the findings table past a 120-column terminal.
+    "expectedOffset": "findings: the next offset expected (a position or a batch's end)",
+    "actualOffset": "findings: the next offset seen instead (a batch's start or end, where a restart resumed)",
+}
+
+
+def test_each_offset_name_says_its_convention(dsn: str, api: TestClient) -> None:
+    """Every ``...Offset`` key of every paired answer (and a reset's) is a next offset named so, or a
+    name listed in ``OFFSET_NAMES`` with its convention: no ``lastOffset`` that carries a log-end,
+    no ``committedOffset`` that is a next offset under a bare name."""
+    docs = [api.get(route).json() for _argv, route, *_ in PAIRS]
+    docs.append(api.post(f"/api/v1/pipelines/{P}/resets", json={"mode": "earliest"}).json())
+    names = {k.rsplit("/", 1)[-1] for doc in docs for k in _keys(doc)}
+    offsets = {n for n in names if n.endswith("Offset")}
+    assert {"nextOffset", "logEndOffset", "beforeNextOffset"} <= offsets, offsets  # the check sees answers
+    unsaid = sorted(n for n in offsets if not (n == "nextOffset" or n.endswith("NextOffset")) and n not in OFFSET_NAMES)
+    assert not unsaid, f"offset names that do not say their convention: {unsaid}"

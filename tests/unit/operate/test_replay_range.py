@@ -299,7 +299,7 @@ def test_the_api_refuses_an_inexact_replay_with_a_400_naming_the_partition(gaps)
                         base_url="http://localhost")
     refused = client.get("/api/v1/pipelines/p/batches/0/range?queryId=h")
     assert refused.status_code == 400 and refused.json()["error"] == "ReplayNotExact"
-    assert refused.json()["unknown_starts"] == [{"queryId": "h", "batchId": 0, "topic": "t", "partition": 0,
+    assert refused.json()["unknownStarts"] == [{"queryId": "h", "batchId": 0, "topic": "t", "partition": 0,
                                                  "untilOffset": 10}]
     ok = client.get("/api/v1/pipelines/p/batches/0/range?queryId=g")
     assert ok.status_code == 200 and ok.json()["startingOffsets"] == {"t": {"0": 100, "1": 7}}

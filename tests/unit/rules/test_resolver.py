@@ -108,7 +108,7 @@ def test_below_log_start_fails_naming_partitions_and_lost_counts() -> None:
     assert [(x["topic"], x["partition"], x["records_lost"], x["kind"]) for x in err.lost] == [
         ("t", 0, 7, "below_log_start"), ("t", 2, 1, "below_log_start")]
     assert "t/0" in err.message and "7 records lost" in err.message and "t/2" in err.message
-    assert err.to_dict()["lost"][0]["log_start_offset"] == 10
+    assert err.details["lost"][0]["log_start_offset"] == 10
 
 
 def test_below_log_start_with_earliest_clamps_to_log_start_and_records_the_loss() -> None:
