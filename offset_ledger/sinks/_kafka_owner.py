@@ -193,9 +193,13 @@ def serve(path: str, daemon_pid: int, open_writer: Callable[..., Any], idle_s: f
             thread.start()
             active.append(thread)
     finally:
-        server.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        # Under the starters' lock, the name first: a worker that finds no owner from now on starts a new one,
+        # and this one's unlink can never remove the new one's socket.
+        with open(path + ".lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            server.close()
 
 
 # ------------------------------------------------------------------ the worker's side
