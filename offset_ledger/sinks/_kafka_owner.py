@@ -38,6 +38,7 @@ import contextlib
 import fcntl
 import os
 import pickle
+import signal
 import socket
 import struct
 import subprocess
@@ -107,6 +108,11 @@ def socket_dir() -> str:
 def socket_path(directory: str, daemon_pid: int) -> str:
     """The executor's owner: one per PySpark daemon (the Python workers' parent), so per executor."""
     return os.path.join(directory, f"owner-{daemon_pid}.sock")
+
+
+def _start_lock(path: str) -> str:
+    """One lock for starting and ending the user's owners (rare: once per executor), never removed."""
+    return os.path.join(os.path.dirname(path), "start.lock")
 
 
 # ------------------------------------------------------------------ the owner's side
@@ -195,11 +201,27 @@ def serve(path: str, daemon_pid: int, open_writer: Callable[..., Any], idle_s: f
     finally:
         # Under the starters' lock, the name first: a worker that finds no owner from now on starts a new one,
         # and this one's unlink can never remove the new one's socket.
-        with open(path + ".lock", "w") as lock:
+        with open(_start_lock(path), "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
             server.close()
+
+
+def run(path: str, daemon_pid: int, open_writer: Callable[..., Any]) -> None:
+    """The owner process's main: ``serve``, ended by the daemon's shutdown signal too (its socket's name
+    removed either way), then out without the interpreter's teardown: the kept producers hold no open
+    transaction between tasks, and a transaction still open dies with its connection (aborted by the
+    coordinator, or fenced by the partition's next attempt)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(0)
+
+    signal.signal(signal.SIGHUP, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        serve(path, daemon_pid, open_writer)
+    finally:
+        os._exit(0)
 
 
 # ------------------------------------------------------------------ the worker's side
@@ -230,7 +252,7 @@ def connect(daemon_pid: int | None = None) -> socket.socket | None:
     sock = _connect(path)
     if sock is not None:
         return sock
-    with open(path + ".lock", "w") as lock:
+    with open(_start_lock(path), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one starter per executor; the others wait and connect
         sock = _connect(path)
         if sock is not None:

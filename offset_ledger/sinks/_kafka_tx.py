@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from offset_ledger.rules.kafka_sink import PartitionRun, commit_position, to_write, transactional_id
-from offset_ledger.sinks._kafka_owner import OwnedWriter, connect, serve
+from offset_ledger.sinks._kafka_owner import OwnedWriter, connect, run
 
 #: Errors of the group coordinator that pass by themselves (a coordinator moving or loading its log).
 _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "_TIMED_OUT",
@@ -196,7 +196,7 @@ def open_writer(cfg: Mapping[str, Any], topic: str, partition: int, mark: str) -
 
 def serve_owner(path: str, daemon_pid: int) -> None:
     """The executor's producer owner (``_kafka_owner``): started by the first worker that found none."""
-    serve(path, daemon_pid, open_writer)
+    run(path, daemon_pid, open_writer)
 
 
 #: A source partition's transaction in a task: in the executor's owner when ``cfg["owner"]`` (the sink sets it)

@@ -9,6 +9,7 @@ task at its commit (never a silent success) and never blocks a task still sendin
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -174,3 +175,22 @@ def test_the_socket_directory_is_closed_to_other_users(tmp_path: Path, monkeypat
     os.chmod(made, 0o755)
     with pytest.raises(PermissionError, match="closed to others"):
         _kafka_owner.socket_dir()
+
+
+def test_the_daemons_shutdown_signal_ends_the_owner_and_removes_its_socket(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PySpark's daemon ends its process group with SIGHUP when the executor stops: the owner goes with it."""
+    monkeypatch.setattr(_kafka_owner, "socket_dir", lambda: str(tmp_path))
+    daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        sock = _kafka_owner.connect(daemon.pid)
+        assert sock is not None
+        sock.close()
+        started = _kafka_owner._STARTED.pop()
+        path = _kafka_owner.socket_path(str(tmp_path), daemon.pid)
+        os.kill(started.pid, signal.SIGHUP)
+        assert started.wait(timeout=10) == 0
+        assert not os.path.exists(path) and daemon.poll() is None
+    finally:
+        daemon.kill()
+        daemon.wait()
