@@ -179,5 +179,6 @@ def scan_assignment(scan: Sequence[Sequence[tuple[str, int, int, int]]] | None,
 
 def task_totals(timings: Iterable[Mapping[str, float]]) -> dict[str, float]:
     """The tasks' timings of one batch summed per phase (executor time, not wall time: tasks run in parallel)."""
-    keys = ("init_ms", "fenced_ms", "group_read_ms", "send_offsets_ms", "rows_ms", "commit_ms", "new_producers")
+    keys = ("connect_ms", "init_ms", "fenced_ms", "group_read_ms", "send_offsets_ms", "rows_ms", "commit_ms",
+            "new_producers")
     return {f"tasks_{k}": sum(float(t.get(k, 0.0)) for t in timings) for k in keys}

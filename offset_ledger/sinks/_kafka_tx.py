@@ -5,11 +5,14 @@ members and plain values only, so it pickles the same on classic Spark and Spark
 imports neither SQLAlchemy nor the ledger. ``confluent_kafka`` must be installed where the executors
 run (the ``kafka-sink`` extra).
 
+In a Spark task the transaction runs in the executor's producer owner (``_kafka_owner``: one process per
+executor that keeps the producers, whichever Python worker runs a partition's task), the task sending it
+the rows; in the owner, on the driver, or in a worker that cannot reach an owner it is ``PartitionWriter``.
 Per source partition, in this order (each step is why the next one is safe)::
 
     init_transactions()      a new epoch for <pipeline>.<sink>.<topic>.<partition>: any older attempt
                              (a retried task, a zombie executor or driver) is fenced, its open
-                             transaction aborted (once per worker: the producer is kept between batches)
+                             transaction aborted (once per process: the producer is kept between batches)
     committed(group)         the sink's position in that partition, read after the fence: nothing
                              older can move it any more
     begin_transaction(); send_offsets_to_transaction(max(batch end, position), mark)
@@ -26,6 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from offset_ledger.rules.kafka_sink import PartitionRun, commit_position, to_write, transactional_id
+from offset_ledger.sinks._kafka_owner import OwnedWriter, connect, run
 
 #: Errors of the group coordinator that pass by themselves (a coordinator moving or loading its log).
 _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "_TIMED_OUT",
@@ -56,9 +60,10 @@ def _committed(consumer: Any, topic: str, partition: int, timeout_s: float) -> i
             time.sleep(0.2)
 
 
-#: Producers kept between batches, one per transactional id, in each Python worker (and the driver). Taken out
-#: while a partition uses it, put back after its commit; a producer that failed is never put back. Creating one
-#: and ``init_transactions`` cost most of a small batch (issue 53's benchmark: ~1.3 s a batch of 6 partitions).
+#: Producers kept between batches, one per transactional id, in each process that writes (the executor's owner,
+#: the driver, a worker without an owner). Taken out while a partition uses it (from one thread of the owner), put
+#: back after its commit; a producer that failed is never put back. Creating one and ``init_transactions`` cost most
+#: of a small batch (issue 53's benchmark: ~1.3 s a batch of 6 partitions).
 _PRODUCERS: dict[tuple[str, str], Any] = {}
 _CONSUMERS: dict[str, Any] = {}
 _LOCK = threading.Lock()
@@ -144,9 +149,7 @@ class PartitionWriter:
         return producer
 
     def write(self, offset: int, value: Any, key: Any, headers: Any, out_partition: Any) -> None:
-        if offset >= self.until:
-            raise ValueError(f"a row of {self.topic}[{self.partition}] at offset {offset} lies past this batch's "
-                             f"end of the partition ({self.until}): the sink writes the batch's own records only")
+        check_in_batch(self.topic, self.partition, offset, self.until)
         if not to_write(offset, self.position):
             self.skipped += 1
             return
@@ -179,6 +182,45 @@ class PartitionWriter:
             pass
 
 
+def check_in_batch(topic: str, partition: int, offset: int, until: int) -> None:
+    if offset >= until:
+        raise ValueError(f"a row of {topic}[{partition}] at offset {offset} lies past this batch's "
+                         f"end of the partition ({until}): the sink writes the batch's own records only")
+
+
+def open_writer(cfg: Mapping[str, Any], topic: str, partition: int, mark: str) -> PartitionWriter:
+    """One source partition's transaction with a producer kept in this process (the owner's, or the driver's)."""
+    ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
+    return PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, mark)
+
+
+def serve_owner(path: str, daemon_pid: int) -> None:
+    """The executor's producer owner (``_kafka_owner``): started by the first worker that found none."""
+    run(path, daemon_pid, open_writer)
+
+
+#: A source partition's transaction in a task: in the executor's owner when ``cfg["owner"]`` (the sink sets it)
+#: and the owner can be reached, else with a producer kept in this worker.
+Writer = PartitionWriter | OwnedWriter
+
+
+def _task_writer(cfg: Mapping[str, Any], topic: str, partition: int,
+                 ranges: Mapping[tuple[str, int], tuple[int | None, int]]) -> Writer:
+    if cfg.get("owner"):
+        t0 = time.perf_counter()
+        sock = connect()
+        if sock is not None:
+            try:
+                writer = OwnedWriter(sock, cfg, topic, partition, ranges[(topic, partition)][1],
+                                     cfg["mark"], check_in_batch)
+            except OSError:  # the owner went away between the connect and the open (its idle end): keep our own
+                sock.close()
+            else:
+                writer.connect_ms = (time.perf_counter() - t0) * 1000
+                return writer
+    return PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+
+
 def _consumer(cfg: Mapping[str, Any]) -> Any:
     """The sink group's consumer (never subscribed: it reads committed positions and names the group)."""
     from confluent_kafka import Consumer
@@ -203,7 +245,7 @@ def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[Ta
     Each row is (topic, partition, offset, value, key, headers, output partition), as the driver selected.
     """
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    current: PartitionWriter | None = None
+    current: Writer | None = None
     try:
         for row in rows:
             topic, partition = row[0], int(row[1])
@@ -214,7 +256,7 @@ def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[Ta
                 if current is not None:
                     done, current = current, None
                     yield _run(done)
-                current = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+                current = _task_writer(cfg, topic, partition, ranges)
             current.write(int(row[2]), row[3], row[4], row[5], row[6])
         if current is not None:
             done, current = current, None
@@ -235,12 +277,12 @@ def write_assigned(cfg: Mapping[str, Any], index: int, rows: Iterable[Any]) -> I
     """
     assigned = cfg["assigned"][index]
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    writer: PartitionWriter | None = None
+    writer: Writer | None = None
     try:
         if assigned is not None:
             # Before the first row is asked for: the JVM reads the split and sends its rows meanwhile, so a new
             # producer's init_transactions (mostly waiting on the coordinator) overlaps Spark's read.
-            writer = PartitionWriter(cfg, _consumer(cfg), assigned[0], int(assigned[1]), ranges, cfg["mark"])
+            writer = _task_writer(cfg, assigned[0], int(assigned[1]), ranges)
         for row in rows:
             if writer is None or (row[0], int(row[1])) != (writer.topic, writer.partition):
                 raise ValueError(f"a row of {row[0]}[{row[1]}] offset {row[2]} came from Spark's read of "
@@ -271,6 +313,9 @@ def commit_empty(cfg: Mapping[str, Any], partitions: Iterable[tuple[str, int]]) 
     return out
 
 
-def _run(writer: PartitionWriter) -> TaskRun:
+def _run(writer: Writer) -> TaskRun:
     run = writer.commit()
-    return (run.topic, run.partition, run.written, run.skipped, run.committed, writer.timings)
+    timings = dict(writer.timings)
+    if isinstance(writer, OwnedWriter):
+        timings["connect_ms"] = writer.connect_ms
+    return (run.topic, run.partition, run.written, run.skipped, run.committed, timings)

@@ -101,6 +101,10 @@ class KafkaSink:
         self.timeout_s = float(timeout_s)
         # False: always group the rows by a shuffle (the path every batch took before; for comparison).
         self.skip_shuffle = bool(skip_shuffle)
+        #: True: the tasks hand their rows to one producer owner per executor (``sinks/_kafka_owner.py``), so a
+        #: source partition keeps its producer whichever Python worker runs its task; False: each worker keeps
+        #: its own (a partition moving between workers fences and replaces them; for comparison).
+        self.producer_owner = True
         self.last: SinkDecision | None = None
         #: What the last batch did per source partition (written, skipped, committed position), for tests and logs.
         self.last_runs: list[PartitionRun] = []
@@ -178,7 +182,7 @@ class KafkaSink:
         return {"client": {"bootstrap.servers": self.bootstrap_servers, **self.kafka_config},
                 "producer": self.producer_config, "transaction_timeout_ms": self.transaction_timeout_ms,
                 "pipeline": self.pipeline, "sink": self.name, "group": self.group_id, "topic": self.topic,
-                "timeout_s": self.timeout_s, "mark": mark,
+                "timeout_s": self.timeout_s, "mark": mark, "owner": self.producer_owner,
                 "ranges": [(t, p, f, u) for (t, p), (f, u) in sorted(ranges.items())]}
 
     def _write_partitions(self, df: Any, columns: list[str], cfg: dict[str, Any],

@@ -200,3 +200,38 @@ def test_a_scan_that_splits_a_source_partition_is_grouped_by_the_shuffle_and_wri
     values = Counter(r.value().decode() for r in read_topic(bootstrap, out))
     assert values == Counter(f"out-{v}" for v in produced)
     assert group_positions(bootstrap, s.group_id) == ledger_positions(pg_dsn, "split")
+
+
+class _Timed(KafkaSink):
+    """Keeps each batch's timings (``last_timings`` holds the last batch's only)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timings: list[dict[str, float]] = []  # shared with the copy bind() makes
+
+    def write(self, df: Any, batch_id: int) -> Any:
+        done = super().write(df, batch_id)
+        self.timings.append(dict(self.last_timings))
+        return done
+
+
+def test_a_source_partition_keeps_its_producer_in_the_executors_owner_whichever_worker_runs_its_task(
+        spark, kafka, pg_dsn: str, tmp_path: Path) -> None:
+    """Spark hands a partition's task to whichever Python worker is free; the executor's one producer owner
+    (``sinks/_kafka_owner.py``) keeps each partition's producer across batches all the same: after a partition's
+    first batch no task makes a new producer (each would fence the kept one, and cost 55-505 ms)."""
+    source = kafka.create_topic(partitions=3)
+    out = kafka.create_topic(partitions=2)
+    bootstrap = kafka.bootstrap_servers
+    produced = _values("o", 72)
+    produce_keyed(bootstrap, source, produced, 3)
+    sink = _Timed(topic=out, bootstrap_servers=bootstrap, pipeline="owned", dsn=pg_dsn)
+    plan = start_from_ledger("owned", [source], bootstrap_servers=bootstrap, checkpoint_root=str(tmp_path / "ck"),
+                             dsn=pg_dsn, first_run="earliest", sinks=[sink])
+    assert _run(spark, bootstrap, source, plan, sink.bind(plan.checkpoint_location))
+    assert len(sink.timings) == 6  # 72 records, 12 a batch
+    new = [t["tasks_new_producers"] for t in sink.timings]
+    assert new[0] == 3 and new[1:] == [0] * 5, new
+    assert all(t["tasks_connect_ms"] > 0 for t in sink.timings)  # every task went through the owner
+    assert Counter(r.value().decode() for r in read_topic(bootstrap, out)) == Counter(
+        f"out-{v}" for v in produced)
