@@ -42,6 +42,7 @@ from offset_ledger.errors import InvalidDuration, InvalidInput, LedgerError
 from offset_ledger.ledger.engine import PERMISSION_DENIED, permission_denied, translate_db_error
 from offset_ledger.ledger.partitions import ensure_ahead, partitioned, swap_out, swappable
 from offset_ledger.ledger.prune_record import record_pruned
+from offset_ledger.ledger.row_security import scoped_self
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
@@ -336,8 +337,6 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
 
 def _scoped_role(engine: Engine) -> str | None:
     """The role when a grant scopes it to its team's pipelines (``row_security``), else None."""
-    from offset_ledger.ledger.row_security import scoped_self
-
     try:
         with engine.connect() as conn:
             return scoped_self(conn)

@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.recorder import record_in_transaction
 from offset_ledger.ledger.records import Record, RecordOutcome, utc
 from offset_ledger.ledger.tables import (
     batch_offsets,
@@ -189,7 +190,6 @@ def record_commit(
         last_sequence=sequence, generation_id=generation_id, batch_id=batch_id, updated_at=utc(now)))
     if not records:
         return None
-    from offset_ledger.ledger.recorder import record_in_transaction  # the write path: not a read's start-up cost
 
     return record_in_transaction(conn, records, now=now)
 

@@ -29,6 +29,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import JSON, TypeDecorator
 
+from offset_ledger.ledger.engine import migrations_dir
+
 # A fixed naming convention makes constraint names identical on every database, so later
 # migrations can refer to them.
 metadata = MetaData(
@@ -541,8 +543,6 @@ role_scopes = Table(
 def _migration(name: str) -> Any:
     """A migration module, read from its file (the migrations directory is no package)."""
     import importlib.util
-
-    from offset_ledger.ledger.engine import migrations_dir
 
     path = migrations_dir() / "versions" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_offset_ledger_{name}", path)
