@@ -24,6 +24,7 @@ from offset_ledger.errors import (
 from offset_ledger.kafka.client_config import client_configs
 from offset_ledger.kafka.client_errors import translate_error as _translate
 from offset_ledger.kafka.group_admin import GroupAdmin
+from offset_ledger.kafka.readable_records import read_ranges
 from offset_ledger.kafka.record_times import record_times_by_fetch
 from offset_ledger.kafka.snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.rules.model import TopicPartition, Watermarks
@@ -219,8 +220,6 @@ class KafkaAdapter(GroupAdmin):
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str, int, int, int], Any]:
         """(topic, partition, from, until) ranges read again by a read_committed consumer (``kafka.readable_records``)."""
-        from offset_ledger.kafka.readable_records import read_ranges
-
         try:
             return read_ranges(self._configs, ranges, timeout_ms=int(self._configs["request_timeout_ms"]))
         except Exception as exc:
