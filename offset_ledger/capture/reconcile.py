@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
 from offset_ledger.ledger import audit_store, reconcile_store
 from offset_ledger.ledger.engine import translate_db_error
@@ -144,8 +145,6 @@ def batch_records(pipeline: str, consumer_group: str, query_id: str, committed: 
 
 
 def _open(location: str, storage_options: Any) -> CheckpointFiles:
-    from offset_ledger.capture.checkpoint_files import checkpoint_files
-
     return checkpoint_files(location, storage_options)
 
 
