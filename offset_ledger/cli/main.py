@@ -11,8 +11,22 @@ import typer
 from offset_ledger import __version__
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, kafka_adapter, open_operations
 from offset_ledger.cli.option_groups import grouped
-from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, plain_help
-from offset_ledger.errors import OffsetLedgerError
+from offset_ledger.cli.sink_columns import output_columns
+from offset_ledger.cli.support import (
+    ConsumerGroup,
+    OutputOptions,
+    check_format,
+    check_limit,
+    emit,
+    more_signal,
+    plain_help,
+)
+from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, InvalidInput, OffsetLedgerError, exit_code, install_hint
+from offset_ledger.operate import reads
+from offset_ledger.operate.answers import position_answer
+from offset_ledger.operate.inputs import MAX_LIMIT, parse_timestamp
+from offset_ledger.operate.reads import describe_topic
+from offset_ledger.rules.retention import human_duration
 
 plain_help()
 
@@ -50,8 +64,6 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    from offset_ledger.errors import InvalidInput
-
     if quiet and verbose:
         raise InvalidInput("choose one of --quiet and --verbose")
     _state["traceback"] = traceback or verbose
@@ -77,7 +89,6 @@ def pipelines_cmd(
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
     fmt = check_format(out.fmt)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address(), kafka.address())
     try:
@@ -108,14 +119,12 @@ def offsets_cmd(
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
     fmt = check_format(out.fmt)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address())
     try:
         group, rows = reads.positions(ops, pipeline, consumer_group)
     finally:
         ops.close()
-    from offset_ledger.operate.answers import position_answer
 
     document: dict[str, dict[str, int]] = {}
     for r in rows:
@@ -145,16 +154,9 @@ def history_cmd(
 
     Example: offset-ledger history orders --since 2024-05-01T00:00:00Z --all --format csv > batches.csv
     """
-    from offset_ledger.cli.support import more_signal
-    from offset_ledger.operate.inputs import parse_timestamp
-
-    from offset_ledger.cli.support import check_limit
-    from offset_ledger.operate.inputs import MAX_LIMIT
-
     fmt = check_format(out.fmt)
     if not every:
         check_limit(limit)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address())
     items: list = []
@@ -175,8 +177,6 @@ def history_cmd(
             for b in items for r in b["ranges"]]
     columns = ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"]
     if any(b.get("outputs") for b in items):  # a transactional sink wrote them: what, where, which version
-        from offset_ledger.cli.sink_columns import output_columns
-
         rows, columns = output_columns(items, columns)
     emit(rows, columns, fmt, {"pipeline": pipeline, "batches": items, "nextCursor": page.next_cursor},
           truncate=out.truncate)
@@ -191,8 +191,6 @@ def topic_cmd(
     kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
     """Partitions of a topic with log-start (firstOffset) and log-end (lastOffset) offsets."""
-    from offset_ledger.operate.reads import describe_topic
-
     fmt = check_format(out.fmt)
     with kafka_adapter(kafka.address()) as adapter:
         details = describe_topic(adapter, topic)
@@ -213,7 +211,6 @@ def lag_cmd(
     Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
     """
     fmt = check_format(out.fmt)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address(), kafka.address())
     try:
@@ -235,8 +232,6 @@ def lag_cmd(
 def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
     """Retention headroom for a table: ``WARN:14m02s``, ``ERR:lost``, ``OK:caught-up``, ``compacted``;
     CSV: the seconds (``headroomStatus`` and ``headroomBasis`` are their own columns in ``lag``)."""
-    from offset_ledger.rules.retention import human_duration
-
     seconds, status, basis = row.get("headroomSeconds"), row.get("headroomStatus"), row.get("headroomBasis")
     if fmt == "csv":
         return None if seconds is None else str(seconds)
@@ -323,8 +318,6 @@ def main(argv: Optional[list[str]] = None) -> None:
     except ImportError:  # pragma: no cover - older Typer on click
         from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
 
-    from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
-
     real_stderr = sys.stderr
     try:
         try:
@@ -354,8 +347,6 @@ def main(argv: Optional[list[str]] = None) -> None:
         if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
             raise
         # A listener-only install (no [server] extra) asked for the REST API or the console.
-        from offset_ledger.errors import install_hint
-
         print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
               f"{install_hint('server')}", file=sys.stderr)
         sys.exit(EXIT_USAGE)

@@ -6,8 +6,12 @@ from typing import Optional
 
 import typer
 
+from offset_ledger.api.tokens import load_tokens, weak_token_names
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, open_operations
 from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.watch import parse_watch_specs, start_watchers
+from offset_ledger.config import settings
+from offset_ledger.errors import ConfigError
 
 
 @grouped
@@ -29,9 +33,6 @@ def serve_cmd(
     import uvicorn
 
     from offset_ledger.api import create_app
-    from offset_ledger.api.tokens import load_tokens, weak_token_names
-    from offset_ledger.config import settings
-    from offset_ledger.errors import ConfigError
 
     s = settings()
     host = s.host if host is None else host
@@ -56,7 +57,6 @@ def serve_cmd(
     if not 0 < port < 65536:
         raise ConfigError(f"invalid --port {port}")
     cluster = kafka.address()
-    from offset_ledger.cli.watch import parse_watch_specs, start_watchers
 
     specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
     # With --watch serve records batches, and creates its ledger as watch does; without, a mistyped
@@ -84,8 +84,6 @@ def _check_port_free(host: str, port: int) -> None:
     """ConfigError (exit 2) when ``host:port`` cannot be bound: in use, or an address not on this machine."""
     import errno
     import socket
-
-    from offset_ledger.errors import ConfigError
 
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
