@@ -21,7 +21,7 @@ from offset_ledger.cli.positional import pipeline_and_checkpoint
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
 from offset_ledger.errors import InvalidInput, KafkaError
 from offset_ledger.kafka.mirror import sync_group
-from offset_ledger.ledger.sink_store import describe_output
+from offset_ledger.ledger.sink_outputs import describe_output
 from offset_ledger.operate.action_answers import adopt_answer, replay_answer
 from offset_ledger.operate.adopt import import_checkpoint
 from offset_ledger.operate.answers import mirror_decision_answer, sync_answer

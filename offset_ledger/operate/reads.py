@@ -22,7 +22,7 @@ from offset_ledger.ledger import catalog, queries
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
 from offset_ledger.ledger.engine import require_schema
 from offset_ledger.ledger.loss_reads import shortfall_findings
-from offset_ledger.ledger.sink_store import outputs_by_batch
+from offset_ledger.ledger.sink_outputs import outputs_by_batch
 from offset_ledger.operate.audit import findings_counts
 from offset_ledger.operate.answers import HistoryPage, PartitionLag, PipelineSummary, iso_utc
 from offset_ledger.operate.inputs import check_limit, check_topic, decode_cursor, encode_cursor

@@ -24,7 +24,7 @@ from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.errors import InvalidInput, KafkaError, ReplayNotExact, UnknownBatch
 from offset_ledger.ledger import batch_ranges as q
 from offset_ledger.ledger.engine import translate_db_error
-from offset_ledger.ledger.sink_store import outputs_by_batch
+from offset_ledger.ledger.sink_outputs import outputs_by_batch
 from offset_ledger.operate.inputs import check_name, parse_timestamp
 from offset_ledger.operate.operations import Operations, resolve_group
 from offset_ledger.rules.model import TopicPartition, Watermarks
