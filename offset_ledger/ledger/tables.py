@@ -26,7 +26,6 @@ from sqlalchemy import (
     event,
     false,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import JSON, TypeDecorator
 
 from offset_ledger.ledger.engine import migrations_dir
@@ -147,6 +146,14 @@ batch_offsets_inbox = Table(
 )
 
 
+def postgres_array(item: Any) -> Any:
+    """PostgreSQL's ``ARRAY`` of ``item``, asked for by a Postgres ledger only: the dialect's lazy point
+    (a SQLite ledger's command never imports it)."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    return ARRAY(item)
+
+
 class PackedInts(TypeDecorator):  # type: ignore[type-arg]
     """A list of integers (None: unknown): a PostgreSQL array, a JSON array text on SQLite.
 
@@ -163,7 +170,7 @@ class PackedInts(TypeDecorator):  # type: ignore[type-arg]
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(ARRAY(BigInteger if self.big else Integer))
+            return dialect.type_descriptor(postgres_array(BigInteger if self.big else Integer))
         return dialect.type_descriptor(Text())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
@@ -247,7 +254,7 @@ class PackedTexts(TypeDecorator):  # type: ignore[type-arg]
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(ARRAY(Text))
+            return dialect.type_descriptor(postgres_array(Text))
         return dialect.type_descriptor(Text())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
@@ -274,7 +281,7 @@ class PackedTimes(TypeDecorator):  # type: ignore[type-arg]
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(ARRAY(DateTime(timezone=True)))
+            return dialect.type_descriptor(postgres_array(DateTime(timezone=True)))
         return dialect.type_descriptor(Text())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
