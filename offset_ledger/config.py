@@ -104,9 +104,9 @@ def __getattr__(name: str) -> Any:
 def settings() -> Settings:
     """Read the environment now (not at import, so tests and CLIs can change it).
 
-    Building ``Settings`` costs ~1 ms (pydantic-settings inspects every field), and hot read paths
-    (the activity rule on every pipelines-list request) ask for it; the instance is reused while
-    the environment is unchanged. The key is the environment's raw bytes (``os.environ`` decodes
+    Hot read paths (the activity rule on every pipelines-list request) ask for it, so the instance is
+    reused while the environment is unchanged (building one: docs/benchmarks.md).
+    The key is the environment's raw bytes (``os.environ`` decodes
     every name and value on each iteration, which cost more than the check is worth).
     """
     global _cached

@@ -304,7 +304,7 @@ class KafkaAdapter(GroupAdmin):
                     # this, offsets beyond one fetch (max_poll_records) were never read.
                     sampler.resume(*todo)
                     # The subscription's seek: the consumer's checks the partition against a fresh set
-                    # of every assigned partition on each call (quadratic: ~40 ms at 1,000 partitions).
+                    # of every assigned partition on each call (quadratic; docs/benchmarks.md).
                     seek = getattr(getattr(sampler, "_subscription", None), "seek", None) or sampler.seek
                     for ktp, offsets in todo.items():
                         seek(ktp, min(offsets))
@@ -345,9 +345,8 @@ class KafkaAdapter(GroupAdmin):
                     auto_offset_reset="earliest", max_poll_records=1_000_000,
                     # A small run of records per partition is all we need from each.
                     max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=20,
-                    # kafka-python checks CRC32C in pure Python (~4 MB/s here) unless the optional
-                    # crc32c package is installed: ~75 ms per scrape of 1,000 partitions of 50 small
-                    # records, and 64 KiB per partition at most, so up to ~17 s per 1,000 partitions. Only a
+                    # kafka-python checks CRC32C in pure Python unless the optional crc32c package is
+                    # installed: seconds per scrape of 1,000 partitions (docs/benchmarks.md). Only a
                     # timestamp is read, TCP checksums the transfer and the broker checked the batch
                     # when it was written; a consumer of the data (Spark) still checks. An explicit
                     # kafka.check.crcs setting wins.

@@ -186,8 +186,8 @@ class PackedInts(TypeDecorator):  # type: ignore[type-arg]
 
 #: 0016: a batch's ranges, compactly: one row per (batch, Kafka source, topic) with the partitions
 #: and their ``[from_offset, until_offset)`` as parallel arrays (a NULL start: not reported), the
-#: batch referenced by its numeric key. About 20 bytes per partition-offset where a row per
-#: partition cost ~330 (docs/benchmarks.md). The foreign key is SQLite's only: PostgreSQL dropped it
+#: batch referenced by its numeric key: a small fraction of a row per partition's bytes (docs/benchmarks.md).
+#: The foreign key is SQLite's only: PostgreSQL dropped it
 #: in 0020 (a probe per deleted batch; every writer and prune handle the ranges themselves, every
 #: reader joins ``batches``).
 offset_ranges = Table(
@@ -307,8 +307,8 @@ class PackedTimes(TypeDecorator):  # type: ignore[type-arg]
 #: ``stamps`` indexes per partition (1-based; NULL: every partition has mover 1, the steady state of a
 #: pipeline whose batches move all its partitions). A batch moves it with one UPDATE of one row per
 #: topic (``ledger.fast_batch``), whose WAL record PostgreSQL logs as the bytes between the unchanged
-#: prefix (keys, partitions) and suffix (the query id): the offsets and the mover, ~9 B a partition where
-#: a row per partition logged >= 95 (docs/benchmarks.md). ``ledger.position_store`` reads and writes it,
+#: prefix (keys, partitions) and suffix (the query id): the offsets and the mover, a tenth of what a row
+#: per partition logged (docs/benchmarks.md). ``ledger.position_store`` reads and writes it,
 #: ``v_positions`` (below) unnests it with the per-partition table's columns.
 topic_positions = Table(
     "topic_positions",
