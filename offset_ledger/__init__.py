@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from offset_ledger.errors import ConfigError, install_hint
+from offset_ledger.rules.spark_connector import package_coordinate
+
 __version__ = "0.1.0"
 
 __all__ = [
@@ -45,13 +48,10 @@ def spark_packages() -> str:
     """
     import importlib.metadata
 
-    from offset_ledger.errors import ConfigError, install_hint
-
     try:
         version = importlib.metadata.version("pyspark")
     except importlib.metadata.PackageNotFoundError:
         raise ConfigError(f"PySpark is not installed; {install_hint('spark')}") from None
-    from offset_ledger.rules.spark_connector import package_coordinate  # the one version rule (devstack's too)
 
     return package_coordinate(version)
 

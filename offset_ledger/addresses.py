@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError
 
 @dataclass(frozen=True)
@@ -43,10 +44,6 @@ class LedgerAddress:
     def resolve(cls, dsn: str | None = None, *, pool_size: int = 5, create: bool = True) -> LedgerAddress:
         """The argument, else ``OFFSET_LEDGER_DSN``, else the embedded SQLite file."""
         if not dsn:
-            # Here, not at the top: a DSN given (--dsn, a listener's dsn=) needs no pydantic-settings,
-            # the largest import on a read command's start path (benchmarks/bench_cli_start.py).
-            from offset_ledger.config import settings
-
             dsn = settings().resolved_dsn(None)
         return cls(dsn, pool_size=pool_size, create=create)
 
@@ -78,8 +75,6 @@ class KafkaAddress:
         opts = dict(options or {})
         servers = bootstrap_servers or opts.get("kafka.bootstrap.servers")
         if not servers and environment:
-            from offset_ledger.config import settings  # see LedgerAddress.resolve
-
             servers = settings().bootstrap_servers
         return cls(str(servers) if servers else None, _frozen(opts), timeout_ms or 10_000)
 

@@ -24,11 +24,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from offset_ledger import __version__
 from offset_ledger.addresses import KafkaAddress, LedgerAddress
+from offset_ledger.api import console_routes, policy_routes, routes, verify_routes
 from offset_ledger.api.guard import PROBE_PATHS, SiteGuard, allowed_hosts, changes_state
 from offset_ledger.api.paths import PathNormalizer
 from offset_ledger.api.tokens import PRINCIPAL, ApiToken, authenticate, load_tokens
 from offset_ledger.config import Settings
 from offset_ledger.config import settings as read_settings
+from offset_ledger.console import pages as console_pages
 from offset_ledger.errors import (
     ActiveRunConflict,
     ConfigError,
@@ -216,9 +218,6 @@ def create_app(
 
     ``tokens`` replaces every configured token; ``hosts`` adds to the allowed ``Host`` names.
     """
-    from offset_ledger.api import console_routes, policy_routes, routes, verify_routes
-    from offset_ledger.console import pages as console_pages
-
     s = settings or read_settings()
     accepted = list(tokens) if tokens is not None else load_tokens(s, api_token)
     served = allowed_hosts([*hosts, *(s.allowed_hosts or "").split(",")])

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Path, Query, Request
 
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.console.reads import ConsoleReads
-from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN
+from offset_ledger.operate.audit import list_findings
+from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN, parse_timestamp
 from offset_ledger.operate.operations import Operations
 
 router = APIRouter(prefix="/api/v1", tags=["console"])
@@ -37,9 +38,6 @@ def pipeline_findings(request: Request, pipeline: str = Path(pattern=NAME_PATTER
                       since: Optional[str] = Query(None, max_length=64, description="seen at or after (ISO 8601 or epoch ms)"),
                       before: Optional[int] = Query(None, ge=1, le=MAX_BIGINT, description="page: findings older than this id")) -> Any:
     # The same read and filters as `offset-ledger findings` (operate.audit.list_findings).
-    from offset_ledger.operate.audit import list_findings
-    from offset_ledger.operate.inputs import parse_timestamp
-
     start = parse_timestamp(since) if since is not None else None
     group, rows, next_before = list_findings(request.app.state.operations, pipeline, consumerGroup, kind=kind,
                                              since=start, limit=limit, before_id=before)

@@ -21,9 +21,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
 from offset_ledger.operate.inputs import NAME_PATTERN, audit_actor, check_name
+from offset_ledger.operate.known import require_pipeline
 from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.policy_view import API_NAMES, change_dict, policies_document, to_api
+from offset_ledger.rules.policies import check_policies, merged
 
 router = APIRouter(prefix="/api/v1", tags=["policies"])
 
@@ -58,8 +62,6 @@ class PolicyChangeBody(BaseModel):
 
 def changes_from_api(given: Mapping[str, Any]) -> dict[str, Any]:
     """The body's camelCase policies -> checked snake_case changes (None removes); 400 naming the field."""
-    from offset_ledger.rules.policies import check_policies
-
     if not given:
         raise InvalidInput("nothing to set: name at least one policy in \"policies\" (null removes one)")
     unknown = sorted(k for k in given if k not in _FROM_API)
@@ -105,8 +107,6 @@ def _ops(request: Request) -> Operations:
 
 
 def _read(ops: Operations, work: Any, doing: str) -> Any:
-    from offset_ledger.ledger.engine import translate_db_error
-
     try:
         with ops.engine.connect() as conn:
             return work(conn)
@@ -116,8 +116,6 @@ def _read(ops: Operations, work: Any, doing: str) -> Any:
 
 def _known(conn: Any, pipeline: str, read: Any) -> Any:
     """``read(conn, pipeline)`` of a pipeline the ledger knows (runs, positions or stored policies); else 404."""
-    from offset_ledger.operate.known import require_pipeline
-
     require_pipeline(conn, pipeline, with_policies=True)
     return read(conn, pipeline)
 
@@ -125,8 +123,6 @@ def _known(conn: Any, pipeline: str, read: Any) -> Any:
 @router.get("/pipelines/{pipeline:name}/policies",
             summary="The pipeline's stored restart policies, what a restart applies, and the last change (who/when/why)")
 def get_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN)) -> Any:
-    from offset_ledger.ledger.policy_store import policy_history
-
     check_name("pipeline", pipeline)
     history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
     return policies_document(pipeline, history)
@@ -136,10 +132,6 @@ def get_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN)) -
             summary="Change stored restart policies (null removes one); audited with who and why")
 def put_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), body: PolicyChangeBody = Body(...),
                  x_actor: Optional[str] = Header(default=None, pattern=NAME_PATTERN)) -> Any:
-    from offset_ledger.ledger.engine import translate_db_error
-    from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
-    from offset_ledger.rules.policies import merged
-
     check_name("pipeline", pipeline)
     changes = changes_from_api(body.policies)
     _check_text(body.reason, "reason")
@@ -173,8 +165,6 @@ def put_policies(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), b
 @router.get("/pipelines/{pipeline:name}/policies/history",
             summary="Every change of the pipeline's policies, newest first: when, who, why, and the policies after it")
 def get_policy_history(request: Request, pipeline: str = Path(pattern=NAME_PATTERN)) -> Any:
-    from offset_ledger.ledger.policy_store import policy_history
-
     check_name("pipeline", pipeline)
     history = _read(_ops(request), lambda conn: _known(conn, pipeline, policy_history), "reading policies")
     return {"pipeline": pipeline, "changes": [change_dict(c) for c in reversed(history)]}

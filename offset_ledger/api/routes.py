@@ -14,12 +14,14 @@ from offset_ledger.api.metrics import render_metrics
 from offset_ledger.api.schemas import ResetBody
 from offset_ledger.api.tokens import PRINCIPAL
 from offset_ledger.errors import InvalidInput
+from offset_ledger.operate.action_answers import replay_answer
 from offset_ledger.operate.answers import position_answer
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.inputs import MAX_BIGINT, MAX_LIMIT, NAME_PATTERN, TOPIC_PATTERN, audit_actor
 from offset_ledger.operate import operations_metrics, reads, reset_operations
 from offset_ledger.operate.inputs import parse_timestamp, request_from_legacy_body
 from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.replay import replay
 from offset_ledger.rules.resets import ResetRequest
 
 legacy = APIRouter(tags=["legacy"])
@@ -201,9 +203,6 @@ def batch_range(request: Request, pipeline: str = Path(pattern=NAME_PATTERN), ba
                                                description="default: the current generation's query"),
                 generation: Optional[int] = Query(None, ge=1, le=MAX_BIGINT),
                 consumerGroup: Optional[str] = Query(None, pattern=NAME_PATTERN)) -> Any:
-    from offset_ledger.operate.action_answers import replay_answer
-    from offset_ledger.operate.replay import replay
-
     result = replay(_ops(request), pipeline, batch=batch, query_id=queryId, generation=generation,
                     consumer_group=consumerGroup)
     return {"pipeline": pipeline, "batchId": batch, **replay_answer(result)}

@@ -6,6 +6,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
+from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.inputs import check_topic, parse_timestamp, to_epoch_ms
 from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.resets import ResetRequest, parse_partition_key, validate_offset
@@ -78,8 +79,6 @@ class ResetBody(BaseModel):
                     partition = parse_partition_key(topic, key)
                     offsets[TopicPartition(topic, partition)] = validate_offset(topic, partition, value)
             if not offsets:
-                from offset_ledger.errors import InvalidInput
-
                 raise InvalidInput("mode 'offsets' needs at least one partition offset")
         timestamp_ms = None
         if self.mode == "timestamp" and self.timestamp is not None:

@@ -16,11 +16,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from offset_ledger.config import Settings
 from offset_ledger.errors import ConfigError, InvalidInput
 from offset_ledger.rules.scope import EVERYTHING, PipelineScope, parse_scope
+
+if TYPE_CHECKING:
+    from offset_ledger.config import Settings
 
 Role = Literal["read", "operate"]
 ROLES: tuple[Role, ...] = ("read", "operate")

@@ -13,8 +13,10 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from offset_ledger.api import paths as _paths  # noqa: F401 - registers the {name:name} path convertor
+from offset_ledger.operate.action_answers import verify_answer
 from offset_ledger.operate.inputs import NAME_PATTERN, TOPIC_PATTERN
 from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.verifying import verify_pipeline
 
 router = APIRouter(prefix="/api/v1", tags=["resources"])
 
@@ -27,9 +29,6 @@ def verify_pipeline_route(
     topic: Optional[str] = Query(None, pattern=TOPIC_PATTERN),
     unexplainedOnly: bool = Query(False, description="list only the stretches nothing explains"),
 ) -> Any:
-    from offset_ledger.operate.action_answers import verify_answer
-    from offset_ledger.operate.verifying import verify_pipeline
-
     ops: Operations = request.app.state.operations
     doc = verify_answer(verify_pipeline(ops, pipeline, consumerGroup, topic=topic))
     if unexplainedOnly:

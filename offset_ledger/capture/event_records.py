@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
+from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.capture.spool import Event
 from offset_ledger.errors import CheckpointFormatError, ConfigError
 from offset_ledger.ledger.records import BatchRecord, Record, RunEnd, RunHeartbeat, RunStart
@@ -43,8 +44,6 @@ def batch_starts(location: str, batch_id: int) -> dict[int, Mapping[str, Mapping
     """Where each Kafka source of batch ``batch_id`` began, as the checkpoint says: source index ->
     topic -> partition -> offset. Batch 0 began at the initial offsets Spark resolved and wrote in
     ``sources/<n>/0``; batch N at ``offsets/N-1``. Empty when the checkpoint cannot say."""
-    from offset_ledger.capture.checkpoint_files import checkpoint_files
-
     try:
         files = checkpoint_files(location)
         if batch_id == 0:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from offset_ledger.addresses import KafkaAddress, LedgerAddress
+from offset_ledger.config import settings
 from offset_ledger.errors import install_hint
 
 try:
@@ -35,9 +36,12 @@ from offset_ledger.capture.heartbeat import Heartbeat
 from offset_ledger.capture.spool import Event
 from offset_ledger.capture.store import ListenerHealth, Store
 from offset_ledger.capture.writer import EventWriter, WriterOptions
+from offset_ledger.kafka.adapter import KafkaAdapter, client_configs
+from offset_ledger.kafka.mirror import KafkaMirror
 from offset_ledger.ledger.engine import engine_for
 from offset_ledger.ledger.heartbeats import open_beats
 from offset_ledger.ledger.records import RecordOutcome
+from offset_ledger.rules.durations import parse_duration
 
 # Re-exported: these names were importable from here before the writer and spool moved out.
 __all__ = ["IDLE", "PROGRESS", "STARTED", "TERMINATED", "Event", "EventWriter", "ListenerHealth",
@@ -106,7 +110,6 @@ class OffsetLedgerListener(StreamingQueryListener):
         heartbeat_every: float | None = None,
     ) -> None:
         super().__init__()
-        from offset_ledger.config import settings
 
         if spool_dir is None:
             spool_dir = settings().home / "spool"
@@ -129,8 +132,6 @@ class OffsetLedgerListener(StreamingQueryListener):
         self._callback_errors = 0
         self._mirror: Any = None
         if commit_to_kafka:
-            from offset_ledger.kafka.mirror import KafkaMirror
-
             factories = _mirror_factories(ledger, KafkaAddress.resolve(bootstrap_servers, kafka_options))
             self._mirror = KafkaMirror(*factories, on_error=lambda m: self._writer.note_error(m))
         every = _heartbeat_seconds(heartbeat_every, store_factory is not None)
@@ -363,8 +364,6 @@ class _JsonBridge:
 
 def _mirror_factories(ledger: LedgerAddress, kafka: KafkaAddress) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(ledger engine factory, Kafka adapter factory) of the consumer-group mirror; checks settings now."""
-    from offset_ledger.kafka.adapter import KafkaAdapter, client_configs
-
     options = dict(kafka.options)
     client_configs(kafka.bootstrap_servers or "", options)  # ConfigError now, at construction, not in the writer thread
     return functools.partial(engine_for, ledger), lambda: KafkaAdapter(str(kafka.bootstrap_servers), options)
@@ -379,8 +378,6 @@ def _heartbeat_seconds(given: float | None, custom_store: bool) -> float | None:
         return float(given) or None
     if custom_store:
         return None
-    from offset_ledger.config import settings
-    from offset_ledger.rules.durations import parse_duration
 
     return parse_duration(settings().heartbeat_interval, "OFFSET_LEDGER_HEARTBEAT_INTERVAL").total_seconds() or None
 

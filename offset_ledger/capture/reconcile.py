@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.errors import CheckpointFormatError, ConfigError, LedgerError
 from offset_ledger.ledger import audit_store, reconcile_store
 from offset_ledger.ledger.engine import translate_db_error
@@ -143,12 +144,6 @@ def batch_records(pipeline: str, consumer_group: str, query_id: str, committed: 
     return out
 
 
-def _open(location: str, storage_options: Any) -> CheckpointFiles:
-    from offset_ledger.capture.checkpoint_files import checkpoint_files
-
-    return checkpoint_files(location, storage_options)
-
-
 def reconcile(
     engine: Engine, location: str, *, pipeline: str, consumer_group: str, current: CurrentGeneration | None = None,
     files: CheckpointFiles | None = None, storage_options: Any = None, mode: PassMode = RESTART_PASS,
@@ -179,7 +174,7 @@ def reconcile(
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "reading runs") from exc
     try:
-        reader = files if files is not None else _open(location, storage_options)
+        reader = files if files is not None else checkpoint_files(location, storage_options)
         query_id, _ = read_committed_batches(location, reader, only=())
         available = committed_batch_ids(reader)
     except (CheckpointFormatError, ConfigError, OSError) as exc:

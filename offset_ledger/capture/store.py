@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from offset_ledger.ledger.engine import engine_for, ensure_schema
+from offset_ledger.ledger.recorder import Recorder
 from offset_ledger.ledger.records import Record, RecordOutcome
 
 if TYPE_CHECKING:
@@ -51,9 +53,6 @@ class ListenerHealth:
 def open_recorder(ledger: LedgerAddress) -> Store:
     """The ledger at ``ledger`` as the writer's store, its schema brought to head (the writer's thread
     calls this on its first write, so a ledger that is down delays nothing at the listener's start)."""
-    from offset_ledger.ledger.engine import engine_for, ensure_schema
-    from offset_ledger.ledger.recorder import Recorder
-
     engine = engine_for(ledger)
     try:
         ensure_schema(engine)

@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 import typer
 
 from offset_ledger.cli.option_groups import grouped
+from offset_ledger.errors import InvalidInput
+from offset_ledger.operate.alert_rules import SHIPPED, Thresholds, parse_thresholds, render_yaml, rules_document
 
 _DURATION = "a duration: 6h, 90m, PT1H"
 
@@ -60,18 +62,12 @@ def alerts_cmd(
     The package ships the defaults as offset_ledger/operate/prometheus-rules.yml and the dashboard as
     offset_ledger/operate/grafana-dashboard.json; docs/alerting.md says what each alert means and answers.
     """
-    from offset_ledger.operate.alert_rules import parse_thresholds, render_yaml, rules_document
-    from offset_ledger.errors import InvalidInput
-
     if fmt not in ("prometheus", "grafana"):
         raise InvalidInput(f"--format must be prometheus or grafana, not {fmt!r}")
     thresholds = parse_thresholds(**asdict(settings))
     if fmt == "grafana":
-        from offset_ledger.operate.alert_rules import Thresholds
-
         if thresholds != Thresholds():
             raise InvalidInput("the thresholds shape the prometheus rules only; --format grafana takes none")
-        from offset_ledger.operate.alert_rules import SHIPPED
 
         typer.echo(SHIPPED.with_name("grafana-dashboard.json").read_text(encoding="utf-8"), nl=False)
         return

@@ -9,6 +9,9 @@ import typer
 from offset_ledger.cli.connections import LedgerOptions, open_operations
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, check_limit, emit, more_signal
+from offset_ledger.operate.audit import MAX_PAGE, list_findings
+from offset_ledger.operate.inputs import parse_timestamp
+from offset_ledger.operate.reset_operations import resets_page
 
 
 @grouped
@@ -28,9 +31,6 @@ def findings_cmd(
 
     A cut-short answer says so in every format ("more: --before ID" on stderr).
     """
-    from offset_ledger.operate.audit import MAX_PAGE, list_findings
-    from offset_ledger.operate.inputs import parse_timestamp
-
     fmt = check_format(out.fmt)
     if not every:
         check_limit(limit)
@@ -70,9 +70,6 @@ def resets_cmd(
     out: OutputOptions = OutputOptions(),
 ) -> None:
     """The audit trail of a pipeline's resets, newest first: who, when, why, mode, status, partitions."""
-    from offset_ledger.operate.audit import MAX_PAGE
-    from offset_ledger.operate.reset_operations import resets_page
-
     fmt = check_format(out.fmt)
     check_limit(limit)
     ops = open_operations(ledger.address())

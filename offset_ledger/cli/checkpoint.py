@@ -17,7 +17,17 @@ from offset_ledger.cli.connections import (
     open_operations,
 )
 from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.positional import pipeline_and_checkpoint
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
+from offset_ledger.errors import InvalidInput, KafkaError
+from offset_ledger.kafka.mirror import sync_group
+from offset_ledger.ledger.sink_outputs import describe_output
+from offset_ledger.operate.action_answers import adopt_answer, replay_answer
+from offset_ledger.operate.adopt import import_checkpoint
+from offset_ledger.operate.answers import mirror_decision_answer, sync_answer
+from offset_ledger.operate.inputs import parse_timestamp
+from offset_ledger.operate.operations import resolve_group
+from offset_ledger.operate.replay import replay
 
 if TYPE_CHECKING:
     from offset_ledger.addresses import KafkaAddress
@@ -42,11 +52,6 @@ def mirror_cmd(
       offset-ledger mirror orders --follow --interval 30
     """
     import time as _time
-
-    from offset_ledger.errors import InvalidInput, KafkaError
-    from offset_ledger.kafka.mirror import sync_group
-    from offset_ledger.operate.answers import mirror_decision_answer, sync_answer
-    from offset_ledger.operate.operations import resolve_group
 
     fmt = check_format(out.fmt)
     if once and follow:
@@ -145,10 +150,6 @@ def import_checkpoint_cmd(
     """
     import json as _json
 
-    from offset_ledger.cli.positional import pipeline_and_checkpoint
-    from offset_ledger.operate.action_answers import adopt_answer
-    from offset_ledger.operate.adopt import import_checkpoint
-
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option)
     fmt = check_format(out.fmt)
     cluster = kafka.address()
@@ -198,11 +199,6 @@ def replay_cmd(
     """Print the Kafka range recorded batches read: options for spark.read.format("kafka") with assign."""
     import json as _json
 
-    from offset_ledger.errors import InvalidInput
-    from offset_ledger.operate.inputs import parse_timestamp
-    from offset_ledger.operate.action_answers import replay_answer
-    from offset_ledger.operate.replay import replay
-
     if fmt not in ("options", "json"):
         raise InvalidInput(f"unknown --format {fmt!r}; use options or json")
     start = parse_timestamp(since) if since is not None else None
@@ -222,8 +218,6 @@ def replay_cmd(
     for warning in result.warnings:
         typer.echo(f"warning: {warning}", err=True)
     if result.outputs:
-        from offset_ledger.ledger.sink_store import describe_output
-
         for out in result.outputs:  # what the replayed batches wrote: re-writing them duplicates it
             typer.echo(f"batch {out['batch_id']} of query {out['query_id']}: {describe_output(dict(out))}", err=True)
 

@@ -9,16 +9,16 @@ so a command resolves where it did before, after its own input checks, and exact
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.cli.support import check_dsn
-
-if TYPE_CHECKING:
-    from offset_ledger.addresses import KafkaAddress, LedgerAddress
-    from offset_ledger.kafka.adapter import KafkaAdapter
-    from offset_ledger.operate.operations import Operations
+from offset_ledger.kafka.adapter import KafkaAdapter
+from offset_ledger.kafka.client_config import gather
+from offset_ledger.ledger.engine import require_schema
+from offset_ledger.operate.operations import Operations
 
 Dsn = Annotated[Optional[str], typer.Option(
     "--dsn", envvar="OFFSET_LEDGER_DSN", metavar="URL", callback=check_dsn,
@@ -44,8 +44,6 @@ class LedgerOptions:
 
     def address(self, *, create: bool = False) -> LedgerAddress:
         """The ledger's address, resolved once (``create=False``: a reader's; a missing SQLite file is an error)."""
-        from offset_ledger.addresses import LedgerAddress
-
         return LedgerAddress.resolve(self.dsn, create=create)
 
 
@@ -53,9 +51,6 @@ def kafka_address(servers: str | None, items: list[str] | None, command_config: 
                    timeout_ms: int | None, *, environment: bool = True) -> KafkaAddress:
     """The command line's Kafka options, checked (a bad item or properties file is exit 2) and resolved
     (``environment=False``: only servers the command line named)."""
-    from offset_ledger.addresses import KafkaAddress
-    from offset_ledger.kafka.client_config import gather
-
     return KafkaAddress.resolve(servers, gather(items, command_config), timeout_ms=timeout_ms,
                                 environment=environment)
 
@@ -90,8 +85,6 @@ class KafkaServerOptions:
 
 def open_operations(ledger: LedgerAddress, kafka: KafkaAddress | None = None) -> Operations:
     """The verbs' context over an existing ledger: its schema is checked here (a read never creates one)."""
-    from offset_ledger.operate.operations import Operations
-
     ops = Operations.open(ledger, kafka)
     try:
         ledger_ready(ops.engine)
@@ -103,8 +96,6 @@ def open_operations(ledger: LedgerAddress, kafka: KafkaAddress | None = None) ->
 
 def ledger_ready(engine: Any) -> None:
     """A read's ledger must hold the schema (one SELECT): refused at start, never created by a read."""
-    from offset_ledger.ledger.engine import require_schema
-
     require_schema(engine)
 
 
@@ -114,8 +105,6 @@ def kafka_adapter(kafka: KafkaAddress) -> KafkaAdapter:
     ``Operations.open`` always opens a ledger, and ``topic`` must work where there is none; every
     other command reaches Kafka through its ``Operations``.
     """
-    from offset_ledger.kafka.adapter import KafkaAdapter
-
     return KafkaAdapter(kafka.require(), kafka.options, request_timeout_ms=kafka.timeout_ms)
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from offset_ledger.addresses import LedgerAddress
 from offset_ledger.cli.demo_stack import (
     ALL_PARTITIONS,
     DEMO_DIR,
@@ -35,6 +36,10 @@ from offset_ledger.cli.demo_stack import (
     Signals,
     down,
 )
+from offset_ledger.kafka.adapter import KafkaAdapter
+from offset_ledger.ledger.demo_reads import batch_count, batches_by_app_version
+from offset_ledger.ledger.queries import current_positions
+from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -96,14 +101,9 @@ class Demo(DemoStack):
 
     def _ledger(self):  # type: ignore[no-untyped-def]
         """The demo's ledger, opened where every command opens one (it exists: the listener made it)."""
-        from offset_ledger.addresses import LedgerAddress
-        from offset_ledger.operate.operations import Operations
-
         return Operations.open(LedgerAddress.resolve(self.dsn))
 
     def _positions(self) -> dict[int, int]:
-        from offset_ledger.ledger.queries import current_positions
-
         ops = self._ledger()
         engine = ops.engine
         try:
@@ -113,8 +113,6 @@ class Demo(DemoStack):
             ops.close()
 
     def _batches(self) -> int:
-        from offset_ledger.ledger.demo_reads import batch_count
-
         ops = self._ledger()
         engine = ops.engine
         try:
@@ -226,8 +224,6 @@ class Demo(DemoStack):
 
     def _ledger_summary(self) -> None:
         """The same story told by the ledger, with the audit view of docs/audit.md."""
-        from offset_ledger.ledger.demo_reads import batches_by_app_version
-
         ops = self._ledger()
         try:
             with ops.engine.connect() as conn:
@@ -243,8 +239,6 @@ class Demo(DemoStack):
         self.console.print(table)
 
     def _end_offsets(self) -> dict[int, int]:
-        from offset_ledger.kafka.adapter import KafkaAdapter
-
         with KafkaAdapter(self.bootstrap) as adapter:
             marks = adapter.watermarks([TOPIC])
         return {tp.partition: wm.log_end_offset for tp, wm in marks.items()}

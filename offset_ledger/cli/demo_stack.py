@@ -23,6 +23,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from offset_ledger import devstack
+
 PIPELINE = "demo_orders"
 TOPIC = "demo_orders"
 FIRST_PARTITIONS = 2
@@ -225,8 +227,6 @@ class DemoStack:
         self.cleanup.clear()
 
     def start_stack(self) -> None:
-        from offset_ledger import devstack
-
         self.step("1. Local stack")
         stack_root = self.root / "stack"
         self.on_exit(f"local stack in {stack_root}", lambda: devstack.down(stack_root), left_up=True)
@@ -391,8 +391,6 @@ def down(workdir: Path | None = None) -> str:
     and delete its work dir; what was done, for people."""
     import json
     import shutil
-
-    from offset_ledger import devstack
 
     root = (workdir or DEMO_DIR).resolve()
     state_file = root / STATE_FILE

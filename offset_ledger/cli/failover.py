@@ -11,6 +11,12 @@ import typer
 from offset_ledger.cli.connections import CommandConfig, KafkaOptionItems, LedgerOptions
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, safe_text
+from offset_ledger.errors import InvalidInput
+from offset_ledger.kafka.client_config import gather
+from offset_ledger.operate.action_answers import failover_json
+from offset_ledger.operate.failover import fail_over
+from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.failover import FailoverRequest
 
 
 def _when(ms: int | None) -> str:
@@ -93,13 +99,6 @@ def failover_cmd(
     Failing back (the second example): MM2 translates nothing back onto the original topic, so it
     starts at that topic's log start (docs/failover.md, "Failing back").
     """
-    from offset_ledger.errors import InvalidInput
-    from offset_ledger.kafka.client_config import gather
-    from offset_ledger.operate.action_answers import failover_json
-    from offset_ledger.operate.failover import fail_over
-    from offset_ledger.operate.operations import Operations
-    from offset_ledger.rules.failover import FailoverRequest
-
     # Bad values fail before anything connects.
     fmt = check_format(out.fmt)
     if as_json:  # the one output option of every command, -f json, since this release

@@ -11,9 +11,24 @@ import typer
 from offset_ledger import __version__
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, kafka_adapter, open_operations
 from offset_ledger.cli.option_groups import grouped
-from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, plain_help
-from offset_ledger.cli.support import emit_error, json_requested
-from offset_ledger.errors import OffsetLedgerError
+from offset_ledger.cli.sink_columns import output_columns
+from offset_ledger.cli.support import (
+    ConsumerGroup,
+    OutputOptions,
+    check_format,
+    check_limit,
+    emit,
+    emit_error,
+    json_requested,
+    more_signal,
+    plain_help,
+)
+from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, InvalidInput, OffsetLedgerError, exit_code, install_hint
+from offset_ledger.operate import reads
+from offset_ledger.operate.answers import position_answer
+from offset_ledger.operate.inputs import MAX_LIMIT, parse_timestamp
+from offset_ledger.operate.reads import describe_topic
+from offset_ledger.rules.retention import human_duration
 
 plain_help()
 
@@ -51,8 +66,6 @@ def _main(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    from offset_ledger.errors import InvalidInput
-
     if quiet and verbose:
         raise InvalidInput("choose one of --quiet and --verbose")
     _state["traceback"] = traceback or verbose
@@ -78,7 +91,6 @@ def pipelines_cmd(
     """List pipelines with state (running/uncertain/stale/stopped) and why, generation, foreign runs, last
     batch, lag and findings."""
     fmt = check_format(out.fmt)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address(), kafka.address())
     try:
@@ -109,14 +121,12 @@ def offsets_cmd(
 ) -> None:
     """Current positions (next offset to read); --format json prints {"topic": {"0": n}}."""
     fmt = check_format(out.fmt)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address())
     try:
         group, rows = reads.positions(ops, pipeline, consumer_group)
     finally:
         ops.close()
-    from offset_ledger.operate.answers import position_answer
 
     document: dict[str, dict[str, int]] = {}
     for r in rows:
@@ -146,16 +156,9 @@ def history_cmd(
 
     Example: offset-ledger history orders --since 2024-05-01T00:00:00Z --all --format csv > batches.csv
     """
-    from offset_ledger.cli.support import more_signal
-    from offset_ledger.operate.inputs import parse_timestamp
-
-    from offset_ledger.cli.support import check_limit
-    from offset_ledger.operate.inputs import MAX_LIMIT
-
     fmt = check_format(out.fmt)
     if not every:
         check_limit(limit)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address())
     items: list = []
@@ -176,8 +179,6 @@ def history_cmd(
             for b in items for r in b["ranges"]]
     columns = ["batchTime", "batchId", "topic", "partition", "fromOffset", "untilOffset", "queryId"]
     if any(b.get("outputs") for b in items):  # a transactional sink wrote them: what, where, which version
-        from offset_ledger.cli.sink_columns import output_columns
-
         rows, columns = output_columns(items, columns)
     emit(rows, columns, fmt, {"pipeline": pipeline, "batches": items, "nextCursor": page.next_cursor},
           truncate=out.truncate)
@@ -192,8 +193,6 @@ def topic_cmd(
     kafka: KafkaOptions = KafkaOptions(), out: OutputOptions = OutputOptions(),
 ) -> None:
     """Partitions of a topic with their log-start and log-end offsets (logEndOffset: the next offset to be written)."""
-    from offset_ledger.operate.reads import describe_topic
-
     fmt = check_format(out.fmt)
     with kafka_adapter(kafka.address()) as adapter:
         details = describe_topic(adapter, topic)
@@ -213,7 +212,6 @@ def lag_cmd(
     Example: offset-ledger lag orders -o security.protocol=SASL_SSL -o sasl.mechanism=SCRAM-SHA-512 --format json
     """
     fmt = check_format(out.fmt)
-    from offset_ledger.operate import reads
 
     ops = open_operations(ledger.address(), kafka.address())
     try:
@@ -235,8 +233,6 @@ def lag_cmd(
 def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
     """Retention headroom for a table: ``WARN:14m02s``, ``ERR:lost``, ``OK:caught-up``, ``compacted``;
     CSV: the seconds (``headroomStatus`` and ``headroomBasis`` are their own columns in ``lag``)."""
-    from offset_ledger.rules.retention import human_duration
-
     seconds, status, basis = row.get("headroomSeconds"), row.get("headroomStatus"), row.get("headroomBasis")
     if fmt == "csv":
         return None if seconds is None else str(seconds)
@@ -249,119 +245,13 @@ def _headroom_cell(row: dict, fmt: str) -> Optional[str]:
     return f"{status}:{basis if seconds is None else human_duration(seconds)}"
 
 
-@_app.command("serve")
-@grouped
-def serve_cmd(
-    host: Optional[str] = typer.Option(None, "--host", help="Address to bind (OFFSET_LEDGER_HOST; default: loopback)."),
-    port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (OFFSET_LEDGER_PORT; default 9090)."),
-    insecure: bool = typer.Option(False, "--insecure",
-                                  help="Allow a non-loopback bind without OFFSET_LEDGER_API_TOKEN."),
-    ledger: LedgerOptions = LedgerOptions(), kafka: KafkaOptions = KafkaOptions(),
-    log_level: str = typer.Option("info", "--log-level", help="uvicorn log level."),
-    watch: Optional[list[str]] = typer.Option(
-        None, "--watch", metavar="PIPELINE=CHECKPOINT",
-        help="Also record this pipeline's batches from its checkpoint's commit log (as offset-ledger watch); "
-             "repeatable."),
-) -> None:
-    """Run the REST API (legacy /v1 endpoints, /api/v1 resources, /docs, /metrics, /healthz)."""
-    import ipaddress
-
-    import uvicorn
-
-    from offset_ledger.api import create_app
-    from offset_ledger.api.tokens import load_tokens, weak_token_names
-    from offset_ledger.config import settings
-    from offset_ledger.errors import ConfigError
-
-    s = settings()
-    host = s.host if host is None else host
-    if port is None:
-        try:
-            port = int(s.port)
-        except ValueError:
-            raise ConfigError(f"invalid OFFSET_LEDGER_PORT {s.port[:40]!r}: a port number, 1-65535") from None
-    try:
-        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        loopback = False
-    tokens = load_tokens(s)
-    if not loopback and not tokens and not insecure:
-        raise ConfigError(f"refusing to bind {host} without OFFSET_LEDGER_API_TOKEN; set a token or pass --insecure")
-    weak = weak_token_names(tokens)
-    if weak and not loopback:
-        # --insecure does not cover this: a known or short token is no protection off loopback.
-        raise ConfigError(f"refusing to bind {host} with a weak API token ({', '.join(weak)}: a known default or "
-                          "shorter than 16 characters); make one with: python3 -c 'import secrets; "
-                          "print(secrets.token_urlsafe(32))'")
-    if not 0 < port < 65536:
-        raise ConfigError(f"invalid --port {port}")
-    cluster = kafka.address()
-    from offset_ledger.cli.watch import parse_watch_specs, start_watchers
-
-    specs = parse_watch_specs(watch or [])  # bad input fails before anything starts
-    # With --watch serve records batches, and creates its ledger as watch does; without, a mistyped
-    # path must not become an empty ledger.
-    where = ledger.address(create=bool(specs))
-    if not specs:
-        # Refused at start, not answered with 503 on every request.
-        open_operations(where).close()
-    # The bound address is a name clients use; a wildcard bind names no host.
-    hosts = [] if host in ("0.0.0.0", "::", "") else [host]
-    # A busy port is one line and exit 2 before anything starts, never uvicorn's "[Errno 98]" after
-    # "Application startup complete" (and exit 3).
-    _check_port_free(host, port)
-    app_ = create_app(s, dsn=where.dsn, bootstrap_servers=cluster.bootstrap_servers, kafka_options=cluster.options,
-                      kafka_timeout_ms=cluster.timeout_ms, tokens=tokens, hosts=hosts)
-    stop_watchers = start_watchers(specs, where)
-    try:
-        typer.echo(serve_banner(host, port, tokens), err=True)
-        uvicorn.run(app_, host=host, port=port, log_level=log_level)
-    finally:
-        stop_watchers()
-
-
-def _check_port_free(host: str, port: int) -> None:
-    """ConfigError (exit 2) when ``host:port`` cannot be bound: in use, or an address not on this machine."""
-    import errno
-    import socket
-
-    from offset_ledger.errors import ConfigError
-
-    try:
-        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as exc:
-        raise ConfigError(f"cannot bind --host {host!r}: {exc.strerror}") from None
-    family, kind, proto, _name, address = infos[0]
-    with socket.socket(family, kind, proto) as probe:
-        # As uvicorn binds: SO_REUSEADDR, so a port in TIME_WAIT is free and only a listener is "in use".
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise ConfigError(f"port {port} on {host} is already in use (another offset-ledger serve?); "
-                                  "stop that process or pass --port") from None
-            raise ConfigError(f"cannot bind {host}:{port}: {exc.strerror or exc}") from None
-
-
-def serve_banner(host: str, port: int, tokens: object) -> str:
-    """Where ``serve`` listens (the console's URL) and whether requests need a token."""
-    shown = f"[{host}]" if ":" in host else host
-    if host in ("0.0.0.0", "::", ""):
-        shown = "127.0.0.1" if host != "::" else "[::1]"  # a wildcard bind answers on loopback too
-    auth = ("tokens required (Authorization: Bearer ...; /healthz and /livez are open)" if tokens
-            else "no token required (no OFFSET_LEDGER_API_TOKEN set)")
-    return (f"offset-ledger serve: console http://{shown}:{port}/  API http://{shown}:{port}/api/v1  "
-            f"docs http://{shown}:{port}/docs; {auth}; Ctrl-C stops it")
-
-
 _SERVER_MODULES = frozenset({"fastapi", "starlette", "uvicorn", "jinja2"})
 
 
 # The commands that live in their own modules (main.py stays the face's root), in the order the
 # help lists them: command or group name -> module.
-_MODULES = {"db": "upkeep", "prune": "upkeep", "findings": "audit", "resets": "audit", "alerts": "alerts",
-            "mirror": "checkpoint", "import-checkpoint": "checkpoint", "replay": "checkpoint",
+_MODULES = {"serve": "serve", "db": "upkeep", "prune": "upkeep", "findings": "audit", "resets": "audit",
+            "alerts": "alerts", "mirror": "checkpoint", "import-checkpoint": "checkpoint", "replay": "checkpoint",
             "failover": "failover", "policy": "policy", "reset": "reset", "resolve": "restart", "plan": "restart",
             "verify": "verify", "watch": "watch"}
 _registered = False
@@ -429,8 +319,6 @@ def main(argv: Optional[list[str]] = None) -> None:
     except ImportError:  # pragma: no cover - older Typer on click
         from click.exceptions import NoArgsIsHelpError  # type: ignore[no-redef]
 
-    from offset_ledger.errors import EXIT_INTERNAL, EXIT_USAGE, exit_code
-
     real_stderr = sys.stderr
     try:
         try:
@@ -462,8 +350,6 @@ def main(argv: Optional[list[str]] = None) -> None:
         if _state["traceback"] or (exc.name or "").split(".")[0] not in _SERVER_MODULES:
             raise
         # A listener-only install (no [server] extra) asked for the REST API or the console.
-        from offset_ledger.errors import install_hint
-
         print(f"offset-ledger: error: {exc.name} is not installed: the REST API and console need "
               f"{install_hint('server')}", file=sys.stderr)
         sys.exit(EXIT_USAGE)

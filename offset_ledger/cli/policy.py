@@ -16,6 +16,14 @@ import typer
 from offset_ledger.cli.connections import LedgerOptions
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import OutputOptions, check_format, emit
+from offset_ledger.errors import ConfigError, InvalidInput, LedgerWithoutSchema
+from offset_ledger.ledger.engine import check_connection, ensure_schema, translate_db_error
+from offset_ledger.ledger.policy_store import current_policies, policy_history, set_policies
+from offset_ledger.operate.inputs import check_name
+from offset_ledger.operate.known import require_pipeline
+from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.policy_view import API_NAMES, change_dict, policies_document
+from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS, check_policies, merged
 
 if TYPE_CHECKING:
     from offset_ledger.addresses import LedgerAddress
@@ -29,9 +37,6 @@ policy_app = typer.Typer(help="A pipeline's stored restart policies (first run, 
 def _with_ledger(ledger: LedgerAddress, doing: str, work: Callable[[Any], T], *, write: bool = False) -> T:
     """``work(conn)`` on the ledger (a write creates and upgrades it; a read never does), errors translated."""
     from sqlalchemy.exc import SQLAlchemyError
-
-    from offset_ledger.ledger.engine import check_connection, ensure_schema, translate_db_error
-    from offset_ledger.operate.operations import Operations
 
     ops = Operations.open(replace(ledger, create=write))
     engine = ops.engine
@@ -49,16 +54,11 @@ def _with_ledger(ledger: LedgerAddress, doing: str, work: Callable[[Any], T], *,
 
 def _known(conn: Any, pipeline: str, read: Callable[[Any, str], T]) -> T:
     """``read(conn, pipeline)`` of a pipeline the ledger knows (runs, positions or stored policies)."""
-    from offset_ledger.operate.known import require_pipeline
-
     require_pipeline(conn, pipeline, with_policies=True)
     return read(conn, pipeline)
 
 
 def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
-    from offset_ledger.operate.policy_view import API_NAMES
-    from offset_ledger.rules.policies import DEFAULTS, POLICY_KEYS
-
     # The API's names (onDataLoss): one casing for the CLI's JSON/CSV and the API.
     return [{"policy": API_NAMES[k], "value": policies.get(k, DEFAULTS[k]),
              "source": "stored" if k in policies else "default"} for k in POLICY_KEYS]
@@ -69,12 +69,8 @@ def _rows(policies: dict) -> list[dict]:  # type: ignore[type-arg]
 def show_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), ledger: LedgerOptions = LedgerOptions(),
              out: OutputOptions = OutputOptions()) -> None:
     """The policies a restart of PIPELINE applies (stored, else the default)."""
-    from offset_ledger.operate.inputs import check_name
-
     check_name("pipeline", pipeline)
     check_format(out.fmt)
-    from offset_ledger.ledger.policy_store import policy_history
-    from offset_ledger.operate.policy_view import policies_document
 
     history = _with_ledger(ledger.address(), "reading policies", lambda conn: _known(conn, pipeline, policy_history))
     policies = dict(history[-1].policies) if history else {}
@@ -133,14 +129,8 @@ def set_cmd(
     Example: offset-ledger policy set orders --on-data-loss earliest --window 10m --reason "windowed since v2"
     """
 
-    from offset_ledger.errors import ConfigError, InvalidInput, LedgerWithoutSchema
-    from offset_ledger.ledger.policy_store import current_policies, set_policies
-    from offset_ledger.operate.inputs import check_name
-    from offset_ledger.rules.policies import POLICY_KEYS, check_policies, merged
-
     check_name("pipeline", pipeline)
     changes = values.given()
-    from offset_ledger.operate.policy_view import API_NAMES
 
     by_api_name = {v: k for k, v in API_NAMES.items()}
     for key in unset or []:
@@ -176,13 +166,9 @@ def history_cmd(pipeline: str = typer.Argument(..., metavar="PIPELINE"), ledger:
     """Every change of PIPELINE's policies, newest first: when, who, why, and the policies after it."""
     import json
 
-    from offset_ledger.ledger.policy_store import policy_history
-    from offset_ledger.operate.inputs import check_name
-
     check_name("pipeline", pipeline)
     check_format(out.fmt)
     changes = _with_ledger(ledger.address(), "reading policies", lambda conn: _known(conn, pipeline, policy_history))
-    from offset_ledger.operate.policy_view import change_dict
 
     # The API's answer (GET .../policies/history), newest first; a row per change, its policies in one cell.
     items = [change_dict(c) for c in reversed(changes)]

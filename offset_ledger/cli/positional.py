@@ -11,12 +11,12 @@ from typing import Optional
 
 import typer
 
+from offset_ledger.errors import InvalidInput
+
 
 def pipeline_and_checkpoint(first: Optional[str], second: Optional[str], pipeline_option: Optional[str],
                             command: str = "import-checkpoint") -> tuple[str, str]:
     """(pipeline, checkpoint) from the two positional arguments and the deprecated ``--pipeline``."""
-    from offset_ledger.errors import InvalidInput
-
     if pipeline_option is not None:
         typer.echo("offset-ledger: note: --pipeline is deprecated; give the pipeline first: "
                    f"{command} PIPELINE CHECKPOINT", err=True)

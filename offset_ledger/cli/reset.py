@@ -19,6 +19,15 @@ import typer
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, open_operations
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
+from offset_ledger.errors import InvalidInput, UnknownTopic
+from offset_ledger.operate.inputs import parse_timestamp, scope_from_specs, to_epoch_ms
+from offset_ledger.operate.kcg import export_csv, parse_offsets_csv
+from offset_ledger.operate.reads import positions
+from offset_ledger.operate.reset_operations import reset
+from offset_ledger.rules.durations import parse_duration
+from offset_ledger.rules.model import TopicPartition
+from offset_ledger.rules.move_cost import human_bytes, human_span
+from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
 
 EXAMPLES = """
 
@@ -37,8 +46,6 @@ Examples:
 
 
 def _read(path: str, what: str) -> str:
-    from offset_ledger.errors import InvalidInput
-
     try:
         return sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -52,12 +59,6 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
     """The one ``ResetRequest`` the chosen mode option describes (``modes``: option name -> value or None)."""
     import json
     from datetime import datetime, timezone
-
-    from offset_ledger.errors import InvalidInput
-    from offset_ledger.operate.kcg import parse_offsets_csv
-    from offset_ledger.operate.inputs import parse_timestamp, to_epoch_ms
-    from offset_ledger.rules.durations import parse_duration
-    from offset_ledger.rules.resets import ResetRequest, parse_offsets_body, validate_offset
 
     # "is", not "in (None, False)": 0 == False, and offset 0 or a shift by 0 is a choice (KCG takes both).
     chosen = [name for name, value in modes.items() if value is not None and value is not False]
@@ -100,10 +101,6 @@ def build_request(ops: Any, pipeline: str, consumer_group: Optional[str], *, mod
 
 
 def _every_partition(ops: Any, pipeline: str, consumer_group: Optional[str], scope: Any, offset: int) -> Any:
-    from offset_ledger.errors import UnknownTopic
-    from offset_ledger.operate.reads import positions
-    from offset_ledger.rules.model import TopicPartition
-
     if scope:
         topics = sorted(scope)
     else:
@@ -189,10 +186,6 @@ def reset_cmd(
     """Reset a pipeline's positions (dry run unless --execute); the next start_from_ledger applies it."""
     import getpass
 
-    from offset_ledger.errors import InvalidInput
-    from offset_ledger.operate.inputs import scope_from_specs
-    from offset_ledger.operate.reset_operations import reset
-
     fmt = check_format(out.fmt)
     if action.execute and action.dry_run:
         raise InvalidInput("choose one of --dry-run and --execute")
@@ -201,8 +194,6 @@ def reset_cmd(
     partitions = scope_from_specs(scope.topic or [])
     cluster = kafka.address()
     if target.by_duration is not None:  # bad input fails before any connection is made
-        from offset_ledger.rules.durations import parse_duration
-
         parse_duration(target.by_duration, "--by-duration")
     ops = open_operations(ledger.address(), cluster)
     try:
@@ -217,8 +208,6 @@ def reset_cmd(
 
 
 def _print(outcome: Any, fmt: str, export: bool, *, truncate: bool = True) -> None:
-    from offset_ledger.operate.kcg import export_csv
-
     doc = outcome.to_dict()
     if export:
         # The export is applied later (--from-file): a target Kafka cannot hold is never written to it.
@@ -251,8 +240,6 @@ RESET_COLUMNS = ["topic", "partition", "beforeNextOffset", "targetNextOffset", "
 def cost_line(cost: Any, *, refused: int = 0) -> str:
     """One line for people: what the move re-reads and skips, about how many bytes, over what time
     (``refused`` partitions move nothing and are not counted; the line says so)."""
-    from offset_ledger.rules.move_cost import human_bytes, human_span
-
     parts = []
     for direction, records, size in (("re-reads", cost.records_reread, cost.bytes_reread),
                                      ("skips", cost.records_skipped, cost.bytes_skipped)):

@@ -9,7 +9,19 @@ import typer
 
 from offset_ledger.cli.connections import KafkaOptions, LedgerOptions, open_operations
 from offset_ledger.cli.option_groups import grouped
-from offset_ledger.cli.support import ConsumerGroup, OutputOptions, safe_text
+from offset_ledger.cli.reset import cost_line
+from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit, require_named, safe_text
+from offset_ledger.errors import ConfigError
+from offset_ledger.operate.action_answers import restart_preview_answer
+from offset_ledger.operate.move_cost import plan_cost
+from offset_ledger.operate.operations import Operations
+from offset_ledger.operate.restart import policies_in_effect
+from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
+from offset_ledger.operate.restart_preview import preview_restart
+from offset_ledger.rules.durations import parse_duration
+from offset_ledger.rules.policies import Policies
+from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
+from offset_ledger.rules.stateful import WindowSpec
 
 
 @dataclass(frozen=True)
@@ -57,19 +69,10 @@ def resolve_cmd(
 
       offset-ledger resolve orders --pattern 'orders-.*' --on-data-loss earliest
     """
-    from offset_ledger.cli.reset import cost_line
-    from offset_ledger.errors import ConfigError
-    from offset_ledger.operate.move_cost import plan_cost
-    from offset_ledger.operate.operations import Operations
-    from offset_ledger.operate.restart_plan import plan_restart, resolve_ref
-
     window, slide, watermark_delay = windowing.window, windowing.slide, windowing.watermark_delay
     address = kafka.address()
     if window is not None or slide is not None or watermark_delay is not None:
         # Bad durations fail before any connection is made.
-        from offset_ledger.rules.durations import parse_duration
-        from offset_ledger.rules.stateful import WindowSpec
-
         for option, value in (("--window", window), ("--slide", slide), ("--watermark-delay", watermark_delay)):
             if value is not None:
                 parse_duration(value, option)  # each value's grammar first, then how they combine
@@ -81,12 +84,7 @@ def resolve_cmd(
     try:
         if first_run is None:
             # A typo must not answer exit 0 with a replay-everything plan: a first run is asked for.
-            from offset_ledger.cli.support import require_named
-
             require_named(ops.engine, pipeline)
-        from offset_ledger.operate.restart import policies_in_effect
-        from offset_ledger.rules.policies import Policies
-        from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
         options = RestartOptions(topics=tuple(topic) if topic else None, topic_pattern=pattern,
                                  allow_first_run=allow_first_run)
@@ -162,11 +160,6 @@ def plan_cmd(
     """
     import os
 
-    from offset_ledger.cli.support import check_format, require_named
-    from offset_ledger.operate.restart_preview import preview_restart
-    from offset_ledger.rules.policies import Policies
-    from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
-
     fmt = check_format(out.fmt)
     root = checkpoint.checkpoint_root
     if "://" not in root and not root.startswith(("/", "file:")):
@@ -189,10 +182,6 @@ def plan_cmd(
 
 
 def _print_preview(preview, fmt: str, *, truncate: bool) -> None:  # type: ignore[no-untyped-def]
-    from offset_ledger.cli.reset import cost_line
-    from offset_ledger.cli.support import emit
-    from offset_ledger.operate.action_answers import restart_preview_answer
-
     doc = restart_preview_answer(preview)
     plan = preview.plan
     costs = {(c.tp.topic, c.tp.partition): c for c in (preview.cost.partitions if preview.cost else ())}

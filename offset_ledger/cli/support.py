@@ -18,8 +18,12 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from offset_ledger.errors import OffsetLedgerError
-from offset_ledger.operate.answers import error_answer
+from offset_ledger.cli.table import PROSE, render
+from offset_ledger.errors import ConfigError, InvalidInput, OffsetLedgerError
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.operate.answers import error_answer, iso_utc
+from offset_ledger.operate.inputs import check_limit as check
+from offset_ledger.operate.known import require_group, require_pipeline
 
 def plain_help() -> None:
     """Usage lines say ``PIPELINE``, not Typer's ``{pipeline}``, and arguments show no ``<str>`` placeholder."""
@@ -61,8 +65,6 @@ def check_dsn(dsn: Optional[str]) -> Optional[str]:
     """``--dsn`` / ``OFFSET_LEDGER_DSN`` checked for the common mistakes before anything connects: a
     ``postgres://`` scheme SQLAlchemy cannot load, and ``sqlite:///tmp/x`` (three slashes: the
     relative path ``tmp/x``) where an absolute path was meant. ConfigError (exit 2) with what to write."""
-    from offset_ledger.errors import ConfigError
-
     if not dsn or "://" not in dsn:
         return dsn
     scheme, rest = dsn.split("://", 1)
@@ -128,14 +130,10 @@ def safe_text(value: object) -> str:
 
 def _iso(value: datetime) -> str:
     # One time format in every command: what the JSON answers already use.
-    from offset_ledger.operate.answers import iso_utc
-
     return iso_utc(value) or ""
 
 
 def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
-    from offset_ledger.errors import InvalidInput
-
     if fmt not in allowed:
         raise InvalidInput(f"unknown --format {fmt!r}; use {', '.join(allowed[:-1])} or {allowed[-1]}")
     return fmt
@@ -144,8 +142,6 @@ def check_format(fmt: str, allowed: Sequence[str] = FORMATS) -> str:
 def check_limit(limit: int) -> int:
     """``--limit`` in 1..MAX_LIMIT (``operate.inputs``, the API's bound too), refused under the option's
     own name before anything is read."""
-    from offset_ledger.operate.inputs import check_limit as check
-
     return check(limit, "--limit")
 
 
@@ -168,7 +164,6 @@ def emit(rows: Iterable[Mapping[str, Any]], columns: Sequence[str], fmt: str, do
         for row in rows:
             writer.writerow(["" if row.get(c) is None else safe_text(row.get(c)) for c in columns])
         return
-    from offset_ledger.cli.table import PROSE, render
 
     cells = [[("-" if row.get(c) is None else safe_text(row.get(c))) for c in columns] for row in rows]
     # A column of numbers (a missing value aside) is right-aligned; bool is not a number here.
@@ -216,9 +211,6 @@ def more_signal(hint: str) -> None:
 def require_named(engine: Any, pipeline: str, consumer_group: str | None = None) -> None:
     """UnknownPipeline / UnknownConsumerGroup (naming what exists) unless the ledger knows them."""
     from sqlalchemy.exc import SQLAlchemyError
-
-    from offset_ledger.ledger.engine import translate_db_error
-    from offset_ledger.operate.known import require_group, require_pipeline
 
     try:
         with engine.connect() as conn:

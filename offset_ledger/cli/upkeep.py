@@ -7,15 +7,30 @@ from typing import Any, Optional
 
 import typer
 
+from offset_ledger.api.tokens import ROLES, ApiToken
 from offset_ledger.cli.connections import LedgerOptions
 from offset_ledger.cli.option_groups import grouped
-from offset_ledger.cli.support import Format
+from offset_ledger.cli.support import Format, check_format, emit, require_named
+from offset_ledger.ledger.engine import check_connection, current_revision, require_schema, upgrade
+from offset_ledger.ledger.partitions import ensure_ahead
+from offset_ledger.ledger.prune import prune
+from offset_ledger.ledger.row_security import (
+    check_role,
+    execute as run_sql,
+    grant_sql,
+    ledger_schema,
+    present,
+    require_postgres,
+    team_access,
+    walls_kept,
+)
+from offset_ledger.operate.operations import Operations
+from offset_ledger.rules.durations import parse_duration
+from offset_ledger.rules.scope import parse_scope
 
 
 def _engine(ledger: LedgerOptions, *, create: bool) -> Any:
     """The ledger's engine, through the one place that makes engines (``Operations.open``)."""
-    from offset_ledger.operate.operations import Operations
-
     return Operations.open(ledger.address(create=create)).engine
 
 
@@ -23,10 +38,6 @@ def _engine(ledger: LedgerOptions, *, create: bool) -> Any:
 def db_upgrade(ledger: LedgerOptions = LedgerOptions(),
                revision: str = typer.Option("head", help="Target revision.")) -> None:
     """Create or upgrade the ledger schema (Alembic migrations)."""
-    from offset_ledger.ledger.engine import current_revision, upgrade
-    from offset_ledger.ledger.partitions import ensure_ahead
-    from offset_ledger.ledger.row_security import walls_kept
-
     engine = _engine(ledger, create=True)  # the one command that makes a ledger where there is none
     upgrade(engine, revision)
     typer.echo(f"ledger schema at revision {current_revision(engine)} ({engine.url.render_as_string()})")
@@ -51,11 +62,6 @@ def db_grant(
     Run it with the ledger owner's DSN (the role that ran db upgrade). The role's reset, finding and
     policy history is append-only. SQLite is single-user and has no roles.
     """
-    from offset_ledger.ledger.engine import check_connection, require_schema
-    from offset_ledger.ledger.row_security import check_role, grant_sql, ledger_schema, present, require_postgres
-    from offset_ledger.ledger.row_security import execute as run_sql
-    from offset_ledger.rules.scope import parse_scope
-
     check_role(role)
     scope = parse_scope(pipelines, separators=",|")  # bad input fails before any connection is made
     engine = _engine(ledger, create=False)
@@ -77,9 +83,6 @@ def db_grant(
 def access_table() -> str:
     """docs/security.md's access table (markdown): per database role and API token kind what it may read
     and write, generated from the grants ``db grant`` makes (``row_security.GUARDED``) and the token roles."""
-    from offset_ledger.api.tokens import ROLES, ApiToken
-    from offset_ledger.ledger.row_security import team_access
-
     lines = ["| Who | May read | May write |", "|---|---|---|",
              "| ledger owner (ran `db upgrade`) | every table and view | every table; migrations, `db grant`, "
              "a whole-ledger `prune` |",
@@ -112,19 +115,11 @@ def prune_cmd(
     ledger: LedgerOptions = LedgerOptions(), fmt: Format = "table",
 ) -> None:
     """Remove old batch history; positions, resets, findings and each partition's latest batch stay."""
-    from offset_ledger.ledger.engine import check_connection
-    from offset_ledger.ledger.prune import prune
-    from offset_ledger.rules.durations import parse_duration
-
-    from offset_ledger.cli.support import check_format, emit
-
     fmt = check_format(fmt)
     age = parse_duration(older_than, "--older-than")  # bad input fails before any connection is made
     engine = _engine(ledger, create=False)
     check_connection(engine)
     if pipeline is not None:  # a typo must not read as "would delete 0"
-        from offset_ledger.cli.support import require_named
-
         require_named(engine, pipeline)
 
     def _progress(table: str, done: int, total: int) -> None:

@@ -9,6 +9,9 @@ import typer
 from offset_ledger.cli.connections import KafkaServerOptions, LedgerOptions, open_operations
 from offset_ledger.cli.option_groups import grouped
 from offset_ledger.cli.support import ConsumerGroup, OutputOptions, check_format, emit
+from offset_ledger.errors import HistoryUnverified
+from offset_ledger.operate.action_answers import verify_answer
+from offset_ledger.operate.verifying import verify_pipeline
 
 COLUMNS = ["status", "topic", "partition", "incarnation", "fromOffset", "untilOffset", "records", "kind", "times",
            "explanation", "borders", "notes"]
@@ -39,9 +42,6 @@ def verify_cmd(
 
     Example: offset-ledger verify orders --format json
     """
-    from offset_ledger.operate.action_answers import verify_answer
-    from offset_ledger.operate.verifying import verify_pipeline
-
     fmt = check_format(out.fmt)
     cluster = kafka.address()
     ops = open_operations(ledger.address(), cluster if cluster and cluster.bootstrap_servers else None)
@@ -69,8 +69,6 @@ def verify_cmd(
                    f"[{report.seconds:.2f}s]")
     if not report.ok:
         # After the report on stdout: one line on stderr and exit code 6 (errors.EXIT_UNVERIFIED).
-        from offset_ledger.errors import HistoryUnverified
-
         raise HistoryUnverified(
             f"pipeline {pipeline!r}: {counts['unexplained']} unexplained stretch(es) "
             f"({counts['unexplainedGaps']} gap(s), {counts['unexplainedOverlaps']} overlap(s){_losses(counts)}"

@@ -14,8 +14,14 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from offset_ledger.capture.reconcile import Reconciliation, watch
 from offset_ledger.cli.connections import LedgerOptions
 from offset_ledger.cli.option_groups import grouped
+from offset_ledger.cli.positional import pipeline_and_checkpoint
+from offset_ledger.errors import EXIT_UNAVAILABLE, ConfigError, InvalidInput
+from offset_ledger.ledger.engine import check_connection, ensure_schema
+from offset_ledger.operate.inputs import check_name
+from offset_ledger.operate.operations import Operations
 
 if TYPE_CHECKING:
     from offset_ledger.addresses import LedgerAddress
@@ -39,12 +45,6 @@ def watch_cmd(
 
     Example: offset-ledger watch orders s3a://lake/checkpoints/orders/gen-3-1a2b3c4d
     """
-    from offset_ledger.capture.reconcile import Reconciliation, watch
-    from offset_ledger.cli.positional import pipeline_and_checkpoint
-    from offset_ledger.ledger.engine import check_connection, ensure_schema
-    from offset_ledger.operate.inputs import check_name
-    from offset_ledger.operate.operations import Operations
-
     pipeline, checkpoint = pipeline_and_checkpoint(pipeline, checkpoint, pipeline_option, "watch")
     check_name("pipeline", pipeline)
     check_checkpoint_exists(checkpoint)  # before the ledger is touched: a typo records nothing, silently
@@ -72,16 +72,11 @@ def watch_cmd(
         signal.signal(signal.SIGTERM, previous)
         ops.close()
     if once and not last.readable:
-        from offset_ledger.errors import EXIT_UNAVAILABLE
-
         raise typer.Exit(EXIT_UNAVAILABLE)  # the checkpoint could not be read (the line above says why)
 
 
 def parse_watch_specs(items: list[str]) -> list[tuple[str, str]]:
     """``serve --watch PIPELINE=CHECKPOINT`` values as (pipeline, checkpoint); bad ones are usage errors."""
-    from offset_ledger.errors import ConfigError
-    from offset_ledger.operate.inputs import check_name
-
     out = []
     for item in items:
         pipeline, sep, checkpoint = item.partition("=")
@@ -97,8 +92,6 @@ def check_checkpoint_exists(location: str) -> None:
     from pathlib import Path
     from urllib.parse import urlparse
 
-    from offset_ledger.errors import InvalidInput
-
     parsed = urlparse(location)
     if parsed.scheme not in ("", "file") and len(parsed.scheme) > 1:  # one letter: a Windows drive
         return
@@ -112,9 +105,6 @@ def start_watchers(specs: list[tuple[str, str]], ledger: LedgerAddress) -> Calla
     """One watcher thread per (pipeline, checkpoint), every 5 s; returns the function that stops them all."""
     if not specs:
         return lambda: None
-    from offset_ledger.capture.reconcile import watch
-    from offset_ledger.ledger.engine import ensure_schema
-    from offset_ledger.operate.operations import Operations
 
     ops = Operations.open(ledger)
     engine = ops.engine

@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 
 from offset_ledger.devstack.processes import StackError, cache_dir, say
+from offset_ledger.errors import ConfigError, install_hint
+from offset_ledger.rules.spark_connector import connector_coordinates as coordinates
 
 KAFKA_VERSION = "4.1.1"  # the default broker; OFFSET_LEDGER_KAFKA_VERSION picks another
 
@@ -91,8 +93,6 @@ def _pyspark_version_and_jars() -> tuple[str, Path]:
     except importlib.metadata.PackageNotFoundError:
         spec = None
     if spec is None or not spec.submodule_search_locations:
-        from offset_ledger.errors import install_hint
-
         raise StackError(f"PySpark is not installed; {install_hint('spark')} "
                          "(the connector is resolved for the installed version)")
     return version, Path(list(spec.submodule_search_locations)[0]) / "jars"
@@ -101,9 +101,6 @@ def _pyspark_version_and_jars() -> tuple[str, Path]:
 def connector_coordinates(pyspark_version: str) -> tuple[str, str]:
     """(artifactId, version) of Spark's Kafka connector for a PySpark version (``rules.spark_connector``,
     the rule ``offset_ledger.spark_packages()`` uses too); StackError when there is none."""
-    from offset_ledger.errors import ConfigError
-    from offset_ledger.rules.spark_connector import connector_coordinates as coordinates
-
     try:
         return coordinates(pyspark_version)
     except ConfigError as exc:

@@ -24,6 +24,7 @@ from offset_ledger.errors import (
 from offset_ledger.kafka.client_config import client_configs
 from offset_ledger.kafka.client_errors import translate_error as _translate
 from offset_ledger.kafka.group_admin import GroupAdmin
+from offset_ledger.kafka.readable_records import read_ranges
 from offset_ledger.kafka.record_times import record_times_by_fetch
 from offset_ledger.kafka.snapshot import ClusterSnapshot, SnapshotError, snapshot
 from offset_ledger.rules.model import TopicPartition, Watermarks
@@ -219,8 +220,6 @@ class KafkaAdapter(GroupAdmin):
 
     def read_ranges(self, ranges: Sequence[tuple[str, int, int, int]]) -> dict[tuple[str, int, int, int], Any]:
         """(topic, partition, from, until) ranges read again by a read_committed consumer (``kafka.readable_records``)."""
-        from offset_ledger.kafka.readable_records import read_ranges
-
         try:
             return read_ranges(self._configs, ranges, timeout_ms=int(self._configs["request_timeout_ms"]))
         except Exception as exc:
@@ -305,7 +304,7 @@ class KafkaAdapter(GroupAdmin):
                     # this, offsets beyond one fetch (max_poll_records) were never read.
                     sampler.resume(*todo)
                     # The subscription's seek: the consumer's checks the partition against a fresh set
-                    # of every assigned partition on each call (quadratic: ~40 ms at 1,000 partitions).
+                    # of every assigned partition on each call (quadratic; docs/benchmarks.md).
                     seek = getattr(getattr(sampler, "_subscription", None), "seek", None) or sampler.seek
                     for ktp, offsets in todo.items():
                         seek(ktp, min(offsets))
@@ -346,9 +345,8 @@ class KafkaAdapter(GroupAdmin):
                     auto_offset_reset="earliest", max_poll_records=1_000_000,
                     # A small run of records per partition is all we need from each.
                     max_partition_fetch_bytes=64 * 1024, fetch_max_wait_ms=20,
-                    # kafka-python checks CRC32C in pure Python (~4 MB/s here) unless the optional
-                    # crc32c package is installed: ~75 ms per scrape of 1,000 partitions of 50 small
-                    # records, and 64 KiB per partition at most, so up to ~17 s per 1,000 partitions. Only a
+                    # kafka-python checks CRC32C in pure Python unless the optional crc32c package is
+                    # installed: seconds per scrape of 1,000 partitions (docs/benchmarks.md). Only a
                     # timestamp is read, TCP checksums the transfer and the broker checked the batch
                     # when it was written; a consumer of the data (Spark) still checks. An explicit
                     # kafka.check.crcs setting wins.

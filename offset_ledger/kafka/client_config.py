@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from offset_ledger.config import kafka_environment
 from offset_ledger.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -89,8 +90,6 @@ def parse_option_items(items: Sequence[str] | None) -> dict[str, str]:
 def env_options(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """``OFFSET_LEDGER_KAFKA_SECURITY_PROTOCOL=SASL_SSL`` -> ``{"kafka.security.protocol": "SASL_SSL"}``,
     over the file ``OFFSET_LEDGER_KAFKA_COMMAND_CONFIG`` names (Java property names have no ``_``)."""
-    from offset_ledger.config import kafka_environment
-
     env = kafka_environment() if environ is None else environ
     out: dict[str, str] = {}
     if env.get(COMMAND_CONFIG_ENV):

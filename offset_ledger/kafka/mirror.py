@@ -33,6 +33,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import KafkaError, LedgerError, MirrorRefused, OffsetLedgerError
 from offset_ledger.ledger.audit_store import add_findings
+from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.ledger.mirror_reads import mirror_positions
 from offset_ledger.rules.model import Finding, TopicPartition
 
@@ -151,8 +152,6 @@ def sync_group(engine: Engine, kafka: Any, pipeline: str, group: str) -> SyncRes
     LedgerError as they come (callers decide about retries: ``retriable`` says which).
     """
     from sqlalchemy.exc import SQLAlchemyError
-
-    from offset_ledger.ledger.engine import translate_db_error
 
     try:
         with engine.connect() as conn:

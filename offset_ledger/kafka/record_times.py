@@ -22,6 +22,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
+from offset_ledger.kafka.snapshot import topic_layout
 from offset_ledger.rules.model import TopicPartition
 
 # Last non-flexible Fetch version (11): topics by name, and kafka-python's encoder is cheaper on it.
@@ -47,8 +48,6 @@ def record_times_by_fetch(
 async def _answer(manager: Any, wanted: Mapping[tuple[str, int], list[int]], max_wait_ms: int,
                   partition_max_bytes: int,
                   rounds: int) -> tuple[dict[tuple[TopicPartition, int], int], dict[tuple[str, int], list[int]]]:
-    from offset_ledger.kafka.snapshot import topic_layout
-
     layout = await topic_layout(manager, sorted({t for t, _ in wanted}))
     return await _fetch_rounds(manager, wanted, layout.leaders, max_wait_ms, partition_max_bytes, rounds)
 

@@ -4,7 +4,7 @@ A restart needs, for every partition of its topics, the leader, the topic's id a
 watermarks. kafka-python's consumer answers that with two full-cluster metadata refreshes and two
 sequential ``beginning_offsets``/``end_offsets`` calls whose per-partition bookkeeping (a
 ``TopicPartition``, an error lookup and a debug log call per partition, on the I/O thread) cost
-more than the broker's work: ~430 ms for 10,000 partitions on a local broker. Here the same answer
+more than the broker's work (docs/benchmarks.md). Here the same answer
 is one coroutine on the client's own I/O thread: one ``Metadata`` request for just these topics,
 then a ``ListOffsets`` request per leader and per kind (earliest, latest), all sent before the
 first reply is awaited, and the replies walked once. Requests are capped at the last

@@ -17,7 +17,9 @@ from typing import Any
 from sqlalchemy import Select, and_, func, or_, select
 from sqlalchemy.engine import Connection
 
+from offset_ledger.config import settings
 from offset_ledger.ledger.tables import runs
+from offset_ledger.rules.durations import parse_duration
 from offset_ledger.rules.liveness import (
     Bounds,
     Liveness,
@@ -34,9 +36,6 @@ __all__ = ["RunActivity", "RunState", "bounds", "last_ends", "open_runs", "run_i
 
 def run_timeout() -> timedelta:
     """``OFFSET_LEDGER_RUN_TIMEOUT``: how long a run without listener heartbeats is inferred running."""
-    from offset_ledger.config import settings
-    from offset_ledger.rules.durations import parse_duration
-
     return parse_duration(settings().run_timeout, "OFFSET_LEDGER_RUN_TIMEOUT")
 
 
@@ -44,8 +43,6 @@ def bounds(timeout: timedelta | None = None) -> Bounds:
     """The configured bounds (InvalidDuration when malformed); ``timeout`` overrides both."""
     if timeout is not None:
         return Bounds(floor=timeout, inferred=timeout)
-    from offset_ledger.config import settings
-    from offset_ledger.rules.durations import parse_duration
 
     return Bounds(floor=parse_duration(settings().run_silence_floor, "OFFSET_LEDGER_RUN_SILENCE_FLOOR"),
                   inferred=run_timeout())

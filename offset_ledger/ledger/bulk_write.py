@@ -74,9 +74,9 @@ class BulkWriter:
 
         On psycopg2, small sets go as one ``VALUES (...), (...)`` statement (``execute_values``;
         SQLAlchemy would send an ON CONFLICT executemany row by row), large ones are COPYed into a
-        session-temporary staging table and inserted from there with the same ON CONFLICT clause:
-        for 1000 rows, COPY plus INSERT ... SELECT measured 3-4x cheaper than one multi-row INSERT,
-        whose parsing dominates.
+        session-temporary staging table and inserted from there with the same ON CONFLICT clause: for
+        large sets COPY plus INSERT ... SELECT is cheaper than one multi-row INSERT, whose parsing
+        dominates (docs/benchmarks.md).
         """
         if self.execute_values is not None:
             quote = conn.dialect.identifier_preparer.quote

@@ -18,7 +18,10 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
+from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError, LedgerError, LedgerUnavailable, LedgerWithoutSchema
+from offset_ledger.ledger.partitions import ensure_ahead
+from offset_ledger.ledger.sqlite_positions import sqlite_set
 
 if TYPE_CHECKING:
     from offset_ledger.addresses import LedgerAddress
@@ -49,8 +52,6 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
     if dsn:  # given (--dsn or OFFSET_LEDGER_DSN through the CLI): no pydantic-settings on a read's start path
         url_text = dsn
     else:
-        from offset_ledger.config import settings
-
         url_text = settings().resolved_dsn(dsn)
     try:
         url = make_url(url_text)
@@ -72,8 +73,6 @@ def make_engine(dsn: str | None = None, *, pool_size: int = 5, create: bool = Tr
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
             # What v_positions' INSTEAD OF triggers call (0024): a topic row's arrays with one partition set.
-            from offset_ledger.ledger.sqlite_positions import sqlite_set
-
             dbapi_conn.create_function("offset_ledger_position_set", 15, sqlite_set, deterministic=True)
 
         return engine
@@ -326,7 +325,6 @@ def ensure_partitions(engine: Engine) -> None:
     ``prune``; rows arriving past the partitions go to the DEFAULT one meanwhile."""
     if engine.dialect.name != "postgresql":
         return
-    from offset_ledger.ledger.partitions import ensure_ahead
 
     try:
         ensure_ahead(engine)

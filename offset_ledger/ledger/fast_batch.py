@@ -78,8 +78,8 @@ _MOVE_SET = """\
 # column, which Postgres parses far faster than a VALUES row per partition.
 # Positions move by a plain UPDATE of the rows that exist (a missing one aborts: the general path
 # inserts it), not an INSERT ... ON CONFLICT DO UPDATE: that one WAL-logs a row lock before each
-# update (a Heap/LOCK record, 54 of the ~210 bytes a position cost per batch; bench_storage
-# --wal-breakdown). An UPDATE locks its rows in the order its plan meets them, not the sorted order
+# update (a Heap/LOCK record: a quarter of a position's WAL per batch, docs/benchmarks.md).
+# An UPDATE locks its rows in the order its plan meets them, not the sorted order
 # every other writer of positions keeps, so this path holds the pipeline lock EXCLUSIVELY: every
 # writer of positions takes that lock before any row lock (ledger.locks), so while this statement
 # runs no other transaction holds or can take a row lock on the pipeline's positions, and it never
@@ -154,8 +154,8 @@ _BATCHES_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
 
 
 # A listener that keeps up sends one batch a call: the same statement for one batch, with its
-# per-batch values as scalars and nothing to check between batches, measured 5-10% cheaper per call
-# (bench_record's `1by1`) than the one above given a single batch, so that case keeps its own.
+# per-batch values as scalars and nothing to check between batches: cheaper per call than the one above
+# given a single batch (docs/benchmarks.md), so that case keeps its own.
 _ONE_BATCH = "offset_ledger_record_batch_v4"
 _ONE_BATCH_SQL = f"""
 PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,

@@ -79,7 +79,7 @@ def _row(r: Any) -> CheckpointGeneration:
         query_id=r.query_id, stateful=m.get("stateful"), group_defaulted=bool(m.get("group_defaulted")))
 
 
-# Per-partition JSON a restart does not read: decoding it cost ~40 ms at 10,000 partitions.
+# Per-partition JSON a restart does not read: left undecoded (its cost: docs/benchmarks.md).
 _BULKY = ("starting_offsets", "resolved_offsets", "watermarks")
 
 
@@ -244,8 +244,8 @@ def _int_or_none(value: object) -> int | None:
 # A restart's baseline on PostgreSQL in one statement (three array parameters, one text literal each):
 # a topic row whose partitions are all in the baseline becomes the baseline (one mover: the generation);
 # a topic without a row gets one. The topics it returns are done; any other (a row with partitions the
-# baseline does not name) is merged in Python. Per-partition rows took 63-79 ms at 10,000 partitions;
-# decoding and re-encoding 10,000 positions in Python took ~150 ms more than this.
+# baseline does not name) is merged in Python: cheaper than per-partition rows or a merge of every
+# position in Python (docs/benchmarks.md).
 _PG_BASELINE = text("""
     WITH u AS (
         SELECT topic, array_agg(part ORDER BY part) AS parts, array_agg(next_offset ORDER BY part) AS offs

@@ -45,7 +45,7 @@ def _window(g: Any, since: Any) -> Any:
 
     Driven from the triples that have positions, so each is one range scan of the (pipeline, topic,
     consumer_group, batch_time) index: filtered on batch_time alone, the planner scanned the whole
-    history (80 ms per pipelines list at 1,000,000 rows, window empty). Partitions without a
+    history (docs/benchmarks.md). Partitions without a
     position are never asked about.
     """
     return (select(batch_offsets.c.pipeline, batch_offsets.c.consumer_group, batch_offsets.c.topic,
@@ -61,8 +61,8 @@ def _window(g: Any, since: Any) -> Any:
 def _window_compact(g: Any, since: Any) -> Any:
     """PostgreSQL: ``_window`` read from ``offset_ranges`` itself, per (triple number ``g.n``, partition).
 
-    Same answer as through ``v_batch_offsets``, in half the time at 300 window batches x 100
-    partitions (7 against 15 ms, docs/benchmarks.md): the arrays are unnested in the select list (a
+    Same answer as through ``v_batch_offsets``, in about half the time (docs/benchmarks.md): the
+    arrays are unnested in the select list (a
     ProjectSet, where the view's ``LATERAL unnest`` fills a tuplestore per row) and the 30,000
     elements are grouped on two integers instead of the pipeline's, group's and topic's text. The
     window's batches are still found from each triple's (pipeline, consumer_group, batch_time) index

@@ -186,8 +186,8 @@ def swap_out(engine: Engine, part: Partition, protected: Sequence[int], cutoff: 
     batch a slow writer committed meanwhile is kept) or in ``protected`` (the old batches prune keeps);
     None when its lock could not be had (retried ``TRIES`` times: prune then deletes its rows as it did
     before 0018). A row whose batch is gone is not copied (0020: no foreign key removes it with its
-    batch). The recent ids are not passed in: an array literal of the 21,000 recent batches of a fleet's
-    cutoff partition cost ~3 s to evaluate against every row."""
+    batch). The recent ids are not passed in: an array literal of a fleet's recent batches, evaluated
+    against every row, cost seconds (docs/benchmarks.md)."""
     started = time.perf_counter()
     new = f"{PARENT}_swap_{part.name.removeprefix(PARENT + '_')}"
     for attempt in range(TRIES):

@@ -1,10 +1,10 @@
 """Did a pipeline's positions move since they were read? Answered by Postgres, not by reading them again.
 
 A restart reads the positions, asks the cluster, resolves, then takes the pipeline lock and must be
-sure nothing moved meanwhile (a batch or a reset committed). Reading all of them again and
-comparing in Python cost 25-40 ms at 10,000 partitions (rows, objects, comparison) inside the
-lock; sending what was read as three array literals and counting the differences in one statement
-costs a fraction of that (issue 27). SQLite (tests, single process) reads and compares in Python.
+sure nothing moved meanwhile (a batch or a reset committed). Sending what was read as three array
+literals and counting the differences in one statement costs a fraction of reading them all again
+and comparing in Python inside the lock (docs/benchmarks.md).
+SQLite (tests, single process) reads and compares in Python.
 """
 
 from __future__ import annotations

@@ -42,6 +42,7 @@ from offset_ledger.errors import InvalidDuration, InvalidInput, LedgerError
 from offset_ledger.ledger.engine import PERMISSION_DENIED, permission_denied, translate_db_error
 from offset_ledger.ledger.partitions import ensure_ahead, partitioned, swap_out, swappable
 from offset_ledger.ledger.prune_record import record_pruned
+from offset_ledger.ledger.row_security import scoped_self
 from offset_ledger.ledger.tables import (
     batch_offsets,
     batches,
@@ -95,10 +96,9 @@ class PruneReport:
 def _tune(conn: Connection) -> None:
     """PostgreSQL: this transaction's statements without JIT and with room to hash.
 
-    Prune's statements are one-off scans of a day or more of history: JIT compiled the latest-batch
-    statement for 1.8 s of its 2.1 s on a fleet day (``bench_prune --fleet-day``), more than it saved;
-    and with the default 4 MB ``work_mem`` the planner sorted 340,000 wide rows on disk to group them
-    into 200 partition lists, where a hash of those 200 groups fits in memory."""
+    Prune's statements are one-off scans of a day or more of history: JIT costs them more than it saves,
+    and the default ``work_mem`` makes the planner sort on disk what a hash of the groups holds in
+    memory (figures: docs/benchmarks.md)."""
     if conn.dialect.name == "postgresql":
         conn.execute(text("SET LOCAL jit = off"))
         conn.execute(text("SET LOCAL work_mem = '64MB'"))
@@ -179,8 +179,8 @@ def latest_old_batches_by_partition(conn: Connection, cutoff: datetime, pipeline
 
 # ``queries.live_query_id`` for every (pipeline, group) at once: the query of the newest batch a run on
 # the group's newest generation recorded, else of the group's newest batch; kept when one of its
-# batches carries a watermark. One statement instead of four per group (200 groups: ~0.8 s of round
-# trips on a fleet day). Correlated subqueries, no LATERAL: SQLite runs the same text.
+# batches carries a watermark. One statement instead of four round trips per group (docs/benchmarks.md).
+# Correlated subqueries, no LATERAL: SQLite runs the same text.
 _LIVE_STATEFUL = """
 SELECT DISTINCT live.query_id FROM (
     SELECT COALESCE(
@@ -336,8 +336,6 @@ def _swap_aged_partitions(engine: Engine, cutoff: datetime, keep_ids: set[int], 
 
 def _scoped_role(engine: Engine) -> str | None:
     """The role when a grant scopes it to its team's pipelines (``row_security``), else None."""
-    from offset_ledger.ledger.row_security import scoped_self
-
     try:
         with engine.connect() as conn:
             return scoped_self(conn)

@@ -1,7 +1,7 @@
 """Before prune deletes ranges, record their islands in ``pruned_ranges`` (the rule: ``rules.pruned``).
 
 One ``INSERT ... SELECT`` with window functions computes the islands in the database: Python would
-have to fetch and walk every doomed row (10 s for 500,000 rows in ``bench_prune``). The statement
+have to fetch and walk every doomed row (docs/benchmarks.md). The statement
 follows ``rules.pruned.islands`` step for step; the tests compare the two on the same rows.
 
 On PostgreSQL it works on the compact rows (one per batch, source and topic: ``offset_ranges``), so

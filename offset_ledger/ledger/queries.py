@@ -36,8 +36,7 @@ def current_positions(
     # Read from the rows per topic (0024), not through ``v_positions``: the view unnests every topic's
     # arrays into rows and sorts them in Postgres, and the driver then builds a row per partition; here
     # Postgres sends one row a topic (two arrays) and the positions are made from the arrays, already in
-    # partition order (``tables.topic_positions`` keeps them ascending). The ledger read of a restart of
-    # 10,000 partitions: docs/benchmarks.md (issue 49).
+    # partition order (``tables.topic_positions`` keeps them ascending); figures in docs/benchmarks.md.
     t = topic_positions
     stmt = select(t.c.topic, t.c.partitions, t.c.next_offsets).where(
         t.c.pipeline == pipeline, t.c.consumer_group == (consumer_group or pipeline))
@@ -334,8 +333,8 @@ def checkpoint_batches(
 # ``/metrics``, ``/lag`` and the pipelines list (``operate.lag_insight.positions_and_window``). Through
 # ``v_positions`` the statement unnested every position into a row, numbered the (pipeline, group, topic)
 # triples by a DISTINCT over those rows, joined each row back to its triple on three text keys, sorted all of
-# them and sent them one by one: at 10,000 positions most of ``/metrics``' ledger read (issue 49,
-# docs/benchmarks.md). Here Postgres sends one row per topic: its partitions and next offsets as stored,
+# them and sent them one by one: most of ``/metrics``' ledger read at 10,000 positions (docs/benchmarks.md).
+# Here Postgres sends one row per topic: its partitions and next offsets as stored,
 # which of its movers moved inside the window, and the window's lowest start and highest end per partition
 # as three arrays; the positions are unrolled in Python, in the same order and the same tuples.
 #

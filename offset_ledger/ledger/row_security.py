@@ -45,6 +45,7 @@ from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine
 
 from offset_ledger.errors import InvalidInput
+from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.rules.scope import PipelineScope
 
 SCOPES_TABLE = "ledger_role_scopes"
@@ -277,8 +278,6 @@ def require_postgres(dsn: str) -> None:
 def execute(engine: Engine, statements: list[str]) -> None:
     """Run ``statements`` in one transaction (raw cursor: ``%`` in format() is not a parameter)."""
     from sqlalchemy.exc import SQLAlchemyError
-
-    from offset_ledger.ledger.engine import translate_db_error
 
     dbapi_error = engine.dialect.dbapi.Error  # type: ignore[union-attr]
     try:

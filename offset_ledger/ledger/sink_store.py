@@ -1,4 +1,5 @@
-"""A transactional sink's rows in the ledger: the fence row, the batches it committed, the outputs view.
+"""A transactional sink's rows in the ledger: the fence row and the batches it committed (read back by
+``sink_outputs``).
 
 Everything here runs on the caller's connection, inside the caller's transaction: the Postgres sink
 moves its staged rows into the target, records the batch (``sink_batches``, and the batch and its
@@ -21,6 +22,7 @@ from sqlalchemy.engine import Connection
 from offset_ledger.errors import SinkTargetChanged
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger.locks import lock_pipeline
+from offset_ledger.ledger.recorder import record_in_transaction
 from offset_ledger.ledger.records import Record, RecordOutcome, utc
 from offset_ledger.ledger.tables import (
     batch_offsets,
@@ -189,58 +191,8 @@ def record_commit(
         last_sequence=sequence, generation_id=generation_id, batch_id=batch_id, updated_at=utc(now)))
     if not records:
         return None
-    from offset_ledger.ledger.recorder import record_in_transaction  # the write path: not a read's start-up cost
 
     return record_in_transaction(conn, records, now=now)
-
-
-def pipeline_sinks(conn: Connection, pipeline: str, consumer_group: str | None = None) -> list[dict[str, Any]]:
-    """The sinks of a pipeline, with their last commit."""
-    query = select(sinks).where(sinks.c.pipeline == pipeline)
-    if consumer_group is not None:
-        query = query.where(sinks.c.consumer_group == consumer_group)
-    return [dict(r._mapping) for r in conn.execute(query.order_by(sinks.c.sink))]
-
-
-def batch_outputs(conn: Connection, pipeline: str, *, query_id: str | None = None,
-                  batch_ids: Sequence[int] | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """What each batch of a pipeline wrote (sink, target, sequence, rows, table version), newest first."""
-    query = (select(sink_batches.c.sink, sinks.c.kind, sink_batches.c.target, sinks.c.target_database,
-                    sink_batches.c.sequence, sink_batches.c.generation_id, checkpoint_generations.c.generation,
-                    sink_batches.c.query_id, sink_batches.c.batch_id, sink_batches.c.row_count,
-                    sink_batches.c.table_version, sink_batches.c.committed_at, sink_batches.c.recorded_at)
-             .join(sinks, sinks.c.sink == sink_batches.c.sink)
-             .outerjoin(checkpoint_generations, checkpoint_generations.c.id == sink_batches.c.generation_id)
-             .where(sink_batches.c.pipeline == pipeline))
-    if query_id is not None:
-        query = query.where(sink_batches.c.query_id == query_id)
-    if batch_ids is not None:
-        query = query.where(sink_batches.c.batch_id.in_(list(batch_ids)))
-    query = query.order_by(sink_batches.c.sequence.desc())
-    if limit is not None:
-        query = query.limit(limit)
-    return [dict(r._mapping) for r in conn.execute(query)]
-
-
-def outputs_by_batch(conn: Connection, pipeline: str, keys: Sequence[tuple[str, int]]
-                     ) -> dict[tuple[str, int], list[dict[str, Any]]]:
-    """What each (query id, batch id) of ``keys`` wrote through a sink (batches without a sink are absent)."""
-    if not keys:
-        return {}
-    wanted = set(keys)
-    out: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in batch_outputs(conn, pipeline, batch_ids=sorted({b for _, b in wanted})):
-        key = (row["query_id"], row["batch_id"])
-        if key in wanted:
-            out.setdefault(key, []).append(row)
-    return out
-
-
-def describe_output(row: dict[str, Any]) -> str:
-    """One line: ``sink orders:out wrote 10 rows to orders_out (sequence 4)``, with the table version if any."""
-    what = f"{row['row_count']} rows" if row.get("row_count") is not None else "rows"
-    version = f", table version {row['table_version']}" if row.get("table_version") is not None else ""
-    return f"sink {row['sink']} wrote {what} to {row['target']} (sequence {row['sequence']}{version})"
 
 
 def _window(conn: Connection, pipeline: str, consumer_group: str) -> tuple[Any, dict[int, int]]:

@@ -26,8 +26,9 @@ from sqlalchemy import (
     event,
     false,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.types import JSON, TypeDecorator
+
+from offset_ledger.ledger.engine import migrations_dir
 
 # A fixed naming convention makes constraint names identical on every database, so later
 # migrations can refer to them.
@@ -145,6 +146,14 @@ batch_offsets_inbox = Table(
 )
 
 
+def postgres_array(item: Any) -> Any:
+    """PostgreSQL's ``ARRAY`` of ``item``, asked for by a Postgres ledger only: the dialect's lazy point
+    (a SQLite ledger's command never imports it)."""
+    from sqlalchemy.dialects.postgresql import ARRAY
+
+    return ARRAY(item)
+
+
 class PackedInts(TypeDecorator):  # type: ignore[type-arg]
     """A list of integers (None: unknown): a PostgreSQL array, a JSON array text on SQLite.
 
@@ -161,7 +170,7 @@ class PackedInts(TypeDecorator):  # type: ignore[type-arg]
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(ARRAY(BigInteger if self.big else Integer))
+            return dialect.type_descriptor(postgres_array(BigInteger if self.big else Integer))
         return dialect.type_descriptor(Text())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
@@ -177,8 +186,8 @@ class PackedInts(TypeDecorator):  # type: ignore[type-arg]
 
 #: 0016: a batch's ranges, compactly: one row per (batch, Kafka source, topic) with the partitions
 #: and their ``[from_offset, until_offset)`` as parallel arrays (a NULL start: not reported), the
-#: batch referenced by its numeric key. About 20 bytes per partition-offset where a row per
-#: partition cost ~330 (docs/benchmarks.md). The foreign key is SQLite's only: PostgreSQL dropped it
+#: batch referenced by its numeric key: a small fraction of a row per partition's bytes (docs/benchmarks.md).
+#: The foreign key is SQLite's only: PostgreSQL dropped it
 #: in 0020 (a probe per deleted batch; every writer and prune handle the ranges themselves, every
 #: reader joins ``batches``).
 offset_ranges = Table(
@@ -245,7 +254,7 @@ class PackedTexts(TypeDecorator):  # type: ignore[type-arg]
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(ARRAY(Text))
+            return dialect.type_descriptor(postgres_array(Text))
         return dialect.type_descriptor(Text())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
@@ -272,7 +281,7 @@ class PackedTimes(TypeDecorator):  # type: ignore[type-arg]
 
     def load_dialect_impl(self, dialect: Any) -> Any:
         if dialect.name == "postgresql":
-            return dialect.type_descriptor(ARRAY(DateTime(timezone=True)))
+            return dialect.type_descriptor(postgres_array(DateTime(timezone=True)))
         return dialect.type_descriptor(Text())
 
     def process_bind_param(self, value: Any, dialect: Any) -> Any:
@@ -298,8 +307,8 @@ class PackedTimes(TypeDecorator):  # type: ignore[type-arg]
 #: ``stamps`` indexes per partition (1-based; NULL: every partition has mover 1, the steady state of a
 #: pipeline whose batches move all its partitions). A batch moves it with one UPDATE of one row per
 #: topic (``ledger.fast_batch``), whose WAL record PostgreSQL logs as the bytes between the unchanged
-#: prefix (keys, partitions) and suffix (the query id): the offsets and the mover, ~9 B a partition where
-#: a row per partition logged >= 95 (docs/benchmarks.md). ``ledger.position_store`` reads and writes it,
+#: prefix (keys, partitions) and suffix (the query id): the offsets and the mover, a tenth of what a row
+#: per partition logged (docs/benchmarks.md). ``ledger.position_store`` reads and writes it,
 #: ``v_positions`` (below) unnests it with the per-partition table's columns.
 topic_positions = Table(
     "topic_positions",
@@ -541,8 +550,6 @@ role_scopes = Table(
 def _migration(name: str) -> Any:
     """A migration module, read from its file (the migrations directory is no package)."""
     import importlib.util
-
-    from offset_ledger.ledger.engine import migrations_dir
 
     path = migrations_dir() / "versions" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(f"_offset_ledger_{name}", path)

@@ -13,6 +13,7 @@ import io
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from offset_ledger.errors import ConfigError
 from offset_ledger.rules.sink_copy import copy_line, quote_ident
 
 #: Bytes buffered per COPY call: a partition of any size streams through bounded memory.
@@ -25,8 +26,6 @@ def psycopg2_args(dsn: str) -> dict[str, Any]:
 
     url = make_url(dsn)
     if url.get_backend_name() != "postgresql":
-        from offset_ledger.errors import ConfigError
-
         raise ConfigError(f"the Postgres sink needs a postgresql:// DSN, not {url.get_backend_name()}://")
     args: dict[str, Any] = url.translate_connect_args(username="user", database="dbname")
     args.update({k: v for k, v in url.query.items() if isinstance(v, str)})

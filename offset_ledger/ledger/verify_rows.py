@@ -79,8 +79,8 @@ def pruned_rows(conn: Connection, pipeline: str, group: str, topic: str | None =
 
 
 # The sweep's order from the compact rows, one topic at a time: unnested, and only integers sorted
-# (partition, from, until; the batch's numeric key carried): a sort on the topic's text and the batch's
-# query id took three times as long at 1,000,000 ranges (docs/benchmarks.md, bench_reads.py).
+# (partition, from, until; the batch's numeric key carried): sorting on the topic's text and the batch's
+# query id is far slower at a million ranges (docs/benchmarks.md).
 _PG_STREAM = """
 SELECT u."partition", u.from_offset, u.until_offset, r.batch_pk
 FROM batches b

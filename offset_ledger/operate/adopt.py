@@ -22,8 +22,10 @@ from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.errors import AdoptionRefused, ConfigError
 from offset_ledger.ledger import generations as gens
-from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.engine import current_revision, ensure_schema, translate_db_error
 from offset_ledger.ledger.queries import pipeline_footprint
+from offset_ledger.operate.inputs import check_name
+from offset_ledger.operate.operations import Operations
 from offset_ledger.rules.checkpoint import (
     CheckpointState,
     KafkaPositions,
@@ -35,7 +37,6 @@ from offset_ledger.rules.checkpoint import (
 from offset_ledger.rules.model import Finding
 
 if TYPE_CHECKING:
-    from offset_ledger.operate.operations import Operations
     from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 
 log = logging.getLogger(__name__)
@@ -167,8 +168,6 @@ def plan_adoption(
     checkpoint_root: str | None = None, storage_options: Mapping[str, Any] | None = None,
 ) -> AdoptionPlan:
     """Check the names, read and parse the checkpoint, choose its Kafka positions: before any connection."""
-    from offset_ledger.operate.inputs import check_name
-
     check_name("pipeline", pipeline)
     group = check_name("consumer group", consumer_group) if consumer_group else pipeline
     location = clean_location(checkpoint)
@@ -187,8 +186,6 @@ def adopt_checkpoint(
     topic re-created later is told apart (as for generations ``start_from_ledger`` opens). A dry run
     on a ledger that was never set up answers from the plan and creates nothing, not even the schema.
     """
-    from offset_ledger.ledger.engine import current_revision, ensure_schema
-
     topic_ids: Mapping[str, str] | None = None
     if execute and ops.has_kafka:
         topic_ids = ops.kafka.topic_ids(sorted(plan.chosen.positions))
@@ -233,8 +230,6 @@ def import_checkpoint(
     answers from the checkpoint alone: the context needs a ledger to open, and a dry run never
     creates one.
     """
-    from offset_ledger.operate.operations import Operations
-
     plan = plan_adoption(checkpoint, pipeline=pipeline, consumer_group=consumer_group, source=source,
                          checkpoint_root=checkpoint_root, storage_options=storage_options)
     ledger = LedgerAddress.resolve(dsn, create=execute)  # a dry run never creates a ledger

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -36,13 +36,15 @@ from offset_ledger.errors import (
 from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.kafka.mm2_checkpoints import cluster_id, read_checkpoints
 from offset_ledger.ledger import generations as gens
-from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.engine import require_schema, translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.queries import (
     active_run_ids,
     current_positions,
     pipeline_footprint,
 )
+from offset_ledger.operate.known import pipeline_names, require_visible
+from offset_ledger.operate.operations import Operations
 from offset_ledger.operate.restart_plan import choose_group
 from offset_ledger.rules.failover import (
     FailoverPlan,
@@ -55,9 +57,6 @@ from offset_ledger.rules.failover import (
     with_time_spans,
 )
 from offset_ledger.rules.model import Finding, TopicPartition, starting_offsets_json
-
-if TYPE_CHECKING:
-    from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +131,6 @@ def failover(
     ``result.checkpoint_location`` (or call ``start_from_ledger`` with those topics: it resumes the
     new generation).
     """
-    from offset_ledger.operate.operations import Operations
-
     # The arguments as one value, checked before anything connects.
     request = FailoverRequest(
         to_bootstrap=to_bootstrap, source_alias=source_alias, target_alias=target_alias,
@@ -155,8 +152,6 @@ def fail_over(
 ) -> FailoverResult:
     """The verb: ``failover`` over the context's ledger (its Kafka is not asked: the target cluster is
     the request's ``to_bootstrap``). ``consumer_group``: default, the pipeline's only group."""
-    from offset_ledger.ledger.engine import require_schema
-
     engine = ops.engine
     require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
     group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, request)
@@ -211,13 +206,9 @@ def _read_ledger(engine: Any, pipeline: str, consumer_group: str | None, request
                  ) -> tuple[str, dict[TopicPartition, int], str | None, str | None, dict[str, set[str]]]:
     try:
         with engine.connect() as conn:
-            from offset_ledger.operate.known import require_visible
-
             require_visible(conn, pipeline)
             footprint = pipeline_footprint(conn, pipeline)
             if not footprint:
-                from offset_ledger.operate.known import pipeline_names
-
                 raise UnknownPipeline(pipeline, pipeline_names(conn))
             if consumer_group is not None and consumer_group not in footprint:
                 raise UnknownConsumerGroup(pipeline, consumer_group, sorted(footprint))

@@ -3,7 +3,7 @@
 Building 10,000 partitions' worth of rows makes ~100,000 short-lived objects that reference
 counting frees on its own. With the collector on, they live long enough to be promoted, and the
 collector then walks the whole heap (every module, class and cache of the process) once or twice
-per computation: 100-230 ms of a ~350 ms /metrics scrape measured here. Paused, they die young
+per computation (most of a /metrics scrape: docs/benchmarks.md). Paused, they die young
 without ever being examined. Results are unchanged, memory is freed by reference counting as
 before, and the collector resumes (if it was on) when the last pauser leaves.
 """

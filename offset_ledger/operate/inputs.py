@@ -16,7 +16,7 @@ from typing import Any
 
 from offset_ledger.errors import InvalidInput
 from offset_ledger.operate.answers import iso_utc
-from offset_ledger.rules.resets import ResetRequest
+from offset_ledger.rules.resets import ResetRequest, parse_offsets_body
 
 MAX_NAME = 255
 #: The largest value a BIGINT column holds: numbers from input are checked against it before SQL.
@@ -131,8 +131,6 @@ def audit_actor(authenticated: str | None, claimed: str | None, default: str) ->
 
 def request_from_legacy_body(body: Any) -> ResetRequest:
     """The legacy resetOffsetOfPartitions body -> an ``offsets`` request naming every partition."""
-    from offset_ledger.rules.resets import parse_offsets_body
-
     offsets = parse_offsets_body(body)
     return ResetRequest(mode="offsets", offsets=offsets, out_of_range="refuse", require_all_partitions=True)
 

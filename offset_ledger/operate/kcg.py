@@ -13,6 +13,7 @@ import io
 from collections.abc import Iterable
 
 from offset_ledger.errors import InvalidInput
+from offset_ledger.operate.inputs import check_topic
 from offset_ledger.rules.model import TopicPartition
 from offset_ledger.rules.resets import PartitionReset, parse_partition_key, validate_offset
 
@@ -20,8 +21,6 @@ from offset_ledger.rules.resets import PartitionReset, parse_partition_key, vali
 
 def parse_offsets_csv(text: str, *, source: str) -> dict[TopicPartition, int]:
     """``topic,partition,offset`` lines (KCG's export; an optional header line) -> offsets."""
-    from offset_ledger.operate.inputs import check_topic
-
     out: dict[TopicPartition, int] = {}
     rows = [r for r in csv.reader(io.StringIO(text)) if any(cell.strip() for cell in r)]
     if rows and [c.strip().lower() for c in rows[0]][:2] == ["topic", "partition"]:

@@ -27,8 +27,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.engine import Connection
 
+from offset_ledger.config import settings
 from offset_ledger.errors import KafkaError
 from offset_ledger.ledger.lag_window import window_rows
+from offset_ledger.rules.durations import parse_duration
 from offset_ledger.rules.model import Position, TopicPartition
 from offset_ledger.rules.status import status_of
 
@@ -55,9 +57,6 @@ class WindowFacts:
 
 def status_window() -> timedelta:
     """``OFFSET_LEDGER_STATUS_WINDOW`` (default 5m)."""
-    from offset_ledger.config import settings
-    from offset_ledger.rules.durations import parse_duration
-
     return parse_duration(settings().status_window, "OFFSET_LEDGER_STATUS_WINDOW")
 
 

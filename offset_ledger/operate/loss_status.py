@@ -15,6 +15,8 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from offset_ledger.operate.verify_loss import loss_stretches
+
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
@@ -44,8 +46,6 @@ class LossBook:
         with self._lock:
             rows = [r for r in rows if r[0] > self._seen][:JUDGED_PER_CALL]
             if rows:
-                from offset_ledger.operate.verify_loss import loss_stretches  # only once a shortfall is seen
-
                 check = loss_stretches([(r[0], r[3], r[4], r[5]) for r in rows], kafka)
                 if check.checked or kafka is None:
                     where = {r[0]: (r[1], r[2]) for r in rows}

@@ -58,8 +58,8 @@ def plan_cost(kafka: Any, starting_offsets: Mapping[str, Mapping[str, int]], pos
 
     Only partitions with a position count: a new partition's first read is no move. Partitions that
     start where they stand are left out of ``partitions`` (they re-read and skip nothing): a restart
-    usually moves none of its partitions, and building a cost row for each of 10,000 cost it
-    ~50 ms (issue 27), compared on plain keys first.
+    usually moves none of its partitions, so they are compared on plain keys first, before any cost
+    row is built (docs/benchmarks.md).
     """
     before = {(p.topic, p.partition): p.next_offset for p in positions}
     after: dict[TopicPartition, int] = {}

@@ -23,25 +23,23 @@ from offset_ledger.errors import (
     ConfigError,
     UnknownConsumerGroup,
 )
+from offset_ledger.kafka.adapter import KafkaAdapter
 from offset_ledger.ledger.engine import engine_for, read_engine, translate_db_error
+from offset_ledger.operate.inputs import check_name
+from offset_ledger.operate.known import require_pipeline
+from offset_ledger.operate.lag_insight import LagInsight
+from offset_ledger.operate.loss_status import LossBook
+from offset_ledger.operate.retention_insight import RetentionInsight
 from offset_ledger.rules.coalesce import Coalescer
 from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.restart_options import PipelineRef
 
 if TYPE_CHECKING:
     from offset_ledger.addresses import KafkaAddress, LedgerAddress
-    from offset_ledger.kafka.adapter import KafkaAdapter
-    from offset_ledger.operate.lag_insight import LagInsight
-    from offset_ledger.operate.loss_status import LossBook
-    from offset_ledger.operate.retention_insight import RetentionInsight
 
 
 def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
     """The consumer group to use: the one given (it must be in the ledger), else the pipeline's only one."""
-    # Here, not at the top: ``start_from_ledger`` builds this context too and checks names itself.
-    from offset_ledger.operate.inputs import check_name
-    from offset_ledger.operate.known import require_pipeline
-
     check_name("pipeline", pipeline)
     groups = require_pipeline(conn, pipeline)  # UnknownPipeline naming the pipelines that exist
     if consumer_group is not None:
@@ -103,7 +101,6 @@ class Operations:
             if not self._bootstrap:
                 raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-servers or set "
                                   "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
-            from offset_ledger.kafka.adapter import KafkaAdapter
 
             self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options,
                                        request_timeout_ms=self._kafka_timeout_ms)
@@ -119,22 +116,16 @@ class Operations:
     @property
     def lag_insight(self) -> LagInsight:
         """Time lag and drift per partition, cached between requests (``operate.lag_insight``)."""
-        from offset_ledger.operate.lag_insight import LagInsight
-
         return self._made_once("_lag_insight", LagInsight)
 
     @property
     def retention_insight(self) -> RetentionInsight:
         """Retention headroom per partition, cached between requests (``operate.retention_insight``)."""
-        from offset_ledger.operate.retention_insight import RetentionInsight
-
         return self._made_once("_retention_insight", RetentionInsight)
 
     @property
     def losses(self) -> LossBook:
         """Records lost per partition (issue 41), judged once per finding (``operate.loss_status``)."""
-        from offset_ledger.operate.loss_status import LossBook
-
         return self._made_once("_losses", LossBook)
 
     @property

@@ -23,9 +23,11 @@ from offset_ledger.operate.reads import (
     watermarks_or_none,
     with_headroom,
 )
+from offset_ledger.operate.retention_insight import pipeline_headroom
 from offset_ledger.operate.visibility import current_scope, unscoped
 from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.scope import PipelineScope
+from offset_ledger.rules.status import overall_status, with_lost_records
 
 
 def visible_metrics(snap: MetricsSnapshot, scope: PipelineScope) -> MetricsSnapshot:
@@ -82,9 +84,6 @@ def _metrics(ops: Operations) -> MetricsSnapshot:
                                                         m.log_end_offset if m else None)))
     if kafka_up:
         from dataclasses import replace
-
-        from offset_ledger.operate.retention_insight import pipeline_headroom
-        from offset_ledger.rules.status import overall_status, with_lost_records
 
         parts = with_headroom(ops, enrich(ops, parts, open_by_group, facts, kafka=True))
         by: dict[tuple[str, str], list[Any]] = {}

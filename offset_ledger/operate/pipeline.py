@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.operate.inputs import check_name
+from offset_ledger.operate import restart
 from offset_ledger.rules.policies import POLICY_KEYS, Policies
 from offset_ledger.rules.restart_options import PipelineRef, RestartOptions
 from offset_ledger.rules.restart_request import RestartRequest
@@ -169,23 +170,19 @@ class Pipeline:
 
     def request(self, checkpoint_root: str, overrides: Mapping[str, Any]) -> RestartRequest:
         """The ``RestartRequest`` this pipeline makes with a call's ``overrides`` (checked: ``check_overrides``)."""
-        from offset_ledger.operate.restart import absolute_root, sink_names
-
         return RestartRequest(
             PipelineRef(self.name, self.consumer_group),
             RestartOptions(topics=self.topics, topic_pattern=self.topic_pattern,  # type: ignore[arg-type]
-                           checkpoint_root=absolute_root(checkpoint_root), app_version=self.app_version,
+                           checkpoint_root=restart.absolute_root(checkpoint_root), app_version=self.app_version,
                            new_checkpoint=bool(overrides.get("new_checkpoint", False)),
                            allow_first_run=bool(overrides.get("allow_first_run", False)),
                            adopt_checkpoint=overrides.get("adopt_checkpoint")),
             Policies(**{k: overrides[k] for k in POLICY_KEYS if k in overrides}),
-            sinks=sink_names(overrides.get("sinks") or ()))
+            sinks=restart.sink_names(overrides.get("sinks") or ()))
 
     def _restart(self, checkpoint_root: str, overrides: Mapping[str, Any], kafka: KafkaAddress) -> RestartPlan:
-        from offset_ledger.operate.restart import restart_at
-
         request = self.request(checkpoint_root, overrides)
-        return restart_at(LedgerAddress.resolve(self.dsn), kafka, request, tuple(overrides.get("sinks") or ()))
+        return restart.restart_at(LedgerAddress.resolve(self.dsn), kafka, request, tuple(overrides.get("sinks") or ()))
 
     def reader_options(self, plan: RestartPlan, kafka: KafkaAddress | None = None) -> dict[str, str]:
         """Every option :meth:`start` sets on the reader for ``plan``: Kafka settings, subscription, startingOffsets."""

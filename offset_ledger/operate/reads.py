@@ -20,16 +20,21 @@ from sqlalchemy.engine import Connection
 from offset_ledger.errors import KafkaError, UnknownTopic
 from offset_ledger.ledger import catalog, queries
 from offset_ledger.ledger.activity import last_ends, open_runs, verdict
+from offset_ledger.ledger.engine import require_schema
 from offset_ledger.ledger.loss_reads import shortfall_findings
+from offset_ledger.ledger.sink_outputs import outputs_by_batch
 from offset_ledger.operate.audit import findings_counts
 from offset_ledger.operate.answers import HistoryPage, PartitionLag, PipelineSummary, iso_utc
 from offset_ledger.operate.answers import legacy_topic_answer, topic_answer
 from offset_ledger.operate.inputs import check_limit, check_topic, decode_cursor, encode_cursor
+from offset_ledger.operate.known import require_topics, require_visible as visible_or_unknown
+from offset_ledger.operate.lag_insight import positions_and_window, status_window
 from offset_ledger.operate.loss_status import per_pipeline
 from offset_ledger.operate.operations import Operations, resolve_group
+from offset_ledger.operate.retention_insight import pipeline_headroom
 from offset_ledger.operate.visibility import current_scope, unscoped
 from offset_ledger.rules.model import Position, TopicPartition, Watermarks
-from offset_ledger.rules.status import with_lost_records
+from offset_ledger.rules.status import overall_status, with_lost_records
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
@@ -48,15 +53,11 @@ def ping(ops: Operations) -> None:
 
 def schema_revision(ops: Operations) -> str:
     """The ledger's schema revision (LedgerWithoutSchema / LedgerUnavailable when it has none or is away)."""
-    from offset_ledger.ledger.engine import require_schema
-
     return require_schema(ops.reads)
 
 
 def require_visible(ops: Operations, pipeline: str) -> None:
     """UnknownPipeline, as for a name the ledger does not know, when the caller's scope hides ``pipeline``."""
-    from offset_ledger.operate.known import require_visible as visible_or_unknown
-
     with ops.reading() as conn:
         visible_or_unknown(conn, pipeline)
 
@@ -141,9 +142,6 @@ def _statuses(ops: Operations, rows: list[dict[str, Any]], open_by_group: Mappin
               facts: Mapping[Any, Any]) -> tuple[dict[tuple[str, str], str | None], dict[tuple[str, str], Any]]:
     """Overall status per pipeline (no time lag or drift needed for it: no extra Kafka round trips), and
     retention headroom per pipeline (its reads are cached: ``offset_ledger.operate.retention_insight``)."""
-    from offset_ledger.operate.retention_insight import pipeline_headroom
-    from offset_ledger.rules.status import overall_status
-
     parts = [(pipeline, group, PartitionLag(p.topic, p.partition, p.next_offset,
                                             marks[p.tp].log_start_offset if p.tp in marks else None,
                                             marks[p.tp].log_end_offset if p.tp in marks else None))
@@ -165,8 +163,6 @@ def with_headroom(ops: Operations, parts: list[tuple[str, str, PartitionLag]]) -
 def enrich(ops: Operations, parts: list[tuple[str, str, PartitionLag]], open_by_group: Mapping[tuple[str, str], Any],
            facts: Mapping[Any, Any], *, kafka: bool) -> list[tuple[str, str, PartitionLag]]:
     """Time lag, drift and status for ``parts`` (``offset_ledger.operate.lag_insight``), ``facts`` read with the positions."""
-    from offset_ledger.operate.lag_insight import status_window
-
     active = {k: any(a.state == "active" for a in acts) for k, acts in open_by_group.items()}
     return ops.lag_insight.enrich(ops.kafka if kafka and ops.has_kafka else None, parts, facts, active,
                                window=status_window())
@@ -175,11 +171,6 @@ def enrich(ops: Operations, parts: list[tuple[str, str, PartitionLag]], open_by_
 def positions_and_window_now(conn: Connection, pipeline: str | None = None, group: str | None = None,
                              ) -> tuple[dict[tuple[str, str], list[Position]], dict[Any, Any]]:
     """Positions and the status window's facts (``lag_insight.positions_and_window``) as of now."""
-    from offset_ledger.operate.lag_insight import (
-        positions_and_window,
-        status_window,
-    )
-
     return positions_and_window(conn, datetime.now(timezone.utc) - status_window(), pipeline, group)
 
 
@@ -214,14 +205,11 @@ def history(
     with ops.reading() as conn:
         group = resolve_group(conn, pipeline, consumer_group)
         if topic is not None:
-            from offset_ledger.operate.known import require_topics
-
             require_topics(conn, pipeline, group, [topic])
         rows = queries.batch_history(conn, pipeline, group, topic=topic, since=since, until=until,
                                      limit=limit + 1, after=after)
         more = len(rows) > limit
         rows = rows[:limit]
-        from offset_ledger.ledger.sink_store import outputs_by_batch
 
         wrote = outputs_by_batch(conn, pipeline, [(r["query_id"], r["batch_id"]) for r in rows])
     next_cursor = encode_cursor(rows[-1]["batch_time"], rows[-1]["id"]) if more else None

@@ -16,16 +16,18 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.errors import InvalidInput, KafkaError, ReplayNotExact, UnknownBatch
+from offset_ledger.ledger import batch_ranges as q
+from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.sink_outputs import outputs_by_batch
+from offset_ledger.operate.inputs import check_name, parse_timestamp
+from offset_ledger.operate.operations import Operations, resolve_group
 from offset_ledger.rules.model import TopicPartition, Watermarks
-
-if TYPE_CHECKING:
-    from offset_ledger.operate.operations import Operations
 
 log = logging.getLogger(__name__)
 
@@ -190,8 +192,6 @@ def _check_request(batch: int | None, since: datetime | None, until: datetime | 
     if query_id is not None and generation is not None:
         raise InvalidInput("give either a query id or a generation, not both")
     if query_id is not None:
-        from offset_ledger.operate.inputs import check_name
-
         check_name("query id", query_id)
     # Bounds of the ledger's columns: anything outside matches nothing and must not reach the driver.
     if batch is not None and batch >= 2**63:
@@ -223,9 +223,6 @@ def replay(
     (``since`` inclusive, ``until`` exclusive, on batch times) takes every query's batches unless
     ``query_id`` or ``generation`` narrows it.
     """
-    from offset_ledger.ledger import batch_ranges as q
-    from offset_ledger.ledger.engine import translate_db_error
-
     # SQLite keeps datetimes as naive UTC text: an aware bound in another zone would be compared by
     # its wall-clock digits there (Postgres converts); naive input means UTC everywhere.
     since, until = _utc(since), _utc(until)
@@ -233,8 +230,6 @@ def replay(
     kafka = ops.kafka if ops.has_kafka else None
     try:
         with ops.engine.connect() as conn:
-            from offset_ledger.operate.operations import resolve_group
-
             group = resolve_group(conn, pipeline, consumer_group)
             chosen = query_id
             if generation is not None or (chosen is None and batch is not None):
@@ -256,7 +251,6 @@ def replay(
                 ranges = recover_starts(
                     ranges, q.previous_ends(conn, {(r.query_id, r.batch_id - 1) for r in open_starts if r.batch_id}),
                     q.first_batch_starts(conn, pipeline, group, {r.query_id for r in open_starts if r.batch_id == 0}))
-            from offset_ledger.ledger.sink_store import outputs_by_batch
 
             wrote = outputs_by_batch(conn, pipeline, sorted({(r.query_id, r.batch_id) for r in ranges}))
     except SQLAlchemyError as exc:
@@ -309,9 +303,6 @@ def replay_range(
     given without that partition. Aware datetimes of any zone select the same batches on every
     database. Raises UnknownPipeline / UnknownBatch when nothing matches.
     """
-    from offset_ledger.operate.inputs import parse_timestamp
-    from offset_ledger.operate.operations import Operations
-
     start = parse_timestamp(since) if isinstance(since, (str, int)) else since
     end = parse_timestamp(until) if isinstance(until, (str, int)) else until
     ops = Operations.open(LedgerAddress.resolve(dsn), KafkaAddress.resolve(bootstrap_servers, kafka_options))

@@ -28,6 +28,7 @@ from offset_ledger.operate.inputs import (
     check_topic,
 )
 from offset_ledger.operate.known import require_topics
+from offset_ledger.operate.move_cost import reset_cost
 from offset_ledger.operate.operations import Operations, resolve_group
 from offset_ledger.rules.model import Position
 from offset_ledger.rules.resets import ResetPlan, ResetRequest
@@ -125,7 +126,6 @@ def reset(
             force=force)
     except SQLAlchemyError as exc:
         raise translate_db_error(exc, "recording the reset") from exc
-    from offset_ledger.operate.move_cost import reset_cost  # a reset's cost: not a read's start
 
     cost = reset_cost(ops.kafka, plan) if plan.partitions else None
     return ResetOutcome(pipeline, group, plan, stored, dry_run, actor, reason, cost)

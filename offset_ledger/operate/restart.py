@@ -17,20 +17,22 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.capture.reconcile import CurrentGeneration, reconcile
-from offset_ledger.errors import ConfigError, PlanConflict
+from offset_ledger.errors import ConfigError, KafkaError, MirrorRefused, PlanConflict
+from offset_ledger.kafka.mirror import record_refusal, sync_group
 from offset_ledger.ledger import generations as gens
 from offset_ledger.ledger import reconcile_store, sink_store
 from offset_ledger.ledger.engine import ensure_schema, translate_db_error
 from offset_ledger.ledger.locks import lock_pipeline
 from offset_ledger.ledger.policy_store import current_policies
 from offset_ledger.ledger.restart_state import ledger_now
+from offset_ledger.operate.adopt import adopt_if_unknown
 from offset_ledger.operate.gc_pause import gc_paused
 from offset_ledger.operate.move_cost import plan_cost
 from offset_ledger.operate.operations import Operations
@@ -52,9 +54,7 @@ from offset_ledger.rules.resolver import new_generation_reason
 from offset_ledger.rules.restart_options import GroupRef, PipelineRef, RestartOptions
 from offset_ledger.rules.restart_request import RestartRequest
 from offset_ledger.rules.restart_requirements import unmet
-
-if TYPE_CHECKING:  # the annotation only: a restart imports no sink code until a sink is passed
-    from offset_ledger.sinks.protocol import Sink
+from offset_ledger.sinks.protocol import Sink
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +190,6 @@ def sink_names(sinks: Sequence[Any]) -> tuple[str, ...] | None:
     not a sink (a missing ``reconcile`` would fail half way)."""
     if not sinks:
         return None
-    from offset_ledger.sinks.protocol import Sink
 
     strays = [type(s).__name__ for s in sinks if not isinstance(s, Sink)]
     if strays:
@@ -211,8 +210,6 @@ def restart(ops: Operations, request: RestartRequest, sinks: Sequence[Sink] = ()
     """
     reconciled = tuple(f for sink in sinks for f in sink.reconcile(ops.engine))
     if request.options.adopt_checkpoint is not None:
-        from offset_ledger.operate.adopt import adopt_if_unknown
-
         adopt_if_unknown(ops, request.ref, request.options)
     use, overrides = policies_in_effect(ops, request.pipeline, request.given)
     # Ground truth first: what the current generation's checkpoint committed and the
@@ -409,9 +406,6 @@ def write_under_lock(
 
 def mirror(ops: Operations, pipeline: str, group: str) -> tuple[Finding, ...]:
     """Mirror the ledger's positions into the Kafka group (``commit_to_kafka``); problems become findings."""
-    from offset_ledger.errors import KafkaError, MirrorRefused
-    from offset_ledger.kafka.mirror import record_refusal, sync_group
-
     try:
         sync_group(ops.engine, ops.kafka, pipeline, group)
         return ()

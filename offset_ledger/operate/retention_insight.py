@@ -24,9 +24,12 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from offset_ledger.config import settings
 from offset_ledger.errors import KafkaError
+from offset_ledger.kafka.retention_reads import topic_retention
+from offset_ledger.rules.durations import parse_duration
 from offset_ledger.rules.model import TopicPartition
-from offset_ledger.rules.retention import Headroom, PartitionRetention, RetentionSettings, headroom
+from offset_ledger.rules.retention import Headroom, PartitionRetention, RetentionSettings, headroom, worst
 
 if TYPE_CHECKING:
     from offset_ledger.kafka.adapter import KafkaAdapter
@@ -43,9 +46,6 @@ Timestamps = Callable[[Sequence["PartitionLag"]], Mapping[tuple[str, int, int], 
 
 def warn_seconds() -> float:
     """``OFFSET_LEDGER_RETENTION_WARN`` (default 1h) in seconds."""
-    from offset_ledger.config import settings
-    from offset_ledger.rules.durations import parse_duration
-
     return parse_duration(settings().retention_warn, "OFFSET_LEDGER_RETENTION_WARN").total_seconds()
 
 
@@ -82,8 +82,6 @@ class RetentionInsight:
         return out
 
     def _settings(self, kafka: KafkaAdapter, topics: list[str]) -> dict[str, RetentionSettings]:
-        from offset_ledger.kafka.retention_reads import topic_retention
-
         now = time.monotonic()
         with self._lock:
             missing = [t for t in topics if t not in self._configs or self._configs[t][0] <= now]
@@ -134,8 +132,6 @@ def _unread(x: PartitionLag) -> bool:
 
 def pipeline_headroom(rows: Rows) -> dict[tuple[str, str], Headroom]:
     """Per (pipeline, consumer group): its most severe partition headroom (``rules.retention.worst``)."""
-    from offset_ledger.rules.retention import worst
-
     by: dict[tuple[str, str], list[Headroom]] = {}
     for pipeline, group, x in rows:
         if x.headroom is not None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from offset_ledger.errors import KafkaError
+from offset_ledger.kafka.retention_reads import topic_retention
 from offset_ledger.rules.read_shortfall import ROWS_UNKNOWN
 from offset_ledger.rules.verify import BatchRef, PartitionResult, Reason, Stretch
 
@@ -60,8 +61,6 @@ def loss_stretches(shortfalls: Sequence[tuple[int, str, int, dict[str, Any]]],
     readings: dict[_Range, Any] = {}
     unanswered = "Kafka not configured: compaction and transaction markers not checked"
     if kafka is not None and wanted:
-        from offset_ledger.kafka.retention_reads import topic_retention
-
         try:
             policies = {t: s.cleanup_policy for t, s in topic_retention(kafka, sorted({r[0] for r in wanted})).items()}
             plain = [r for r in wanted if "compact" not in policies.get(r[0], "")]

@@ -25,7 +25,9 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from offset_ledger.errors import ConfigError, SinkFenced
+from offset_ledger.capture.checkpoint_files import checkpoint_files
+from offset_ledger.config import settings
+from offset_ledger.errors import CheckpointFormatError, ConfigError, SinkFenced
 from offset_ledger.ledger import reconcile_store, sink_store
 from offset_ledger.ledger.engine import translate_db_error
 from offset_ledger.rules.delta_log import DeltaCommit, commit_version, parse_commit
@@ -48,8 +50,6 @@ class DeltaSink:
         if not path or not path.strip():
             raise ConfigError("the Delta sink needs the table's path")
         if dsn is None:
-            from offset_ledger.config import settings
-
             dsn = settings().dsn
         if not dsn:
             raise ConfigError("the Delta sink needs a ledger DSN (dsn or OFFSET_LEDGER_DSN)")
@@ -115,8 +115,6 @@ class DeltaSink:
                           f"written by another application id with a higher txnVersion?", sink=self.name)
 
     def _commits(self, after_version: int = -1) -> list[DeltaCommit]:
-        from offset_ledger.capture.checkpoint_files import checkpoint_files
-
         files = checkpoint_files(self.path, self.storage_options)
         versions = sorted(v for v in map(commit_version, files.list("_delta_log")) if v is not None and v > after_version)
         out = []
@@ -132,9 +130,6 @@ class DeltaSink:
 
     def reconcile(self, ledger: Engine) -> tuple[Finding, ...]:
         """Record in the ledger the table versions this sink wrote and the ledger lacks (before a restart plans)."""
-        from offset_ledger.capture.checkpoint_files import checkpoint_files
-        from offset_ledger.errors import CheckpointFormatError
-
         check_target(ledger, self.spec, register=False)
         try:
             checkpoint_files(self.path, self.storage_options)

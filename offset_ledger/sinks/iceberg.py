@@ -28,6 +28,8 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.capture.checkpoint_files import checkpoint_files
+from offset_ledger.config import settings
 from offset_ledger.errors import CheckpointFormatError, ConfigError, SinkFenced
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
@@ -68,8 +70,6 @@ class IcebergSink:
         if not warehouse or not warehouse.strip():
             raise ConfigError("the Iceberg sink needs the Hadoop catalog's warehouse directory")
         if dsn is None:
-            from offset_ledger.config import settings
-
             dsn = settings().dsn
         if not dsn:
             raise ConfigError("the Iceberg sink needs a ledger DSN (dsn or OFFSET_LEDGER_DSN)")
@@ -153,8 +153,6 @@ class IcebergSink:
 
     def _snapshots(self) -> list[IcebergSnapshot]:
         """The table's current snapshot and its ancestors, oldest first (none before the table exists)."""
-        from offset_ledger.capture.checkpoint_files import checkpoint_files
-
         try:
             files = checkpoint_files(self.location, self.storage_options)
         except CheckpointFormatError:

@@ -32,10 +32,13 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.addresses import LedgerAddress
+from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.capture.reconcile import batch_records
+from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError, SinkFenced
 from offset_ledger.ledger import reconcile_store, sink_store, sink_target
-from offset_ledger.ledger.engine import translate_db_error
+from offset_ledger.ledger.engine import engine_for, ensure_schema, translate_db_error
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_ahead import BatchHolding, SinkCommitRange, late_commit
@@ -57,9 +60,6 @@ def sink_engine(dsn: str, *, ledger: bool = True) -> Engine:
     """One engine per DSN per process: the sink object itself holds only strings (it is pickled)."""
     with _ENGINES_LOCK:
         if dsn not in _ENGINES:
-            from offset_ledger.addresses import LedgerAddress
-            from offset_ledger.ledger.engine import engine_for, ensure_schema
-
             engine = engine_for(LedgerAddress(dsn))  # the DSN the sink's constructor resolved
             if ledger:
                 ensure_schema(engine)
@@ -112,8 +112,6 @@ class PostgresSink:
         if not table or not table.strip():
             raise ConfigError("the Postgres sink needs a target table")
         if dsn is None:
-            from offset_ledger.config import settings
-
             dsn = settings().dsn
         if not dsn or not dsn.startswith("postgresql"):
             raise ConfigError("the Postgres sink needs a postgresql:// ledger DSN (dsn or OFFSET_LEDGER_DSN)")
@@ -150,8 +148,6 @@ class PostgresSink:
 
     def write(self, df: Any, batch_id: int) -> SinkDecision:
         """Stage ``df`` on the executors and commit it with its ledger record (or skip / fence it)."""
-        from offset_ledger.capture.checkpoint_files import checkpoint_files
-
         if not self.checkpoint_location:
             raise ConfigError(f"sink {self.name!r} has no checkpoint location: bind(plan.checkpoint_location)")
         started = time.perf_counter()

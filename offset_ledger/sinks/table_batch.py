@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.capture.checkpoint_files import checkpoint_files
 from offset_ledger.errors import ConfigError, SinkFenced
 from offset_ledger.ledger import reconcile_store, sink_store
 from offset_ledger.ledger.engine import translate_db_error
@@ -62,8 +63,6 @@ def prepare_batch(spec: sink_store.SinkSpec, dsn: str, checkpoint_location: str 
                   storage_options: Any, batch_id: int) -> PreparedBatch:
     """Decide ``batch_id`` of the sink ``spec`` (its checkpoint at ``checkpoint_location``) in one ledger
     transaction: ConfigError for an unbound sink or a checkpoint the ledger did not hand out."""
-    from offset_ledger.capture.checkpoint_files import checkpoint_files
-
     if not checkpoint_location:
         raise ConfigError(f"sink {spec.sink!r} has no checkpoint location: bind(plan.checkpoint_location)")
     ledger = sink_engine(dsn)

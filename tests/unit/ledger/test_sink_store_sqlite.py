@@ -11,7 +11,7 @@ from sqlalchemy import select, text
 
 from offset_ledger.errors import SinkTargetChanged, exit_code
 from offset_ledger.ledger import generations as gens
-from offset_ledger.ledger import sink_store
+from offset_ledger.ledger import sink_outputs, sink_store
 from offset_ledger.ledger.engine import ensure_schema, make_engine
 from offset_ledger.ledger.records import BatchRecord, RunStart
 from offset_ledger.ledger.tables import batches, positions
@@ -78,9 +78,9 @@ def test_commits_record_the_batch_its_positions_and_its_output(engine) -> None: 
                                  "row_count, batch_input_rows FROM v_batch_outputs ORDER BY sequence")).all()
         assert [tuple(r) for r in view] == [("orders:out", "postgres", "out", "ledger", 1, 1, 0, 10, 10),
                                             ("orders:out", "postgres", "out", "ledger", 2, 1, 1, 10, 10)]
-        out = sink_store.batch_outputs(conn, "orders", batch_ids=[1])
+        out = sink_outputs.batch_outputs(conn, "orders", batch_ids=[1])
         assert [(o["sequence"], o["generation"], o["row_count"]) for o in out] == [(2, 1, 10)]
-        (s,) = sink_store.pipeline_sinks(conn, "orders")
+        (s,) = sink_outputs.pipeline_sinks(conn, "orders")
         assert (s["last_sequence"], s["generation_id"], s["batch_id"]) == (2, gen, 1)
 
 
@@ -114,7 +114,7 @@ def test_a_changed_target_database_is_refused_before_anything_is_written(engine)
                                                      "(pipeline 'orders', group 'orders')")
     with engine.begin() as conn:
         sink_store.bind_target(conn, remote, T0)
-        assert [r["target_database"] for r in sink_store.pipeline_sinks(conn, "orders")] == ["db-a:5432/target"]
+        assert [r["target_database"] for r in sink_outputs.pipeline_sinks(conn, "orders")] == ["db-a:5432/target"]
 
 
 def test_a_delta_sink_is_bound_to_its_table_path_as_a_location(engine) -> None:  # type: ignore[no-untyped-def]
