@@ -32,6 +32,7 @@ from typing import Any
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.config import settings
 from offset_ledger.errors import ConfigError, KafkaError, SinkInputRefused
 from offset_ledger.ledger import sink_store
 from offset_ledger.ledger.engine import translate_db_error
@@ -41,6 +42,7 @@ from offset_ledger.rules.model import Finding
 from offset_ledger.rules.sink_batch import batch_doc
 from offset_ledger.rules.sink_identity import SinkDecision
 from offset_ledger.sinks import held as held_records
+from offset_ledger.sinks._kafka_tx import commit_empty, write_assigned, write_partitions
 from offset_ledger.sinks.postgres import check_target
 from offset_ledger.sinks.table_batch import TableCommit, prepare_batch, record_found_commit, record_table_commit
 
@@ -75,8 +77,6 @@ class KafkaSink:
         if not bootstrap_servers:
             raise ConfigError("the Kafka sink needs the output cluster's bootstrap_servers")
         if dsn is None:
-            from offset_ledger.config import settings
-
             dsn = settings().dsn
         if not dsn:
             raise ConfigError("the Kafka sink needs a ledger DSN (dsn or OFFSET_LEDGER_DSN)")
@@ -163,8 +163,6 @@ class KafkaSink:
         done = {(r.topic, r.partition) for r in runs}
         rest = [tp for tp in ranges if tp not in done]
         if rest:
-            from offset_ledger.sinks._kafka_tx import commit_empty
-
             runs += self._kafka(lambda: commit_empty(cfg, rest), f"committing {len(rest)} partition(s) with no rows")
         written = time.perf_counter()
         self.last_runs = sorted(runs, key=lambda r: (r.topic, r.partition))
@@ -195,8 +193,6 @@ class KafkaSink:
         the rows are grouped by source partition (a shuffle on the JVM side) and sorted by offset.
         """
         from pyspark.sql import functions as F
-
-        from offset_ledger.sinks._kafka_tx import write_assigned, write_partitions
 
         def col(name: str, cast: str | None = None) -> Any:
             if name not in columns:
