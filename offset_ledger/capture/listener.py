@@ -365,9 +365,8 @@ def _mirror_factories(ledger: LedgerAddress, kafka: KafkaAddress) -> tuple[Calla
     """(ledger engine factory, Kafka adapter factory) of the consumer-group mirror; checks settings now."""
     from offset_ledger.kafka.adapter import KafkaAdapter, client_configs
 
-    options = dict(kafka.options)
-    client_configs(kafka.bootstrap_servers or "", options)  # ConfigError now, at construction, not in the writer thread
-    return functools.partial(engine_for, ledger), lambda: KafkaAdapter(str(kafka.bootstrap_servers), options)
+    client_configs(kafka.bootstrap_servers or "", kafka.options)  # ConfigError now, at construction, not in the writer thread
+    return functools.partial(engine_for, ledger), functools.partial(KafkaAdapter.open, kafka)
 
 
 def _heartbeat_seconds(given: float | None, custom_store: bool) -> float | None:

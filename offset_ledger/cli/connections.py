@@ -116,7 +116,7 @@ def kafka_adapter(kafka: KafkaAddress) -> KafkaAdapter:
     """
     from offset_ledger.kafka.adapter import KafkaAdapter
 
-    return KafkaAdapter(kafka.require(), kafka.options, request_timeout_ms=kafka.timeout_ms)
+    return KafkaAdapter.open(kafka)
 
 
 __all__ = ["KafkaOptions", "KafkaServerOptions", "LedgerOptions", "kafka_adapter", "ledger_ready",
