@@ -3,8 +3,9 @@
 A face (the Python API's ``start_from_ledger`` and ``Pipeline``, the listener, a sink, the CLI, the
 server) turns what its caller gave — arguments, ``--dsn``, ``OFFSET_LEDGER_*`` — into a
 ``LedgerAddress`` and a ``KafkaAddress`` exactly once; everything below it takes the value, never a
-DSN string or a bootstrap-servers fallback of its own. ``Operations.open`` is the one place that
-turns the addresses into engines and clients.
+DSN string or a bootstrap-servers fallback of its own. ``Operations.open`` opens both; the engines
+are made by ``ledger.engine.engine_for`` and the Kafka clients by ``KafkaAdapter.open``, the one place
+each (enforced by tests/unit/project/test_addresses.py).
 """
 
 from __future__ import annotations
@@ -63,6 +64,10 @@ class KafkaAddress:
     bootstrap_servers: str | None
     options: Mapping[str, Any] = field(default_factory=lambda: _frozen(None))
     timeout_ms: int = 10_000
+
+    def __post_init__(self) -> None:
+        # A value handed down to threads and requests: a caller's dict changed later must not change it.
+        object.__setattr__(self, "options", _frozen(self.options))
 
     @classmethod
     def resolve(cls, bootstrap_servers: str | None = None, options: Mapping[str, Any] | None = None,

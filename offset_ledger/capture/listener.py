@@ -364,9 +364,8 @@ class _JsonBridge:
 
 def _mirror_factories(ledger: LedgerAddress, kafka: KafkaAddress) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """(ledger engine factory, Kafka adapter factory) of the consumer-group mirror; checks settings now."""
-    options = dict(kafka.options)
-    client_configs(kafka.bootstrap_servers or "", options)  # ConfigError now, at construction, not in the writer thread
-    return functools.partial(engine_for, ledger), lambda: KafkaAdapter(str(kafka.bootstrap_servers), options)
+    client_configs(kafka.bootstrap_servers or "", kafka.options)  # ConfigError now, at construction, not in the writer thread
+    return functools.partial(engine_for, ledger), functools.partial(KafkaAdapter.open, kafka)
 
 
 def _heartbeat_seconds(given: float | None, custom_store: bool) -> float | None:

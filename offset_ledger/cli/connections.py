@@ -105,7 +105,7 @@ def kafka_adapter(kafka: KafkaAddress) -> KafkaAdapter:
     ``Operations.open`` always opens a ledger, and ``topic`` must work where there is none; every
     other command reaches Kafka through its ``Operations``.
     """
-    return KafkaAdapter(kafka.require(), kafka.options, request_timeout_ms=kafka.timeout_ms)
+    return KafkaAdapter.open(kafka)
 
 
 __all__ = ["KafkaOptions", "KafkaServerOptions", "LedgerOptions", "kafka_adapter", "ledger_ready",

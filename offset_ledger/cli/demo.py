@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from offset_ledger.addresses import LedgerAddress
+from offset_ledger.addresses import KafkaAddress, LedgerAddress
 from offset_ledger.cli.demo_stack import (
     ALL_PARTITIONS,
     DEMO_DIR,
@@ -239,7 +239,7 @@ class Demo(DemoStack):
         self.console.print(table)
 
     def _end_offsets(self) -> dict[int, int]:
-        with KafkaAdapter(self.bootstrap) as adapter:
+        with KafkaAdapter.open(KafkaAddress(self.bootstrap)) as adapter:
             marks = adapter.watermarks([TOPIC])
         return {tp.partition: wm.log_end_offset for tp, wm in marks.items()}
 

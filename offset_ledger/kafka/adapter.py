@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from offset_ledger.addresses import KafkaAddress
 from offset_ledger.errors import (
     ConfigError,
     KafkaError,
@@ -50,6 +51,17 @@ class KafkaAdapter(GroupAdmin):
         self._connect_error: Exception | None = None  # from connect_in_background, for the next call
         self._closes = 0
         self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, address: KafkaAddress) -> KafkaAdapter:
+        """The client of the cluster at ``address``: the one way this package makes a ``KafkaAdapter``.
+
+        Every face resolves its ``KafkaAddress`` once and hands the value down; the clients are made
+        here, not from loose servers and options at each caller (the listener's mirror, a failover's
+        target, the CLI and ``Operations`` all reach Kafka the same way). ConfigError without servers.
+        """
+        # Named, not ``cls(``: tests/unit/project/test_addresses.py finds the one construction by its name.
+        return KafkaAdapter(address.require(), address.options, request_timeout_ms=address.timeout_ms)
 
     @property
     def bootstrap_servers(self) -> str:

@@ -137,8 +137,8 @@ def failover(
         replication_policy=replication_policy, separator=separator, uncheckpointed=uncheckpointed,
         topics=topics, checkpoint_root=checkpoint_root,  # type: ignore[arg-type]  # the value makes it a tuple
         app_version=app_version, kafka_options=kafka_options or {})
-    # The ledger resolved once; a mistyped SQLite path is an error, never a new ledger. No KafkaAddress:
-    # the only cluster asked is the request's target (``to_bootstrap``), never OFFSET_LEDGER_BOOTSTRAP_SERVERS.
+    # The ledger resolved once; a mistyped SQLite path is an error, never a new ledger. No source KafkaAddress:
+    # the only cluster asked is the request's ``target``, never OFFSET_LEDGER_BOOTSTRAP_SERVERS.
     ops = Operations.open(LedgerAddress.resolve(dsn, create=False))
     try:
         return fail_over(ops, pipeline, request, consumer_group=consumer_group, dry_run=dry_run, force=force)
@@ -151,7 +151,7 @@ def fail_over(
     dry_run: bool = False, force: bool = False,
 ) -> FailoverResult:
     """The verb: ``failover`` over the context's ledger (its Kafka is not asked: the target cluster is
-    the request's ``to_bootstrap``). ``consumer_group``: default, the pipeline's only group."""
+    the request's ``target``). ``consumer_group``: default, the pipeline's only group."""
     engine = ops.engine
     require_schema(engine)  # a ledger without the schema knows no pipeline; a dry run writes nothing
     group, before, root, version, read_ids = _read_ledger(engine, pipeline, consumer_group, request)
@@ -161,7 +161,7 @@ def fail_over(
         raise UnknownTopic(unknown[0], pipeline, sorted({tp.topic for tp in before}))
     topic_map = {t: request.target_topic(t) for t in wanted}
     ledger = {tp: o for tp, o in before.items() if tp.topic in topic_map}
-    with KafkaAdapter(request.to_bootstrap, request.kafka_options) as adapter:
+    with KafkaAdapter.open(request.target) as adapter:
         present = adapter.partitions(sorted(set(topic_map.values())))
         watermarks = adapter.watermarks(sorted(present)) if present else {}
         ids = adapter.topic_ids(sorted(present)) if present else {}
@@ -174,7 +174,7 @@ def fail_over(
                              returning=returning)
         plan = _with_spans(adapter, plan, watermarks)
     try:
-        target_id = cluster_id(request.to_bootstrap, request.kafka_options)
+        target_id = cluster_id(request.target.require(), request.target.options)
     except KafkaError as exc:  # the id is for the record; the plan stands without it
         log.warning("failover of %s: the target's cluster id could not be read: %s", pipeline, exc.message)
         target_id = None
@@ -194,8 +194,8 @@ def _checkpoints(request: FailoverRequest, group: str, *, failing_back: bool) ->
     that a reverse flow ran: the plan then names the partitions (``not_translated_back``).
     """
     try:
-        return read_checkpoints(request.to_bootstrap, checkpoints_topic(request.source_alias), group,
-                                options=request.kafka_options)
+        return read_checkpoints(request.target.require(), checkpoints_topic(request.source_alias), group,
+                                options=request.target.options)
     except FailoverRefused as exc:
         if failing_back and exc.details.get("reason") == "no_checkpoints_topic":
             return {}

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from offset_ledger.addresses import KafkaAddress
 from offset_ledger.errors import (
     ConfigError,
     UnknownConsumerGroup,
@@ -35,7 +36,7 @@ from offset_ledger.rules.model import TopicPartition, Watermarks
 from offset_ledger.rules.restart_options import PipelineRef
 
 if TYPE_CHECKING:
-    from offset_ledger.addresses import KafkaAddress, LedgerAddress
+    from offset_ledger.addresses import LedgerAddress
 
 
 def resolve_group(conn: Connection, pipeline: str, consumer_group: str | None = None) -> str:
@@ -63,11 +64,10 @@ class Operations:
         self.reads = read_engine(engine)
         #: concurrent callers of the pipelines list and /metrics share one computation
         self.coalesce = Coalescer()
-        self._bootstrap = bootstrap_servers
-        self._kafka_options = dict(kafka_options or {})
+        # The cluster as one value; kafka_timeout_ms bounds how long a request waits for an unreachable
+        # cluster before answering 503.
+        self._kafka_address = KafkaAddress(bootstrap_servers, kafka_options or {}, kafka_timeout_ms)
         self._kafka = kafka
-        # Bounds how long a request waits for an unreachable cluster before answering 503.
-        self._kafka_timeout_ms = kafka_timeout_ms
         # Lag in the pipelines list and /metrics may be this old; resets and /lag always ask Kafka.
         self.lag_cache_seconds = lag_cache_seconds
         #: (when, topics, watermarks) of the last look (``reads.watermarks_or_none``), under ``marks_lock``
@@ -98,12 +98,11 @@ class Operations:
     def kafka(self) -> KafkaAdapter:
         """The Kafka adapter (created lazily; ConfigError when no bootstrap servers are set)."""
         if self._kafka is None:
-            if not self._bootstrap:
+            if not self._kafka_address.bootstrap_servers:
                 raise ConfigError("no Kafka bootstrap servers: pass --bootstrap-servers or set "
                                   "OFFSET_LEDGER_BOOTSTRAP_SERVERS")
 
-            self._kafka = KafkaAdapter(self._bootstrap, self._kafka_options,
-                                       request_timeout_ms=self._kafka_timeout_ms)
+            self._kafka = KafkaAdapter.open(self._kafka_address)
         return self._kafka
 
     def _made_once(self, name: str, make: Callable[[], Any]) -> Any:
@@ -130,7 +129,7 @@ class Operations:
 
     @property
     def has_kafka(self) -> bool:
-        return self._kafka is not None or bool(self._bootstrap)
+        return self._kafka is not None or bool(self._kafka_address.bootstrap_servers)
 
     def close(self) -> None:
         if self._kafka is not None:

@@ -26,6 +26,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from offset_ledger.addresses import KafkaAddress
 from offset_ledger.errors import ConfigError, FailoverRefused, InvalidInput, KafkaError
 from offset_ledger.rules.model import Finding, TopicPartition, Watermarks
 
@@ -167,11 +168,12 @@ class FailoverRequest:
     """What a failover is asked to do, checked when built: bad input raises here, before anything connects.
 
     ``to_bootstrap`` and ``kafka_options`` (Spark-style, the target's) reach the target cluster, the
-    one MirrorMaker 2 fills from ``source_alias``; ``target_alias``, ``replication_policy`` and
-    ``separator`` are MM2's naming (``target_topic``); ``uncheckpointed`` decides the partitions MM2
-    gives no safe translation for; ``topics`` are the ledger topics carried over (None: all of the
-    pipeline's); ``checkpoint_root`` and ``app_version`` are the new generation's (None: the current
-    generation's). Built once by ``offset_ledger.failover(...)`` and the CLI; the verb
+    one MirrorMaker 2 fills from ``source_alias``: ``target`` is that cluster's ``KafkaAddress``, built
+    once here (never from ``OFFSET_LEDGER_BOOTSTRAP_SERVERS``, which names the source);
+    ``target_alias``, ``replication_policy`` and ``separator`` are MM2's naming (``target_topic``);
+    ``uncheckpointed`` decides the partitions MM2 gives no safe translation for; ``topics`` are the
+    ledger topics carried over (None: all of the pipeline's); ``checkpoint_root`` and ``app_version``
+    are the new generation's (None: the current generation's). Built once by ``offset_ledger.failover(...)`` and the CLI; the verb
     ``operate.failover.fail_over(ops, pipeline, request)`` takes it as it is.
     """
 
@@ -185,6 +187,7 @@ class FailoverRequest:
     checkpoint_root: str | None = None
     app_version: str | None = None
     kafka_options: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    target: KafkaAddress = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.to_bootstrap or not str(self.to_bootstrap).strip():
@@ -211,6 +214,7 @@ class FailoverRequest:
                                    option="topics")
             object.__setattr__(self, "topics", topics)
         object.__setattr__(self, "kafka_options", dict(self.kafka_options or {}))
+        object.__setattr__(self, "target", KafkaAddress(str(self.to_bootstrap), self.kafka_options))
 
     def target_topic(self, topic: str) -> str:
         """The name MM2 gives ``topic`` on the target cluster (``target_topic`` under this request's naming)."""

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Self
 
 import pytest
@@ -113,7 +114,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Eng
             raise FailoverRefused(f"no MirrorMaker 2 checkpoints topic {topic!r}", reason="no_checkpoints_topic")
         return {cp.tp: cp for cp in clusters[bootstrap].checkpoints[alias] if cp.consumer_group == group}
 
-    monkeypatch.setattr(fo, "KafkaAdapter", lambda bootstrap, options=None: clusters[bootstrap])
+    # The target's client is made from the request's address (KafkaAdapter.open), as in the package.
+    monkeypatch.setattr(fo, "KafkaAdapter", SimpleNamespace(open=lambda address: clusters[address.require()]))
     monkeypatch.setattr(fo, "read_checkpoints", read_checkpoints)
     monkeypatch.setattr(fo, "cluster_id", lambda bootstrap, options=None: clusters[bootstrap].cluster_id)
     world = (engine, dsn, backup)

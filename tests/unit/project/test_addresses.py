@@ -10,6 +10,9 @@ one place.
 - **Made in one place.** ``make_engine(`` is called only by ``ledger.engine.engine_for`` (which
   ``Operations.open`` and the components that need only an engine call); the modules other helpers
   are still converting are an explicit allow-list, each entry naming its owner, that only shrinks.
+  ``KafkaAdapter(`` is called only by ``KafkaAdapter.open(address)`` (which ``Operations``, the
+  listener's mirror, a failover's target, the demo and the CLI's ``topic`` call). Handing either
+  over uncalled (``functools.partial(make_engine, dsn)``, a factory) counts as a call.
 
 Everything runs on the embedded SQLite ledger: no services.
 """
@@ -35,28 +38,41 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "s
 
 #: Where ``make_engine(`` may be called: (module path under offset_ledger, enclosing function).
 MAKES_ENGINES = {("ledger/engine.py", "engine_for")}
+#: Where ``KafkaAdapter(`` may be called: the factory that takes a ``KafkaAddress``.
+MAKES_KAFKA_CLIENTS = {("kafka/adapter.py", "open")}
 #: Calls still outstanding, by module: {path: (calls, who converts them)}. It only shrinks: an entry
 #: whose module no longer calls ``make_engine`` that often fails the test until it is lowered or
 #: removed. Empty since every face opens through ``Operations.open``/``engine_for`` (issue 51).
 OUTSTANDING: dict[str, tuple[int, str]] = {}
 
 
-def make_engine_calls(source: str) -> list[tuple[int, str | None]]:
-    """(line, enclosing function) of every ``make_engine(...)`` / ``x.make_engine(...)`` call in ``source``."""
+def _named(node: ast.AST) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def calls_of(source: str, callee: str) -> list[tuple[int, str | None]]:
+    """(line, enclosing function) of every ``callee(...)`` / ``x.callee(...)`` call in ``source``, and of
+    every call handed ``callee`` itself as an argument (``functools.partial(callee, ...)``: made later)."""
     found: list[tuple[int, str | None]] = []
 
     def walk(node: ast.AST, function: str | None) -> None:
         for child in ast.iter_child_nodes(node):
             inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
             if isinstance(child, ast.Call):
-                f = child.func
-                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
-                if name == "make_engine":
+                # isinstance(x, KafkaAdapter) names the class without making one
+                handed = [] if _named(child.func) in ("isinstance", "issubclass", "cast") else [
+                    *child.args, *(k.value for k in child.keywords)]
+                if _named(child.func) == callee or any(_named(a) == callee for a in handed):
                     found.append((child.lineno, function))
             walk(child, inner)
 
     walk(ast.parse(source), None)
     return found
+
+
+def make_engine_calls(source: str) -> list[tuple[int, str | None]]:
+    """(line, enclosing function) of every ``make_engine(...)`` / ``x.make_engine(...)`` call in ``source``."""
+    return calls_of(source, "make_engine")
 
 
 def engine_makers() -> dict[str, list[tuple[int, str | None]]]:
@@ -80,6 +96,21 @@ def test_engines_are_made_only_by_engine_for() -> None:
     assert not strays, "\n".join(strays)
 
 
+def test_kafka_clients_are_made_only_by_kafka_adapter_open() -> None:
+    strays = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = path.relative_to(PACKAGE).as_posix()
+        calls = calls_of(path.read_text(encoding="utf-8"), "KafkaAdapter")
+        rest = [line for line, fn in calls if (module, fn) not in MAKES_KAFKA_CLIENTS]
+        if rest:
+            strays.append(f"{module}: KafkaAdapter( at lines {rest}: take a KafkaAddress and use "
+                          "KafkaAdapter.open(address) (or Operations.open's ops.kafka)")
+    assert not strays, "\n".join(strays)
+    # The one place is there: a rename of the factory must move the allowance with it.
+    assert [fn for _, fn in calls_of((PACKAGE / "kafka" / "adapter.py").read_text(encoding="utf-8"),
+                                     "KafkaAdapter")] == ["open"]
+
+
 def test_the_allow_list_only_shrinks() -> None:
     makers = engine_makers()
     stale = [f"{module}: {len(makers.get(module, []))} make_engine calls left, the allow-list says {n}: lower it"
@@ -93,6 +124,11 @@ def test_the_static_check_can_fail() -> None:
               "class C:\n    def g(self):\n        return engine.make_engine('sqlite://')\n")
     assert make_engine_calls(source) == [(4, "f"), (7, "g")]
     assert make_engine_calls("def engine_for(a):\n    return make_engine(a.dsn)\n") == [(2, "engine_for")]
+    clients = ("import functools\nfrom offset_ledger.kafka import adapter\n"
+               "def f(address):\n    return adapter.KafkaAdapter(address.require())\n"
+               "def g(servers):\n    return functools.partial(KafkaAdapter, servers)\n"
+               "def h(address, x):\n    return KafkaAdapter.open(address) if isinstance(x, KafkaAdapter) else None\n")
+    assert calls_of(clients, "KafkaAdapter") == [(4, "f"), (6, "g")]
 
 
 #: The bootstrap-servers fallback (``kafka.bootstrap.servers`` in the options, else
