@@ -36,6 +36,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from offset_ledger.errors import InvalidInput
+from offset_ledger.pids import pid_exists
 
 log = logging.getLogger(__name__)
 
@@ -129,16 +130,6 @@ def claim(path: str | Path, dsn: str) -> LedgerId:
 
 def is_header(line: str) -> bool:
     return line.startswith(_HEADER)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Spool:
@@ -260,7 +251,7 @@ class Spool:
         for path in paths:
             pid, _, rest = path.name.partition("-")
             owner = rest.split(".", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and pid_exists(int(pid)):
                 continue  # another live process's listener
             if pid.isdigit() and int(pid) == os.getpid() and owner in LIVE_WRITERS:
                 continue  # a live listener of this process (ourselves included)

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from offset_ledger.pids import pid_exists
+
 
 class StackError(RuntimeError):
     """A service of the local stack could not be resolved, started or reached."""
@@ -34,12 +36,8 @@ def say(msg: str) -> None:
 
 
 def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not pid_exists(pid):
         return False
-    except PermissionError:
-        return True
     # A zombie child still answers kill(0); reap it if it is ours.
     try:
         done, _ = os.waitpid(pid, os.WNOHANG)

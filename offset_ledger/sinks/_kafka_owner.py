@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from offset_ledger.pids import pid_exists
 from offset_ledger.rules.kafka_sink import PartitionRun
 
 #: A frame: its length (4 bytes, network order), then a pickle.
@@ -163,16 +164,6 @@ class Connection:
                 self.sock.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def serve(path: str, daemon_pid: int, open_writer: Callable[..., Any], idle_s: float = IDLE_S) -> None:
     """Listen on ``path`` until the daemon is gone or nobody connected for ``idle_s``; a thread per connection,
     whose transaction ``open_writer(cfg, topic, partition, mark)`` opens (``_kafka_tx.open_writer``)."""
@@ -185,7 +176,7 @@ def serve(path: str, daemon_pid: int, open_writer: Callable[..., Any], idle_s: f
     last = time.monotonic()
     active: list[threading.Thread] = []
     try:
-        while _alive(daemon_pid):
+        while pid_exists(daemon_pid):
             try:
                 sock, _ = server.accept()
             except TimeoutError:

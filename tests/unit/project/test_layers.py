@@ -43,7 +43,7 @@ MAY_IMPORT = {
     "console": {"rules", "ledger", "operate", "<public>"},
     "<public>": {"capture", "operate", "rules"},  # offset_ledger/__init__.py: the lazy public names
 }
-TOP_LEVEL = {"errors", "config", "addresses"}
+TOP_LEVEL = {"errors", "config", "addresses", "pids"}
 IO_LIBRARIES = {"sqlalchemy", "psycopg2", "alembic", "kafka", "confluent_kafka", "pyspark", "fastapi", "starlette",
                 "uvicorn", "typer", "rich", "fsspec", "requests", "httpx", "socket", "subprocess", "pydantic",
                 "pydantic_settings", "os", "pathlib", "io", "shutil", "urllib"}
