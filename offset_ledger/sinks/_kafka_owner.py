@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from offset_ledger.errors import KafkaError
 from offset_ledger.pids import pid_exists
 from offset_ledger.rules.kafka_sink import PartitionRun
 
@@ -63,7 +64,7 @@ IDLE_S = 600.0
 START_TIMEOUT_S = 20.0
 
 
-class OwnerError(Exception):
+class OwnerError(KafkaError):
     """The owner answered an error that is none of the row checks' (``ValueError``): a Kafka failure, say."""
 
 
