@@ -46,8 +46,8 @@ _FAST_BATCH_ABORT = "offset-ledger: not a plain batch"
 # the topic must be exactly the row's, placed by one mover (``stamps`` NULL), so the rule reads that
 # mover, and the row's next version has the batch as its one mover again.
 _MOVE_RULE = """\
-    WHERE p.pipeline = $1 AND p.consumer_group = $2 AND p.topic = e.topic
-      AND p.partitions = e.partitions AND p.stamps IS NULL
+    WHERE p.pipeline = $1 AND p.consumer_group = $2 AND p.topic = {topic}
+      AND p.partitions = {partitions} AND p.stamps IS NULL
       -- Authority: the run is on the current generation, or there is none.
       AND (SELECT max(g.id) FROM checkpoint_generations g WHERE g.pipeline = $1 AND g.consumer_group = $2)
           IS NOT DISTINCT FROM (SELECT r.generation_id FROM runs r WHERE r.run_id = $4)
@@ -55,6 +55,7 @@ _MOVE_RULE = """\
       AND (p.moved_reset_ids[1] IS NULL
            OR NOT EXISTS (SELECT FROM resets r WHERE r.id = p.moved_reset_ids[1] AND r.status = 'pending'))
 """
+_GROUPED_RULE = _MOVE_RULE.format(topic="e.topic", partitions="e.partitions")
 
 # The batch's ends per topic, partitions ascending (Python sends them sorted): ``e`` of the UPDATEs.
 _ENDS = """(SELECT topic, array_agg(partition ORDER BY partition) AS partitions,
@@ -66,7 +67,7 @@ _ENDS = """(SELECT topic, array_agg(partition ORDER BY partition) AS partitions,
 # The row's next version: the batch's ends, the batch its one mover (time, batch, no reset; the
 # generation and query id unchanged, so they stay in the record's unchanged suffix).
 _MOVE_SET = """\
-    UPDATE topic_positions AS p SET next_offsets = e.until_offsets, moved_at = ARRAY[{at}],
+    UPDATE topic_positions AS p SET next_offsets = {ends}, moved_at = ARRAY[{at}],
                                     moved_batch_ids = ARRAY[{batch}], moved_reset_ids = '{{NULL}}',
                                     moved_query_ids = ARRAY[CAST($3 AS text)]
 """
@@ -126,8 +127,8 @@ WITH new_batches AS (
     GROUP BY nb.id, o.source_index, o.topic
     -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
-{_MOVE_SET.format(at="$5", batch="e.batch_id")}    FROM {_ENDS.format(args="$21, $22, $23, $24, $25")}
-{_MOVE_RULE}      -- forward only from the first batch's end (the lowest)
+{_MOVE_SET.format(ends="e.until_offsets", at="$5", batch="e.batch_id")}    FROM {_ENDS.format(args="$21, $22, $23, $24, $25")}
+{_GROUPED_RULE}      -- forward only from the first batch's end (the lowest)
       AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, e.first_ends) AS x (cur, first_end) WHERE cur > first_end)
       -- a later batch of the query moved it already: these are late (the general path's business)
       AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $6[1])
@@ -178,8 +179,8 @@ WITH new_batch AS (
     GROUP BY nb.id, o.source_index, o.topic
     -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
-{_MOVE_SET.format(at="$7", batch="$5")}    FROM {_ENDS.format(args="$14, $15, $16, $16, NULL::bigint[]")}
-{_MOVE_RULE}      -- forward only
+{_MOVE_SET.format(ends="e.until_offsets", at="$7", batch="$5")}    FROM {_ENDS.format(args="$14, $15, $16, $16, NULL::bigint[]")}
+{_GROUPED_RULE}      -- forward only
       AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, e.until_offsets) AS x (cur, until_offset) WHERE cur > until_offset)
       -- not late (see above)
       AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $5)
@@ -196,6 +197,64 @@ SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1
 """
 _ONE_BATCH_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
                    f"EXECUTE {_ONE_BATCH} ({', '.join(['%s'] * 23)}); COMMIT")
+
+
+# The commonest batch of all: one Kafka source reading one topic. Its ranges are then one
+# ``offset_ranges`` row and one ``topic_positions`` row whose partitions are the ranges' own, sorted
+# (Python sorts them): the arrays go in as they are, with no unnest, sort and array_agg per column to
+# rebuild what Python already had. The rules are the one-batch statement's, word for word.
+_ONE_TOPIC = "offset_ledger_record_topic_batch_v4"
+_ONE_TOPIC_SQL = f"""
+PREPARE {_ONE_TOPIC} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
+                      int, text, int[], bigint[], bigint[], bigint,
+                      timestamptz, timestamptz, timestamptz, bigint, bigint, bigint) AS
+WITH new_batch AS (
+    INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
+                         input_rows, watermark, event_time_min, event_time_max, state_rows_total,
+                         state_rows_updated, state_rows_dropped_by_watermark)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $15, $16, $17, $18, $19, $20)
+    ON CONFLICT (query_id, batch_id) DO NOTHING
+    RETURNING id
+), new_offsets AS (
+    INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
+    SELECT nb.id, $9, $10, $11, $12, $13 FROM new_batch nb
+), moved AS (
+{_MOVE_SET.format(ends="$13", at="$7", batch="$5")}{_MOVE_RULE.format(topic="$10", partitions="$11")}      -- forward only
+      AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, $13) AS x (cur, until_offset) WHERE cur > until_offset)
+      -- not late (see above)
+      AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $5)
+    RETURNING 1
+), run AS (
+    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
+                    max_batch_ms = greatest(max_batch_ms, $14)  -- $14: the batch's duration or NULL
+    WHERE run_id = $4
+)
+SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = 1
+             THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
+"""
+_ONE_TOPIC_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
+                   f"EXECUTE {_ONE_TOPIC} ({', '.join(['%s'] * 20)}); COMMIT")
+
+
+def _one_topic_params(rec: BatchRecord, txn: Transaction) -> tuple[Any, ...] | None:
+    """The parameters of ``_ONE_TOPIC`` after the lock key, or None: the batch reads more than one
+    (source, topic), or a partition twice."""
+    b = rec.batch
+    if len(b.sources) != 1 or not b.sources[0].ranges:
+        return None
+    source = b.sources[0]
+    ranges = source.ranges
+    topic = ranges[0].topic
+    if any(r.topic != topic for r in ranges):
+        return None
+    ranges = sorted(ranges, key=lambda r: r.partition)
+    partitions = [r.partition for r in ranges]
+    if any(a == b_ for a, b_ in zip(partitions, partitions[1:])):
+        return None
+    return (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
+            b.input_rows, source.source_index, topic, pg_int_array(partitions),
+            pg_int_array([r.from_offset for r in ranges]), pg_int_array([r.until_offset for r in ranges]),
+            b.duration_ms, *stateful_values(b))
 
 
 def _one_batch_params(rec: BatchRecord, ends: dict[tuple[str, int], list[int]], keys: list[tuple[str, int]],
@@ -306,7 +365,11 @@ class FastBatchPath:
                 # mover for the topic's row (``tables.topic_positions``), the general path's to write.
                 return None
         lock = pipeline_lock_key(head.pipeline, head.consumer_group)
-        if len(recs) == 1:
+        one_topic = _one_topic_params(head, txn) if len(recs) == 1 else None
+        if one_topic is not None:
+            name, prepare, call = _ONE_TOPIC, _ONE_TOPIC_SQL, _ONE_TOPIC_CALL
+            params = (lock, *one_topic)
+        elif len(recs) == 1:
             name, prepare, call = _ONE_BATCH, _ONE_BATCH_SQL, _ONE_BATCH_CALL
             params = (lock, *_one_batch_params(head, ends, keys, txn))
         else:
