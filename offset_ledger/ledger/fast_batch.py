@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Any
 
 from sqlalchemy.engine import Connection
@@ -31,6 +32,7 @@ from offset_ledger.ledger.records import (
     stateful_values,
     utc,
 )
+from offset_ledger.rules.model import BatchOffsets, PartitionRange, SourceProgress
 from offset_ledger.rules.read_shortfall import read_shortfalls
 
 log = logging.getLogger("offset_ledger.ledger.recorder")
@@ -236,23 +238,27 @@ _ONE_TOPIC_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
                    f"EXECUTE {_ONE_TOPIC} ({', '.join(['%s'] * 20)}); COMMIT")
 
 
-def _one_topic_params(rec: BatchRecord, txn: Transaction) -> tuple[Any, ...] | None:
-    """The parameters of ``_ONE_TOPIC`` after the lock key, or None: the batch reads more than one
-    (source, topic), or a partition twice."""
+def _one_topic_ranges(batch: BatchOffsets) -> tuple[SourceProgress, str, list[PartitionRange]] | None:
+    """(its source, its topic, its ranges by partition) when ``batch`` reads one topic through one Kafka
+    source, each partition once: the batch ``_ONE_TOPIC`` writes; else None."""
+    if len(batch.sources) != 1 or not batch.sources[0].ranges:
+        return None
+    source = batch.sources[0]
+    topic = source.ranges[0].topic
+    if any(r.topic != topic for r in source.ranges):
+        return None
+    ranges = sorted(source.ranges, key=lambda r: r.partition)
+    if any(a.partition == b.partition for a, b in pairwise(ranges)):
+        return None
+    return source, topic, ranges
+
+
+def _one_topic_params(rec: BatchRecord, source: SourceProgress, topic: str, ranges: list[PartitionRange],
+                      txn: Transaction) -> tuple[Any, ...]:
+    """The parameters of ``_ONE_TOPIC`` after the lock key (``_one_topic_ranges`` gave the rest)."""
     b = rec.batch
-    if len(b.sources) != 1 or not b.sources[0].ranges:
-        return None
-    source = b.sources[0]
-    ranges = source.ranges
-    topic = ranges[0].topic
-    if any(r.topic != topic for r in ranges):
-        return None
-    ranges = sorted(ranges, key=lambda r: r.partition)
-    partitions = [r.partition for r in ranges]
-    if any(a == b_ for a, b_ in zip(partitions, partitions[1:])):
-        return None
     return (rec.pipeline, rec.consumer_group, b.query_id, b.run_id, b.batch_id, utc(b.batch_time), txn.now,
-            b.input_rows, source.source_index, topic, pg_int_array(partitions),
+            b.input_rows, source.source_index, topic, pg_int_array([r.partition for r in ranges]),
             pg_int_array([r.from_offset for r in ranges]), pg_int_array([r.until_offset for r in ranges]),
             b.duration_ms, *stateful_values(b))
 
@@ -325,56 +331,42 @@ class FastBatchPath:
         if latest is None or first.batch.run_id not in self.known.runs:
             return None
         out: list[BatchRecord] = []
+        prev_id, prev_ends = latest
         for rec in records:
             if not isinstance(rec, BatchRecord):
                 return None
             b = rec.batch
             if ((rec.pipeline, rec.consumer_group, b.query_id, b.run_id)
                     != (first.pipeline, first.consumer_group, first.batch.query_id, first.batch.run_id)
-                    or b.batch_id <= latest[0] or b.recorded_by is not None):
+                    or b.batch_id <= prev_id or b.recorded_by is not None):
                 return None
-            if any(gaps(b, latest[1])) or any(r.from_offset is None for s in b.sources for r in s.ranges):
+            if out:  # the ends of the batch before it in ``records``, made when a batch follows it
+                prev_ends = batch_ends(out[-1].batch)
+            if any(gaps(b, prev_ends)) or any(r.from_offset is None for s in b.sources for r in s.ranges):
                 return None
             if read_shortfalls(b):
                 return None  # records skipped: a data_loss finding, the general path's business
-            latest = (b.batch_id, batch_ends(b))
+            prev_id = b.batch_id
             out.append(rec)
         return out
 
     def record(self, conn: Connection, recs: Sequence[BatchRecord], txn: Transaction) -> RecordOutcome | None:
         """Record ``recs`` in one round trip, one transaction; None: nothing written, use the general path."""
         head = recs[0]
-        # (topic, partition) -> [first end, last end, the batch that ended it last]
-        ends: dict[tuple[str, int], list[int]] = {}
-        for rec in recs:
-            for topic, partition, until_offset in position_ends(rec.batch):
-                end = ends.get((topic, partition))
-                if end is None:
-                    ends[(topic, partition)] = [until_offset, until_offset, rec.batch.batch_id]
-                elif until_offset < end[1]:
-                    # The position would go backwards inside the fold: a regression of the later
-                    # batch that the general path reports. Nothing is written yet.
-                    return None
-                else:
-                    end[1:] = [until_offset, rec.batch.batch_id]
-        keys = sorted(ends)  # lock order
-        last_batch: dict[str, int] = {}
-        for (topic, _), end in ends.items():
-            if last_batch.setdefault(topic, end[2]) != end[2]:
-                # Partitions of one topic last moved by different batches of the fold: more than one
-                # mover for the topic's row (``tables.topic_positions``), the general path's to write.
-                return None
         lock = pipeline_lock_key(head.pipeline, head.consumer_group)
-        one_topic = _one_topic_params(head, txn) if len(recs) == 1 else None
+        one_topic = _one_topic_ranges(head.batch) if len(recs) == 1 else None
         if one_topic is not None:
+            # One batch: nothing folded, so the checks between batches (``_folded_plan``) do not apply.
+            source, topic, ranges = one_topic
             name, prepare, call = _ONE_TOPIC, _ONE_TOPIC_SQL, _ONE_TOPIC_CALL
-            params = (lock, *one_topic)
-        elif len(recs) == 1:
-            name, prepare, call = _ONE_BATCH, _ONE_BATCH_SQL, _ONE_BATCH_CALL
-            params = (lock, *_one_batch_params(head, ends, keys, txn))
+            params = (lock, *_one_topic_params(head, source, topic, ranges, txn))
+            moved_ends = [(topic, r.partition, r.until_offset) for r in ranges]
         else:
-            name, prepare, call = _BATCHES, _BATCHES_SQL, _BATCHES_CALL
-            params = (lock, *_batches_params(recs, ends, keys, txn))
+            plan = _folded_plan(recs, txn)
+            if plan is None:
+                return None
+            name, prepare, call, params, moved_ends = plan
+            params = (lock, *params)
         # The held connection is between transactions here. In autocommit mode psycopg2 sends no
         # BEGIN of its own (a round trip), so the string's BEGIN ... COMMIT is the transaction.
         raw: Any = conn.connection.dbapi_connection
@@ -414,5 +406,35 @@ class FastBatchPath:
         txn.latest[last.query_id] = (last.batch_id, batch_ends(last))
         # The statement commits only when every end moved its position (anything else aborts it);
         # what moved is reported as the general path does: the pipeline's positions in lock order.
-        moved = tuple(MovedPosition(head.pipeline, head.consumer_group, t, p, ends[(t, p)][1]) for t, p in keys)
+        moved = tuple(MovedPosition(head.pipeline, head.consumer_group, t, p, end) for t, p, end in moved_ends)
         return RecordOutcome(len(recs), 0, (), moved)
+
+
+def _folded_plan(recs: Sequence[BatchRecord], txn: Transaction) -> tuple[str, str, str, tuple[Any, ...],
+                                                                    list[tuple[str, int, int]]] | None:
+    """(statement, its PREPARE, its call, parameters after the lock key, the positions moved in lock
+    order) for batches the one-topic statement does not take; None: the general path's to write."""
+    # (topic, partition) -> [first end, last end, the batch that ended it last]
+    ends: dict[tuple[str, int], list[int]] = {}
+    for rec in recs:
+        for topic, partition, until_offset in position_ends(rec.batch):
+            end = ends.get((topic, partition))
+            if end is None:
+                ends[(topic, partition)] = [until_offset, until_offset, rec.batch.batch_id]
+            elif until_offset < end[1]:
+                # The position would go backwards inside the fold: a regression of the later
+                # batch that the general path reports. Nothing is written yet.
+                return None
+            else:
+                end[1:] = [until_offset, rec.batch.batch_id]
+    keys = sorted(ends)  # lock order
+    last_batch: dict[str, int] = {}
+    for (topic, _), end in ends.items():
+        if last_batch.setdefault(topic, end[2]) != end[2]:
+            # Partitions of one topic last moved by different batches of the fold: more than one
+            # mover for the topic's row (``tables.topic_positions``), the general path's to write.
+            return None
+    moved_ends = [(t, p, ends[(t, p)][1]) for t, p in keys]
+    if len(recs) == 1:
+        return _ONE_BATCH, _ONE_BATCH_SQL, _ONE_BATCH_CALL, _one_batch_params(recs[0], ends, keys, txn), moved_ends
+    return _BATCHES, _BATCHES_SQL, _BATCHES_CALL, _batches_params(recs, ends, keys, txn), moved_ends
