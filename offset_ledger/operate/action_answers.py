@@ -15,6 +15,7 @@ from offset_ledger.operate.answers import (
     failover_partition_answer,
     failover_problem_answer,
     finding_answer,
+    iso_utc,
     move_cost_answer,
     reason_answer,
 )
@@ -79,7 +80,7 @@ def restart_preview_answer(r: RestartPreview) -> dict[str, Any]:
         "checkpoint": {"fresh": p.fresh_checkpoint, "reason": r.reason, "why": r.why,
                        "location": p.checkpoint_location, "generation": p.generation},
         "startingOffsets": {t: dict(parts) for t, parts in p.starting_offsets.items()},
-        "eventTimeFloor": p.event_time_floor.isoformat() if p.event_time_floor is not None else None,
+        "eventTimeFloor": iso_utc(p.event_time_floor),
         "findings": [{"kind": f.kind, "topic": f.topic, "partition": f.partition, "message": f.message}
                      for f in p.findings],
         "pendingResets": list(r.pending_reset_ids),

@@ -229,7 +229,7 @@ def legacy_topic_answer(topic: str, marks: Mapping[TopicPartition, Watermarks]) 
 def run_answer(r: RunActivity) -> dict[str, Any]:
     """One unterminated run, its state and why (a pipeline's ``runs``)."""
     return {"runId": r.run_id, "queryId": r.query_id, "state": r.state,
-            "lastSeen": r.last_seen.isoformat(), "timeoutSeconds": int(r.timeout.total_seconds()),
+            "lastSeen": iso_utc(r.last_seen), "timeoutSeconds": int(r.timeout.total_seconds()),
             "why": r.why, "inferred": r.inferred, "heartbeat": r.heartbeat}
 
 
