@@ -20,10 +20,11 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from offset_ledger.cli.main import app, main
+from offset_ledger.cli.main import main
 from offset_ledger.ledger.engine import make_engine, upgrade
 from offset_ledger.ledger.tables import metadata
 from tests.ops_seed import seed_pipeline
+from tests.unit.cli.cli_run import click_commands
 
 KAFKA = ["--bootstrap-server", "127.0.0.1:1", "--timeout", "1000"]
 CHECKPOINT_FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "spark-4.2.0" / "kafka-one"
@@ -85,19 +86,6 @@ DURATION_OPTIONS = {"--older-than", "--by-duration", "--window", "--slide", "--w
 FILE_OPTIONS = {"--from-file", "--to-offsets", "--command-config"}
 
 
-def _commands() -> Iterator[tuple[str, Any]]:
-    from typer.main import get_command
-
-    def walk(command: Any, prefix: list[str]) -> Iterator[tuple[str, Any]]:
-        if hasattr(command, "commands"):
-            for name, sub in command.commands.items():
-                yield from walk(sub, [*prefix, name])
-        else:
-            yield " ".join(prefix), command
-
-    yield from walk(get_command(app), [])
-
-
 def _opts(command: Any) -> set[str]:
     return {o for p in command.params for o in getattr(p, "opts", [])}
 
@@ -124,7 +112,7 @@ def _with(argv: list[str], option: str, value: str, mode: str | None = None) -> 
 
 def _cases() -> Iterator[Any]:
     """(command, mistake, argv, what stderr must name) for every mistake that applies."""
-    for name, command in _commands():
+    for name, command in click_commands():
         if name not in BASE:
             continue  # test_every_command_is_walked fails for it
         base, opts, args = BASE[name], _opts(command), _args(command)
@@ -221,7 +209,7 @@ def _run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
 
 
 def test_every_command_is_walked() -> None:
-    names = {name for name, _ in _commands()}
+    names = {name for name, _ in click_commands()}
     assert names - set(BASE) == set(), "add the new command to BASE: the walk must cover it"
     assert set(BASE) - names == set()
 
