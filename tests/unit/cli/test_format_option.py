@@ -4,26 +4,12 @@ something else would have its errors misread as a JSON request. The words and Cl
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from typer.main import get_command
 
-from offset_ledger.cli.main import app
 from offset_ledger.cli.support import json_requested
-
-
-def _commands() -> Iterator[tuple[str, Any]]:
-    # Typer's own Click: its classes are not ``click``'s, so the walk goes by shape.
-    def walk(command: Any, prefix: list[str]) -> Iterator[tuple[str, Any]]:
-        if hasattr(command, "commands"):
-            for name, sub in command.commands.items():
-                yield from walk(sub, [*prefix, name])
-        else:
-            yield " ".join(prefix), command
-
-    yield from walk(get_command(app), [])
+from tests.unit.cli.cli_run import click_commands
 
 
 def _format_option(command: Any) -> Any:
@@ -35,7 +21,7 @@ def _format_option(command: Any) -> Any:
     return None
 
 
-COMMANDS = dict(_commands())
+COMMANDS = dict(click_commands())
 WITH_FORMAT = sorted(name for name, command in COMMANDS.items() if _format_option(command) is not None)
 
 
