@@ -159,19 +159,35 @@ _BATCHES_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
 # A listener that keeps up sends one batch a call: the same statement for one batch, with its
 # per-batch values as scalars and nothing to check between batches: cheaper per call than the one above
 # given a single batch (docs/benchmarks.md), so that case keeps its own.
+# What the two one-batch statements share, in the same parameters ($1-$8: pipeline, group, query id,
+# run id, batch id, batch time, recorded at, input rows): the batch's row, its forward-only and not-late
+# rule for ``ends`` (the new next offsets, partitions ascending) and the run it moves.
+_NEW_BATCH = """\
+    INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
+                         input_rows, watermark, event_time_min, event_time_max, state_rows_total,
+                         state_rows_updated, state_rows_dropped_by_watermark)
+    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, {stateful})
+    ON CONFLICT (query_id, batch_id) DO NOTHING
+    RETURNING id
+"""
+_ONE_BATCH_RULE = """\
+      -- forward only
+      AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, {ends}) AS x (cur, until_offset) WHERE cur > until_offset)
+      -- not late (see above)
+      AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $5)
+"""
+_ONE_BATCH_RUN = """\
+    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
+                    max_batch_ms = greatest(max_batch_ms, {duration})  -- the batch's duration or NULL
+    WHERE run_id = $4
+"""
 _ONE_BATCH = "offset_ledger_record_batch_v4"
 _ONE_BATCH_SQL = f"""
 PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
                        int[], text[], int[], bigint[], bigint[], text[], int[], bigint[], bigint,
                        timestamptz, timestamptz, timestamptz, bigint, bigint, bigint) AS
 WITH new_batch AS (
-    INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
-                         input_rows, watermark, event_time_min, event_time_max, state_rows_total,
-                         state_rows_updated, state_rows_dropped_by_watermark)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $18, $19, $20, $21, $22, $23)
-    ON CONFLICT (query_id, batch_id) DO NOTHING
-    RETURNING id
-), new_offsets AS (
+{_NEW_BATCH.format(stateful="$18, $19, $20, $21, $22, $23")}), new_offsets AS (
     -- one compact row per (source, topic): its partitions' ranges as arrays, in the order sent
     INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
     SELECT nb.id, o.source_index, o.topic, array_agg(o.partition ORDER BY o.n),
@@ -182,16 +198,9 @@ WITH new_batch AS (
     -- no ON CONFLICT: the batch's key is the one just made (a speculative insert logs a confirm record)
 ), moved AS (
 {_MOVE_SET.format(ends="e.until_offsets", at="$7", batch="$5")}    FROM {_ENDS.format(args="$14, $15, $16, $16, NULL::bigint[]")}
-{_GROUPED_RULE}      -- forward only
-      AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, e.until_offsets) AS x (cur, until_offset) WHERE cur > until_offset)
-      -- not late (see above)
-      AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $5)
-    RETURNING 1
+{_GROUPED_RULE}{_ONE_BATCH_RULE.format(ends="e.until_offsets")}    RETURNING 1
 ), run AS (
-    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
-                    max_batch_ms = greatest(max_batch_ms, $17)  -- $17: the batch's duration or NULL
-    WHERE run_id = $4
-)
+{_ONE_BATCH_RUN.format(duration="$17")})
 -- A data-dependent cast error (a constant one would fail at plan time): the abort described above.
 SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1
               AND (SELECT count(*) FROM moved) = (SELECT count(DISTINCT t) FROM unnest($14) t)
@@ -211,26 +220,13 @@ PREPARE {_ONE_TOPIC} (text, text, text, text, bigint, timestamptz, timestamptz, 
                       int, text, int[], bigint[], bigint[], bigint,
                       timestamptz, timestamptz, timestamptz, bigint, bigint, bigint) AS
 WITH new_batch AS (
-    INSERT INTO batches (pipeline, consumer_group, query_id, run_id, batch_id, batch_time, recorded_at,
-                         input_rows, watermark, event_time_min, event_time_max, state_rows_total,
-                         state_rows_updated, state_rows_dropped_by_watermark)
-    VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $15, $16, $17, $18, $19, $20)
-    ON CONFLICT (query_id, batch_id) DO NOTHING
-    RETURNING id
-), new_offsets AS (
+{_NEW_BATCH.format(stateful="$15, $16, $17, $18, $19, $20")}), new_offsets AS (
     INSERT INTO offset_ranges (batch_pk, source_index, topic, partitions, from_offsets, until_offsets)
     SELECT nb.id, $9, $10, $11, $12, $13 FROM new_batch nb
 ), moved AS (
-{_MOVE_SET.format(ends="$13", at="$7", batch="$5")}{_MOVE_RULE.format(topic="$10", partitions="$11")}      -- forward only
-      AND NOT EXISTS (SELECT FROM unnest(p.next_offsets, $13) AS x (cur, until_offset) WHERE cur > until_offset)
-      -- not late (see above)
-      AND (p.moved_batch_ids[1] IS NULL OR p.moved_query_ids[1] IS NULL OR p.moved_batch_ids[1] < $5)
-    RETURNING 1
+{_MOVE_SET.format(ends="$13", at="$7", batch="$5")}{_MOVE_RULE.format(topic="$10", partitions="$11")}{_ONE_BATCH_RULE.format(ends="$13")}    RETURNING 1
 ), run AS (
-    UPDATE runs SET last_batch_id = $5, last_heartbeat_at = $6,
-                    max_batch_ms = greatest(max_batch_ms, $14)  -- $14: the batch's duration or NULL
-    WHERE run_id = $4
-)
+{_ONE_BATCH_RUN.format(duration="$14")})
 SELECT (CASE WHEN (SELECT count(*) FROM new_batch) = 1 AND (SELECT count(*) FROM moved) = 1
              THEN '1' ELSE '{_FAST_BATCH_ABORT}' END)::int
 """
