@@ -81,12 +81,33 @@ def _check_reset_names(request: ResetRequest) -> None:
         check_topic(tp.topic)
 
 
-def _plan_against_cluster(ops: Operations, pipeline: str, request: ResetRequest, positions: list[Position]) -> ResetPlan:
-    """The plan for ``positions`` against the cluster as it is now (pure planning + Kafka reads)."""
+class _ClusterView:
+    """What a plan needs of the cluster, read once: partitions and watermarks of ``topics``, and the
+    offsets for the request's timestamp when it has one."""
+
+    def __init__(self, ops: Operations, request: ResetRequest, topics: list[str]) -> None:
+        self.topics = frozenset(topics)
+        self.seen = ops.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
+        self.times = None
+        if request.mode == "timestamp" and request.timestamp_ms is not None:
+            self.times = ops.kafka.offsets_for_time(sorted(self.seen.watermarks), request.timestamp_ms)
+
+
+def _plan_topics(pipeline: str, request: ResetRequest, positions: list[Position]) -> list[str]:
     topics = request.topics([p.topic for p in positions])
     if not topics:
         raise InvalidInput(f"pipeline {pipeline!r} has no positions; name the topics to reset")
-    seen = ops.kafka.snapshot(topics)  # partitions and watermarks from one look at the cluster
+    return topics
+
+
+def _plan_against_cluster(ops: Operations, pipeline: str, request: ResetRequest, positions: list[Position],
+                          view: _ClusterView | None = None) -> ResetPlan:
+    """The plan for ``positions`` against the cluster: ``view`` when it covers their topics (read before
+    the pipeline lock was taken), else read now."""
+    topics = _plan_topics(pipeline, request, positions)
+    if view is None or not view.topics.issuperset(topics):
+        view = _ClusterView(ops, request, topics)
+    seen = view.seen
     missing = [t for t in topics if t not in seen.partitions]
     if request.scope or request.mode == "offsets":
         if missing:
@@ -96,10 +117,8 @@ def _plan_against_cluster(ops: Operations, pipeline: str, request: ResetRequest,
         if len(missing) == len(topics):
             raise UnknownTopic(topics[0])
         positions = [p for p in positions if p.topic in seen.partitions]
-    marks = seen.watermarks
-    times = None
-    if request.mode == "timestamp" and request.timestamp_ms is not None:
-        times = ops.kafka.offsets_for_time(sorted(marks), request.timestamp_ms)
+    marks = {tp: m for tp, m in seen.watermarks.items() if tp.topic in topics}
+    times = None if view.times is None else {tp: t for tp, t in view.times.items() if tp.topic in topics}
     return plan_partitions(request, positions, marks, times)
 
 
@@ -110,8 +129,8 @@ def reset(
     """Plan the reset, audit it, and unless a dry run write the pending positions (409 rules apply).
 
     The plan is made inside the transaction that writes it, under the pipeline lock, from the
-    positions as they are then: concurrent resets apply one after the other, each audited
-    with the position it actually replaced.
+    positions as they are then (against the cluster as read just before the lock): concurrent resets
+    apply one after the other, each audited with the position it actually replaced.
     """
     check_name("actor", actor)
     check_reason(reason, dry_run=dry_run)
@@ -119,9 +138,15 @@ def reset(
     with ops.reading() as conn:
         group = resolve_group(conn, pipeline, consumer_group)
         require_topics(conn, pipeline, group, request.scope or ())  # a typo is not a new topic
+        before = queries.current_positions(conn, pipeline, group)
+    # The cluster is read before the pipeline lock, which holds the pipeline's recorder and restarts
+    # while it is held: a slow or unreachable cluster (a timeout is tens of seconds) must not stall
+    # them. Under the lock the plan is made from the positions as they are then, against this view;
+    # only a topic it does not cover (the positions gained one in between) is read under the lock.
+    view = _ClusterView(ops, request, _plan_topics(pipeline, request, before))
     try:
         plan, stored = record_reset(
-            ops.engine, lambda positions: _plan_against_cluster(ops, pipeline, request, positions),
+            ops.engine, lambda positions: _plan_against_cluster(ops, pipeline, request, positions, view),
             pipeline=pipeline, consumer_group=group, actor=actor, reason=reason, dry_run=dry_run,
             force=force)
     except SQLAlchemyError as exc:
