@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from offset_ledger.rules.kafka_sink import PartitionRun, commit_position, to_write, transactional_id
-from offset_ledger.sinks._kafka_owner import OwnedWriter, connect, run
+from offset_ledger.sinks._kafka_owner import OwnedWriter, arrow_rows, connect, run
 
 #: Errors of the group coordinator that pass by themselves (a coordinator moving or loading its log).
 _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "_TIMED_OUT",
@@ -166,6 +166,14 @@ class PartitionWriter:
                 self.producer.poll(0.05)
         self.written += 1
 
+    def write_batch(self, batch: Any) -> None:
+        """An Arrow record batch of ``ROW_COLUMNS`` (the task's, or one the owner received), row by row."""
+        for row in arrow_rows(batch):
+            self.write(*row)
+
+    def request_commit(self) -> None:
+        """Nothing ahead of ``commit`` in this process (the owner's writer commits as its connection asks)."""
+
     def commit(self) -> PartitionRun:
         t0 = time.perf_counter()
         self.producer.commit_transaction(float(self.cfg["timeout_s"]))
@@ -237,80 +245,116 @@ def _consumer(cfg: Mapping[str, Any]) -> Any:
 #: What a task sends back per source partition: (topic, partition, written, skipped, committed position, timings).
 TaskRun = tuple[str, int, int, int, int, dict[str, float]]
 
+#: The columns the driver selects for the tasks (``sinks/kafka.py``): the source record, what is written, and on the
+#: scan path ``_split``, the index of the Spark partition of the batch's Kafka scan that read the row.
+SOURCE = ("topic", "partition")
+ROW_COLUMNS = ("offset", "value", "key", "headers", "_out")
+#: What a task returns to the driver (``mapInArrow``'s schema): one row per source partition it committed.
+STATUS_SCHEMA = "topic string, partition int, written long, skipped long, committed long, timings string"
 
-def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[TaskRun]:
-    """``mapPartitions``: the task's rows, sorted by (topic, partition, offset), one transaction per source
-    partition; yields (topic, partition, written, skipped, committed position, timings) per partition.
 
-    Each row is (topic, partition, offset, value, key, headers, output partition), as the driver selected.
+def write_batches(cfg: Mapping[str, Any], batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow``: the task's rows as Arrow record batches; one transaction per source partition among them,
+    all committed after the task's last row; yields one status row per committed partition (never a row).
+
+    ``cfg["assigned"]`` (the scan path: no shuffle): per Spark partition of the batch's Kafka scan, the one source
+    partition it reads (``rules.kafka_sink.scan_assignment``, checked on the driver); every row carries the index of
+    the split that read it (``_split``) and must name that split's partition. A split is computed whole by one task
+    (a coalesce hands whole splits to tasks), so a task that saw a row of a partition holds all of its rows. Without
+    ``assigned`` (the shuffle path) the rows were grouped by source partition and sorted by offset.
+
+    A transaction opens at its partition's first row (in the executor's owner, which fences, reads the group's
+    position and sends the offsets while the task goes on reading) and every one of the task's transactions is
+    committed only once the task has read all its rows: a row the task refuses, wherever it comes, aborts them
+    all before anything of the task is committed. A partition none of whose rows reached any task is committed
+    by the driver (``commit_empty``), never by a task that merely expected it.
     """
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    current: Writer | None = None
+    assigned = cfg.get("assigned")
+    writers: dict[tuple[str, int], Writer] = {}
+    done: list[TaskRun] = []
     try:
-        for row in rows:
-            topic, partition = row[0], int(row[1])
-            if (topic, partition) not in ranges:
-                raise ValueError(f"a row of {topic}[{partition}] offset {row[2]} is not in this batch's source "
-                                 f"ranges: the sink writes rows of the batch's own Kafka records only")
-            if current is None or (current.topic, current.partition) != (topic, partition):
-                if current is not None:
-                    done, current = current, None
-                    yield _run(done)
-                current = _task_writer(cfg, topic, partition, ranges)
-            current.write(int(row[2]), row[3], row[4], row[5], row[6])
-        if current is not None:
-            done, current = current, None
-            yield _run(done)
+        for batch in batches:
+            for tp, rows in _runs(batch, ranges, assigned):
+                writer = writers.get(tp)
+                if writer is None:
+                    writer = writers[tp] = _task_writer(cfg, tp[0], tp[1], ranges)
+                writer.write_batch(rows.select(list(ROW_COLUMNS)))
+        for writer in writers.values():  # the owner commits them side by side; the answers are read below
+            writer.request_commit()
+        for tp in list(writers):
+            done.append(_run(writers[tp]))
+            del writers[tp]
     except BaseException:
-        if current is not None:
-            current.abort()
-        raise
-
-
-def write_assigned(cfg: Mapping[str, Any], index: int, rows: Iterable[Any]) -> Iterator[TaskRun]:
-    """``mapPartitionsWithIndex`` over the batch's own Kafka scan (no shuffle): Spark partition ``index``
-    reads one source partition, ``cfg["assigned"][index]`` (``rules.kafka_sink.scan_assignment`` checked
-    it on the driver), in offset order; one transaction for it, committed even when no row survived.
-
-    Every row must name that partition: one that does not (a job that rewrote the source columns) fails
-    the task before its commit, so no transaction ever holds rows of another partition.
-    """
-    assigned = cfg["assigned"][index]
-    ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    writer: Writer | None = None
-    try:
-        if assigned is not None:
-            # Before the first row is asked for: the JVM reads the split and sends its rows meanwhile, so a new
-            # producer's init_transactions (mostly waiting on the coordinator) overlaps Spark's read.
-            writer = _task_writer(cfg, assigned[0], int(assigned[1]), ranges)
-        for row in rows:
-            if writer is None or (row[0], int(row[1])) != (writer.topic, writer.partition):
-                raise ValueError(f"a row of {row[0]}[{row[1]}] offset {row[2]} came from Spark's read of "
-                                 f"{'an empty range' if assigned is None else f'{assigned[0]}[{assigned[1]}]'}: "
-                                 f"the sink's topic, partition and offset columns must be the Kafka source's own")
-            writer.write(int(row[2]), row[3], row[4], row[5], row[6])
-        if writer is None:
-            return
-        done, writer = writer, None
-        yield _run(done)
-    except BaseException:
-        if writer is not None:
+        for writer in writers.values():
             writer.abort()
         raise
+    if done:
+        yield _status(done)
+
+
+def _runs(batch: Any, ranges: Mapping[tuple[str, int], tuple[int | None, int]],
+          assigned: list[tuple[str, int] | None] | None) -> Iterator[tuple[tuple[str, int], Any]]:
+    """The batch cut into runs of rows of one source partition (and one split), each checked against the batch."""
+    n = batch.num_rows
+    if n == 0:
+        return
+    topics = batch.column("topic").to_pylist()
+    parts = batch.column("partition").to_pylist()
+    splits = batch.column("_split").to_pylist() if assigned is not None else None
+    start = 0
+    for i in range(1, n + 1):
+        if i < n and topics[i] == topics[start] and parts[i] == parts[start] and (
+                splits is None or splits[i] == splits[start]):
+            continue
+        tp = (topics[start], int(parts[start]))
+        if tp not in ranges:
+            raise ValueError(f"a row of {tp[0]}[{tp[1]}] offset {batch.column('offset')[start].as_py()} is not in "
+                             f"this batch's source ranges: the sink writes rows of the batch's own Kafka records only")
+        if splits is not None and assigned is not None:
+            split = splits[start]
+            read = assigned[split] if split is not None and 0 <= split < len(assigned) else None
+            if read != tp:
+                what = "an empty range" if read is None else f"{read[0]}[{read[1]}]"
+                raise ValueError(f"a row of {tp[0]}[{tp[1]}] offset {batch.column('offset')[start].as_py()} came "
+                                 f"from Spark's read of {what}: the sink's topic, partition and offset columns must "
+                                 f"be the Kafka source's own")
+        yield tp, batch.slice(start, i - start)
+        start = i
+
+
+def _status(runs: list[TaskRun]) -> Any:
+    import json
+
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays(
+        [pa.array([r[0] for r in runs], pa.string()), pa.array([r[1] for r in runs], pa.int32()),
+         pa.array([r[2] for r in runs], pa.int64()), pa.array([r[3] for r in runs], pa.int64()),
+         pa.array([r[4] for r in runs], pa.int64()), pa.array([json.dumps(r[5]) for r in runs], pa.string())],
+        names=["topic", "partition", "written", "skipped", "committed", "timings"])
 
 
 def commit_empty(cfg: Mapping[str, Any], partitions: Iterable[tuple[str, int]]) -> list[PartitionRun]:
-    """The transactions of source partitions no row reached (all filtered out): the position and mark only."""
+    """The transactions of source partitions no row reached (all filtered out): the position and mark only, side by
+    side (each its own producer and transaction)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    out = []
-    for topic, partition in partitions:
-        writer = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+
+    def one(tp: tuple[str, int]) -> PartitionRun:
+        writer = PartitionWriter(cfg, _consumer(cfg), tp[0], tp[1], ranges, cfg["mark"])
         try:
-            out.append(writer.commit())
+            return writer.commit()
         except BaseException:
             writer.abort()
             raise
-    return out
+
+    todo = list(partitions)
+    if len(todo) <= 1:
+        return [one(tp) for tp in todo]
+    with ThreadPoolExecutor(max_workers=min(len(todo), 8)) as pool:
+        return list(pool.map(one, todo))
 
 
 def _run(writer: Writer) -> TaskRun:
