@@ -17,7 +17,7 @@ its commit succeeded. One connection is one source partition's transaction::
     worker -> owner   ("open", cfg, topic, partition, mark)     the owner opens the transaction meanwhile
     worker -> owner   ("arrow", Arrow IPC stream of the rows' offset, value, key, headers, _out)   any number
                       (or ("rows", [(offset, value, key, headers, output partition), ...]))
-    worker -> owner   ("commit",)
+    worker -> owner   ("commit",)  or  ("release",): opened ahead, no row came (aborted, the producer kept)
     owner  -> worker  ("done", written, skipped, committed position, timings) | ("error", kind, message)
 
 A connection that closes before its commit (the task failed, was killed, or its worker died) aborts the
@@ -163,6 +163,10 @@ class Connection:
                 elif message[0] == "rows":
                     for row in message[1]:
                         writer.write(*row)
+                elif message[0] == "release":  # opened ahead, no row came: aborted, the producer kept
+                    writer.release()
+                    writer = None
+                    return
                 elif message[0] == "commit":
                     run = writer.commit()
                     committed = True
@@ -353,6 +357,12 @@ class OwnedWriter:
             raise (ValueError if reply[1] == "value" else OwnerError)(reply[2])
         _, written, skipped, committed, self.timings = reply
         return PartitionRun(self.topic, self.partition, int(written), int(skipped), int(committed))
+
+    def release(self) -> None:
+        """The transaction was opened ahead and no row came: the owner aborts it and keeps its producer."""
+        with contextlib.suppress(OSError):
+            send(self.sock, ("release",))
+        self.abort()
 
     def abort(self) -> None:
         """Closing before the commit aborts the transaction in the owner (and drops its producer)."""

@@ -189,6 +189,16 @@ class PartitionWriter:
         except Exception:  # noqa: BLE001 - fenced or gone: the broker aborts it at the timeout anyway
             pass
 
+    def release(self) -> None:
+        """Give up a transaction opened ahead for rows that never came (no row written): aborted, and the producer
+        kept when the abort succeeded (nothing failed; a newer epoch is found at its next ``send_offsets``)."""
+        try:
+            self.producer.abort_transaction(float(self.cfg["timeout_s"]))
+        except Exception:  # noqa: BLE001 - not kept: the broker aborts it at the timeout anyway
+            return
+        with _LOCK:
+            _PRODUCERS[self.key] = self.producer
+
 
 def check_in_batch(topic: str, partition: int, offset: int, until: int) -> None:
     if offset >= until:
@@ -272,14 +282,22 @@ def write_batches(cfg: Mapping[str, Any], batches: Iterable[Any]) -> Iterator[An
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
     assigned = cfg.get("assigned")
     writers: dict[tuple[str, int], Writer] = {}
+    seen: set[tuple[str, int]] = set()
     done: list[TaskRun] = []
     try:
+        # Before the first batch is asked for: the partitions the driver expects this task to read (a hint) are
+        # opened now, so the owner's fence, group read and send_offsets overlap Spark's read of the splits.
+        for tp in _expected(cfg):
+            writers[tp] = _task_writer(cfg, tp[0], tp[1], ranges)
         for batch in batches:
             for tp, rows in _runs(batch, ranges, assigned):
                 writer = writers.get(tp)
                 if writer is None:
                     writer = writers[tp] = _task_writer(cfg, tp[0], tp[1], ranges)
+                seen.add(tp)
                 writer.write_batch(rows.select(list(ROW_COLUMNS)))
+        for tp in [tp for tp in writers if tp not in seen]:  # expected, no row came: never committed by a task
+            writers.pop(tp).release()
         for writer in writers.values():  # the owner commits them side by side; the answers are read below
             writer.request_commit()
         for tp in list(writers):
@@ -291,6 +309,20 @@ def write_batches(cfg: Mapping[str, Any], batches: Iterable[Any]) -> Iterator[An
         raise
     if done:
         yield _status(done)
+
+
+def _expected(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The source partitions the driver expects this task to read (``cfg["expected"]`` per task index), or none."""
+    expected = cfg.get("expected")
+    if not expected:
+        return []
+    try:
+        from pyspark import TaskContext
+
+        index = TaskContext.get().partitionId()
+    except Exception:  # noqa: BLE001 - not in a Spark task (a test): nothing opened ahead
+        return []
+    return [(t, int(p)) for t, p in expected[index]] if 0 <= index < len(expected) else []
 
 
 def _runs(batch: Any, ranges: Mapping[tuple[str, int], tuple[int | None, int]],

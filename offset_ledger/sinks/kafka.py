@@ -220,10 +220,20 @@ class KafkaSink:
         self.last_path = "scan" if assigned is not None else "shuffle"
         if assigned is not None:
             tagged = rows.withColumn("_split", F.spark_partition_id())
-            job_cfg = {**cfg, "assigned": assigned}
             # Fewer, longer tasks: each Python task costs Spark ~50 ms of its own (measured: 6 tasks of one row on
             # 2 cores 197 ms, the same rows in 2 tasks 75 ms); a coalesce hands whole splits to a task.
-            grouped = tagged.coalesce(tasks) if tasks and len(assigned) > tasks else tagged
+            if tasks and len(assigned) > tasks:
+                grouped = tagged.coalesce(tasks)
+                t0 = time.perf_counter()
+                groups = _coalesced(grouped)
+                self.last_timings["hint_ms"] = (time.perf_counter() - t0) * 1000
+            else:
+                grouped, groups = tagged, [[i] for i in range(len(assigned))]
+            # Which partitions each task will read, so that it opens their transactions before its first row: a
+            # hint only (a task commits a partition only for the rows it saw of it, each checked against its split).
+            expected = None if groups is None else [
+                [assigned[i] for i in group if 0 <= i < len(assigned) and assigned[i] is not None] for group in groups]
+            job_cfg = {**cfg, "assigned": assigned, "expected": expected}
         else:
             log.debug("sink %s: rows grouped by a shuffle: %s", self.name, why)
             job_cfg = cfg
@@ -329,6 +339,22 @@ def _scan_ranges(rows: Any) -> list[list[tuple[str, int, int, int]]] | None:
         return out
     except Exception:  # noqa: BLE001 - a lineage we cannot read is one we do not rely on
         log.debug("the rows' lineage could not be read: the shuffle groups them", exc_info=True)
+        return None
+
+
+def _coalesced(df: Any) -> list[list[int]] | None:
+    """Per Spark partition of ``df`` (a coalesce over a one-to-one chain), the partitions of the coalesce's parent it
+    reads; None when the plan shows no such thing (then no task opens its transactions ahead)."""
+    try:
+        rdd = df._jdf.queryExecution().toRdd()
+        while rdd.getClass().getSimpleName() != "CoalescedRDD":
+            deps = rdd.dependencies()
+            if deps.size() != 1 or deps.apply(0).getClass().getSimpleName() != "OneToOneDependency":
+                return None
+            rdd = deps.apply(0).rdd()
+        return [[int(i) for i in part.parentsIndices()] for part in rdd.partitions()]
+    except Exception:  # noqa: BLE001 - a hint: without it each transaction opens at its first row
+        log.debug("the coalesce's groups could not be read", exc_info=True)
         return None
 
 

@@ -272,6 +272,22 @@ def test_a_task_commits_all_its_partitions_only_after_its_last_row(monkeypatch) 
     assert [v for _, v, *_ in broker.log if v.startswith(b"v0")] == [f"v0-{o}".encode() for o in range(6)]
 
 
+def test_a_partition_opened_ahead_whose_rows_never_came_is_released_not_committed(  # type: ignore[no-untyped-def]
+        monkeypatch) -> None:
+    """The driver's hint says a task reads in[0] and in[1]; only in[1]'s rows come (in[0]'s all filtered out, or
+    read by another task): in[0]'s transaction is aborted, its producer kept, nothing of in[0] committed."""
+    broker = Broker()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
+    monkeypatch.setattr(_kafka_tx, "_expected", lambda cfg: [("in", 0), ("in", 1)])
+    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4)]), "assigned": [("in", 0), ("in", 1)]}
+    assert _task(cfg, _rows(1, range(4)), split=1) == [("in", 1, 4, 0, 4)]
+    assert ("g", "in", 0) not in broker.groups and len(broker.log) == 4
+    assert len(_kafka_tx._PRODUCERS) == 2 and broker.epochs["p.p:out.in.0"] == 1  # kept for its next batch
+    # The driver commits it (commit_empty: the position and mark alone).
+    _kafka_tx.commit_empty(cfg, [("in", 0)])
+    assert broker.groups[("g", "in", 0)][0] == 5
+
+
 def test_a_batch_without_its_source_columns_is_refused_before_the_ledger_or_kafka_is_touched() -> None:
     from offset_ledger.errors import SinkInputRefused, exit_code
     from offset_ledger.sinks import KafkaSink
