@@ -5,9 +5,12 @@ members and plain values only, so it pickles the same on classic Spark and Spark
 imports neither SQLAlchemy nor the ledger. ``confluent_kafka`` must be installed where the executors
 run (the ``kafka-sink`` extra).
 
-In a Spark task the transaction runs in the executor's producer owner (``_kafka_owner``: one process per
-executor that keeps the producers, whichever Python worker runs a partition's task), the task sending it
-the rows; in the owner, on the driver, or in a worker that cannot reach an owner it is ``PartitionWriter``.
+A Spark task (``write_batches``, in a ``mapInArrow``) receives its rows as Arrow record batches, holding
+every row of each source partition it sees; each partition's transaction runs in the executor's producer
+owner (``_kafka_owner``: one process per executor that keeps the producers, whichever Python worker runs
+the task), the task sending it the rows as Arrow bytes, and all of a task's transactions are committed
+after its last row. In the owner, on the driver, or in a worker that cannot reach an owner a transaction
+is ``PartitionWriter``.
 Per source partition, in this order (each step is why the next one is safe)::
 
     init_transactions()      a new epoch for <pipeline>.<sink>.<topic>.<partition>: any older attempt
@@ -167,9 +170,32 @@ class PartitionWriter:
         self.written += 1
 
     def write_batch(self, batch: Any) -> None:
-        """An Arrow record batch of ``ROW_COLUMNS`` (the task's, or one the owner received), row by row."""
-        for row in arrow_rows(batch):
-            self.write(*row)
+        """An Arrow record batch of ``ROW_COLUMNS`` (the task's, or one the owner received): checked whole (its
+        last offset against the batch's end of the partition, its first against the group's position), then
+        produced in one loop; row by row through ``write`` only when it straddles the group's position."""
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if n == 0:
+            return
+        bounds = pc.min_max(batch.column("offset"))
+        check_in_batch(self.topic, self.partition, int(bounds["max"].as_py()), self.until)
+        if not to_write(int(bounds["min"].as_py()), self.position):  # a re-run: some rows are already there
+            for row in arrow_rows(batch):
+                self.write(*row)
+            return
+        produce, poll, topic = self.producer.produce, self.producer.poll, self.cfg["topic"]
+        for _, value, key, headers, out in arrow_rows(batch):
+            kwargs: dict[str, Any] = {"value": value, "key": key, "partition": -1 if out is None else int(out)}
+            if headers:
+                kwargs["headers"] = [(h[0], None if h[1] is None else bytes(h[1])) for h in headers]
+            while True:
+                try:
+                    produce(topic, **kwargs)
+                    break
+                except BufferError:  # the local queue is full: let the batches in flight drain
+                    poll(0.05)
+        self.written += n
 
     def request_commit(self) -> None:
         """Nothing ahead of ``commit`` in this process (the owner's writer commits as its connection asks)."""
@@ -328,31 +354,34 @@ def _expected(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
 def _runs(batch: Any, ranges: Mapping[tuple[str, int], tuple[int | None, int]],
           assigned: list[tuple[str, int] | None] | None) -> Iterator[tuple[tuple[str, int], Any]]:
     """The batch cut into runs of rows of one source partition (and one split), each checked against the batch."""
+    import pyarrow.compute as pc
+
     n = batch.num_rows
     if n == 0:
         return
-    topics = batch.column("topic").to_pylist()
-    parts = batch.column("partition").to_pylist()
-    splits = batch.column("_split").to_pylist() if assigned is not None else None
-    start = 0
-    for i in range(1, n + 1):
-        if i < n and topics[i] == topics[start] and parts[i] == parts[start] and (
-                splits is None or splits[i] == splits[start]):
-            continue
-        tp = (topics[start], int(parts[start]))
+    # Where the source partition (or the split) changes, found by pyarrow, not by a Python loop over the rows.
+    keys = [batch.column("topic"), batch.column("partition")] + ([batch.column("_split")] if assigned is not None else [])
+    changed = None
+    for key in keys:
+        step = pc.not_equal(key.slice(1), key.slice(0, n - 1)).fill_null(True)
+        changed = step if changed is None else pc.or_(changed, step)
+    cuts = [0] + ([i + 1 for i in pc.indices_nonzero(changed).to_pylist()] if changed is not None else []) + [n]
+    topics, parts = batch.column("topic"), batch.column("partition")
+    splits = batch.column("_split") if assigned is not None else None
+    for start, end in zip(cuts, cuts[1:]):
+        tp = (topics[start].as_py(), int(parts[start].as_py()))
         if tp not in ranges:
             raise ValueError(f"a row of {tp[0]}[{tp[1]}] offset {batch.column('offset')[start].as_py()} is not in "
                              f"this batch's source ranges: the sink writes rows of the batch's own Kafka records only")
         if splits is not None and assigned is not None:
-            split = splits[start]
+            split = splits[start].as_py()
             read = assigned[split] if split is not None and 0 <= split < len(assigned) else None
             if read != tp:
                 what = "an empty range" if read is None else f"{read[0]}[{read[1]}]"
                 raise ValueError(f"a row of {tp[0]}[{tp[1]}] offset {batch.column('offset')[start].as_py()} came "
                                  f"from Spark's read of {what}: the sink's topic, partition and offset columns must "
                                  f"be the Kafka source's own")
-        yield tp, batch.slice(start, i - start)
-        start = i
+        yield tp, batch.slice(start, end - start)
 
 
 def _status(runs: list[TaskRun]) -> Any:

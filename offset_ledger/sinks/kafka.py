@@ -7,10 +7,11 @@ Kafka transaction that also commits the source position to a consumer group the 
 
     1. read offsets/n from the checkpoint; under the ledger's pipeline lock: (g, n) committed? skip;
        g not current, or a zombie's late commit? SinkFenced; else its sequence s      (table_batch)
-    2. the executors, one task per source partition group (no row goes through the driver), for each
-       source partition: init_transactions (fences every older attempt of that partition), read the
-       group's position, produce the rows at or past it, send_offsets_to_transaction(the batch's end
-       of the partition, a mark naming (s, g, n)), commit_transaction        <- the atomic steps
+    2. the executors, each source partition whole in one task (no row goes through the driver; the rows
+       as Arrow batches), for each source partition a task saw rows of: init_transactions (fences every
+       older attempt of that partition), read the group's position, send_offsets_to_transaction(the
+       batch's end of the partition, a mark naming (s, g, n)), produce the rows at or past the position;
+       after the task's last row, commit_transaction for each               <- the atomic steps
        (the driver does the same, position and mark only, for a partition none of whose rows survived)
     3. record sink_batches (g, n -> s, rows), the batch and its positions in one ledger transaction
 
@@ -59,8 +60,8 @@ class KafkaSink:
     default ``output_partition``; else Kafka's partitioner on the key). ``group_id``: the consumer group
     the sink owns, its position per source partition (default ``offset-ledger-sink.<name>``); never let
     anything else commit to it. ``kafka_config``: librdkafka settings for every client (security);
-    ``producer_config``: the producer's on top. ``transaction_timeout_ms``: one source partition's share
-    of a batch must be written within it (docs/sinks.md). ``skip_shuffle``: write a batch whose Kafka scan
+    ``producer_config``: the producer's on top. ``transaction_timeout_ms``: a task's share of a batch (its
+    source partitions' transactions stay open until its last row) must be written within it (docs/sinks.md). ``skip_shuffle``: write a batch whose Kafka scan
     reads one whole source partition per Spark partition without a shuffle (checked per batch); False
     always groups the rows by a shuffle.
     """
