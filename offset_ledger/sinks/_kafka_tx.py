@@ -360,7 +360,9 @@ def _runs(batch: Any, ranges: Mapping[tuple[str, int], tuple[int | None, int]],
     if n == 0:
         return
     # Where the source partition (or the split) changes, found by pyarrow, not by a Python loop over the rows.
-    keys = [batch.column("topic"), batch.column("partition")] + ([batch.column("_split")] if assigned is not None else [])
+    keys = [batch.column("topic"), batch.column("partition")]
+    if assigned is not None:
+        keys.append(batch.column("_split"))
     changed = None
     for key in keys:
         step = pc.not_equal(key.slice(1), key.slice(0, n - 1)).fill_null(True)

@@ -61,9 +61,9 @@ class KafkaSink:
     the sink owns, its position per source partition (default ``offset-ledger-sink.<name>``); never let
     anything else commit to it. ``kafka_config``: librdkafka settings for every client (security);
     ``producer_config``: the producer's on top. ``transaction_timeout_ms``: a task's share of a batch (its
-    source partitions' transactions stay open until its last row) must be written within it (docs/sinks.md). ``skip_shuffle``: write a batch whose Kafka scan
-    reads one whole source partition per Spark partition without a shuffle (checked per batch); False
-    always groups the rows by a shuffle.
+    source partitions' transactions stay open until its last row) must be written within it
+    (docs/sinks.md). ``skip_shuffle``: write a batch whose Kafka scan reads one whole source partition per
+    Spark partition without a shuffle (checked per batch); False always groups the rows by a shuffle.
     """
 
     kind = "kafka"
@@ -171,7 +171,8 @@ class KafkaSink:
         self.last_runs = sorted(runs, key=lambda r: (r.topic, r.partition))
         self._record(prepared.ledger, TableCommit(decision.sequence, prepared.generation_id, prepared.query_id,
                                                   batch_id, sum(r.written for r in runs), None), prepared.records)
-        self.last_timings = {**self.last_timings, "prepare_ms": (decided - started) * 1000, "kafka_ms": (written - decided) * 1000,
+        self.last_timings = {**self.last_timings, "prepare_ms": (decided - started) * 1000,
+                             "kafka_ms": (written - decided) * 1000,
                              "job_ms": (job_done - decided) * 1000, "empty_ms": (written - job_done) * 1000,
                              "record_ms": (time.perf_counter() - written) * 1000,
                              **task_totals(self._task_timings)}

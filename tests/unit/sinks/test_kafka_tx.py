@@ -231,7 +231,8 @@ def test_a_scan_task_commits_the_partitions_of_the_splits_it_read_and_no_other( 
     driver's to commit (``commit_empty``), never a task's that merely expected it."""
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
-    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4), ("in", 2, 0, 3)]), "assigned": [("in", 1), ("in", 0), None, ("in", 2)]}
+    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4), ("in", 2, 0, 3)]),
+           "assigned": [("in", 1), ("in", 0), None, ("in", 2)]}
     batches = _arrow(_rows(1, range(4)), split=0) + _arrow(_rows(2, range(3)), split=3)
     assert _written(_kafka_tx.write_batches(cfg, iter(batches))) == [("in", 1, 4, 0, 4), ("in", 2, 3, 0, 3)]
     assert _task(cfg, [], split=1) == []  # split 1's rows all filtered out: nothing committed by a task
@@ -242,7 +243,7 @@ def test_a_scan_task_commits_the_partitions_of_the_splits_it_read_and_no_other( 
     assert len(broker.log) == 7
 
 
-def test_a_scan_task_holding_a_row_another_split_should_not_hold_fails_before_any_commit(  # type: ignore[no-untyped-def]
+def test_a_scan_task_holding_a_row_its_split_does_not_read_fails_before_any_commit(  # type: ignore[no-untyped-def]
         monkeypatch) -> None:
     """A job that rewrote the source columns: every transaction of the task is aborted, none committed, even the
     one whose rows were all right and came first."""
