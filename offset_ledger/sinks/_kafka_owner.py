@@ -15,8 +15,9 @@ position, send the offsets, produce, commit), one thread per connection, and kee
 its commit succeeded. One connection is one source partition's transaction::
 
     worker -> owner   ("open", cfg, topic, partition, mark)     the owner opens the transaction meanwhile
-    worker -> owner   ("rows", [(offset, value, key, headers, output partition), ...])   any number
-    worker -> owner   ("commit",)
+    worker -> owner   ("arrow", Arrow IPC stream of the rows' offset, value, key, headers, _out)   any number
+                      (or ("rows", [(offset, value, key, headers, output partition), ...]))
+    worker -> owner   ("commit",)  or  ("release",): opened ahead, no row came (aborted, the producer kept)
     owner  -> worker  ("done", written, skipped, committed position, timings) | ("error", kind, message)
 
 A connection that closes before its commit (the task failed, was killed, or its worker died) aborts the
@@ -46,7 +47,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from offset_ledger.errors import KafkaError
@@ -95,6 +96,22 @@ def recv(sock: socket.socket) -> Any:
     return None if body is None else pickle.loads(body)
 
 
+def arrow_rows(batch: Any) -> Iterator[tuple[Any, ...]]:
+    """The rows of an Arrow record batch of the task's columns (offset, value, key, headers, _out) as
+    (offset, value, key, headers as (key, value) pairs or None, output partition): one column at a time into
+    Python objects (pyarrow's C loops), not a Python object per cell of a pickled row."""
+    offsets = batch.column("offset").to_pylist()
+    values = batch.column("value").to_pylist()
+    keys = batch.column("key").to_pylist()
+    outs = batch.column("_out").to_pylist()
+    column = batch.column("headers")
+    if column.null_count == len(column):
+        headers: list[Any] = [None] * len(offsets)
+    else:
+        headers = [None if hs is None else [(h["key"], h["value"]) for h in hs] for hs in column.to_pylist()]
+    return zip(offsets, values, keys, headers, outs)
+
+
 # ------------------------------------------------------------------ where
 
 def socket_dir() -> str:
@@ -138,9 +155,18 @@ class Connection:
                 message = recv(self.sock)
                 if message is None:  # the task is gone before its commit: abort below
                     return
-                if message[0] == "rows":
+                if message[0] == "arrow":
+                    import pyarrow as pa
+
+                    for batch in pa.ipc.open_stream(message[1]):
+                        writer.write_batch(batch)
+                elif message[0] == "rows":
                     for row in message[1]:
                         writer.write(*row)
+                elif message[0] == "release":  # opened ahead, no row came: aborted, the producer kept
+                    writer.release()
+                    writer = None
+                    return
                 elif message[0] == "commit":
                     run = writer.commit()
                     committed = True
@@ -275,6 +301,7 @@ class OwnedWriter:
         self.bytes = 0
         self.timings: dict[str, float] = {}
         self.connect_ms = 0.0  # reaching (or starting) the owner, set by the task
+        self.requested = False
         send(sock, ("open", dict(cfg), topic, partition, mark))
 
     def write(self, offset: int, value: Any, key: Any, headers: Any, out_partition: Any) -> None:
@@ -286,18 +313,41 @@ class OwnedWriter:
         if len(self.rows) >= CHUNK_ROWS or self.bytes >= CHUNK_BYTES:
             self._flush()
 
+    def write_batch(self, batch: Any) -> None:
+        """An Arrow record batch of the task's columns, checked here (its last offset against the batch's end of
+        the partition), sent on as Arrow IPC bytes: no row becomes a Python object in the task."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if batch.num_rows == 0:
+            return
+        self.check(self.topic, self.partition, int(pc.max(batch.column("offset")).as_py()), self.until)
+        self._flush()
+        out = pa.BufferOutputStream()
+        with pa.ipc.new_stream(out, batch.schema) as stream:
+            stream.write_batch(batch)
+        send(self.sock, ("arrow", out.getvalue().to_pybytes()))
+
     def _flush(self) -> None:
         if self.rows:
             send(self.sock, ("rows", self.rows))
             self.rows, self.bytes = [], 0
 
-    def commit(self) -> PartitionRun:
-        """What the owner committed; raises what the owner met (nothing of the transaction is committed then)."""
+    def request_commit(self) -> None:
+        """Ask for the commit without waiting for it (``commit`` reads the answer): a task's transactions commit
+        side by side in the owner."""
+        if self.requested:
+            return
+        self.requested = True
         try:
             self._flush()
             send(self.sock, ("commit",))
         except OSError:
             pass  # the owner answered an error and closed, or died: its answer (or its absence) says which
+
+    def commit(self) -> PartitionRun:
+        """What the owner committed; raises what the owner met (nothing of the transaction is committed then)."""
+        self.request_commit()
         reply = recv(self.sock)
         self.sock.close()
         if reply is None:
@@ -307,6 +357,12 @@ class OwnedWriter:
             raise (ValueError if reply[1] == "value" else OwnerError)(reply[2])
         _, written, skipped, committed, self.timings = reply
         return PartitionRun(self.topic, self.partition, int(written), int(skipped), int(committed))
+
+    def release(self) -> None:
+        """The transaction was opened ahead and no row came: the owner aborts it and keeps its producer."""
+        with contextlib.suppress(OSError):
+            send(self.sock, ("release",))
+        self.abort()
 
     def abort(self) -> None:
         """Closing before the commit aborts the transaction in the owner (and drops its producer)."""

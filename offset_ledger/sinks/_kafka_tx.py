@@ -5,9 +5,12 @@ members and plain values only, so it pickles the same on classic Spark and Spark
 imports neither SQLAlchemy nor the ledger. ``confluent_kafka`` must be installed where the executors
 run (the ``kafka-sink`` extra).
 
-In a Spark task the transaction runs in the executor's producer owner (``_kafka_owner``: one process per
-executor that keeps the producers, whichever Python worker runs a partition's task), the task sending it
-the rows; in the owner, on the driver, or in a worker that cannot reach an owner it is ``PartitionWriter``.
+A Spark task (``write_batches``, in a ``mapInArrow``) receives its rows as Arrow record batches, holding
+every row of each source partition it sees; each partition's transaction runs in the executor's producer
+owner (``_kafka_owner``: one process per executor that keeps the producers, whichever Python worker runs
+the task), the task sending it the rows as Arrow bytes, and all of a task's transactions are committed
+after its last row. In the owner, on the driver, or in a worker that cannot reach an owner a transaction
+is ``PartitionWriter``.
 Per source partition, in this order (each step is why the next one is safe)::
 
     init_transactions()      a new epoch for <pipeline>.<sink>.<topic>.<partition>: any older attempt
@@ -29,7 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from offset_ledger.rules.kafka_sink import PartitionRun, commit_position, to_write, transactional_id
-from offset_ledger.sinks._kafka_owner import OwnedWriter, connect, run
+from offset_ledger.sinks._kafka_owner import OwnedWriter, arrow_rows, connect, run
 
 #: Errors of the group coordinator that pass by themselves (a coordinator moving or loading its log).
 _RETRIABLE = {"NOT_COORDINATOR", "COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE", "_TIMED_OUT",
@@ -166,6 +169,37 @@ class PartitionWriter:
                 self.producer.poll(0.05)
         self.written += 1
 
+    def write_batch(self, batch: Any) -> None:
+        """An Arrow record batch of ``ROW_COLUMNS`` (the task's, or one the owner received): checked whole (its
+        last offset against the batch's end of the partition, its first against the group's position), then
+        produced in one loop; row by row through ``write`` only when it straddles the group's position."""
+        import pyarrow.compute as pc
+
+        n = batch.num_rows
+        if n == 0:
+            return
+        bounds = pc.min_max(batch.column("offset"))
+        check_in_batch(self.topic, self.partition, int(bounds["max"].as_py()), self.until)
+        if not to_write(int(bounds["min"].as_py()), self.position):  # a re-run: some rows are already there
+            for row in arrow_rows(batch):
+                self.write(*row)
+            return
+        produce, poll, topic = self.producer.produce, self.producer.poll, self.cfg["topic"]
+        for _, value, key, headers, out in arrow_rows(batch):
+            kwargs: dict[str, Any] = {"value": value, "key": key, "partition": -1 if out is None else int(out)}
+            if headers:
+                kwargs["headers"] = [(h[0], None if h[1] is None else bytes(h[1])) for h in headers]
+            while True:
+                try:
+                    produce(topic, **kwargs)
+                    break
+                except BufferError:  # the local queue is full: let the batches in flight drain
+                    poll(0.05)
+        self.written += n
+
+    def request_commit(self) -> None:
+        """Nothing ahead of ``commit`` in this process (the owner's writer commits as its connection asks)."""
+
     def commit(self) -> PartitionRun:
         t0 = time.perf_counter()
         self.producer.commit_transaction(float(self.cfg["timeout_s"]))
@@ -180,6 +214,16 @@ class PartitionWriter:
             self.producer.abort_transaction(5)
         except Exception:  # noqa: BLE001 - fenced or gone: the broker aborts it at the timeout anyway
             pass
+
+    def release(self) -> None:
+        """Give up a transaction opened ahead for rows that never came (no row written): aborted, and the producer
+        kept when the abort succeeded (nothing failed; a newer epoch is found at its next ``send_offsets``)."""
+        try:
+            self.producer.abort_transaction(float(self.cfg["timeout_s"]))
+        except Exception:  # noqa: BLE001 - not kept: the broker aborts it at the timeout anyway
+            return
+        with _LOCK:
+            _PRODUCERS[self.key] = self.producer
 
 
 def check_in_batch(topic: str, partition: int, offset: int, until: int) -> None:
@@ -237,80 +281,143 @@ def _consumer(cfg: Mapping[str, Any]) -> Any:
 #: What a task sends back per source partition: (topic, partition, written, skipped, committed position, timings).
 TaskRun = tuple[str, int, int, int, int, dict[str, float]]
 
+#: The columns the driver selects for the tasks (``sinks/kafka.py``): the source record, what is written, and on the
+#: scan path ``_split``, the index of the Spark partition of the batch's Kafka scan that read the row.
+SOURCE = ("topic", "partition")
+ROW_COLUMNS = ("offset", "value", "key", "headers", "_out")
+#: What a task returns to the driver (``mapInArrow``'s schema): one row per source partition it committed.
+STATUS_SCHEMA = "topic string, partition int, written long, skipped long, committed long, timings string"
 
-def write_partitions(cfg: Mapping[str, Any], rows: Iterable[Any]) -> Iterator[TaskRun]:
-    """``mapPartitions``: the task's rows, sorted by (topic, partition, offset), one transaction per source
-    partition; yields (topic, partition, written, skipped, committed position, timings) per partition.
 
-    Each row is (topic, partition, offset, value, key, headers, output partition), as the driver selected.
+def write_batches(cfg: Mapping[str, Any], batches: Iterable[Any]) -> Iterator[Any]:
+    """``mapInArrow``: the task's rows as Arrow record batches; one transaction per source partition among them,
+    all committed after the task's last row; yields one status row per committed partition (never a row).
+
+    ``cfg["assigned"]`` (the scan path: no shuffle): per Spark partition of the batch's Kafka scan, the one source
+    partition it reads (``rules.kafka_sink.scan_assignment``, checked on the driver); every row carries the index of
+    the split that read it (``_split``) and must name that split's partition. A split is computed whole by one task
+    (a coalesce hands whole splits to tasks), so a task that saw a row of a partition holds all of its rows. Without
+    ``assigned`` (the shuffle path) the rows were grouped by source partition and sorted by offset.
+
+    A transaction opens at its partition's first row (in the executor's owner, which fences, reads the group's
+    position and sends the offsets while the task goes on reading) and every one of the task's transactions is
+    committed only once the task has read all its rows: a row the task refuses, wherever it comes, aborts them
+    all before anything of the task is committed. A partition none of whose rows reached any task is committed
+    by the driver (``commit_empty``), never by a task that merely expected it.
     """
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    current: Writer | None = None
+    assigned = cfg.get("assigned")
+    writers: dict[tuple[str, int], Writer] = {}
+    seen: set[tuple[str, int]] = set()
+    done: list[TaskRun] = []
     try:
-        for row in rows:
-            topic, partition = row[0], int(row[1])
-            if (topic, partition) not in ranges:
-                raise ValueError(f"a row of {topic}[{partition}] offset {row[2]} is not in this batch's source "
-                                 f"ranges: the sink writes rows of the batch's own Kafka records only")
-            if current is None or (current.topic, current.partition) != (topic, partition):
-                if current is not None:
-                    done, current = current, None
-                    yield _run(done)
-                current = _task_writer(cfg, topic, partition, ranges)
-            current.write(int(row[2]), row[3], row[4], row[5], row[6])
-        if current is not None:
-            done, current = current, None
-            yield _run(done)
+        # Before the first batch is asked for: the partitions the driver expects this task to read (a hint) are
+        # opened now, so the owner's fence, group read and send_offsets overlap Spark's read of the splits.
+        for tp in _expected(cfg):
+            writers[tp] = _task_writer(cfg, tp[0], tp[1], ranges)
+        for batch in batches:
+            for tp, rows in _runs(batch, ranges, assigned):
+                writer = writers.get(tp)
+                if writer is None:
+                    writer = writers[tp] = _task_writer(cfg, tp[0], tp[1], ranges)
+                seen.add(tp)
+                writer.write_batch(rows.select(list(ROW_COLUMNS)))
+        for tp in [tp for tp in writers if tp not in seen]:  # expected, no row came: never committed by a task
+            writers.pop(tp).release()
+        for writer in writers.values():  # the owner commits them side by side; the answers are read below
+            writer.request_commit()
+        for tp in list(writers):
+            done.append(_run(writers[tp]))
+            del writers[tp]
     except BaseException:
-        if current is not None:
-            current.abort()
-        raise
-
-
-def write_assigned(cfg: Mapping[str, Any], index: int, rows: Iterable[Any]) -> Iterator[TaskRun]:
-    """``mapPartitionsWithIndex`` over the batch's own Kafka scan (no shuffle): Spark partition ``index``
-    reads one source partition, ``cfg["assigned"][index]`` (``rules.kafka_sink.scan_assignment`` checked
-    it on the driver), in offset order; one transaction for it, committed even when no row survived.
-
-    Every row must name that partition: one that does not (a job that rewrote the source columns) fails
-    the task before its commit, so no transaction ever holds rows of another partition.
-    """
-    assigned = cfg["assigned"][index]
-    ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    writer: Writer | None = None
-    try:
-        if assigned is not None:
-            # Before the first row is asked for: the JVM reads the split and sends its rows meanwhile, so a new
-            # producer's init_transactions (mostly waiting on the coordinator) overlaps Spark's read.
-            writer = _task_writer(cfg, assigned[0], int(assigned[1]), ranges)
-        for row in rows:
-            if writer is None or (row[0], int(row[1])) != (writer.topic, writer.partition):
-                raise ValueError(f"a row of {row[0]}[{row[1]}] offset {row[2]} came from Spark's read of "
-                                 f"{'an empty range' if assigned is None else f'{assigned[0]}[{assigned[1]}]'}: "
-                                 f"the sink's topic, partition and offset columns must be the Kafka source's own")
-            writer.write(int(row[2]), row[3], row[4], row[5], row[6])
-        if writer is None:
-            return
-        done, writer = writer, None
-        yield _run(done)
-    except BaseException:
-        if writer is not None:
+        for writer in writers.values():
             writer.abort()
         raise
+    if done:
+        yield _status(done)
+
+
+def _expected(cfg: Mapping[str, Any]) -> list[tuple[str, int]]:
+    """The source partitions the driver expects this task to read (``cfg["expected"]`` per task index), or none."""
+    expected = cfg.get("expected")
+    if not expected:
+        return []
+    try:
+        from pyspark import TaskContext
+
+        index = TaskContext.get().partitionId()
+    except Exception:  # noqa: BLE001 - not in a Spark task (a test): nothing opened ahead
+        return []
+    return [(t, int(p)) for t, p in expected[index]] if 0 <= index < len(expected) else []
+
+
+def _runs(batch: Any, ranges: Mapping[tuple[str, int], tuple[int | None, int]],
+          assigned: list[tuple[str, int] | None] | None) -> Iterator[tuple[tuple[str, int], Any]]:
+    """The batch cut into runs of rows of one source partition (and one split), each checked against the batch."""
+    import pyarrow.compute as pc
+
+    n = batch.num_rows
+    if n == 0:
+        return
+    # Where the source partition (or the split) changes, found by pyarrow, not by a Python loop over the rows.
+    keys = [batch.column("topic"), batch.column("partition")]
+    if assigned is not None:
+        keys.append(batch.column("_split"))
+    changed = None
+    for key in keys:
+        step = pc.not_equal(key.slice(1), key.slice(0, n - 1)).fill_null(True)
+        changed = step if changed is None else pc.or_(changed, step)
+    cuts = [0] + ([i + 1 for i in pc.indices_nonzero(changed).to_pylist()] if changed is not None else []) + [n]
+    topics, parts = batch.column("topic"), batch.column("partition")
+    splits = batch.column("_split") if assigned is not None else None
+    for start, end in zip(cuts, cuts[1:]):
+        tp = (topics[start].as_py(), int(parts[start].as_py()))
+        if tp not in ranges:
+            raise ValueError(f"a row of {tp[0]}[{tp[1]}] offset {batch.column('offset')[start].as_py()} is not in "
+                             f"this batch's source ranges: the sink writes rows of the batch's own Kafka records only")
+        if splits is not None and assigned is not None:
+            split = splits[start].as_py()
+            read = assigned[split] if split is not None and 0 <= split < len(assigned) else None
+            if read != tp:
+                what = "an empty range" if read is None else f"{read[0]}[{read[1]}]"
+                raise ValueError(f"a row of {tp[0]}[{tp[1]}] offset {batch.column('offset')[start].as_py()} came "
+                                 f"from Spark's read of {what}: the sink's topic, partition and offset columns must "
+                                 f"be the Kafka source's own")
+        yield tp, batch.slice(start, end - start)
+
+
+def _status(runs: list[TaskRun]) -> Any:
+    import json
+
+    import pyarrow as pa
+
+    return pa.RecordBatch.from_arrays(
+        [pa.array([r[0] for r in runs], pa.string()), pa.array([r[1] for r in runs], pa.int32()),
+         pa.array([r[2] for r in runs], pa.int64()), pa.array([r[3] for r in runs], pa.int64()),
+         pa.array([r[4] for r in runs], pa.int64()), pa.array([json.dumps(r[5]) for r in runs], pa.string())],
+        names=["topic", "partition", "written", "skipped", "committed", "timings"])
 
 
 def commit_empty(cfg: Mapping[str, Any], partitions: Iterable[tuple[str, int]]) -> list[PartitionRun]:
-    """The transactions of source partitions no row reached (all filtered out): the position and mark only."""
+    """The transactions of source partitions no row reached (all filtered out): the position and mark only, side by
+    side (each its own producer and transaction)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     ranges = {(t, int(p)): (f, int(u)) for t, p, f, u in cfg["ranges"]}
-    out = []
-    for topic, partition in partitions:
-        writer = PartitionWriter(cfg, _consumer(cfg), topic, partition, ranges, cfg["mark"])
+
+    def one(tp: tuple[str, int]) -> PartitionRun:
+        writer = PartitionWriter(cfg, _consumer(cfg), tp[0], tp[1], ranges, cfg["mark"])
         try:
-            out.append(writer.commit())
+            return writer.commit()
         except BaseException:
             writer.abort()
             raise
-    return out
+
+    todo = list(partitions)
+    if len(todo) <= 1:
+        return [one(tp) for tp in todo]
+    with ThreadPoolExecutor(max_workers=min(len(todo), 8)) as pool:
+        return list(pool.map(one, todo))
 
 
 def _run(writer: Writer) -> TaskRun:

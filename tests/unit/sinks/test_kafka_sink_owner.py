@@ -38,12 +38,19 @@ class FakeWriter:
             raise ValueError(f"row {offset} refused")
         self.rows.append((offset, value, key, headers, out_partition))
 
+    def write_batch(self, batch: Any) -> None:
+        for row in _kafka_owner.arrow_rows(batch):
+            self.write(*row)
+
     def commit(self) -> PartitionRun:
         self.state = "committed"
         return PartitionRun(self.topic, self.partition, len(self.rows), 0, self.rows[-1][0] + 1 if self.rows else 0)
 
     def abort(self) -> None:
         self.state = "aborted"
+
+    def release(self) -> None:
+        self.state = "released"
 
 
 class Owner:
@@ -104,6 +111,41 @@ def test_the_owner_commits_every_row_the_task_sent_in_order_in_chunks(owner: Any
     [fake] = own.writers
     assert fake.state == "committed"
     assert fake.rows == [(o, v, k, [(h[0][0], b"x")] if h else None, p) for o, v, k, h, p in rows]
+
+
+def test_arrow_batches_reach_the_owner_whole_with_their_keys_headers_and_partitions(owner: Any) -> None:
+    """The task's path: Arrow record batches sent as IPC bytes; the owner writes their rows in order, headers as
+    (key, value) pairs, nulls as None; the task checks each batch's last offset against the batch's end."""
+    import pyarrow as pa
+
+    own = owner()
+    writer = _writer(own, until=10)
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+
+    def batch(offsets: list[int]) -> Any:
+        return pa.RecordBatch.from_arrays(
+            [pa.array(offsets, pa.int64()), pa.array([f"v{o}".encode() for o in offsets], pa.binary()),
+             pa.array([None if o % 2 else b"k" for o in offsets], pa.binary()),
+             pa.array([[{"key": "h", "value": b"x"}] if o % 3 == 0 else None for o in offsets], headers),
+             pa.array([o % 2 if o > 2 else None for o in offsets], pa.int32())],
+            names=["offset", "value", "key", "headers", "_out"])
+
+    writer.write_batch(batch([0, 1, 2, 3]))
+    writer.write_batch(batch([4, 5, 6]))
+    with pytest.raises(ValueError, match="offset 10 lies past"):
+        writer.write_batch(batch([9, 10]))  # refused in the task, before it is sent
+    run = writer.commit()
+    assert run == PartitionRun("in", 3, 7, 0, 7)
+    [fake] = own.writers
+    assert fake.state == "committed"
+    assert fake.rows == [(o, f"v{o}".encode(), None if o % 2 else b"k", [("h", b"x")] if o % 3 == 0 else None,
+                          o % 2 if o > 2 else None) for o in range(7)]
+
+
+def test_a_transaction_opened_ahead_without_rows_is_released_never_committed(owner: Any) -> None:
+    own = owner()
+    _writer(own).release()
+    own.wait_closed("released")
 
 
 def test_a_task_gone_before_its_commit_leaves_the_transaction_aborted(owner: Any) -> None:

@@ -115,9 +115,33 @@ def _cfg(ranges: list[tuple[str, int, int, int]], seq: int = 1) -> dict[str, Any
             "mark": Mark("p:out", seq, 1, seq - 1, "q", len(ranges)).encode(), "ranges": ranges}
 
 
-def _written(runs: Any) -> list[tuple[Any, ...]]:
-    """What the tasks report per partition, without their timings."""
-    return [run[:5] for run in runs]
+def _written(out: Any) -> list[tuple[Any, ...]]:
+    """What a task reports per partition (its status batches' rows), without their timings."""
+    return [tuple(row.values())[:5] for batch in out for row in batch.to_pylist()]
+
+
+def _arrow(rows: list[tuple[Any, ...]], split: int | None = None, size: int = 4) -> list[Any]:
+    """The rows as the task's Arrow record batches (``size`` rows each), tagged with the scan split that read them."""
+    import pyarrow as pa
+
+    headers = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    out = []
+    for i in range(0, len(rows), size):
+        chunk = rows[i:i + size]
+        arrays = [pa.array([r[0] for r in chunk], pa.string()), pa.array([r[1] for r in chunk], pa.int32()),
+                  pa.array([r[2] for r in chunk], pa.int64()), pa.array([r[3] for r in chunk], pa.binary()),
+                  pa.array([r[4] for r in chunk], pa.binary()), pa.array([r[5] for r in chunk], headers),
+                  pa.array([r[6] for r in chunk], pa.int32())]
+        names = ["topic", "partition", "offset", "value", "key", "headers", "_out"]
+        if split is not None:
+            arrays.append(pa.array([split] * len(chunk), pa.int32()))
+            names.append("_split")
+        out.append(pa.RecordBatch.from_arrays(arrays, names=names))
+    return out
+
+
+def _task(cfg: dict[str, Any], rows: list[tuple[Any, ...]], split: int | None = None) -> list[tuple[Any, ...]]:
+    return _written(_kafka_tx.write_batches(cfg, iter(_arrow(rows, split))))
 
 
 def _rows(part: int, offsets: range) -> list[tuple[Any, ...]]:
@@ -131,11 +155,13 @@ def test_a_retried_task_writes_only_the_partitions_and_rows_the_first_attempt_mi
     rows = _rows(0, range(10)) + _rows(1, range(10))
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker, die_after={"p.p:out.in.1": 4}))
     with pytest.raises(RuntimeError, match="executor lost"):
-        _written(_kafka_tx.write_partitions(_cfg(ranges), iter(rows)))
-    assert len(broker.log) == 10  # partition 0 committed, partition 1's four outputs were never committed
-    assert broker.groups[("g", "in", 0)][0] == 10 and ("g", "in", 1) not in broker.groups
+        _task(_cfg(ranges), rows)
+    assert broker.log == [] and broker.groups == {}  # the task's transactions commit after its last row only
+    # An attempt that committed partition 0 and failed at partition 1's commit (its producer fenced, say).
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
-    runs = _written(_kafka_tx.write_partitions(_cfg(ranges), iter(rows)))
+    assert _task(_cfg(ranges), rows[:10]) == [("in", 0, 10, 0, 10)]
+    assert broker.groups[("g", "in", 0)][0] == 10 and ("g", "in", 1) not in broker.groups
+    runs = _task(_cfg(ranges), rows)
     assert runs == [("in", 0, 0, 10, 10), ("in", 1, 10, 0, 10)]
     assert Counter(v for _, v, *_ in broker.log) == Counter(r[3] for r in rows)  # each output once
     assert Mark.decode(broker.groups[("g", "in", 1)][1]).sequence == 1  # type: ignore[union-attr]
@@ -151,7 +177,7 @@ def test_a_zombie_attempt_cannot_commit_after_the_retry_fenced_it(monkeypatch) -
     for row in _rows(0, range(5)):
         zombie.write(*row[2:])
     # The retry initialises after it (a new epoch), reads the position, writes and commits.
-    assert _written(_kafka_tx.write_partitions(_cfg(ranges), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
+    assert _task(_cfg(ranges), _rows(0, range(5))) == [("in", 0, 5, 0, 5)]
     with pytest.raises(Fenced):
         zombie.commit()
     assert len(broker.log) == 5  # the retry's five, not the zombie's
@@ -162,16 +188,16 @@ def test_a_kept_producer_a_newer_attempt_fenced_is_replaced_before_any_row(  # t
     broker = Broker()
     kafka = fake_kafka(broker)
     monkeypatch.setitem(sys.modules, "confluent_kafka", kafka)
-    assert _written(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(5))))) == [("in", 0, 5, 0, 5)]
+    assert _task(_cfg([("in", 0, 0, 5)]), _rows(0, range(5))) == [("in", 0, 5, 0, 5)]
     assert len(_kafka_tx._PRODUCERS) == 1 and broker.epochs["p.p:out.in.0"] == 1
     # Another worker's attempt (a zombie of a killed driver, say) initialised since: the kept one is stale.
     other = kafka.Producer({"transactional.id": "p.p:out.in.0"})  # type: ignore[attr-defined]
     other.init_transactions(1)
-    runs = _written(_kafka_tx.write_partitions(_cfg([("in", 0, 5, 10)], seq=2), iter(_rows(0, range(5, 10)))))
+    runs = _task(_cfg([("in", 0, 5, 10)], seq=2), _rows(0, range(5, 10)))
     assert runs == [("in", 0, 5, 0, 10)] and broker.epochs["p.p:out.in.0"] == 3  # replaced, fenced back
     assert len(broker.log) == 10
     # The next batch reuses the kept producer: no new epoch.
-    _written(_kafka_tx.write_partitions(_cfg([("in", 0, 10, 12)], seq=3), iter(_rows(0, range(10, 12)))))
+    _task(_cfg([("in", 0, 10, 12)], seq=3), _rows(0, range(10, 12)))
     assert broker.epochs["p.p:out.in.0"] == 3 and len(broker.log) == 12
 
 
@@ -179,7 +205,7 @@ def test_a_row_past_the_batchs_end_of_its_partition_is_refused(monkeypatch) -> N
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     with pytest.raises(ValueError, match=r"offset 5 lies past this batch's end"):
-        _written(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(0, range(6)))))
+        _task(_cfg([("in", 0, 0, 5)]), _rows(0, range(6)))
     assert broker.log == [] and broker.groups == {}
 
 
@@ -187,7 +213,7 @@ def test_rows_of_a_partition_outside_the_batch_are_refused(monkeypatch) -> None:
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     with pytest.raises(ValueError, match=r"in\[3\] offset 0 is not in this batch"):
-        _written(_kafka_tx.write_partitions(_cfg([("in", 0, 0, 5)]), iter(_rows(3, range(1)))))
+        _task(_cfg([("in", 0, 0, 5)]), _rows(3, range(1)))
     assert broker.log == []
 
 
@@ -198,30 +224,69 @@ def test_a_partition_without_rows_still_commits_the_batch_end(monkeypatch) -> No
     assert [(r.written, r.committed) for r in runs] == [(0, 8)] and broker.groups[("g", "in", 0)][0] == 8
 
 
-def test_a_scan_task_is_its_partitions_one_transaction_even_when_no_row_survived(  # type: ignore[no-untyped-def]
+def test_a_scan_task_commits_the_partitions_of_the_splits_it_read_and_no_other(  # type: ignore[no-untyped-def]
         monkeypatch) -> None:
-    """Without the shuffle each Spark partition of the scan writes the source partition assigned to its index."""
+    """Without the shuffle each row carries the scan split that read it; a task (after a coalesce: several splits)
+    commits each partition it saw rows of, all after its last row; one whose rows were all filtered out is the
+    driver's to commit (``commit_empty``), never a task's that merely expected it."""
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
-    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4)]), "assigned": [("in", 1), ("in", 0), None]}
-    assert _written(_kafka_tx.write_assigned(cfg, 0, iter(_rows(1, range(4))))) == [("in", 1, 4, 0, 4)]
-    assert _written(_kafka_tx.write_assigned(cfg, 1, iter([]))) == [("in", 0, 0, 0, 5)]  # all filtered out
-    assert _written(_kafka_tx.write_assigned(cfg, 2, iter([]))) == []  # an empty range the batch does not commit
-    assert len(broker.log) == 4 and broker.groups[("g", "in", 0)][0] == 5 and broker.groups[("g", "in", 1)][0] == 4
-    # The retry of the first task: the group holds the partition, nothing is written twice.
-    assert _written(_kafka_tx.write_assigned(cfg, 0, iter(_rows(1, range(4))))) == [("in", 1, 0, 4, 4)]
-    assert len(broker.log) == 4
+    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4), ("in", 2, 0, 3)]),
+           "assigned": [("in", 1), ("in", 0), None, ("in", 2)]}
+    batches = _arrow(_rows(1, range(4)), split=0) + _arrow(_rows(2, range(3)), split=3)
+    assert _written(_kafka_tx.write_batches(cfg, iter(batches))) == [("in", 1, 4, 0, 4), ("in", 2, 3, 0, 3)]
+    assert _task(cfg, [], split=1) == []  # split 1's rows all filtered out: nothing committed by a task
+    assert len(broker.log) == 7 and ("g", "in", 0) not in broker.groups
+    assert broker.groups[("g", "in", 1)][0] == 4 and broker.groups[("g", "in", 2)][0] == 3
+    # The retry of the task: the group holds both partitions, nothing is written twice.
+    assert _written(_kafka_tx.write_batches(cfg, iter(batches))) == [("in", 1, 0, 4, 4), ("in", 2, 0, 3, 3)]
+    assert len(broker.log) == 7
 
 
-def test_a_scan_task_holding_a_row_of_another_partition_fails_before_its_commit(  # type: ignore[no-untyped-def]
+def test_a_scan_task_holding_a_row_its_split_does_not_read_fails_before_any_commit(  # type: ignore[no-untyped-def]
         monkeypatch) -> None:
-    """A job that rewrote the source columns: the task's transaction is aborted, nothing of it committed."""
+    """A job that rewrote the source columns: every transaction of the task is aborted, none committed, even the
+    one whose rows were all right and came first."""
     broker = Broker()
     monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
     cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 5)]), "assigned": [("in", 0), ("in", 1)]}
+    batches = _arrow(_rows(0, range(3)), split=0) + _arrow(_rows(1, range(2, 3)), split=0)
     with pytest.raises(ValueError, match=r"a row of in\[1\] offset 2 came from Spark's read of in\[0\]"):
-        _written(_kafka_tx.write_assigned(cfg, 0, iter(_rows(0, range(2)) + _rows(1, range(2, 3)))))
+        _written(_kafka_tx.write_batches(cfg, iter(batches)))
     assert broker.log == [] and broker.groups == {}
+
+
+def test_a_task_commits_all_its_partitions_only_after_its_last_row(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows of several partitions in one task (a shuffle's hash, a coalesce), interleaved across record batches: one
+    transaction each, in offset order, none committed before the task's input ends."""
+    broker = Broker()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
+    rows = [r for pair in zip(_rows(0, range(6)), _rows(1, range(6))) for r in pair]  # alternating partitions
+    ranges = [("in", 0, 0, 6), ("in", 1, 0, 6)]
+
+    def checked() -> Any:
+        for batch in _arrow(rows, size=5):
+            assert broker.log == [] and broker.groups == {}  # nothing committed while rows still come
+            yield batch
+
+    assert _written(_kafka_tx.write_batches(_cfg(ranges), checked())) == [("in", 0, 6, 0, 6), ("in", 1, 6, 0, 6)]
+    assert [v for _, v, *_ in broker.log if v.startswith(b"v0")] == [f"v0-{o}".encode() for o in range(6)]
+
+
+def test_a_partition_opened_ahead_whose_rows_never_came_is_released_not_committed(  # type: ignore[no-untyped-def]
+        monkeypatch) -> None:
+    """The driver's hint says a task reads in[0] and in[1]; only in[1]'s rows come (in[0]'s all filtered out, or
+    read by another task): in[0]'s transaction is aborted, its producer kept, nothing of in[0] committed."""
+    broker = Broker()
+    monkeypatch.setitem(sys.modules, "confluent_kafka", fake_kafka(broker))
+    monkeypatch.setattr(_kafka_tx, "_expected", lambda cfg: [("in", 0), ("in", 1)])
+    cfg = {**_cfg([("in", 0, 0, 5), ("in", 1, 0, 4)]), "assigned": [("in", 0), ("in", 1)]}
+    assert _task(cfg, _rows(1, range(4)), split=1) == [("in", 1, 4, 0, 4)]
+    assert ("g", "in", 0) not in broker.groups and len(broker.log) == 4
+    assert len(_kafka_tx._PRODUCERS) == 2 and broker.epochs["p.p:out.in.0"] == 1  # kept for its next batch
+    # The driver commits it (commit_empty: the position and mark alone).
+    _kafka_tx.commit_empty(cfg, [("in", 0)])
+    assert broker.groups[("g", "in", 0)][0] == 5
 
 
 def test_a_batch_without_its_source_columns_is_refused_before_the_ledger_or_kafka_is_touched() -> None:
