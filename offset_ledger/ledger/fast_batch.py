@@ -156,9 +156,6 @@ _BATCHES_CALL = (f"BEGIN; {_GENERIC}SELECT pg_advisory_xact_lock(%s); "
                  f"EXECUTE {_BATCHES} ({', '.join(['%s'] * 26)}); COMMIT")
 
 
-# A listener that keeps up sends one batch a call: the same statement for one batch, with its
-# per-batch values as scalars and nothing to check between batches: cheaper per call than the one above
-# given a single batch (docs/benchmarks.md), so that case keeps its own.
 # What the two one-batch statements share, in the same parameters ($1-$8: pipeline, group, query id,
 # run id, batch id, batch time, recorded at, input rows): the batch's row, its forward-only and not-late
 # rule for ``ends`` (the new next offsets, partitions ascending) and the run it moves.
@@ -181,6 +178,10 @@ _ONE_BATCH_RUN = """\
                     max_batch_ms = greatest(max_batch_ms, {duration})  -- the batch's duration or NULL
     WHERE run_id = $4
 """
+
+# A listener that keeps up sends one batch a call: the same statement for one batch, with its
+# per-batch values as scalars and nothing to check between batches: cheaper per call than ``_BATCHES``
+# given a single batch (docs/benchmarks.md), so that case keeps its own.
 _ONE_BATCH = "offset_ledger_record_batch_v4"
 _ONE_BATCH_SQL = f"""
 PREPARE {_ONE_BATCH} (text, text, text, text, bigint, timestamptz, timestamptz, bigint,
