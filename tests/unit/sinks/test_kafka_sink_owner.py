@@ -80,8 +80,14 @@ def owner(tmp_path: Path) -> Iterator[Any]:
     def start(**kw: Any) -> Owner:
         own = Owner(str(tmp_path / "o.sock"), **kw)
         threading.Thread(target=_kafka_owner.serve, args=(own.path, os.getpid(), own.open, 30), daemon=True).start()
+        # Listening, not only bound: the socket file exists from bind(), and a connect between bind() and
+        # listen() is refused (as the workers do, ``_kafka_owner.connect``, try until one is accepted).
         deadline = time.monotonic() + 5
-        while not os.path.exists(own.path) and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
+            probe = _kafka_owner._connect(own.path)
+            if probe is not None:
+                probe.close()
+                break
             time.sleep(0.01)
         return own
 
